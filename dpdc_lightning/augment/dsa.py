@@ -1,0 +1,295 @@
+"""Differentiable Siamese augmentation (Zhao & Bilen, "Dataset Condensation with DSA").
+
+Condensation matches statistics of a real batch and a synthetic batch *after* augmentation, so the
+two must see the same transform and gradients must flow through it to the synthetic pixels. Hence
+parameters are drawn once (``DSA.sample``) and applied any number of times (``DSA.apply``); every
+operation is arithmetic on the input (masks, gathers, ``grid_sample``), never an in-place write.
+
+A draw made with ``batch_size=1`` is broadcast to every image of any batch (the Siamese mode used
+by the condensation methods); a draw with ``batch_size == len(x)`` gives each image its own
+transform (used when training evaluation networks on the synthetic set).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dpdc_lightning.errors import UserError
+
+DEFAULT_STRATEGY = "color_crop_cutout_flip_scale_rotate"
+
+# "color" is the DSA shorthand for these three, in this order.
+_COLOR = ("brightness", "saturation", "contrast")
+TRANSFORM_NAMES: tuple[str, ...] = (*_COLOR, "crop", "cutout", "flip", "scale", "rotate")
+STRATEGY_NAMES: tuple[str, ...] = ("color", *TRANSFORM_NAMES)
+
+
+@dataclass(frozen=True)
+class DSAParams:
+    """One draw of augmentation parameters; a field is ``None`` when its transform is not used.
+
+    All tensors have leading dimension ``batch_size``. Integer offsets are in pixels of an image of
+    size ``image_size`` = (height, width).
+    """
+
+    batch_size: int
+    image_size: tuple[int, int]
+    brightness: Tensor | None = None  # (B,) additive shift
+    saturation: Tensor | None = None  # (B,) factor on the deviation from the channel mean
+    contrast: Tensor | None = None  # (B,) factor on the deviation from the image mean
+    crop: Tensor | None = None  # (B, 2) int64 translation (dy, dx)
+    cutout: Tensor | None = None  # (B, 4) int64 zeroed box (top, left, bottom, right), half-open
+    flip: Tensor | None = None  # (B,) bool, True = mirror horizontally
+    scale: Tensor | None = None  # (B, 2) factors (sx, sy) of the sampling grid
+    rotate: Tensor | None = None  # (B,) angle in radians
+
+    def to(self, device: torch.device | str) -> DSAParams:
+        """The same draw with every tensor on ``device``."""
+        moved = {
+            f.name: getattr(self, f.name).to(device)
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), Tensor)
+        }
+        return dataclasses.replace(self, **moved)
+
+
+def parse_strategy(strategy: str) -> tuple[str, ...]:
+    """Transform names of an underscore-separated strategy, "color" expanded; "none"/"" -> ()."""
+    if not isinstance(strategy, str):
+        raise UserError(f"augment strategy must be a string, got {type(strategy).__name__}")
+    if strategy.strip().lower() in ("", "none"):
+        return ()
+    names: list[str] = []
+    for token in strategy.split("_"):
+        if token not in STRATEGY_NAMES:
+            raise UserError(
+                f"unknown augmentation {token!r} in strategy {strategy!r}; "
+                f"allowed: {', '.join(STRATEGY_NAMES)} joined by '_', or 'none'"
+            )
+        names.extend(_COLOR if token == "color" else (token,))
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise UserError(f"augmentation strategy {strategy!r} repeats {', '.join(duplicated)}")
+    return tuple(names)
+
+
+class DSA:
+    """Differentiable augmentation whose parameter draws can be shared between batches."""
+
+    def __init__(
+        self,
+        strategy: str = DEFAULT_STRATEGY,
+        *,
+        scale: float = 1.2,
+        rotate: float = 15.0,
+        crop_pad: float = 0.125,
+        cutout: float = 0.5,
+        brightness: float = 1.0,
+        saturation: float = 2.0,
+        contrast: float = 0.5,
+    ) -> None:
+        self.strategy = strategy
+        self.transforms = parse_strategy(strategy)
+        ratios = dict(scale=scale, rotate=rotate, crop_pad=crop_pad, cutout=cutout,
+                      brightness=brightness, saturation=saturation, contrast=contrast)
+        for key, value in ratios.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise UserError(f"augment ratio {key} must be a number, got {value!r}")
+        for key, value, ok, allowed in (
+            ("scale", scale, scale >= 1.0, ">= 1"),
+            ("rotate", rotate, rotate >= 0.0, ">= 0 (degrees)"),
+            ("crop_pad", crop_pad, 0.0 <= crop_pad < 1.0, "in [0, 1)"),
+            ("cutout", cutout, 0.0 <= cutout <= 1.0, "in [0, 1]"),
+            ("brightness", brightness, brightness >= 0.0, ">= 0"),
+            ("saturation", saturation, saturation >= 0.0, ">= 0"),
+            ("contrast", contrast, contrast >= 0.0, ">= 0"),
+        ):
+            if not ok:
+                raise UserError(f"augment ratio {key}={value} is invalid; it must be {allowed}")
+        self.scale = float(scale)
+        self.rotate = float(rotate)
+        self.crop_pad = float(crop_pad)
+        self.cutout = float(cutout)
+        self.brightness = float(brightness)
+        self.saturation = float(saturation)
+        self.contrast = float(contrast)
+
+    def __repr__(self) -> str:
+        return (
+            f"DSA(strategy={self.strategy!r}, scale={self.scale}, rotate={self.rotate}, "
+            f"crop_pad={self.crop_pad}, cutout={self.cutout}, brightness={self.brightness}, "
+            f"saturation={self.saturation}, contrast={self.contrast})"
+        )
+
+    @property
+    def is_identity(self) -> bool:
+        """True for the empty strategy: ``apply`` then returns its input unchanged."""
+        return not self.transforms
+
+    # ------------------------------------------------------------------ drawing
+
+    def sample(
+        self, batch_size: int, *, image_size: tuple[int, int], generator: torch.Generator
+    ) -> DSAParams:
+        """Draw parameters for ``batch_size`` images (1 = one draw shared by a whole batch).
+
+        Draws happen in strategy order from ``generator`` only, so equal-seeded generators give
+        equal draws and the global RNG is untouched.
+        """
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        height, width = int(image_size[0]), int(image_size[1])
+        n, g = batch_size, generator
+        drawn: dict[str, Tensor] = {}
+        for name in self.transforms:
+            if name == "brightness":
+                drawn[name] = (torch.rand(n, generator=g) - 0.5) * self.brightness
+            elif name == "saturation":
+                drawn[name] = torch.rand(n, generator=g) * self.saturation
+            elif name == "contrast":
+                drawn[name] = torch.rand(n, generator=g) + self.contrast
+            elif name == "crop":
+                pad_y = int(height * self.crop_pad + 0.5)
+                pad_x = int(width * self.crop_pad + 0.5)
+                dy = torch.randint(-pad_y, pad_y + 1, (n,), generator=g)
+                dx = torch.randint(-pad_x, pad_x + 1, (n,), generator=g)
+                drawn[name] = torch.stack([dy, dx], dim=1)
+            elif name == "cutout":
+                size_y = int(height * self.cutout + 0.5)
+                size_x = int(width * self.cutout + 0.5)
+                # Centres range over the image (one extra position for even sizes, as in DSA) so
+                # the square can hang over any edge.
+                cy = torch.randint(0, height + (1 - size_y % 2), (n,), generator=g)
+                cx = torch.randint(0, width + (1 - size_x % 2), (n,), generator=g)
+                top, left = cy - size_y // 2, cx - size_x // 2
+                drawn[name] = torch.stack([top, left, top + size_y, left + size_x], dim=1)
+            elif name == "flip":
+                drawn[name] = torch.rand(n, generator=g) < 0.5
+            elif name == "scale":
+                low = 1.0 / self.scale
+                drawn[name] = torch.rand(n, 2, generator=g) * (self.scale - low) + low
+            elif name == "rotate":
+                drawn[name] = (torch.rand(n, generator=g) - 0.5) * 2.0 * math.radians(self.rotate)
+        return DSAParams(batch_size=n, image_size=(height, width), **drawn)
+
+    # ------------------------------------------------------------------ applying
+
+    def apply(self, x: Tensor, params: DSAParams) -> Tensor:
+        """Augment ``x`` (N, C, H, W) with ``params``; differentiable w.r.t. ``x``."""
+        if x.dim() != 4:
+            raise ValueError(f"expected images of shape (N, C, H, W), got {tuple(x.shape)}")
+        if not self.transforms or len(x) == 0:  # an empty Poisson sample stays empty
+            return x
+        if tuple(x.shape[-2:]) != tuple(params.image_size):
+            raise ValueError(
+                f"params drawn for image size {params.image_size}, images are {tuple(x.shape[-2:])}"
+            )
+        if params.batch_size not in (1, len(x)):
+            raise ValueError(
+                f"params drawn for batch size {params.batch_size}; apply to a batch of that size "
+                f"or draw with batch_size=1 to share one transform (got {len(x)} images)"
+            )
+        params = params.to(x.device)
+        for name in self.transforms:
+            value = getattr(params, name)
+            if value is None:
+                raise ValueError(f"params carry no {name!r} draw; sample them with this DSA")
+            if len(value) != len(x):
+                value = value.expand(len(x), *value.shape[1:])
+            x = _APPLY[name](x, value)
+        return x
+
+    def __call__(self, x: Tensor, *, generator: torch.Generator, siamese: bool = False) -> Tensor:
+        """Draw (one shared draw if ``siamese``, else one per image) and apply."""
+        if not self.transforms:
+            return x
+        params = self.sample(
+            1 if siamese else len(x), image_size=(x.shape[-2], x.shape[-1]), generator=generator
+        )
+        return self.apply(x, params)
+
+
+def _per_image(value: Tensor, x: Tensor) -> Tensor:
+    return value.to(x.dtype).view(-1, 1, 1, 1)
+
+
+def _brightness(x: Tensor, shift: Tensor) -> Tensor:
+    return x + _per_image(shift, x)
+
+
+def _saturation(x: Tensor, factor: Tensor) -> Tensor:
+    mean = x.mean(dim=1, keepdim=True)
+    return (x - mean) * _per_image(factor, x) + mean
+
+
+def _contrast(x: Tensor, factor: Tensor) -> Tensor:
+    mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    return (x - mean) * _per_image(factor, x) + mean
+
+
+def _crop(x: Tensor, shift: Tensor) -> Tensor:
+    # out[y, x] = in[y + dy, x + dx], zero where that falls outside: a gather then a mask.
+    n, c, h, w = x.shape
+    rows = torch.arange(h, device=x.device) + shift[:, :1]  # (N, H)
+    cols = torch.arange(w, device=x.device) + shift[:, 1:]  # (N, W)
+    keep_rows = ((rows >= 0) & (rows < h))[:, None, :, None]
+    keep = keep_rows & ((cols >= 0) & (cols < w))[:, None, None, :]
+    rows = rows.clamp(0, h - 1)[:, None, :, None].expand(n, c, h, w)
+    cols = cols.clamp(0, w - 1)[:, None, None, :].expand(n, c, h, w)
+    moved = x.gather(2, rows).gather(3, cols)
+    return moved * keep.to(x.dtype)
+
+
+def _cutout(x: Tensor, box: Tensor) -> Tensor:
+    _, _, h, w = x.shape
+    rows = torch.arange(h, device=x.device)
+    cols = torch.arange(w, device=x.device)
+    in_rows = (rows >= box[:, 0:1]) & (rows < box[:, 2:3])  # (N, H)
+    in_cols = (cols >= box[:, 1:2]) & (cols < box[:, 3:4])  # (N, W)
+    inside = in_rows[:, None, :, None] & in_cols[:, None, None, :]
+    return x * (~inside).to(x.dtype)
+
+
+def _flip(x: Tensor, flip: Tensor) -> Tensor:
+    return torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
+
+
+def _scale(x: Tensor, factors: Tensor) -> Tensor:
+    theta = torch.zeros(len(x), 2, 3, dtype=x.dtype, device=x.device)
+    theta[:, 0, 0] = factors[:, 0].to(x.dtype)
+    theta[:, 1, 1] = factors[:, 1].to(x.dtype)
+    return _warp(x, theta)
+
+
+def _rotate(x: Tensor, angle: Tensor) -> Tensor:
+    angle = angle.to(x.dtype)
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    zero = torch.zeros_like(angle)
+    theta = torch.stack(
+        [torch.stack([cos, sin, zero], dim=1), torch.stack([-sin, cos, zero], dim=1)], dim=1
+    )
+    return _warp(x, theta)
+
+
+def _warp(x: Tensor, theta: Tensor) -> Tensor:
+    grid = F.affine_grid(theta, list(x.shape), align_corners=True)
+    return F.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=True)
+
+
+_APPLY: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
+    "brightness": _brightness,
+    "saturation": _saturation,
+    "contrast": _contrast,
+    "crop": _crop,
+    "cutout": _cutout,
+    "flip": _flip,
+    "scale": _scale,
+    "rotate": _rotate,
+}

@@ -1,0 +1,24 @@
+"""Checkpoint files that are never left truncated and never run code when loaded."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+
+from dpdc_lightning.export import atomic_write
+
+
+class SafeCheckpointIO(TorchCheckpointIO):
+    """Writes through a temporary file and a rename; loads with ``weights_only=True``."""
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Optional[Any] = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, lambda tmp: torch.save(checkpoint, tmp))
+
+    def load_checkpoint(self, path: Any, map_location: Optional[Callable] = None,
+                        weights_only: Optional[bool] = None) -> dict[str, Any]:
+        return torch.load(path, map_location=map_location or "cpu", weights_only=True)

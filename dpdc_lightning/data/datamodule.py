@@ -1,0 +1,85 @@
+"""PrivateDataModule: the private training tensors per class and the stream of sampled batches.
+
+Privacy-critical. Per step it yields, for the classes this process owns, a Poisson sample of each
+class (each record included independently with probability q_c = L / N_c; DPDC Alg. 1-2), or a
+Poisson sample of the whole set (q = B / N; PSG), or, for non-private baselines only, a fixed-size
+sample without replacement. Every draw uses a generator derived from (sampling seed, step, class):
+the sampling seed comes from OS entropy unless noise is reproducible, so the sample is secret, and
+a draw does not depend on how classes are sharded over processes or on where a run was resumed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import lightning as L
+from torch import Tensor
+from torch.utils.data import DataLoader, IterableDataset
+
+from dpdc_lightning.data.datasets import ImageData
+from dpdc_lightning.data.poisson import poisson_sample, sample_without_replacement
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.seeding import derive_generator, os_entropy_seed
+
+
+def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
+    """Classes handled by one process: round-robin, so every class has exactly one owner."""
+    if world_size > num_classes:
+        raise UserError(f"trainer.devices x num_nodes = {world_size} processes but only {num_classes} classes to shard")
+    return list(range(rank, num_classes, world_size))
+
+
+class _SampleStream(IterableDataset):
+    def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int) -> None:
+        self.module, self.classes, self.start, self.stop = module, classes, start, stop
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for step in range(self.start, self.stop):
+            yield self.module.sample(step, self.classes)
+
+    def __len__(self) -> int:
+        return self.stop - self.start
+
+
+class PrivateDataModule(L.LightningDataModule):
+    def __init__(self, data: ImageData, *, sampling: str, sample_size: float, total_steps: int,
+                 seed: int, secret_sampling: bool) -> None:
+        super().__init__()
+        self.data = data
+        self.sampling = sampling
+        self.sample_size = sample_size
+        self.total_steps = total_steps
+        self._sampling_seed = os_entropy_seed() if secret_sampling else seed
+        self._all_images, self._all_labels = data.train_images, data.train_labels
+        self._class_images = [data.train_images[data.train_labels == c] for c in range(data.num_classes)]
+
+    def class_images(self, class_index: int) -> Tensor:
+        return self._class_images[class_index]
+
+    def sample(self, step: int, classes: list[int]) -> dict[str, Any]:
+        if self.sampling == "global_poisson":
+            n = len(self._all_labels)
+            rate = min(1.0, self.sample_size / n)
+            picks = poisson_sample(n, sample_rate=rate, generator=derive_generator(self._sampling_seed, "sample", step))
+            picks = picks.to(self._all_images.device)
+            return {"step": step, "images": self._all_images[picks], "labels": self._all_labels[picks]}
+        batches = []
+        for c in classes:
+            pool = self._class_images[c]
+            generator = derive_generator(self._sampling_seed, "sample", step, c)
+            if self.sampling == "per_class_poisson":
+                picks = poisson_sample(len(pool), sample_rate=min(1.0, self.sample_size / len(pool)), generator=generator)
+            else:
+                picks = sample_without_replacement(len(pool), size=int(self.sample_size), generator=generator)
+            batches.append(pool[picks.to(pool.device)])
+        return {"step": step, "classes": classes, "images": batches}
+
+    def train_dataloader(self) -> DataLoader:
+        trainer = self.trainer
+        classes = owned_classes(self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size)
+        # Keep the private tensors on the compute device: indexing there avoids a copy per step.
+        device = trainer.strategy.root_device
+        self._class_images = [x.to(device) for x in self._class_images]
+        self._all_images, self._all_labels = self._all_images.to(device), self._all_labels.to(device)
+        start = int(trainer.lightning_module.completed_steps)
+        return DataLoader(_SampleStream(self, classes, start, self.total_steps), batch_size=None, num_workers=0)

@@ -1,0 +1,27 @@
+"""Evaluation of synthetic sets: train fresh networks on them, test on the real test split."""
+
+from dpdc_lightning.evaluation.results import (
+    REDUCED_BANNER,
+    ModelResult,
+    format_table,
+    protocol_line,
+    results_to_json,
+)
+from dpdc_lightning.evaluation.train_eval import (
+    EvalProtocol,
+    SyntheticClassifier,
+    random_real_subset,
+    train_and_test,
+)
+
+__all__ = [
+    "REDUCED_BANNER",
+    "EvalProtocol",
+    "ModelResult",
+    "SyntheticClassifier",
+    "format_table",
+    "protocol_line",
+    "random_real_subset",
+    "results_to_json",
+    "train_and_test",
+]

@@ -1,0 +1,356 @@
+"""The evaluation protocol: train fresh networks on a synthetic set, test on the real test split.
+
+Zhao & Bilen's protocol (DESIGN section 6): SGD (lr 0.01, momentum 0.9, weight decay 5e-4), batch
+256, 1000 epochs with per-image DSA, lr x 0.1 at half the epochs, accuracy on the real test split,
+mean +- std over >= 5 freshly initialised networks.
+
+A synthetic set is tiny (500 images = 2 batches), so 1000 real epochs would mostly measure
+Lightning's per-epoch bookkeeping. The loader therefore hands Lightning several protocol epochs per
+Lightning "epoch" (each protocol epoch is still its own reshuffle of the whole set) and training
+stops at exactly ``epochs * batches_per_epoch`` optimiser steps; the lr milestone is counted in
+steps at the same boundary, so step count and schedule equal the protocol's exactly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import lightning
+import torch
+import torch.nn.functional as F
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch import Tensor, nn
+from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler, TensorDataset
+from torchmetrics.classification import MulticlassAccuracy
+
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.seeding import derive_generator
+
+# Protocol values of the papers; a protocol below either is "reduced" and must say so.
+PAPER_EPOCHS = 1000
+PAPER_RUNS = 5
+
+# Optimiser steps per Lightning epoch we aim for; a few dozen makes the per-epoch hooks negligible
+# next to the steps themselves.
+_STEPS_PER_LOADER_PASS = 64
+
+
+@dataclass(frozen=True)
+class EvalProtocol:
+    """How a synthetic set is evaluated; the defaults are the papers' protocol."""
+
+    epochs: int = PAPER_EPOCHS
+    runs: int = PAPER_RUNS
+    lr: float = 0.01
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    batch_size: int = 256
+    dsa: bool = True
+    dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
+    lr_decay_at: float = 0.5  # lr x 0.1 after this fraction of the epochs
+    test_batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        positive_ints = {
+            "epochs": self.epochs,
+            "runs": self.runs,
+            "batch_size": self.batch_size,
+            "test_batch_size": self.test_batch_size,
+        }
+        for key, value in positive_ints.items():
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise UserError(f"evaluation {key} must be a positive integer, got {value!r}")
+        if not self.lr > 0:
+            raise UserError(f"evaluation lr must be > 0, got {self.lr!r}")
+        if not 0 <= self.momentum < 1:
+            raise UserError(f"evaluation momentum must be in [0, 1), got {self.momentum!r}")
+        if not self.weight_decay >= 0:
+            raise UserError(f"evaluation weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not 0 < self.lr_decay_at <= 1:
+            raise UserError(f"evaluation lr_decay_at must be in (0, 1], got {self.lr_decay_at!r}")
+
+    def is_reduced(self) -> bool:
+        """True when fewer epochs or runs than the papers' protocol are used."""
+        return self.epochs < PAPER_EPOCHS or self.runs < PAPER_RUNS
+
+    @property
+    def decay_epoch(self) -> int:
+        """Number of epochs trained at the initial lr (at least one)."""
+        return max(1, int(self.lr_decay_at * self.epochs))
+
+    def describe(self, model: str | None = None) -> str:
+        """One line naming every protocol setting, flagging each reduced one."""
+        epochs = f"{self.epochs} epochs"
+        if self.epochs < PAPER_EPOCHS:
+            epochs += f" (reduced; paper {PAPER_EPOCHS})"
+        runs = f"{self.runs} run" + ("s" if self.runs != 1 else "")
+        if self.runs < PAPER_RUNS:
+            runs += f" (reduced; paper >={PAPER_RUNS})"
+        parts = [
+            epochs,
+            runs,
+            f"SGD (lr {self.lr:g}, momentum {self.momentum:g}, wd {self.weight_decay:g})",
+            f"lr x0.1 after epoch {self.decay_epoch}",
+            f"batch {self.batch_size}",
+            f"DSA ({self.dsa_strategy})" if self.dsa else "no DSA",
+        ]
+        if model:
+            parts.insert(0, model)
+        return ", ".join(parts)
+
+
+class SyntheticClassifier(lightning.LightningModule):
+    """A classifier trained on a synthetic set with per-image DSA and tested on real data."""
+
+    def __init__(
+        self,
+        network: nn.Module,
+        *,
+        num_classes: int,
+        protocol: EvalProtocol,
+        steps_per_epoch: int,
+        dsa_generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        self.network = network
+        self.protocol = protocol
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.dsa = None
+        if protocol.dsa:
+            from dpdc_lightning.augment import DSA
+
+            if dsa_generator is None:
+                raise ValueError("protocol.dsa needs a dsa_generator")
+            self.dsa = DSA(protocol.dsa_strategy)
+        self.dsa_generator = dsa_generator
+        self.test_accuracy = MulticlassAccuracy(num_classes=num_classes, average="micro")
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.network(x)
+
+    def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
+        images, labels = batch
+        if self.dsa is not None:
+            # One draw per image (not Siamese): the network sees a fresh view of every image.
+            images = self.dsa(images, generator=self.dsa_generator, siamese=False)
+        return F.cross_entropy(self.network(images), labels)
+
+    def test_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        images, labels = batch
+        self.test_accuracy.update(self.network(images).argmax(dim=1), labels)
+        self.log("test_accuracy", self.test_accuracy, on_step=False, on_epoch=True,
+                 batch_size=len(labels))
+
+    def configure_optimizers(self) -> dict:
+        p = self.protocol
+        optimizer = torch.optim.SGD(
+            self.network.parameters(), lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
+        )
+        # Counted in optimiser steps so it holds however many protocol epochs a loader pass holds;
+        # identical to stepping a MultiStepLR at ``decay_epoch`` once per protocol epoch.
+        scheduler = torch.optim.lr_scheduler.MultiStepLR(
+            optimizer, milestones=[p.decay_epoch * self.steps_per_epoch], gamma=0.1
+        )
+        return {"optimizer": optimizer,
+                "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+
+class EpochBatchSampler(Sampler[Tensor]):
+    """Index batches for ``epochs_per_pass`` protocol epochs, each a fresh permutation.
+
+    Within an epoch the batches partition a permutation of all samples (the last one may be
+    short, as a shuffling DataLoader without ``drop_last`` gives).
+    """
+
+    def __init__(
+        self, num_samples: int, *, batch_size: int, epochs_per_pass: int, generator: torch.Generator
+    ) -> None:
+        self.num_samples = int(num_samples)
+        self.batch_size = int(batch_size)
+        self.epochs_per_pass = int(epochs_per_pass)
+        self.generator = generator
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return math.ceil(self.num_samples / self.batch_size)
+
+    def __len__(self) -> int:
+        return self.epochs_per_pass * self.steps_per_epoch
+
+    def __iter__(self) -> Iterator[Tensor]:
+        for _ in range(self.epochs_per_pass):
+            order = torch.randperm(self.num_samples, generator=self.generator)
+            yield from order.split(self.batch_size)
+
+
+def train_and_test(
+    images: Tensor,
+    labels: Tensor,
+    *,
+    test_images: Tensor,
+    test_labels: Tensor,
+    model: str,
+    num_classes: int,
+    protocol: EvalProtocol,
+    seed: int,
+    model_options: dict | None = None,
+    accelerator: str = "auto",
+    pea: bool = False,
+) -> list[float]:
+    """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the
+    real split. Returns one accuracy in [0, 1] per run.
+
+    Every random draw of run ``r`` (initialisation, shuffling, DSA) comes from generators derived
+    from ``(seed, "eval", model, r)``, so equal arguments give equal accuracies on one device.
+    """
+    _check_inputs(images, labels, test_images, test_labels, num_classes)
+    images = images.detach().float().cpu()
+    labels = labels.detach().long().cpu()
+    if pea:
+        from dpdc_lightning.augment.pea import partition_and_expand
+
+        images, labels = partition_and_expand(images, labels)
+    train_set = TensorDataset(images, labels)
+    test_set = TensorDataset(test_images.detach().float().cpu(), test_labels.detach().long().cpu())
+    test_loader = DataLoader(
+        test_set,
+        sampler=BatchSampler(SequentialSampler(test_set), protocol.test_batch_size, False),
+        batch_size=None,  # the sampler yields whole batches; TensorDataset indexes them at once
+        num_workers=0,
+        # A DataLoader draws a base seed per iterator; without a generator it takes the global RNG.
+        generator=derive_generator(seed, "eval", "test-loader"),
+    )
+    steps_per_epoch = math.ceil(len(train_set) / protocol.batch_size)
+    epochs_per_pass = min(protocol.epochs, max(1, _STEPS_PER_LOADER_PASS // steps_per_epoch))
+    total_steps = protocol.epochs * steps_per_epoch
+
+    from dpdc_lightning.models import build_network
+
+    accuracies: list[float] = []
+    for run in range(protocol.runs):
+        network = build_network(
+            model,
+            channels=images.shape[1],
+            num_classes=num_classes,
+            image_size=(images.shape[2], images.shape[3]),
+            generator=derive_generator(seed, "eval", model, run),
+            **(model_options or {}),
+        )
+        module = SyntheticClassifier(
+            network,
+            num_classes=num_classes,
+            protocol=protocol,
+            steps_per_epoch=steps_per_epoch,
+            dsa_generator=derive_generator(seed, "eval", model, run, "dsa"),
+        )
+        sampler = EpochBatchSampler(
+            len(train_set),
+            batch_size=protocol.batch_size,
+            epochs_per_pass=epochs_per_pass,
+            generator=derive_generator(seed, "eval", model, run, "shuffle"),
+        )
+        train_loader = DataLoader(
+            train_set,
+            sampler=sampler,
+            batch_size=None,
+            num_workers=0,
+            generator=derive_generator(seed, "eval", model, run, "loader"),
+        )
+        with quiet_lightning():
+            trainer = lightning.Trainer(
+                max_epochs=math.ceil(protocol.epochs / epochs_per_pass),
+                max_steps=total_steps,
+                accelerator=accelerator,
+                devices=1,
+                logger=False,
+                enable_checkpointing=False,
+                enable_progress_bar=False,
+                enable_model_summary=False,
+                num_sanity_val_steps=0,
+                limit_val_batches=0,
+                use_distributed_sampler=False,
+            )
+            trainer.fit(module, train_dataloaders=train_loader)
+            if trainer.global_step != total_steps:
+                raise RuntimeError(
+                    f"evaluation trained {trainer.global_step} steps, protocol needs {total_steps}"
+                )
+            (metrics,) = trainer.test(module, dataloaders=test_loader, verbose=False)
+        accuracies.append(float(metrics["test_accuracy"]))
+    return accuracies
+
+
+def random_real_subset(
+    images: Tensor, labels: Tensor, *, ipc: int, num_classes: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    """``ipc`` distinct real images per class drawn uniformly (the random-coreset baseline).
+
+    Returned class by class (class 0 first); within a class in draw order.
+    """
+    if isinstance(ipc, bool) or not isinstance(ipc, int) or ipc < 1:
+        raise UserError(f"ipc must be a positive integer, got {ipc!r}")
+    if len(images) != len(labels):
+        raise UserError(f"got {len(images)} images but {len(labels)} labels")
+    chosen = []
+    for c in range(num_classes):
+        members = torch.nonzero(labels == c, as_tuple=True)[0]
+        if len(members) < ipc:
+            raise UserError(
+                f"class {c} has {len(members)} images, fewer than ipc={ipc}; lower ipc"
+            )
+        pick = torch.randperm(len(members), generator=generator)[:ipc]
+        chosen.append(members[pick.to(members.device)])
+    index = torch.cat(chosen)
+    return images[index], labels[index]
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """Silence Lightning's banners, tips and small-data warnings for the inner trainings only.
+
+    Logger levels and warning filters are restored on exit, so the caller's Lightning output
+    (the condensation run's progress, its own warnings) is untouched.
+    """
+    names = ("lightning", "lightning.pytorch", "lightning.fabric",
+             "pytorch_lightning", "lightning_fabric")
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [lg.level for lg in loggers]
+    try:
+        for lg in loggers:
+            lg.setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=PossibleUserWarning)
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*GPU available but not used.*")
+            # Lightning's own loader code trips a torch deprecation; nothing the caller can act on.
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _check_inputs(
+    images: Tensor, labels: Tensor, test_images: Tensor, test_labels: Tensor, num_classes: int
+) -> None:
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
+        raise UserError(f"num_classes must be an integer >= 2, got {num_classes!r}")
+    for name, x, y in (("synthetic", images, labels), ("test", test_images, test_labels)):
+        if x.dim() != 4:
+            raise UserError(f"{name} images must have shape (N, C, H, W), got {tuple(x.shape)}")
+        if y.dim() != 1 or len(y) != len(x):
+            raise UserError(f"{name} labels must have shape ({len(x)},), got {tuple(y.shape)}")
+        if len(x) == 0:
+            raise UserError(f"{name} set is empty")
+        if y.min() < 0 or y.max() >= num_classes:
+            raise UserError(f"{name} labels must lie in [0, {num_classes - 1}]")
+    if test_images.shape[1:] != images.shape[1:]:
+        raise UserError(
+            f"test images are {tuple(test_images.shape[1:])}, synthetic images are "
+            f"{tuple(images.shape[1:])}; they must match"
+        )

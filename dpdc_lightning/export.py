@@ -1,0 +1,120 @@
+"""Run directories and bundles: synthetic.pt + privacy.json + config.yaml + synthetic.png.
+
+Every file is written to a temporary name in the same folder and renamed into place, so a crash
+never leaves a truncated file under a final name. ``privacy.json`` is written last: its presence
+marks a complete bundle, and loaders refuse a folder without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import Tensor
+
+from dpdc_lightning.errors import UserError
+
+BUNDLE_TENSORS = "synthetic.pt"
+PRIVACY_REPORT = "privacy.json"
+CONFIG_FILE = "config.yaml"
+GRID_IMAGE = "synthetic.png"
+
+
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """Call ``write(tmp)`` for a temporary file beside ``path``, fsync, then rename onto ``path``."""
+    path = Path(path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        write(tmp)
+        with open(tmp, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
+    """The path of a run directory that does not exist yet (created later, never overwritten)."""
+    if run_dir is not None:
+        path = Path(run_dir)
+        if path.exists():
+            raise UserError(f"run_dir {path} already exists; choose a new one (runs are never overwritten)")
+        return path
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = Path(runs_root) / f"{label}-{stamp}"
+    suffix = 1
+    while path.exists():
+        suffix += 1
+        path = Path(runs_root) / f"{label}-{stamp}-{suffix}"
+    return path
+
+
+def tensors_digest(images: Tensor, labels: Tensor) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    digest.update(images.detach().cpu().float().contiguous().numpy().tobytes())
+    digest.update(labels.detach().cpu().long().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_bundle(run_dir: Path, *, images: Tensor, labels: Tensor, report: dict[str, Any], grid_png: bytes | None) -> None:
+    """Write the bundle files; privacy.json (with the tensors' digest) goes last."""
+    run_dir = Path(run_dir)
+    images, labels = images.detach().cpu().float().contiguous(), labels.detach().cpu().long().contiguous()
+    atomic_write(run_dir / BUNDLE_TENSORS, lambda tmp: torch.save({"images": images, "labels": labels}, tmp))
+    if grid_png is not None:
+        atomic_write(run_dir / GRID_IMAGE, lambda tmp: tmp.write_bytes(grid_png))
+    report = {**report, "bundle": {"images_shape": list(images.shape), "num_classes": int(labels.max()) + 1,
+                                   "sha256": tensors_digest(images, labels)}}
+    atomic_write_text(run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n")
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    images: Tensor
+    labels: Tensor
+    report: dict[str, Any]
+
+
+def load_bundle(run_dir: str | Path) -> Bundle:
+    """Load and check a bundle: complete, pickle-free, and matching its privacy.json."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise UserError(f"bundle folder {path} does not exist")
+    report_path = path / PRIVACY_REPORT
+    if not report_path.is_file():
+        raise UserError(f"{path} has no {PRIVACY_REPORT}: the bundle is incomplete (unfinished or crashed run)")
+    try:
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"{report_path} is not valid JSON: {err}") from None
+    tensor_path = path / BUNDLE_TENSORS
+    try:
+        payload = torch.load(tensor_path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise UserError(f"{tensor_path} is missing") from None
+    except Exception as err:  # weights_only refuses pickled code; any failure means an unusable file
+        raise UserError(f"{tensor_path} cannot be loaded safely: {str(err).splitlines()[0]}") from None
+    if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor) \
+            or not isinstance(payload.get("labels"), Tensor):
+        raise UserError(f"{tensor_path} must hold tensors 'images' and 'labels'")
+    images, labels = payload["images"], payload["labels"]
+    expected = report.get("bundle", {})
+    if list(images.shape) != expected.get("images_shape") or len(labels) != len(images) \
+            or tensors_digest(images, labels) != expected.get("sha256"):
+        raise UserError(f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle")
+    return Bundle(path=path, images=images, labels=labels, report=report)

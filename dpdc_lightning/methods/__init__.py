@@ -1,0 +1,14 @@
+"""Condensation methods, one per file, registered by the name used in ``method=NAME``."""
+
+from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
+from dpdc_lightning.methods.dm import DM
+from dpdc_lightning.methods.ldpdc import LDPDC
+from dpdc_lightning.methods.ndpdc import NDPDC
+
+METHODS: dict[str, type[CondensationMethod]] = {
+    "dm": DM,
+    "ldpdc": LDPDC,
+    "ndpdc": NDPDC,
+}
+
+__all__ = ["METHODS", "CondensationMethod", "DataSpec", "MethodConfig"]

@@ -1,0 +1,41 @@
+"""Differential privacy: the DP-critical surface of the package (with data/poisson.py's sampling).
+
+- :mod:`.mechanisms` clipping and the Gaussian mechanism; the only code that noises private values
+  and the source of every :class:`PrivacyEvent`. Never imports the accountant.
+- :mod:`.analysis` pure ε computations over histories, wrapping Opacus (RDP, PRV).
+- :mod:`.accounting` :class:`PrivacyAccountant`, the stateful history with phases.
+- :mod:`.calibration` noise multiplier for a target ε; largest step count within a target.
+- ``python -m dpdc_lightning.privacy`` the calculator (:mod:`.__main__`).
+
+Names are imported lazily (PEP 562) so that the calculator answers argument errors without
+first loading torch and Opacus.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "PrivacyEvent": "mechanisms",
+    "clip_rows": "mechanisms",
+    "gaussian_noise_like": "mechanisms",
+    "gaussian_sum": "mechanisms",
+    "noisy_clipped_sum": "mechanisms",
+    "noisy_clipped_mean": "mechanisms",
+    "ACCOUNTANTS": "analysis",
+    "epsilon_from_history": "analysis",
+    "epsilon_from_rdp": "analysis",
+    "rdp_vector": "analysis",
+    "PrivacyAccountant": "accounting",
+    "calibrate_noise_multiplier": "calibration",
+    "max_steps": "calibration",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

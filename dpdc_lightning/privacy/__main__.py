@@ -1,0 +1,139 @@
+"""Privacy calculator: ``python -m dpdc_lightning.privacy {epsilon,calibrate,max-steps} ...``.
+
+Each verb prints a short explanation, then its answer alone on the LAST line (for scripts):
+
+    epsilon    --sample-rate Q --noise-multiplier S --steps T --delta D [--accountant rdp|prv]
+    calibrate  --target-epsilon E --sample-rate Q --steps T --delta D [--accountant ...]
+    max-steps  --target-epsilon E --sample-rate Q --noise-multiplier S --delta D [--accountant ...]
+
+The sample rate may be a fraction such as ``50/6000`` (expected batch / class size). ε is
+printed rounded UP to 4 decimals, so the printed bound is never below the computed one; the
+noise multiplier is printed in full so that feeding it back gives the same ε. Bad arguments
+print one line ``error: ...`` on stderr and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from decimal import ROUND_CEILING, Decimal
+from fractions import Fraction
+from typing import NoReturn, Sequence
+
+from dpdc_lightning.errors import UserError
+
+_ACCOUNTANT_NAMES = {
+    "rdp": "RDP (Opacus' default orders, Balle et al. 2020 conversion)",
+    "prv": "PRV (Opacus, Gopi et al. 2021 numerical composition)",
+}
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus the error on two lines; the project's contract is one line."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _number(text: str) -> float:
+    """A float, or a fraction ``a/b`` (exactly divided before conversion)."""
+    try:
+        return float(Fraction(text.strip()))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"expected a number or a fraction like 50/6000, got {text!r}") from None
+
+
+def _epsilon_text(epsilon: float) -> str:
+    if not math.isfinite(epsilon):
+        return str(epsilon)
+    return str(Decimal(epsilon).quantize(Decimal("0.0001"), rounding=ROUND_CEILING))
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _OneLineParser(
+        prog="python -m dpdc_lightning.privacy",
+        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism.",
+    )
+    verbs = parser.add_subparsers(dest="verb", metavar="{epsilon,calibrate,max-steps}", required=True)
+
+    def add(name: str, help_text: str, *, target: bool, noise: bool, steps: bool) -> None:
+        sub = verbs.add_parser(name, help=help_text, description=help_text)
+        if target:
+            sub.add_argument("--target-epsilon", type=_number, required=True, help="target epsilon (> 0)")
+        sub.add_argument("--sample-rate", type=_number, required=True, help="Poisson sample rate q in (0, 1], e.g. 50/6000")
+        if noise:
+            sub.add_argument("--noise-multiplier", type=_number, required=True, help="noise std / L2 sensitivity (> 0)")
+        if steps:
+            sub.add_argument("--steps", type=int, required=True, help="number of mechanism runs (>= 1)")
+        sub.add_argument("--delta", type=_number, required=True, help="delta in (0, 1)")
+        sub.add_argument("--accountant", choices=sorted(_ACCOUNTANT_NAMES), default="rdp", help="default: rdp")
+
+    add("epsilon", "epsilon spent by a number of steps", target=False, noise=True, steps=True)
+    add("calibrate", "noise multiplier that reaches a target epsilon", target=True, noise=False, steps=True)
+    add("max-steps", "largest number of steps within a target epsilon", target=True, noise=True, steps=False)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> None:
+    # Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
+    from dpdc_lightning.privacy.analysis import epsilon_from_history
+    from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
+
+    accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
+    if args.verb == "epsilon":
+        epsilon = epsilon_from_history(
+            [(args.noise_multiplier, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant
+        )
+        print(
+            f"Poisson-subsampled Gaussian mechanism: noise multiplier {args.noise_multiplier:g}, "
+            f"sample rate {args.sample_rate:.6g}, {args.steps} steps"
+        )
+        print(accountant)
+        print("epsilon (upper bound, rounded up to 4 decimals):")
+        print(_epsilon_text(epsilon))
+    elif args.verb == "calibrate":
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=args.target_epsilon,
+            delta=args.delta,
+            sample_rate=args.sample_rate,
+            steps=args.steps,
+            accountant=args.accountant,
+        )
+        achieved = epsilon_from_history([(sigma, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant)
+        print(f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, {args.steps} steps")
+        print(accountant)
+        print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
+        print("noise multiplier (noise std / L2 sensitivity):")
+        print(repr(sigma))
+    else:
+        steps = max_steps(
+            target_epsilon=args.target_epsilon,
+            delta=args.delta,
+            sample_rate=args.sample_rate,
+            noise_multiplier=args.noise_multiplier,
+            accountant=args.accountant,
+        )
+        print(
+            f"target epsilon {args.target_epsilon:g}: noise multiplier {args.noise_multiplier:g}, "
+            f"sample rate {args.sample_rate:.6g}"
+        )
+        print(accountant)
+        print("largest number of steps within the target:")
+        print(steps)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the calculator; returns the exit code (argument syntax errors exit 2 from argparse)."""
+    args = _build_parser().parse_args(argv)
+    try:
+        _run(args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

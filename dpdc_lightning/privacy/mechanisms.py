@@ -1,0 +1,157 @@
+"""The Gaussian mechanism on clipped sums: the only code that noises private values.
+
+Every private query of the package is a *Poisson-subsampled Gaussian mechanism* (Abadi et al.
+2016, "Deep Learning with Differential Privacy"): a record joins the batch independently with
+probability ``sample_rate``, each record's contribution (a row) is clipped to L2 norm
+``max_norm``, the clipped rows are summed, and Gaussian noise of standard deviation
+``sensitivity * noise_multiplier`` is added to the sum.
+
+Neighbouring relation: add/remove one record. Adding or removing one record changes a sum of
+rows clipped to ``G`` by exactly that record's clipped row, whose norm is at most ``G``; so the
+L2 sensitivity of the sum is ``G`` and the noise multiplier (noise std / sensitivity) is the
+``sigma`` that the RDP analysis of the sampled Gaussian mechanism (Mironov, Talwar & Zhang 2019)
+takes. This is the mechanism of Zheng & Li, "Differentially Private Dataset Condensation":
+Thm 3.1 (LDPDC: rows are images in [-b, b]^d, sensitivity b*sqrt(d), noise multiplier
+sigma / (b*sqrt(d))) and Thm 3.2 (NDPDC: rows are representations clipped to G, noise
+multiplier sigma / G). When every class runs one such query per step on its own disjoint
+part of the data, the step costs one mechanism at ``q = max_c q_c`` (their Cor. A.1, parallel
+composition), which is the ``sample_rate`` the caller reports.
+
+Each call returns a :class:`PrivacyEvent` that the caller hands to the accountant; this module
+never imports the accountant (the mechanism/accountant separation of Opacus). Methods never draw
+noise themselves: they call these functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from dpdc_lightning.errors import UserError
+
+
+def _positive_finite(value: float, *, name: str) -> float:
+    value = float(value)
+    if not (math.isfinite(value) and value > 0):
+        raise UserError(f"{name} must be a finite number > 0, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One run of the Poisson-subsampled Gaussian mechanism, as the accountant needs it.
+
+    ``noise_multiplier`` is noise std / L2 sensitivity (> 0); ``sample_rate`` is the Poisson
+    inclusion probability of one record (0 < q <= 1; q = 1 means the whole data set).
+    """
+
+    noise_multiplier: float
+    sample_rate: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "noise_multiplier", _positive_finite(self.noise_multiplier, name="noise_multiplier"))
+        sample_rate = float(self.sample_rate)
+        if not (0.0 < sample_rate <= 1.0):
+            raise UserError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
+        object.__setattr__(self, "sample_rate", sample_rate)
+
+
+def clip_rows(x: Tensor, *, max_norm: float) -> Tensor:
+    """Scale each row ``x[i]`` (flattened) to L2 norm at most ``max_norm``: ``x_i * min(1, G / ||x_i||)``.
+
+    Rows already inside the ball are returned unchanged (the factor is exactly 1), zero rows
+    stay zero with finite gradients, and the operation is differentiable: it is applied to
+    synthetic representations that are optimised, as well as to private ones.
+    """
+    max_norm = _positive_finite(max_norm, name="max_norm")
+    if x.dim() == 0:
+        raise ValueError("clip_rows needs a tensor with a leading row dimension, got a scalar")
+    # flatten(1), not reshape(n, -1): the latter is ambiguous for an empty batch.
+    flat = x.flatten(1) if x.dim() > 1 else x.unsqueeze(1)
+    norms = torch.linalg.vector_norm(flat, dim=1)
+    # clamp_min keeps G / 0 finite; the clamp at 1 then leaves zero rows (and short rows) as they are.
+    factor = (max_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
+    return x * factor.reshape((-1,) + (1,) * (x.dim() - 1))
+
+
+def gaussian_noise_like(value: Tensor, *, std: float, generator: torch.Generator) -> Tensor:
+    """N(0, std^2 I) noise of ``value``'s shape, as float32 on ``value``'s device.
+
+    The draw happens on the generator's device (a CPU generator by default), so the noise
+    depends only on the generator's seed, not on where ``value`` lives.
+    """
+    std = _positive_finite(std, name="noise std")
+    noise = torch.randn(tuple(value.shape), generator=generator, device=generator.device, dtype=torch.float32)
+    return (noise * std).to(value.device)
+
+
+def gaussian_sum(
+    clipped_sum: Tensor,
+    *,
+    sensitivity: float,
+    noise_multiplier: float,
+    sample_rate: float,
+    generator: torch.Generator,
+) -> tuple[Tensor, PrivacyEvent]:
+    """Release ``clipped_sum + N(0, (sensitivity * noise_multiplier)^2 I)`` (float32) and its event.
+
+    ``clipped_sum`` must be a sum of per-record rows each of L2 norm <= ``sensitivity``: under
+    add/remove-one its L2 sensitivity is then ``sensitivity``, and the noise std is
+    ``sensitivity * noise_multiplier``. The event records the noise multiplier and the
+    Poisson sample rate that produced the rows.
+    """
+    event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
+    sensitivity = _positive_finite(sensitivity, name="sensitivity")
+    noise = gaussian_noise_like(clipped_sum, std=sensitivity * event.noise_multiplier, generator=generator)
+    return clipped_sum.to(torch.float32) + noise, event
+
+
+def noisy_clipped_sum(
+    rows: Tensor,
+    *,
+    max_norm: float,
+    noise_multiplier: float,
+    sample_rate: float,
+    generator: torch.Generator,
+) -> tuple[Tensor, PrivacyEvent]:
+    """Clip each row of ``rows`` (shape ``[n, *shape]``) to ``max_norm``, sum, add Gaussian noise.
+
+    Sensitivity ``max_norm`` (one clipped row), noise std ``max_norm * noise_multiplier``. An
+    empty Poisson sample (``n = 0``, shape ``[0, *shape]``) is a valid input: its sum is zeros of
+    ``shape`` and the output is pure noise, as the mechanism requires.
+    """
+    if rows.dim() == 0:
+        raise ValueError("noisy_clipped_sum needs rows of shape [n, *shape], got a scalar")
+    clipped = clip_rows(rows.to(torch.float32), max_norm=max_norm)
+    return gaussian_sum(
+        clipped.sum(dim=0),
+        sensitivity=max_norm,
+        noise_multiplier=noise_multiplier,
+        sample_rate=sample_rate,
+        generator=generator,
+    )
+
+
+def noisy_clipped_mean(
+    rows: Tensor,
+    *,
+    max_norm: float,
+    noise_multiplier: float,
+    sample_rate: float,
+    expected_size: float,
+    generator: torch.Generator,
+) -> tuple[Tensor, PrivacyEvent]:
+    """The noisy clipped sum divided by the public EXPECTED sample size (e.g. L = q * N).
+
+    Dividing by the realised size ``n`` would make the output's scale depend on the private
+    sample, outside what the sum's sensitivity covers; the expected size is a public constant,
+    so division is post-processing and the privacy event is that of the sum.
+    """
+    expected_size = _positive_finite(expected_size, name="expected_size")
+    noisy_sum, event = noisy_clipped_sum(
+        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=sample_rate, generator=generator
+    )
+    return noisy_sum / expected_size, event

@@ -1,0 +1,50 @@
+"""The privacy report written as ``privacy.json`` beside every synthetic set."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import Any, Optional
+
+from dpdc_lightning.privacy.accounting import PrivacyAccountant
+
+NEIGHBOURING = "add/remove one record"
+_LIBRARIES = ("dpdc_lightning", "torch", "lightning", "opacus", "numpy", "omegaconf")
+
+
+def library_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in _LIBRARIES:
+        try:
+            versions[name] = metadata.version(name.replace("_", "-"))
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
+                 delta: float, target_epsilon: Optional[float], reproducible_noise: bool,
+                 config_hash: str) -> dict[str, Any]:
+    """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
+    sensitivity, noise multiplier, noise std and sample rate (None for non-private methods)."""
+    report: dict[str, Any] = {"method": method}
+    if mechanism is None or accountant is None:
+        report.update({"epsilon": None, "delta": None,
+                       "guarantee": "none: this method is not differentially private"})
+    else:
+        report.update({
+            "epsilon": accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0,
+            "delta": delta,
+            "target_epsilon": target_epsilon,
+            "accountant": accountant.accountant,
+            "neighbouring_relation": NEIGHBOURING,
+            "steps": accountant.total_steps,
+            **mechanism,
+            "phases": accountant.breakdown(delta=delta),
+            "noise_mode": "reproducible" if reproducible_noise else "secure",
+        })
+        if reproducible_noise:
+            report["warning"] = ("privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
+                                 "in config.yaml; the output is NOT private against anyone who knows that seed")
+    report.update({"config_sha256": config_hash, "versions": library_versions()})
+    return report

@@ -1,0 +1,339 @@
+"""Differentiable Siamese augmentation (DSA) and partition-and-expand augmentation (PEA)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpdc_lightning.augment import (
+    DSA,
+    STRATEGY_NAMES,
+    TRANSFORM_NAMES,
+    DSAParams,
+    parse_strategy,
+    partition_and_expand,
+)
+from dpdc_lightning.errors import UserError
+
+GEOMETRIC = "crop_cutout_flip_scale_rotate"
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _images(n: int, c: int = 3, size: int = 32, seed: int = 0) -> torch.Tensor:
+    return torch.randn(n, c, size, size, generator=_gen(seed))
+
+
+def _fields(params: DSAParams) -> dict[str, torch.Tensor]:
+    drawn = {name: getattr(params, name) for name in TRANSFORM_NAMES}
+    return {name: value for name, value in drawn.items() if value is not None}
+
+
+# ---------------------------------------------------------------- strategy and configuration
+
+
+def test_strategy_order_and_color_expansion():
+    assert parse_strategy("color_crop_cutout_flip_scale_rotate") == (
+        "brightness", "saturation", "contrast", "crop", "cutout", "flip", "scale", "rotate",
+    )
+    assert parse_strategy("rotate_flip") == ("rotate", "flip")
+    assert DSA().transforms == parse_strategy("color_crop_cutout_flip_scale_rotate")
+
+
+@pytest.mark.parametrize("strategy", ["color_blur", "crop_", "Flip", "noise"])
+def test_unknown_transform_raises_user_error_listing_allowed(strategy):
+    with pytest.raises(UserError) as info:
+        DSA(strategy)
+    for allowed in STRATEGY_NAMES:
+        assert allowed in str(info.value)
+
+
+def test_invalid_ratio_and_repeated_transform_raise_user_error():
+    with pytest.raises(UserError, match="scale"):
+        DSA(scale=0.5)
+    with pytest.raises(UserError, match="crop_pad"):
+        DSA(crop_pad=-0.1)
+    with pytest.raises(UserError, match="flip"):
+        DSA("flip_crop_flip")
+
+
+@pytest.mark.parametrize("strategy", ["none", "", "None"])
+def test_identity_strategy(strategy):
+    dsa = DSA(strategy)
+    x = _images(3)
+    assert dsa.is_identity
+    assert torch.equal(dsa(x, generator=_gen(1)), x)
+    params = dsa.sample(3, image_size=(32, 32), generator=_gen(1))
+    assert _fields(params) == {}
+    assert torch.equal(dsa.apply(x, params), x)
+
+
+# ---------------------------------------------------------------- drawing
+
+
+def test_sample_ranges_match_dsa_defaults():
+    dsa = DSA()
+    p = dsa.sample(2000, image_size=(32, 32), generator=_gen(3))
+    assert p.batch_size == 2000 and p.image_size == (32, 32)
+    assert p.brightness.min() >= -0.5 and p.brightness.max() < 0.5
+    assert p.saturation.min() >= 0.0 and p.saturation.max() < 2.0
+    assert p.contrast.min() >= 0.5 and p.contrast.max() < 1.5
+    assert p.crop.abs().max() == 4 and p.crop.dtype == torch.int64  # round(0.125 * 32)
+    assert torch.equal(p.cutout[:, 2:] - p.cutout[:, :2], torch.full((2000, 2), 16))
+    assert 0.3 < p.flip.float().mean() < 0.7
+    assert p.scale.min() >= 1 / 1.2 - 1e-6 and p.scale.max() <= 1.2 + 1e-6
+    assert p.rotate.abs().max() <= math.radians(15.0) + 1e-6
+    assert p.rotate.abs().max() > math.radians(14.0)
+
+
+def test_determinism_with_equal_seeded_generators():
+    dsa = DSA()
+    x = _images(4)
+    a = dsa.sample(4, image_size=(32, 32), generator=_gen(7))
+    b = dsa.sample(4, image_size=(32, 32), generator=_gen(7))
+    c = dsa.sample(4, image_size=(32, 32), generator=_gen(8))
+    for name, value in _fields(a).items():
+        assert torch.equal(value, _fields(b)[name]), name
+    assert torch.equal(dsa.apply(x, a), dsa.apply(x, b))
+    assert torch.equal(dsa(x, generator=_gen(7)), dsa(x, generator=_gen(7)))
+    assert not torch.allclose(dsa.apply(x, a), dsa.apply(x, c))
+
+
+def test_global_rng_untouched():
+    before = torch.get_rng_state()
+    dsa = DSA()
+    x = _images(2)
+    dsa(x, generator=_gen(0))
+    dsa(x, generator=_gen(0), siamese=True)
+    partition_and_expand(x)
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_per_sample_draws_differ_between_samples():
+    params = DSA().sample(6, image_size=(32, 32), generator=_gen(11))
+    for name, value in _fields(params).items():
+        if name == "flip":
+            continue  # a Bernoulli draw; checked through the outputs below
+        assert len(torch.unique(value, dim=0)) > 1, name
+    x = _images(1).expand(6, -1, -1, -1)
+    out = DSA().apply(x, params)
+    for i in range(1, 6):
+        assert not torch.allclose(out[0], out[i])
+
+
+# ---------------------------------------------------------------- Siamese sharing
+
+
+def test_siamese_draw_broadcasts_to_any_batch():
+    dsa = DSA()
+    params = dsa.sample(1, image_size=(32, 32), generator=_gen(5))
+    assert all(len(v) == 1 for v in _fields(params).values())
+    image = _images(1)
+    for n in (1, 4):
+        out = dsa.apply(image.expand(n, -1, -1, -1), params)
+        assert out.shape == (n, 3, 32, 32)
+        for i in range(n):
+            assert torch.allclose(out[i], out[0], atol=1e-6)
+    # the convenience call shares one draw too
+    out = dsa(image.expand(3, -1, -1, -1), generator=_gen(5), siamese=True)
+    assert torch.allclose(out[1], out[0], atol=1e-6) and torch.allclose(out[2], out[0], atol=1e-6)
+
+
+def test_siamese_params_transform_real_and_synthetic_batches_alike():
+    dsa = DSA()
+    real, syn = _images(5, seed=1), _images(3, seed=2)
+    params = dsa.sample(1, image_size=(32, 32), generator=_gen(9))
+    separate = torch.cat([dsa.apply(real, params), dsa.apply(syn, params)])
+    together = dsa.apply(torch.cat([real, syn]), params)
+    assert torch.allclose(separate, together, atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shared_geometric_transform_moves_pixels_identically(seed):
+    # Geometric transforms are linear in the pixels, so a synthetic batch equal to 2x the first
+    # real image plus a multiple of it must come out as the same multiple of the real output.
+    dsa = DSA(GEOMETRIC)
+    real = _images(4, seed=seed)
+    syn = real[:1] * torch.tensor([2.0, -1.0, 0.5]).view(3, 1, 1, 1)
+    params = dsa.sample(1, image_size=(32, 32), generator=_gen(seed))
+    out_real, out_syn = dsa.apply(real, params), dsa.apply(syn, params)
+    for k, factor in enumerate([2.0, -1.0, 0.5]):
+        assert torch.allclose(out_syn[k], factor * out_real[0], atol=1e-5)
+
+
+def test_batch_size_mismatch_and_image_size_mismatch_are_rejected():
+    dsa = DSA()
+    params = dsa.sample(3, image_size=(32, 32), generator=_gen(0))
+    with pytest.raises(ValueError, match="batch size"):
+        dsa.apply(_images(5), params)
+    with pytest.raises(ValueError, match="image size"):
+        dsa.apply(_images(3, size=28), params)
+
+
+# ---------------------------------------------------------------- each transform
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 28, 28), (2, 3, 32, 32)])
+@pytest.mark.parametrize("siamese", [False, True])
+def test_output_shape_and_dtype_preserved(shape, siamese):
+    x = torch.randn(*shape, generator=_gen(0))
+    out = DSA()(x, generator=_gen(1), siamese=siamese)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", TRANSFORM_NAMES)
+def test_each_transform_changes_image_and_leaves_input_alone(name):
+    dsa = DSA(name)
+    x = _images(4)
+    original = x.clone()
+    changed = [not torch.allclose(dsa(x, generator=_gen(s)), x, atol=1e-4) for s in range(4)]
+    assert any(changed)
+    assert torch.equal(x, original)
+
+
+@pytest.mark.parametrize("name", TRANSFORM_NAMES)
+def test_gradients_flow_through_each_transform(name):
+    dsa = DSA(name)
+    x = _images(3).requires_grad_(True)
+    weights = torch.randn(3, 3, 32, 32, generator=_gen(4))
+    (dsa(x, generator=_gen(2)) * weights).sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    assert x.grad.abs().sum() > 0
+
+
+def test_colour_transforms_follow_the_dsa_formulas():
+    x = _images(2)
+    p = DSAParams(
+        batch_size=2,
+        image_size=(32, 32),
+        brightness=torch.tensor([0.3, -0.2]),
+        saturation=torch.tensor([1.5, 0.0]),
+        contrast=torch.tensor([0.7, 1.2]),
+    )
+    v = lambda t: t.view(2, 1, 1, 1)  # noqa: E731
+    assert torch.allclose(DSA("brightness").apply(x, p), x + v(p.brightness))
+    pixel_mean = x.mean(dim=1, keepdim=True)
+    assert torch.allclose(
+        DSA("saturation").apply(x, p), pixel_mean + (x - pixel_mean) * v(p.saturation), atol=1e-6
+    )
+    image_mean = x.mean(dim=(1, 2, 3), keepdim=True)
+    assert torch.allclose(
+        DSA("contrast").apply(x, p), image_mean + (x - image_mean) * v(p.contrast), atol=1e-6
+    )
+
+
+def test_crop_is_a_zero_padded_translation():
+    x = _images(1, c=2, size=8)
+    p = DSAParams(batch_size=1, image_size=(8, 8), crop=torch.tensor([[2, -3]]))
+    out = DSA("crop").apply(x, p)
+    expected = torch.zeros_like(x)
+    expected[..., 0:6, 3:8] = x[..., 2:8, 0:5]  # out[y, x] = in[y + 2, x - 3]
+    assert torch.equal(out, expected)
+
+
+def test_cutout_zeroes_the_box_only():
+    x = _images(1, size=8) + 10.0  # no zeros of its own
+    p = DSAParams(batch_size=1, image_size=(8, 8), cutout=torch.tensor([[-2, 5, 2, 9]]))
+    out = DSA("cutout").apply(x, p)
+    assert torch.equal(out[..., 0:2, 5:8], torch.zeros(1, 3, 2, 3))
+    keep = torch.ones(8, 8, dtype=torch.bool)
+    keep[0:2, 5:8] = False
+    assert torch.equal(out[..., keep], x[..., keep])
+
+
+def test_flip_mirrors_only_selected_images():
+    x = _images(2)
+    p = DSAParams(batch_size=2, image_size=(32, 32), flip=torch.tensor([True, False]))
+    out = DSA("flip").apply(x, p)
+    assert torch.equal(out[0], x[0].flip(-1)) and torch.equal(out[1], x[1])
+
+
+def test_rotate_and_scale_sample_the_expected_grid():
+    x = _images(1, size=9)
+    quarter = DSAParams(batch_size=1, image_size=(9, 9), rotate=torch.tensor([math.pi / 2]))
+    out = DSA("rotate").apply(x, quarter)
+    # A quarter turn maps pixel centres onto pixel centres, so it is an exact rot90 (with
+    # y pointing down, a positive angle turns the picture clockwise on screen).
+    assert torch.allclose(out, torch.rot90(x, k=-1, dims=(2, 3)), atol=1e-5)
+    unit = DSAParams(batch_size=1, image_size=(9, 9), scale=torch.tensor([[1.0, 1.0]]))
+    assert torch.allclose(DSA("scale").apply(x, unit), x, atol=1e-5)
+    # Doubling the grid in x keeps the centre column and samples outside (zeros) at the edges.
+    wide = DSAParams(batch_size=1, image_size=(9, 9), scale=torch.tensor([[2.0, 1.0]]))
+    out = DSA("scale").apply(x, wide)
+    assert torch.allclose(out[..., 4], x[..., 4], atol=1e-5)
+    assert torch.allclose(out[..., 5], x[..., 6], atol=1e-5)
+    assert torch.equal(out[..., 0], torch.zeros_like(out[..., 0]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_apply_on_cuda_matches_cpu():
+    dsa = DSA()
+    x = _images(4)
+    params = dsa.sample(4, image_size=(32, 32), generator=_gen(0))
+    assert torch.allclose(dsa.apply(x.cuda(), params).cpu(), dsa.apply(x, params), atol=1e-4)
+
+
+# ---------------------------------------------------------------- PEA
+
+
+def _smooth(n: int, c: int, size: int) -> torch.Tensor:
+    coords = torch.linspace(0, 1, size)
+    yy, xx = torch.meshgrid(coords, coords, indexing="ij")
+    wave = lambda k, ch: torch.sin(3 * xx + k + ch) + torch.cos(2 * (k + 1) * yy + ch)  # noqa: E731
+    return torch.stack([torch.stack([wave(k, ch) for ch in range(c)]) for k in range(n)])
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 28, 28), (3, 3, 32, 32)])
+def test_pea_shape_and_labels(shape):
+    images = torch.randn(*shape, generator=_gen(0))
+    labels = torch.arange(shape[0]) + 5
+    out, out_labels = partition_and_expand(images, labels)
+    assert out.shape == (shape[0] * 4, *shape[1:])
+    assert torch.equal(out_labels, labels.repeat_interleave(4))
+    out, none = partition_and_expand(images, factor=2)
+    assert none is None and out.shape[0] == shape[0] * 4
+
+
+def test_pea_tiles_are_the_quadrants_in_row_major_order():
+    images = _smooth(2, 3, 32)
+    out, _ = partition_and_expand(images, factor=2)
+    quadrants = images.unfold(2, 16, 16).unfold(3, 16, 16)  # (N, C, 2, 2, 16, 16)
+    for n in range(2):
+        for i in range(2):
+            for j in range(2):
+                # Shrinking an expanded tile by 2 undoes bilinear x2 up to interpolation error.
+                shrunk = F.avg_pool2d(out[n * 4 + 2 * i + j].unsqueeze(0), 2)[0]
+                for a in range(2):
+                    for b in range(2):
+                        error = (shrunk - quadrants[n, :, a, b]).abs().max()
+                        assert error < 0.05 if (a, b) == (i, j) else error > 0.3
+
+
+def test_pea_factor_three_and_one():
+    images = _smooth(1, 1, 27)
+    out, _ = partition_and_expand(images, factor=3)
+    assert out.shape == (9, 1, 27, 27)
+    centre = F.avg_pool2d(out[4:5], 3)[0]
+    assert (centre - images[0, :, 9:18, 9:18]).abs().max() < 0.05
+    same, labels = partition_and_expand(images, torch.tensor([1]), factor=1)
+    assert torch.equal(same, images) and torch.equal(labels, torch.tensor([1]))
+
+
+def test_pea_is_differentiable():
+    images = torch.randn(2, 3, 8, 8, generator=_gen(0), requires_grad=True)
+    out, _ = partition_and_expand(images)
+    (out * torch.randn(out.shape, generator=_gen(1))).sum().backward()
+    assert torch.isfinite(images.grad).all()
+    assert (images.grad != 0).all()
+
+
+@pytest.mark.parametrize("factor", [0, -1, 3])
+def test_pea_rejects_bad_factor(factor):
+    with pytest.raises(UserError, match="factor"):
+        partition_and_expand(torch.zeros(1, 1, 8, 8), factor=factor)

@@ -1,0 +1,272 @@
+"""Evaluation protocol: training fresh networks on a synthetic set and reporting the results."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import warnings
+
+import pytest
+import torch
+
+import dpdc_lightning.models as models
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.evaluation import (
+    REDUCED_BANNER,
+    EvalProtocol,
+    ModelResult,
+    format_table,
+    random_real_subset,
+    results_to_json,
+    train_and_test,
+)
+from dpdc_lightning.evaluation import train_eval
+
+NUM_CLASSES = 4
+
+
+def patterns(per_class: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Four easy 1x28x28 classes: top half lit, bottom half lit, horizontal and vertical stripes.
+
+    Chosen to survive DSA (a horizontal flip keeps every class; crops and rotations are small).
+    """
+    rows = torch.arange(28).view(28, 1).expand(28, 28)
+    cols = torch.arange(28).view(1, 28).expand(28, 28)
+    base = torch.stack(
+        [(rows < 14), (rows >= 14), (rows // 4) % 2 == 1, (cols // 4) % 2 == 1]
+    ).float() * 2 - 1
+    labels = torch.arange(NUM_CLASSES).repeat_interleave(per_class)
+    noise = 0.3 * torch.randn(len(labels), 1, 28, 28, generator=generator)
+    return base[labels].unsqueeze(1) + noise, labels
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    # On a shared 2-core machine two intra-op threads spin against other jobs and run 5-10x
+    # slower than one; restored afterwards so other test modules see the setting they expect.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1234)
+    images, labels = patterns(10, g)
+    test_images, test_labels = patterns(25, g)
+    return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
+
+
+def run(data, *, model="mlp", protocol=None, seed=0, model_options=None, **kwargs) -> list[float]:
+    return train_and_test(
+        data["images"],
+        data["labels"],
+        test_images=data["test_images"],
+        test_labels=data["test_labels"],
+        model=model,
+        num_classes=NUM_CLASSES,
+        protocol=protocol or EvalProtocol(epochs=3, runs=1),
+        seed=seed,
+        model_options=model_options,
+        accelerator="cpu",
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def built_networks(monkeypatch) -> list[torch.nn.Module]:
+    """Every network train_and_test builds, in order (they are trained in place)."""
+    built: list[torch.nn.Module] = []
+    real_build = models.build_network
+
+    def spy(*args, **kwargs):
+        network = real_build(*args, **kwargs)
+        built.append(network)
+        return network
+
+    monkeypatch.setattr(models, "build_network", spy)
+    return built
+
+
+@pytest.fixture
+def recorded_steps(monkeypatch) -> list[dict]:
+    """lr, batch size and labels seen by every training step of train_and_test."""
+    steps: list[dict] = []
+
+    class Recording(train_eval.SyntheticClassifier):
+        def training_step(self, batch, batch_idx):
+            steps.append(dict(lr=self.optimizers().param_groups[0]["lr"],
+                              size=len(batch[1]), labels=batch[1].clone()))
+            return super().training_step(batch, batch_idx)
+
+    monkeypatch.setattr(train_eval, "SyntheticClassifier", Recording)
+    return steps
+
+
+def flat_weights(network: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in network.parameters()])
+
+
+# ------------------------------------------------------------------ training
+
+
+@pytest.mark.parametrize(
+    "model, options, floor",
+    [("convnet", {"width": 16}, 0.85), ("mlp", None, 0.55)],
+)
+def test_networks_learn_easy_patterns_well_above_chance(data, model, options, floor):
+    protocol = EvalProtocol(epochs=30, runs=2)
+    accuracies = run(data, model=model, model_options=options, protocol=protocol)
+    assert len(accuracies) == 2
+    assert all(0.0 <= a <= 1.0 for a in accuracies)
+    # Chance is 0.25 on four balanced classes.
+    assert min(accuracies) >= floor, accuracies
+
+
+def test_same_seed_same_result_other_seed_or_run_differs(data, built_networks):
+    protocol = EvalProtocol(epochs=4, runs=2)
+    rng_before = torch.get_rng_state()
+    first = run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=7)
+    again = run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=7)
+    other = run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=8)
+    assert torch.equal(torch.get_rng_state(), rng_before), "the global RNG was used"
+    assert first == again
+    w = [flat_weights(n) for n in built_networks]
+    assert len(w) == 6
+    assert torch.equal(w[0], w[2]) and torch.equal(w[1], w[3])
+    assert not torch.allclose(w[0], w[1]), "two runs of one call trained identical networks"
+    assert not torch.allclose(w[0], w[4]) and not torch.allclose(w[1], w[5])
+
+
+def test_lr_drops_tenfold_after_half_the_epochs_and_step_count_is_exact(data, recorded_steps):
+    # 40 images in batches of 16: 3 steps per epoch (16, 16, 8), the last one short.
+    protocol = EvalProtocol(epochs=6, runs=1, batch_size=16, lr=0.02)
+    run(data, protocol=protocol)
+    lrs = [s["lr"] for s in recorded_steps]
+    assert len(lrs) == 6 * 3
+    assert lrs[:9] == pytest.approx([0.02] * 9)
+    assert lrs[9:] == pytest.approx([0.002] * 9)
+    assert [s["size"] for s in recorded_steps] == [16, 16, 8] * 6
+    # Each protocol epoch is one pass over a permutation of the whole set.
+    for epoch in range(6):
+        seen = torch.cat([s["labels"] for s in recorded_steps[3 * epoch: 3 * epoch + 3]])
+        assert torch.equal(seen.bincount(minlength=NUM_CLASSES), torch.full((NUM_CLASSES,), 10))
+
+
+@pytest.mark.parametrize("epochs_per_pass", [1, 4])
+def test_epochs_per_loader_pass_changes_nothing(data, built_networks, monkeypatch, epochs_per_pass):
+    # 5 epochs of 3 steps, all in one loader pass, against 1 epoch per pass and against 4 per
+    # pass (the second pass cut short by max_steps).
+    protocol = EvalProtocol(epochs=5, runs=1, batch_size=16)
+    monkeypatch.setattr(train_eval, "_STEPS_PER_LOADER_PASS", 64)
+    run(data, protocol=protocol)
+    monkeypatch.setattr(train_eval, "_STEPS_PER_LOADER_PASS", epochs_per_pass * 3)
+    run(data, protocol=protocol)
+    assert torch.equal(flat_weights(built_networks[0]), flat_weights(built_networks[1]))
+
+
+def test_pea_quadruples_the_training_set(data, recorded_steps):
+    run(data, protocol=EvalProtocol(epochs=1, runs=1, dsa=False), pea=True)
+    assert [s["size"] for s in recorded_steps] == [4 * len(data["labels"])]
+
+
+def test_inner_training_is_quiet_and_leaves_logging_and_warnings_as_found(data, capfd, caplog):
+    names = ("lightning", "lightning.pytorch", "lightning.fabric")
+    levels = [logging.getLogger(n).level for n in names]
+    filters = list(warnings.filters)
+    with caplog.at_level(logging.INFO):
+        run(data, protocol=EvalProtocol(epochs=1, runs=1))
+    out = capfd.readouterr()
+    text = out.out + out.err + caplog.text
+    for banner in ("GPU available", "TPU available", "Tip", "num_workers"):
+        assert banner not in text
+    assert [logging.getLogger(n).level for n in names] == levels
+    assert list(warnings.filters) == filters
+
+
+def test_bad_inputs_raise_user_error(data):
+    with pytest.raises(UserError, match="labels"):
+        train_and_test(data["images"], data["labels"][:-1], test_images=data["test_images"],
+                       test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
+                       protocol=EvalProtocol(epochs=1, runs=1), seed=0)
+    with pytest.raises(UserError, match="must match"):
+        train_and_test(data["images"], data["labels"], test_images=data["test_images"][..., :20],
+                       test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
+                       protocol=EvalProtocol(epochs=1, runs=1), seed=0)
+
+
+# ------------------------------------------------------------------ protocol and results
+
+
+def test_protocol_defaults_are_the_papers_and_reduced_ones_say_so():
+    paper = EvalProtocol()
+    assert not paper.is_reduced()
+    assert (paper.epochs, paper.runs, paper.lr, paper.momentum, paper.weight_decay,
+            paper.batch_size, paper.decay_epoch) == (1000, 5, 0.01, 0.9, 5e-4, 256, 500)
+    assert "reduced" not in paper.describe()
+    assert EvalProtocol(epochs=999).is_reduced() and EvalProtocol(runs=4).is_reduced()
+    text = EvalProtocol(epochs=300, runs=3).describe("ConvNet")
+    assert text.startswith("ConvNet, 300 epochs (reduced; paper 1000), 3 runs (reduced")
+    for bad in (dict(epochs=0), dict(runs=-1), dict(lr=0.0), dict(lr_decay_at=1.5)):
+        with pytest.raises(UserError):
+            EvalProtocol(**bad)
+
+
+def test_model_result_mean_and_population_std_in_percent():
+    result = ModelResult("convnet", [0.5, 0.6, 0.85])
+    assert result.mean == pytest.approx(100 * statistics.mean([0.5, 0.6, 0.85]))
+    assert result.std == pytest.approx(100 * statistics.pstdev([0.5, 0.6, 0.85]))
+    assert result.cell() == f"{result.mean:.2f} ± {result.std:.2f}"
+
+
+def test_format_table_marks_reduced_protocols_and_prints_mean_pm_std():
+    results = [ModelResult("convnet", [0.5, 0.6]), ModelResult("mlp", [0.25])]
+    reduced = format_table(results, title="digits, IPC 10", protocol=EvalProtocol(epochs=30),
+                           extra={"epsilon": "1.0"})
+    assert REDUCED_BANNER in reduced and "30 epochs (reduced; paper 1000)" in reduced
+    assert "| model | accuracy (%) | runs |" in reduced
+    assert "| convnet | 55.00 ± 5.00 | 2 |" in reduced
+    assert "| mlp | 25.00 ± 0.00 | 1 |" in reduced
+    assert "- epsilon: 1.0" in reduced
+    # The protocol line comes before the table.
+    assert reduced.index(REDUCED_BANNER) < reduced.index("| model |")
+    full = format_table(results, title="digits, IPC 10", protocol=EvalProtocol())
+    assert REDUCED_BANNER not in full and "1000 epochs" in full
+
+
+def test_results_to_json_round_trips_through_json():
+    protocol = EvalProtocol(epochs=10, runs=2)
+    payload = json.loads(json.dumps(results_to_json(
+        [ModelResult("convnet", [0.5, 0.6]), ModelResult("lenet", [])], protocol=protocol)))
+    assert payload["protocol"]["epochs"] == 10 and payload["protocol"]["reduced"] is True
+    assert payload["results"]["convnet"]["mean"] == pytest.approx(55.0)
+    assert payload["results"]["convnet"]["std"] == pytest.approx(5.0)
+    assert payload["results"]["convnet"]["accuracies"] == pytest.approx([50.0, 60.0])
+    assert payload["results"]["lenet"]["mean"] is None
+
+
+# ------------------------------------------------------------------ random real subset
+
+
+def test_random_real_subset_takes_ipc_distinct_real_images_per_class():
+    g = torch.Generator().manual_seed(0)
+    labels = torch.arange(3).repeat(20)[torch.randperm(60, generator=g)]
+    images = torch.arange(60, dtype=torch.float32).view(60, 1, 1, 1).expand(60, 1, 2, 2) + 0.0
+    images = images + labels.view(60, 1, 1, 1) * 1000  # the label can be read back from the pixels
+
+    sub_images, sub_labels = random_real_subset(
+        images, labels, ipc=5, num_classes=3, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(sub_labels, torch.arange(3).repeat_interleave(5))
+    index = sub_images[:, 0, 0, 0].long() % 1000
+    assert len(set(index.tolist())) == 15
+    assert torch.equal(sub_images, images[index]) and torch.equal(labels[index], sub_labels)
+
+    same, _ = random_real_subset(images, labels, ipc=5, num_classes=3,
+                                 generator=torch.Generator().manual_seed(1))
+    other, _ = random_real_subset(images, labels, ipc=5, num_classes=3,
+                                  generator=torch.Generator().manual_seed(2))
+    assert torch.equal(same, sub_images) and not torch.equal(other, sub_images)
+    with pytest.raises(UserError, match="fewer than ipc"):
+        random_real_subset(images, labels, ipc=21, num_classes=3, generator=g)
