@@ -26,7 +26,10 @@ def class_grid(images: Tensor, labels: Tensor) -> Tensor:
 
 
 def grid_png(images: Tensor, labels: Tensor) -> bytes:
-    grid = (class_grid(images, labels) * 255).round().to(torch.uint8)
+    grid = class_grid(images, labels)
+    zoom = max(1, -(-32 // images.shape[-1]))  # small images (16x16 digits) are enlarged to be legible
+    grid = grid.repeat_interleave(zoom, dim=1).repeat_interleave(zoom, dim=2)
+    grid = (grid * 255).round().to(torch.uint8)
     return bytes(encode_png(grid).numpy())
 
 

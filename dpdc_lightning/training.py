@@ -50,10 +50,11 @@ def train(config: RunConfig) -> Path:
     run_dir = _run_dir(config)
     privacy_callback = PrivacyCallback(target_epsilon=privacy.target_epsilon, delta=privacy.delta,
                                        accountant=privacy.accountant)
-    callbacks = [privacy_callback, CondensationProgressBar(),
-                 ImageGridLogger(every_n_steps=config.method.log_images_every),
+    callbacks = [privacy_callback, ImageGridLogger(every_n_steps=config.method.log_images_every),
                  ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
                                  every_n_train_steps=config.method.checkpoint_every)]
+    if trainer_options.get("enable_progress_bar", True):
+        callbacks.append(CondensationProgressBar())
     trainer = _trainer(trainer_options, run_dir=run_dir, callbacks=callbacks)
     if trainer.is_global_zero and not os.environ.get(RUN_DIR_ENV):
         run_dir.mkdir(parents=True)
