@@ -18,6 +18,10 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
     warnings.filterwarnings("ignore", message=".*`configure_optimizers` returned `None`.*")
+    # Our checkpoints are meant to hold the state after the step: completed_steps counts it.
+    warnings.filterwarnings("ignore", message=".*Using ModelCheckpoint with manual optimization.*")
+    # The sample stream restarts at the checkpoint's completed_steps, so mid-epoch resume is exact.
+    warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
     warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*Optimal order is the largest alpha.*")
     warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")

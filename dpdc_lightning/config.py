@@ -182,6 +182,10 @@ def parse_overrides(tokens: list[str], *, groups: tuple[str, ...] = (*GROUPS, "e
 def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
     """Compose ``conf/`` with the command-line tokens and validate the result."""
     selections, dotted = parse_overrides(tokens)
+    resume = [t.partition("=")[2] for t in dotted if t.partition("=")[0] == "resume"]
+    if resume:
+        return compose_resume(resume[-1], selections=selections,
+                              dotted=[t for t in dotted if t.partition("=")[0] != "resume"])
     base = _load_yaml(conf_dir / "config.yaml")
     chosen = dict(OmegaConf.to_container(base.pop("defaults")))
     layers: list[DictConfig] = []
@@ -197,6 +201,23 @@ def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
         base[group] = _load_group(group, chosen[group], conf_dir)
     method_name = OmegaConf.select(base, "method.name")
     return validate(OmegaConf.merge(base, *layers, _dotlist(dotted)), method_name=method_name)
+
+
+def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str]) -> RunConfig:
+    """The saved config of an unfinished run; only ``trainer.*`` may change (e.g. devices)."""
+    path = Path(run_dir)
+    if not (path / "config.yaml").is_file():
+        raise UserError(f"resume={run_dir}: no config.yaml there, so it is not a run directory")
+    if (path / "privacy.json").exists():
+        raise UserError(f"resume={run_dir}: that run finished (privacy.json exists); a finished run is never "
+                        "continued past its budget, start a new run instead")
+    changed = sorted(selections) + [t.partition("=")[0] for t in dotted if not t.startswith("trainer.")]
+    if changed:
+        raise UserError(f"resume keeps the run's config; only trainer.* may change, not {changed[0]}")
+    saved = _load_yaml(path / "config.yaml")
+    config = validate(OmegaConf.merge(saved, _dotlist(dotted)))
+    config.resume = str(path)
+    return config
 
 
 def _dotlist(dotted: list[str]) -> DictConfig:

@@ -20,6 +20,7 @@ from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.budget import plan_budget
 from dpdc_lightning.privacy.callback import PrivacyCallback
 from dpdc_lightning.privacy.report import build_report
+from dpdc_lightning.privacy.secret import SECRET_FILE, create_secret, forget_secret, read_secret
 from dpdc_lightning.progress import CondensationProgressBar
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
@@ -44,9 +45,6 @@ def train(config: RunConfig) -> Path:
                        delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
                        steps_adjustable=method.steps_adjustable)
     method.noise_multiplier = plan.noise_multiplier
-    datamodule = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(),
-                                   total_steps=plan.steps, seed=config.seed,
-                                   secret_sampling=method.private and not privacy.reproducible_noise)
     run_dir = _run_dir(config)
     privacy_callback = PrivacyCallback(target_epsilon=privacy.target_epsilon, delta=privacy.delta,
                                        accountant=privacy.accountant)
@@ -56,11 +54,23 @@ def train(config: RunConfig) -> Path:
     if trainer_options.get("enable_progress_bar", True):
         callbacks.append(CondensationProgressBar())
     trainer = _trainer(trainer_options, run_dir=run_dir, callbacks=callbacks)
+    secret_needed = method.private and not privacy.reproducible_noise
     if trainer.is_global_zero and not os.environ.get(RUN_DIR_ENV):
-        run_dir.mkdir(parents=True)
-        atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+        if config.resume is None:
+            run_dir.mkdir(parents=True)
+            atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+            if secret_needed:
+                create_secret(run_dir)
         os.environ[RUN_DIR_ENV] = str(run_dir)
-    trainer.fit(method, datamodule=datamodule)
+    secret = read_secret(run_dir) if secret_needed else config.seed
+    if secret is None:
+        raise UserError(f"{run_dir} has no {SECRET_FILE}: without it a resumed run would redraw the noise of "
+                        "repeated steps and spend them twice; start a new run")
+    method.use_noise_seed(secret)
+    datamodule = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(),
+                                   total_steps=plan.steps, seed=config.seed, secret_sampling=secret_needed,
+                                   sampling_seed=secret)
+    trainer.fit(method, datamodule=datamodule, ckpt_path=_checkpoint(run_dir) if config.resume else None)
     if trainer.is_global_zero:
         images, labels = method.synthetic_set()
         report = build_report(method=config.method.name, mechanism=method.mechanism_summary(),
@@ -68,16 +78,26 @@ def train(config: RunConfig) -> Path:
                               delta=privacy.delta, target_epsilon=privacy.target_epsilon,
                               reproducible_noise=privacy.reproducible_noise, config_hash=config_hash(config))
         save_bundle(run_dir, images=images, labels=labels, report=report, grid_png=grid_png(images, labels))
+        forget_secret(run_dir)
     return run_dir
 
 
 def _run_dir(config: RunConfig) -> Path:
     if os.environ.get(RUN_DIR_ENV):  # a DDP process launched by rank 0
         return Path(os.environ[RUN_DIR_ENV])
+    if config.resume is not None:
+        return Path(config.resume)
     if int(os.environ.get("NODE_RANK", "0")) > 0 and config.run_dir is None:
         raise UserError("multi-node runs need run_dir=PATH on a filesystem every node shares")
     label = f"{config.method.name}-{config.dataset.name}"
     return new_run_dir(run_dir=config.run_dir, runs_root=config.runs_root, label=label)
+
+
+def _checkpoint(run_dir: Path) -> Path | None:
+    """The last checkpoint of a run; None if it died before its first (it then restarts at step 0:
+    nothing computed from the data had been written, so nothing is spent twice)."""
+    path = run_dir / "checkpoints" / "last.ckpt"
+    return path if path.is_file() else None
 
 
 def _trainer(options: dict, *, run_dir: Path, callbacks: list[L.Callback]) -> L.Trainer:

@@ -10,7 +10,7 @@ a draw does not depend on how classes are sharded over processes or on where a r
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import lightning as L
 from torch import Tensor
@@ -38,18 +38,22 @@ class _SampleStream(IterableDataset):
             yield self.module.sample(step, self.classes)
 
     def __len__(self) -> int:
-        return self.stop - self.start
+        # Absolute, not remaining: on resume Lightning counts batches on from the restored batch
+        # index, which equals ``start`` (both come from the same checkpoint).
+        return self.stop
 
 
 class PrivateDataModule(L.LightningDataModule):
     def __init__(self, data: ImageData, *, sampling: str, sample_size: float, total_steps: int,
-                 seed: int, secret_sampling: bool) -> None:
+                 seed: int, secret_sampling: bool, sampling_seed: Optional[int] = None) -> None:
         super().__init__()
         self.data = data
         self.sampling = sampling
         self.sample_size = sample_size
         self.total_steps = total_steps
-        self._sampling_seed = os_entropy_seed() if secret_sampling else seed
+        if sampling_seed is None:
+            sampling_seed = os_entropy_seed() if secret_sampling else seed
+        self._sampling_seed = sampling_seed
         self._all_images, self._all_labels = data.train_images, data.train_labels
         self._class_images = [data.train_images[data.train_labels == c] for c in range(data.num_classes)]
 

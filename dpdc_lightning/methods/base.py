@@ -20,6 +20,10 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.seeding import derive_generator, os_entropy_seed
 
+class NumericalFault(UserError):
+    """The optimisation diverged (NaN/Inf); the run stops before anything bad is saved."""
+
+
 SAMPLING_KINDS = ("per_class_poisson", "per_class_fixed", "global_poisson")
 
 
@@ -67,7 +71,8 @@ class CondensationMethod(L.LightningModule):
     steps_adjustable: ClassVar[bool] = True  # False where the step count is fixed by the algorithm
 
     def __init__(self, config: MethodConfig, *, data: DataSpec, seed: int, model: Optional[ModelConfig] = None,
-                 noise_multiplier: Optional[float] = None, reproducible_noise: bool = False) -> None:
+                 noise_multiplier: Optional[float] = None, reproducible_noise: bool = False,
+                 noise_seed: Optional[int] = None) -> None:
         super().__init__()
         self.automatic_optimization = False
         self.config = config
@@ -76,8 +81,10 @@ class CondensationMethod(L.LightningModule):
         self.seed = seed
         self.noise_multiplier = noise_multiplier if noise_multiplier is not None else self.default_noise_multiplier
         self.reproducible_noise = reproducible_noise
-        # Secure mode: noise seeds come from OS entropy, are held in memory only, never logged.
-        self._noise_seed = seed if reproducible_noise else os_entropy_seed()
+        # Secure mode: the noise seed is the run's secret (privacy/secret.py), else OS entropy; never logged.
+        if noise_seed is None:
+            noise_seed = seed if reproducible_noise else os_entropy_seed()
+        self._noise_seed = noise_seed
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         num_classes, ipc = data.num_classes, config.ipc
         self.images = nn.Parameter(torch.randn(num_classes * ipc, *data.image_shape,
@@ -122,6 +129,10 @@ class CondensationMethod(L.LightningModule):
         """The synthetic images as [classes, ipc, C, H, W] (a view: gradients flow)."""
         return self.images.view(self.data.num_classes, self.config.ipc, *self.data.image_shape)
 
+    def use_noise_seed(self, seed: int) -> None:
+        """Draw noise from the run's secret seed (privacy/secret.py) instead of a fresh one."""
+        self._noise_seed = seed
+
     def noise_generator(self, step: int, class_index: int) -> torch.Generator:
         """Generator for the privacy noise of (step, class); shard-independent by construction."""
         return derive_generator(self._noise_seed, "noise", step, class_index)
@@ -159,6 +170,13 @@ class CondensationMethod(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
         loss = self.condensation_step(batch, step)
+        # Raised before the checkpoint callbacks run, so the last checkpoint on disk stays good.
+        if loss is not None and not torch.isfinite(loss):
+            raise NumericalFault(f"step {step}: the loss is {loss.item()}; the run stopped and its last good "
+                                 "checkpoint is kept (try a lower method.lr_img)")
+        if not torch.isfinite(self.images).all():
+            raise NumericalFault(f"step {step}: the synthetic set holds NaN/Inf; the run stopped and its last good "
+                                 "checkpoint is kept (try a lower method.lr_img)")
         self.completed_steps += 1
         if loss is not None:
             self.log("loss", loss.detach(), prog_bar=True, batch_size=1)

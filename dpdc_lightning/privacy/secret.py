@@ -1,0 +1,40 @@
+"""The run's secret seed: where Poisson sampling and Gaussian noise draw their randomness.
+
+Privacy-critical. The seed comes from OS entropy, so the noise is unknown to everyone. It is kept
+in ``<run_dir>/.private_seed`` (mode 0600) while the run is unfinished, so a resumed run redraws
+exactly the samples and noise of the steps it repeats: a repeated step releases nothing new, and
+the resumed run's ε equals the uninterrupted run's. The file is deleted once the bundle is
+written: a finished run directory holds nothing that would let anyone subtract the noise.
+With ``privacy.reproducible_noise=true`` the public run seed is used instead (not private).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from dpdc_lightning.seeding import os_entropy_seed
+
+SECRET_FILE = ".private_seed"
+
+
+def create_secret(run_dir: Path) -> int:
+    """Draw a seed from OS entropy and store it, readable by the owner only."""
+    seed = os_entropy_seed()
+    path = Path(run_dir) / SECRET_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"{seed}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return seed
+
+
+def read_secret(run_dir: Path) -> int | None:
+    """The stored seed, or None if the run never stored one (or already finished)."""
+    path = Path(run_dir) / SECRET_FILE
+    return int(path.read_text().strip()) if path.is_file() else None
+
+
+def forget_secret(run_dir: Path) -> None:
+    (Path(run_dir) / SECRET_FILE).unlink(missing_ok=True)

@@ -1,0 +1,105 @@
+"""Check that a 2-process DDP run condenses the same synthetic set, with the same ε, as a 1-process run.
+
+    python tests/ddp_equivalence.py ndpdc            # or ldpdc, dm; extra key=value overrides follow
+    python tests/ddp_equivalence.py ldpdc method.ipc=3
+
+Classes are sharded over the processes (DESIGN §8) and every random draw is derived from
+(seed, purpose, step, class), so with ``privacy.reproducible_noise=true`` the two runs must agree
+up to float reordering. Both runs go through ``train.py`` in subprocesses (DDP is never started
+inside the caller's process: Lightning's launcher re-executes the script for the other rank).
+Prints one summary line; exits 0 iff the synthetic sets are allclose and the ε values are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+# Tiny runs: the toy data (4 classes of 48 records), a narrow extractor, a few steps.
+COMMON = ["dataset=toy", "model.width=16", "method.ipc=2", "method.iterations=6", "privacy.reproducible_noise=true",
+          "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"]
+PER_METHOD = {"ndpdc": ["method.group_size=8"], "ldpdc": ["method.group_size=8"], "dm": ["method.batch_real=8"]}
+LAYOUTS = {"1 process": ["trainer.devices=1"], "2 processes": ["trainer.devices=2", "trainer.strategy=ddp"]}
+# Variables that would make train.py believe it is a DDP child of some other run.
+INHERITED_RANK_VARS = ("DPDC_RUN_DIR", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in INHERITED_RANK_VARS}
+    env.update({"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""})
+    return env
+
+
+def run_training(overrides: list[str], *, run_dir: Path, timeout_s: float) -> float:
+    """Runs train.py with the overrides into ``run_dir``; returns its wall time in seconds."""
+    command = [sys.executable, str(ROOT / "train.py"), *overrides, f"run_dir={run_dir}"]
+    start = time.perf_counter()
+    done = subprocess.run(command, cwd=ROOT, env=_environment(), capture_output=True, text=True, timeout=timeout_s)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[1:])} exited with {done.returncode}:\n{done.stderr[-3000:]}")
+    return elapsed
+
+
+def load_bundle(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, Optional[float]]:
+    tensors = torch.load(run_dir / "synthetic.pt", weights_only=True)
+    report = json.loads((run_dir / "privacy.json").read_text())
+    return tensors["images"], tensors["labels"], report["epsilon"]
+
+
+def _same_epsilon(a: Optional[float], b: Optional[float]) -> bool:
+    if a is None or b is None:
+        return a is None and b is None  # non-private methods report ε = null
+    return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
+
+
+def compare(method: str, extra: list[str], *, atol: float, timeout_s: float) -> tuple[bool, str]:
+    """Runs both layouts; returns (equivalent, one-line summary)."""
+    overrides = [f"method={method}", *COMMON, *PER_METHOD.get(method, []), *extra]
+    bundles, times = {}, {}
+    with tempfile.TemporaryDirectory(prefix="dpdc-ddp-") as tmp:
+        for name, layout in LAYOUTS.items():
+            run_dir = Path(tmp) / name.replace(" ", "-")
+            times[name] = run_training([*overrides, *layout], run_dir=run_dir, timeout_s=timeout_s)
+            bundles[name] = load_bundle(run_dir)
+    (images_1, labels_1, eps_1), (images_2, labels_2, eps_2) = bundles.values()
+    same_shape = images_1.shape == images_2.shape and torch.equal(labels_1, labels_2)
+    max_diff = (images_1 - images_2).abs().max().item() if same_shape else math.inf
+    close = same_shape and torch.allclose(images_1, images_2, rtol=0.0, atol=atol)
+    same_eps = _same_epsilon(eps_1, eps_2)
+    ok = close and same_eps
+    timing = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in times.items())
+    summary = (f"ddp-equivalence {method}: {'OK' if ok else 'MISMATCH'}; max |images diff| = {max_diff:.3g} "
+               f"(atol {atol:g}); epsilon {eps_1} vs {eps_2}; wall time {timing}")
+    return ok, summary
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("method", help="method name, e.g. ndpdc, ldpdc, dm")
+    parser.add_argument("overrides", nargs="*", help="extra key=value overrides for both runs")
+    parser.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance on the pixels")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per training run")
+    args = parser.parse_args(argv)
+    try:
+        ok, summary = compare(args.method, args.overrides, atol=args.atol, timeout_s=args.timeout)
+    except (RuntimeError, subprocess.TimeoutExpired) as err:
+        print(f"ddp-equivalence {args.method}: FAILED to run: {err}")
+        return 1
+    print(summary)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

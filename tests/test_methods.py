@@ -1,0 +1,284 @@
+"""DM, LDPDC and NDPDC: the privacy-critical parts of one condensation step, attacked directly.
+
+Methods are built by hand on the toy data (4 classes of 1x28x28, 48 records each) with a tiny
+extractor, and their steps are called without a Trainer where possible; the noise the mechanisms
+release is captured by wrapping ``noisy_clipped_sum`` where each method calls it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+import dpdc_lightning.methods.ldpdc as ldpdc_module
+import dpdc_lightning.methods.ndpdc as ndpdc_module
+from dpdc_lightning.config import ModelConfig, compose
+from dpdc_lightning.data.datamodule import PrivateDataModule
+from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods.dm import DM, DMConfig
+from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
+from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.training import train
+
+SHAPE = (1, 28, 28)
+D = math.prod(SHAPE)
+TINY = ModelConfig(width=8, depth=2)
+
+
+@pytest.fixture(scope="module")
+def toy():
+    return load_dataset("toy")
+
+
+def _spec(class_sizes=(48, 48, 48, 48)) -> DataSpec:
+    return DataSpec(num_classes=len(class_sizes), image_shape=SHAPE, class_sizes=tuple(class_sizes))
+
+
+def _ndpdc(*, seed: int = 0, forward: str = "loop", norm: str = "instancenorm", clip_norm: float = 1.0,
+           noise_multiplier: float = 1.0, group_size: float = 4.0, ipc: int = 2, class_sizes=(48, 48, 48, 48),
+           reproducible_noise: bool = True) -> NDPDC:
+    config = NDPDCConfig(ipc=ipc, group_size=group_size, clip_norm=clip_norm, forward=forward)
+    model = ModelConfig(width=TINY.width, depth=TINY.depth, norm=norm)
+    method = NDPDC(config, data=_spec(class_sizes), seed=seed, model=model, noise_multiplier=noise_multiplier,
+                   reproducible_noise=reproducible_noise)
+    method.on_fit_start()  # builds the extractor and DSA (what a Trainer would do)
+    return method
+
+
+def _ldpdc(*, ipc: int = 4, group_size: float = 4.0, bound: float = 1.0, noise_multiplier: float = 1.0,
+           class_sizes=(48, 48, 48, 48)) -> LDPDC:
+    config = LDPDCConfig(ipc=ipc, group_size=group_size, bound=bound)
+    return LDPDC(config, data=_spec(class_sizes), seed=0, noise_multiplier=noise_multiplier, reproducible_noise=True)
+
+
+def _stream(data, *, group_size: float = 4.0, seed: int = 0) -> PrivateDataModule:
+    return PrivateDataModule(data, sampling="per_class_poisson", sample_size=group_size, total_steps=100, seed=seed,
+                             secret_sampling=False)
+
+
+def _capture(monkeypatch, module) -> list[torch.Tensor]:
+    """Wrap ``noisy_clipped_sum`` where ``module`` calls it; return the list of released sums."""
+    released: list[torch.Tensor] = []
+    original = module.noisy_clipped_sum
+
+    def wrapper(rows, **kwargs):
+        noisy, event = original(rows, **kwargs)
+        released.append(noisy.detach().clone())
+        return noisy, event
+
+    monkeypatch.setattr(module, "noisy_clipped_sum", wrapper)
+    return released
+
+
+def _empty_batch(step: int, classes: list[int]) -> dict:
+    return {"step": step, "classes": classes, "images": [torch.zeros(0, *SHAPE) for _ in classes]}
+
+
+# --------------------------------------------------------------------------- NDPDC
+
+
+def test_ndpdc_batched_forward_equals_loop(toy):
+    batch = _stream(toy).sample(3, [0, 1, 2, 3])
+    results = []
+    for forward in ("loop", "batched"):
+        method = _ndpdc(forward=forward)
+        assert method.extractor.forward_mode == forward
+        losses = method.class_losses(batch, 3)
+        losses.sum().backward()
+        results.append((losses.detach(), method.images.grad.clone()))
+    (loss_loop, grad_loop), (loss_batched, grad_batched) = results
+    assert torch.allclose(loss_loop, loss_batched, rtol=1e-4, atol=1e-5)
+    assert grad_loop.abs().sum() > 0
+    assert torch.allclose(grad_loop, grad_batched, rtol=1e-3, atol=1e-6 * grad_loop.abs().max().item())
+
+
+def test_ndpdc_batched_forward_with_batchnorm_is_refused():
+    with pytest.raises((UserError, ValueError), match="batched"):
+        _ndpdc(forward="batched", norm="batchnorm")
+
+
+@pytest.mark.parametrize("clip_norm", [0.5, 3.0])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(toy, monkeypatch, clip_norm, sign):
+    """Neighbouring datasets D and D + {x}: same step, same noise; the releases differ by <= G."""
+    released = _capture(monkeypatch, ndpdc_module)
+    method = _ndpdc(clip_norm=clip_norm, noise_multiplier=2.0)
+    step = 5
+    real = _stream(toy, group_size=12.0).sample(step, [0])["images"][0]
+    assert len(real) > 0
+    huge = sign * torch.linspace(-1e4, 1e5, D).view(1, *SHAPE)  # far outside the data range
+    for images in (real, torch.cat([real, huge])):
+        method.class_losses({"step": step, "classes": [0], "images": [images]}, step)
+    assert len(released) == 2
+    difference = (released[1] - released[0]).norm().item()
+    assert 0 < difference <= clip_norm + 1e-5
+
+
+def test_ndpdc_noise_std_is_noise_multiplier_times_clip_norm(monkeypatch):
+    """clip_norm 3, noise multiplier 2: the noise std is 6 (the reference code's bug gives 2)."""
+    released = _capture(monkeypatch, ndpdc_module)
+    method = _ndpdc(clip_norm=3.0, noise_multiplier=2.0)
+    for step in range(12):
+        method.class_losses(_empty_batch(step, [0, 1, 2, 3]), step)
+    noise = torch.stack(released)  # an empty sample releases pure noise
+    assert noise.numel() >= 2000
+    assert abs(noise.std().item() - 6.0) < 0.05 * 6.0
+    assert abs(noise.mean().item()) < 0.05 * 6.0
+    # Each (step, class) draws its own noise: no two releases are equal.
+    assert len(torch.unique(noise[:, 0])) == len(noise)
+    summary = method.mechanism_summary()
+    assert summary["sensitivity"] == 3.0 and summary["noise_std"] == 6.0 and summary["noise_multiplier"] == 2.0
+
+
+def test_ndpdc_spends_one_planned_event_per_class_per_step(toy):
+    sizes = (48, 40, 48, 44)
+    method = _ndpdc(class_sizes=sizes, group_size=4.0, noise_multiplier=1.5)
+    expected = PrivacyEvent(noise_multiplier=1.5, sample_rate=4.0 / 40)
+    assert method.planned_event() == expected
+    stream = _stream(toy)
+    for step, classes in ((0, [0, 1, 2, 3]), (1, [1, 3]), (2, [2])):
+        method.class_losses(stream.sample(step, classes), step)
+        events = method.pop_events()
+        assert [partition for partition, _ in events] == classes
+        assert all(event == expected for _, event in events)
+    assert method.pop_events() == []
+
+
+def test_dm_is_not_private_and_spends_no_event(toy):
+    method = DM(DMConfig(ipc=2, batch_real=8, init="noise", forward="loop"), data=_spec(), seed=0, model=TINY)
+    method.on_fit_start()
+    method.optimise = lambda loss: None  # the optimiser step needs a Trainer; the events do not
+    stream = PrivateDataModule(toy, sampling=method.sampling, sample_size=8, total_steps=2, seed=0,
+                               secret_sampling=False)
+    loss = method.condensation_step(stream.sample(0, [0, 1, 2, 3]), 0)
+    assert torch.isfinite(loss)
+    assert method.planned_event() is None and method.pop_events() == []
+
+
+# --------------------------------------------------------------------------- LDPDC
+
+
+def test_ldpdc_row_is_clamped_sum_plus_noise_over_group_size(toy):
+    """s(D) - s(empty) = sum(clamp(D, -b, b)) / L for the same step and class (same noise)."""
+    bound, group_size, step, c = 0.5, 4.0, 1, 2
+    method = _ldpdc(bound=bound, group_size=group_size)
+    real = _stream(toy, group_size=12.0).sample(step, [c])["images"][0]
+    wild = torch.linspace(-5.0, 5.0, D).view(1, *SHAPE)  # a record far outside [-b, b]
+    records = torch.cat([real, wild])
+    rows = []
+    for images in (torch.zeros(0, *SHAPE), records, real):
+        method.condensation_step({"step": step, "classes": [c], "images": [images]}, step)
+        rows.append(method.class_view()[c, step].detach().clone())
+    empty, with_wild, without_wild = rows
+    expected = records.clamp(-bound, bound).sum(0) / group_size
+    assert torch.allclose(with_wild - empty, expected, atol=1e-4)
+    # One record (however wild) moves the released sum by at most b * sqrt(d).
+    change = ((with_wild - without_wild) * group_size).norm().item()
+    assert change <= bound * math.sqrt(D) + 1e-3
+    assert change == pytest.approx(wild.clamp(-bound, bound).norm().item(), rel=1e-4)
+
+
+def test_ldpdc_sensitivity_and_noise_std(monkeypatch):
+    """b = 0.5, d = 784, noise multiplier 2: sensitivity 14, noise std 28 on the sum."""
+    bound, noise_multiplier, group_size = 0.5, 2.0, 4.0
+    method = _ldpdc(ipc=4, bound=bound, noise_multiplier=noise_multiplier, group_size=group_size)
+    sensitivity = bound * math.sqrt(D)
+    assert method.sensitivity() == pytest.approx(sensitivity)
+    summary = method.mechanism_summary()
+    assert summary["sensitivity"] == pytest.approx(sensitivity)
+    assert summary["noise_std"] == pytest.approx(noise_multiplier * sensitivity)
+    released = _capture(monkeypatch, ldpdc_module)
+    for step in range(4):
+        method.condensation_step(_empty_batch(step, [0, 1, 2, 3]), step)
+    scaled = method.images.detach() * group_size  # empty samples: every row is noise / L
+    std = noise_multiplier * sensitivity
+    assert abs(scaled.std().item() - std) < 0.03 * std
+    assert abs(scaled.mean().item()) < 0.03 * std
+    # The rows are exactly the released sums over L: nothing else is added to them.
+    by_step = torch.stack(released).view(4, 4, *SHAPE)  # released in (step, class) order
+    assert torch.allclose(by_step.transpose(0, 1).reshape_as(scaled), scaled, rtol=1e-5, atol=1e-4)
+
+
+def test_ldpdc_spends_one_planned_event_per_class(toy):
+    method = _ldpdc(group_size=4.0, noise_multiplier=1.0, class_sizes=(48, 32, 48, 48))
+    expected = PrivacyEvent(noise_multiplier=1.0, sample_rate=4.0 / 32)
+    assert method.planned_event() == expected and method.total_steps() == 4
+    method.condensation_step(_stream(toy).sample(0, [0, 1, 2, 3]), 0)
+    events = method.pop_events()
+    assert [p for p, _ in events] == [0, 1, 2, 3] and all(e == expected for _, e in events)
+
+
+# --------------------------------------------------------------------------- initialisation
+
+
+@pytest.mark.parametrize("name", [name for name, cls in METHODS.items() if cls.private])
+def test_private_methods_start_from_standard_normal_noise(name):
+    cls = METHODS[name]
+    big = _spec((1000,) * 4)  # room for any method's default sample size
+    method = cls(cls.config_class(ipc=50), data=big, seed=3, model=TINY, reproducible_noise=True)
+    values = method.images.detach()
+    assert values.shape == (4 * 50, *SHAPE)
+    assert abs(values.mean().item()) < 0.02 and abs(values.std().item() - 1.0) < 0.02
+    # Nothing of the data: the init depends on the seed only.
+    other = cls(cls.config_class(ipc=50), data=big, seed=4, model=TINY, reproducible_noise=True)
+    assert not torch.equal(values, other.images.detach())
+
+
+@pytest.mark.parametrize("name", [name for name, cls in METHODS.items() if cls.private])
+def test_private_methods_refuse_real_initialisation(name):
+    with pytest.raises(UserError, match="init"):
+        METHODS[name].config_class(init="real")
+    with pytest.raises(UserError, match="init"):
+        compose([f"method={name}", "method.init=real"])
+    # The base class refuses too, should a config ever let it through.
+    method = METHODS[name](METHODS[name].config_class(), data=_spec((1000,) * 4), seed=0, model=TINY)
+    method.config.init = "real"
+    with pytest.raises(UserError, match="init"):
+        method.setup("fit")
+
+
+# --------------------------------------------------------------------------- whole runs
+
+
+def _train(tmp_path: Path, name: str, *tokens: str) -> Path:
+    overrides = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=3", "method.group_size=4",
+                 "method.iterations=3", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+                 f"run_dir={tmp_path / name}"]
+    return train(compose([*overrides, *tokens]))
+
+
+def _images(run_dir: Path) -> torch.Tensor:
+    return torch.load(run_dir / "synthetic.pt", weights_only=True)["images"]
+
+
+@pytest.mark.parametrize("method", ["ndpdc", "ldpdc"])
+def test_reproducible_noise_repeats_and_secure_noise_does_not(tmp_path, method):
+    runs = {name: _train(tmp_path, name, f"method={method}", *extra) for name, extra in (
+        ("repro-a", ["privacy.reproducible_noise=true"]), ("repro-b", ["privacy.reproducible_noise=true"]),
+        ("secure-a", []), ("secure-b", []))}
+    assert torch.equal(_images(runs["repro-a"]), _images(runs["repro-b"]))
+    assert not torch.equal(_images(runs["secure-a"]), _images(runs["secure-b"]))
+    assert not torch.equal(_images(runs["secure-a"]), _images(runs["repro-a"]))
+    reports = {name: json.loads((path / "privacy.json").read_text()) for name, path in runs.items()}
+    # The noise source changes the values, never the accounting.
+    assert len({report["epsilon"] for report in reports.values()}) == 1
+
+
+def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
+    ipc = 3
+    run_dir = _train(tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}", "method.iterations=50",
+                     "privacy.reproducible_noise=true")
+    report = json.loads((run_dir / "privacy.json").read_text())
+    assert report["steps"] == ipc
+    initial = _ldpdc(ipc=ipc).images.detach()  # same seed (0): the init the run started from
+    images = _images(run_dir)
+    assert images.shape == initial.shape and torch.isfinite(images).all()
+    changed = (images != initial).flatten(1).all(1)
+    assert changed.all(), f"rows never written: {torch.nonzero(~changed).flatten().tolist()}"
