@@ -11,7 +11,7 @@ from lightning.pytorch.loggers import TensorBoardLogger
 
 from dpdc_lightning.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.config import RunConfig, config_hash, to_yaml
-from dpdc_lightning.data.datamodule import PrivateDataModule
+from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.export import CONFIG_FILE, atomic_write_text, new_run_dir, save_bundle
@@ -54,31 +54,40 @@ def train(config: RunConfig) -> Path:
     if trainer_options.get("enable_progress_bar", True):
         callbacks.append(CondensationProgressBar())
     trainer = _trainer(trainer_options, run_dir=run_dir, callbacks=callbacks)
+    # Checked before anything is written or any DDP process is launched.
+    owned_classes(data.num_classes, rank=0, world_size=trainer.world_size)
     secret_needed = method.private and not privacy.reproducible_noise
-    if trainer.is_global_zero and not os.environ.get(RUN_DIR_ENV):
+    # The launching process hands its run directory to the DDP processes it starts, and only for
+    # this fit: a later train() in the same process (tests, notebooks) must pick its own.
+    hands_run_dir = trainer.is_global_zero and not os.environ.get(RUN_DIR_ENV)
+    if hands_run_dir:
         if config.resume is None:
             run_dir.mkdir(parents=True)
             atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
             if secret_needed:
                 create_secret(run_dir)
         os.environ[RUN_DIR_ENV] = str(run_dir)
-    secret = read_secret(run_dir) if secret_needed else config.seed
-    if secret is None:
-        raise UserError(f"{run_dir} has no {SECRET_FILE}: without it a resumed run would redraw the noise of "
-                        "repeated steps and spend them twice; start a new run")
-    method.use_noise_seed(secret)
-    datamodule = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(),
-                                   total_steps=plan.steps, seed=config.seed, secret_sampling=secret_needed,
-                                   sampling_seed=secret)
-    trainer.fit(method, datamodule=datamodule, ckpt_path=_checkpoint(run_dir) if config.resume else None)
-    if trainer.is_global_zero:
-        images, labels = method.synthetic_set()
-        report = build_report(method=config.method.name, mechanism=method.mechanism_summary(),
-                              accountant=privacy_callback.accountant if method.private else None,
-                              delta=privacy.delta, target_epsilon=privacy.target_epsilon,
-                              reproducible_noise=privacy.reproducible_noise, config_hash=config_hash(config))
-        save_bundle(run_dir, images=images, labels=labels, report=report, grid_png=grid_png(images, labels))
-        forget_secret(run_dir)
+    try:
+        secret = read_secret(run_dir) if secret_needed else config.seed
+        if secret is None:
+            raise UserError(f"{run_dir} has no {SECRET_FILE}: without it a resumed run would redraw the noise of "
+                            "repeated steps and spend them twice; start a new run")
+        method.use_noise_seed(secret)
+        datamodule = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(),
+                                       total_steps=plan.steps, seed=config.seed, secret_sampling=secret_needed,
+                                       sampling_seed=secret)
+        trainer.fit(method, datamodule=datamodule, ckpt_path=_checkpoint(run_dir) if config.resume else None)
+        if trainer.is_global_zero:
+            images, labels = method.synthetic_set()
+            report = build_report(method=config.method.name, mechanism=method.mechanism_summary(),
+                                  accountant=privacy_callback.accountant if method.private else None,
+                                  delta=privacy.delta, target_epsilon=privacy.target_epsilon,
+                                  reproducible_noise=privacy.reproducible_noise, config_hash=config_hash(config))
+            save_bundle(run_dir, images=images, labels=labels, report=report, grid_png=grid_png(images, labels))
+            forget_secret(run_dir)
+    finally:
+        if hands_run_dir:
+            os.environ.pop(RUN_DIR_ENV, None)
     return run_dir
 
 

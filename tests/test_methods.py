@@ -21,7 +21,7 @@ from dpdc_lightning.data.datamodule import PrivateDataModule
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.dm import DM, DMConfig
+from dpdc_lightning.methods.dm import DM, DMConfig, FeatureMatchingMethod
 from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
@@ -99,17 +99,34 @@ def test_ndpdc_batched_forward_equals_loop(toy):
     assert torch.allclose(grad_loop, grad_batched, rtol=1e-3, atol=1e-6 * grad_loop.abs().max().item())
 
 
-def test_ndpdc_batched_forward_with_batchnorm_is_refused():
-    with pytest.raises((UserError, ValueError), match="batched"):
-        _ndpdc(forward="batched", norm="batchnorm")
+def test_batched_forward_with_batchnorm_is_refused():
+    with pytest.raises(UserError, match="batched"):
+        DM(DMConfig(ipc=2, init="noise", forward="batched"), data=_spec(), seed=0,
+           model=ModelConfig(width=8, depth=2, norm="batchnorm"))
+    # VGG and ResNet take a norm as well: batch norm there is no more per-sample than in ConvNet.
+    with pytest.raises(UserError, match="batched"):
+        DM(DMConfig(ipc=2, init="noise", forward="batched"), data=_spec(), seed=0,
+           model=ModelConfig(name="vgg11", norm="batchnorm"))
+
+
+@pytest.mark.parametrize("forward", ["loop", "batched", "auto"])
+@pytest.mark.parametrize("name", [n for n, cls in METHODS.items() if cls.private and issubclass(cls, FeatureMatchingMethod)])
+def test_private_feature_matching_refuses_batchnorm(name, forward):
+    """With batch norm one record changes every feature of its sample: the clip bound is void
+    (on toy, one record moved a release clipped to 0.5 by about 10)."""
+    cls = METHODS[name]
+    with pytest.raises(UserError, match="batchnorm"):
+        cls(cls.config_class(ipc=2, forward=forward), data=_spec((1000,) * 4), seed=0,
+            model=ModelConfig(width=8, depth=2, norm="batchnorm"))
 
 
 @pytest.mark.parametrize("clip_norm", [0.5, 3.0])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
-def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(toy, monkeypatch, clip_norm, sign):
+@pytest.mark.parametrize("norm", ["instancenorm", "layernorm", "none"])
+def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(toy, monkeypatch, clip_norm, sign, norm):
     """Neighbouring datasets D and D + {x}: same step, same noise; the releases differ by <= G."""
     released = _capture(monkeypatch, ndpdc_module)
-    method = _ndpdc(clip_norm=clip_norm, noise_multiplier=2.0)
+    method = _ndpdc(clip_norm=clip_norm, noise_multiplier=2.0, norm=norm)
     step = 5
     real = _stream(toy, group_size=12.0).sample(step, [0])["images"][0]
     assert len(real) > 0
@@ -251,7 +268,9 @@ def _train(tmp_path: Path, name: str, *tokens: str) -> Path:
     overrides = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=3", "method.group_size=4",
                  "method.iterations=3", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
                  f"run_dir={tmp_path / name}"]
-    return train(compose([*overrides, *tokens]))
+    run_dir = train(compose([*overrides, *tokens]))
+    assert run_dir == tmp_path / name  # each in-process run writes its own folder, never an earlier one
+    return run_dir
 
 
 def _images(run_dir: Path) -> torch.Tensor:

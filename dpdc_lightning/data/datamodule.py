@@ -25,7 +25,8 @@ from dpdc_lightning.seeding import derive_generator, os_entropy_seed
 def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
     """Classes handled by one process: round-robin, so every class has exactly one owner."""
     if world_size > num_classes:
-        raise UserError(f"trainer.devices x num_nodes = {world_size} processes but only {num_classes} classes to shard")
+        raise UserError(f"trainer.devices x trainer.num_nodes = {world_size} processes but only {num_classes} classes "
+                        f"to shard over them; use at most {num_classes} processes")
     return list(range(rank, num_classes, world_size))
 
 

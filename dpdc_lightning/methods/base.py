@@ -179,7 +179,8 @@ class CondensationMethod(L.LightningModule):
                                  "checkpoint is kept (try a lower method.lr_img)")
         self.completed_steps += 1
         if loss is not None:
-            self.log("loss", loss.detach(), prog_bar=True, batch_size=1)
+            # Under DDP a process's loss covers its own classes only; their sum is the whole loss.
+            self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
 
     def optimise(self, loss: Tensor) -> None:
         """One image-optimiser step. DDP averages gradients over ranks while each class's

@@ -38,6 +38,18 @@ class DMConfig(MethodConfig):
 class FeatureMatchingMethod(CondensationMethod):
     """Shared parts of methods that match features of a random extractor under Siamese DSA."""
 
+    def __init__(self, config: MethodConfig, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        # Batch norm makes every record's features depend on the whole sample: a private sum of
+        # clipped features would then move by far more than the clip norm when one record changes.
+        if "norm" in self.model_config.options() and self.model_config.norm == "batchnorm":
+            if self.private:
+                raise UserError("model.norm=batchnorm mixes the records of a private sample and breaks the "
+                                "sensitivity bound; choose one of: instancenorm, groupnorm, layernorm, none")
+            if config.forward == "batched":
+                raise UserError("method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
+                                "choose method.forward=loop or auto")
+
     def on_fit_start(self) -> None:
         # Here, not in setup(): the module is on its device only from now on.
         self.extractor = RandomExtractor(self.model_config, channels=self.data.image_shape[0],

@@ -40,7 +40,7 @@ class RandomExtractor:
         for parameter in self.net.parameters():
             parameter.requires_grad_(False)  # gradients are wanted for the images only
         # Batching all classes in one forward is only exact when normalisation is per sample.
-        per_sample = model.name != "convnet" or model.norm in ("instancenorm", "layernorm", "groupnorm", "none")
+        per_sample = "norm" not in model.options() or model.norm != "batchnorm"  # VGG/ResNet take a norm too
         if forward == "auto":
             forward = "batched" if device.type == "cuda" and per_sample else "loop"
         if forward == "batched" and not per_sample:

@@ -74,12 +74,18 @@ class LDPDC(CondensationMethod):
             view[c, step].copy_((noisy_sum / self.config.group_size).view(self.data.image_shape))
         return None
 
-    def on_train_end(self) -> None:
-        # Each process wrote only the classes it owns; sum the disjoint rows so every process holds all.
-        world = self.trainer.world_size
-        if world > 1:
-            owned = torch.zeros(self.data.num_classes, dtype=torch.bool, device=self.device)
-            owned[self.trainer.global_rank::world] = True
-            mask = owned.repeat_interleave(self.config.ipc).view(-1, *([1] * len(self.data.image_shape)))
-            with torch.no_grad():
-                self.images.copy_(self.trainer.strategy.reduce(self.images * mask, reduce_op="sum"))
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        super().training_step(batch, batch_idx)
+        self._share_row(int(batch["step"]), batch["classes"])
+
+    @torch.no_grad()
+    def _share_row(self, step: int, classes: list[int]) -> None:
+        """Under DDP each process wrote row ``step`` of its own classes only. Summing the row over
+        processes, others' classes zeroed, gives every process the whole row at once (exactly: x + 0
+        = x), so checkpoints and image logs, saved by rank 0 after each step, hold every class."""
+        if self.trainer.world_size == 1:
+            return
+        rows = self.class_view()[:, step]
+        mine = torch.zeros_like(rows)
+        mine[classes] = rows[classes]
+        rows.copy_(self.trainer.strategy.reduce(mine, reduce_op="sum"))

@@ -1,0 +1,61 @@
+"""Crash and resume: a run killed with SIGKILL part-way and resumed ends with exactly the ε, the
+number of privacy-consuming steps and (with reproducible noise) the synthetic set of an
+uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+COMMON = ["method=ndpdc", "dataset=toy", "model.width=16", "method.ipc=2", "method.group_size=8",
+          "method.iterations=40", "method.checkpoint_every=4", "trainer.enable_progress_bar=false",
+          "trainer.accelerator=cpu"]
+
+
+def _train(args: list[str], env: dict, **kwargs) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def _kill_after_first_checkpoint(run_dir: Path, env: dict, extra: list[str]) -> None:
+    process = _train([*COMMON, *extra, f"run_dir={run_dir}"], env)
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    deadline = time.time() + 240
+    while not checkpoint.exists() and time.time() < deadline and process.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    assert checkpoint.exists(), process.stderr.read()
+    assert not (run_dir / "privacy.json").exists(), "the run finished before it could be killed"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise", ["reproducible", "secure"])
+def test_killed_run_resumes_to_the_same_epsilon(tmp_path, cli_env, noise):
+    extra = ["privacy.reproducible_noise=true"] if noise == "reproducible" else []
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert _train([*COMMON, *extra, f"run_dir={whole}"], cli_env).wait(timeout=300) == 0
+    _kill_after_first_checkpoint(killed, cli_env, extra)
+    assert (killed / ".private_seed").exists() == (noise == "secure")
+    resumed = _train([f"resume={killed}", "trainer.enable_progress_bar=false"], cli_env)
+    assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
+    a = json.loads((whole / "privacy.json").read_text())
+    b = json.loads((killed / "privacy.json").read_text())
+    assert b["steps"] == a["steps"] == 40
+    assert b["epsilon"] == a["epsilon"]
+    assert not (killed / ".private_seed").exists(), "the secret seed must be deleted when the run finishes"
+    if noise == "reproducible":
+        x = torch.load(whole / "synthetic.pt", weights_only=True)
+        y = torch.load(killed / "synthetic.pt", weights_only=True)
+        assert torch.equal(x["images"], y["images"])
+    again = _train([f"resume={killed}"], cli_env)
+    assert again.wait(timeout=120) == 2 and "finished" in again.stderr.read()
