@@ -4,6 +4,7 @@
     python train.py method=ndpdc dataset=fashion_mnist privacy.target_epsilon=1 trainer.devices=2
 """
 
+import os
 import sys
 
 from dpdc_lightning.cli import run
@@ -24,7 +25,8 @@ def main(argv: list[str]) -> int:
     from dpdc_lightning.training import train
 
     run_dir = train(config)
-    print(f"bundle written to {run_dir}")
+    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+        print(f"bundle written to {run_dir}")
     return 0
 
 

@@ -181,22 +181,33 @@ def run_row(row: Row, *, scale: Scale, dataset: str, data: ImageData, protocol: 
     return result
 
 
-def selected_rows(spec: str) -> list[str]:
+def selected_rows(spec: str) -> tuple[list[str], list[str]]:
+    """Row keys to run and the tables to print: a table named in ``spec``, or the first table
+    holding a row named on its own."""
     keys: list[str] = []
+    tables: list[str] = []
     for token in (t.strip() for t in spec.split(",") if t.strip()):
-        names = list(ROWS) if token == "all" else TABLES[token][1] if token in TABLES else [token]
-        for name in names:
-            if name not in ROWS:
-                raise UserError(f"--rows: unknown row {name!r}; choose from all, {', '.join(TABLES)}, {', '.join(ROWS)}")
-            if name not in keys:
-                keys.append(name)
-    return keys
+        if token == "all":
+            names, shown = list(ROWS), list(TABLES)
+        elif token in TABLES:
+            names, shown = list(TABLES[token][1]), [token]
+        elif token in ROWS:
+            names, shown = [token], [next(t for t, (_, members) in TABLES.items() if token in members)]
+        else:
+            raise UserError(f"--rows: unknown row {token!r}; choose from all, {', '.join(TABLES)}, {', '.join(ROWS)}")
+        keys += [n for n in names if n not in keys]
+        tables += [t for t in shown if t not in tables]
+    return keys, tables
 
 
 # ---------------------------------------------------------------- the markdown table
 
 def accuracy_cell(accuracies: list[float]) -> str:
     return ModelResult(model="convnet", accuracies=accuracies).cell()  # mean ± population std, in %
+
+
+def runs_text(runs: int) -> str:
+    return f"{runs} run" + ("s" if runs != 1 else "")
 
 
 def epsilon_cell(row: Row, result: dict) -> str:
@@ -219,7 +230,7 @@ def device_line(accelerator: str) -> str:
                                           f"Python {platform.python_version()}")
 
 
-def markdown(rows: list[str], cache: dict, *, scale: Scale, dataset: str, protocol: EvalProtocol, seed: int,
+def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, dataset: str, protocol: EvalProtocol, seed: int,
              accelerator: str, prefix: str) -> str:
     reduced = scale.name != "paper" or protocol.is_reduced()
     lines = [f"# DPDC tables on {dataset}, scale `{scale.name}`", ""]
@@ -237,10 +248,9 @@ def markdown(rows: list[str], cache: dict, *, scale: Scale, dataset: str, protoc
               f"- σ: as each row says (Table 1: noise multiplier 1; Table 2: calibrated to ε = 1 for the row's steps)",
               f"- evaluation: ConvNet, {protocol.describe()}",
               f"- seed {seed}; device: {device_line(accelerator)}", ""]
-    for table, (title, members) in TABLES.items():
+    for table in tables:
+        title, members = TABLES[table]
         shown = [k for k in members if k in rows]
-        if not shown:
-            continue
         lines += [f"## {title}", "",
                   "| row | accuracy % (measured) | ε (measured) | paper acc. % (FMNIST) | paper ε | condense s | eval s |",
                   "|---|---|---|---|---|---|---|"]
@@ -250,7 +260,7 @@ def markdown(rows: list[str], cache: dict, *, scale: Scale, dataset: str, protoc
             if result is None:
                 lines.append(f"| {row.label} | (not run yet) | | {paper[0]} | {paper[1]} | | |")
                 continue
-            lines.append(f"| {row.label} | {accuracy_cell(result['accuracies'])} ({len(result['accuracies'])} runs) | "
+            lines.append(f"| {row.label} | {accuracy_cell(result['accuracies'])} ({runs_text(len(result['accuracies']))}) | "
                          f"{epsilon_cell(row, result)} | {paper[0]} | {paper[1]} | {result['condense_s']:.0f} | "
                          f"{result['eval_s']:.0f} |")
         lines.append("")
@@ -279,7 +289,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     args = parser.parse_args(argv)
     quiet_libraries()
     try:
-        rows = selected_rows(args.rows)
+        rows, tables = selected_rows(args.rows)
         scale = SCALES[args.scale]
         protocol = EvalProtocol(epochs=args.eval_epochs or scale.eval_epochs, runs=args.eval_runs or scale.eval_runs)
     except UserError as err:
@@ -308,9 +318,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"[{key}] {accuracy_cell(result['accuracies'])} %, condense {result['condense_s']:.0f} s, "
               f"eval {result['eval_s']:.0f} s", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(markdown(rows, cache, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
+        out.write_text(markdown(rows, tables, cache, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
                                 accelerator=args.accelerator, prefix=prefix))
-    text = markdown(rows, cache, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
+    text = markdown(rows, tables, cache, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
                     accelerator=args.accelerator, prefix=prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

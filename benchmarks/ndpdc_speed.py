@@ -185,17 +185,14 @@ def machine_lines(device: torch.device) -> list[str]:
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         lines.insert(0, f"- GPU: {props.name}, {props.total_memory / 2**30:.0f} GiB, CUDA {torch.version.cuda}")
-    try:
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-        lines.append(f"- load average at start (1, 5, 15 min): {load} -- the machine may be shared")
-    except OSError:
-        pass
     return lines
 
 
 def report(device: torch.device, results: list[dict], failures: dict[str, str], *, args: argparse.Namespace,
            wall_s: float) -> str:
     base = next((r for r in results if r["variant"] == "loop"), None)
+    cores = os.cpu_count() or 1
+    load_end = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     lines = [f"# NDPDC condensation speed on {device.type}", "",
              f"Written by `benchmarks/ndpdc_speed.py` on {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC "
              f"({wall_s:.0f} s in all).", "",
@@ -204,35 +201,44 @@ def report(device: torch.device, results: list[dict], failures: dict[str, str], 
              "depth 3 instance norm, Siamese DSA (color_crop_cutout_flip_scale_rotate), noise multiplier 1, G = 1. "
              "One iteration = `NDPDC.class_losses` + backward + SGD step (lr 1, momentum 0.5).",
              f"Timing: {args.warmup} warm-up step(s) excluded, median over {args.steps} timed steps; every variant "
-             "sees the same batches and the same theta/DSA/noise draws; the variants run round-robin, one step each in turn, "
-             "so that a shared machine's changing load affects all alike.", "",
-             "## Machine", "", *machine_lines(device), "",
-             "## Results", "",
-             "| variant | s/iter (median) | it/s | speed-up vs loop | min..max s | loss at step 0, rel. diff vs loop |",
-             "|---|---|---|---|---|---|"]
+             "sees the same batches and the same theta/DSA/noise draws; the variants run round-robin, one step each "
+             "in turn, so that a shared machine's changing load affects all alike.", "",
+             "## Machine", "", *machine_lines(device),
+             f"- load average (1 min) at the start / end: {args.load_start:.2f} / {load_end:.2f} "
+             f"({cores} cores; the machine may be shared)", ""]
+    if device.type == "cpu" and (args.load_start > cores or load_end > cores):
+        lines += [f"**The load average exceeded the {cores} cores during the run: other processes competed for the "
+                  "CPU, so medians are inflated and noisy. The min column (the fastest step seen) is the closer "
+                  "estimate of an unloaded machine.**", ""]
+    lines += ["## Results", "",
+              "| variant | s/iter (median) | it/s (median) | speed-up vs loop (median) | s/iter (min) | "
+              "speed-up vs loop (min) | loss at step 0, rel. diff vs loop |",
+              "|---|---|---|---|---|---|---|"]
     for r in results:
+        best = min(r["times"])
         speedup = f"{base['median_s'] / r['median_s']:.2f}x" if base else "n/a"
+        speedup_min = f"{min(base['times']) / best:.2f}x" if base else "n/a"
         diff = (f"{abs(r['first_loss'] - base['first_loss']) / abs(base['first_loss']):.1e}"
                 if base and base["first_loss"] else "n/a")
-        lines.append(f"| {r['variant']} | {r['median_s']:.3f} | {1 / r['median_s']:.2f} | {speedup} | "
-                     f"{min(r['times']):.3f}..{max(r['times']):.3f} | {diff} |")
+        lines.append(f"| {r['variant']} | {r['median_s']:.3f} | {1 / r['median_s']:.2f} | {speedup} | {best:.3f} | "
+                     f"{speedup_min} | {diff} |")
     for name, why in failures.items():
-        lines.append(f"| {name} | failed | - | - | - | {why} |")
+        lines.append(f"| {name} | failed | - | - | - | - | {why} |")
     lines.append("")
-    compiled = [r for r in results if "compile" in r["variant"]]
-    for r in compiled:
-        lines.append(f"- `{r['variant']}`: warm-up (compilation included) took "
-                     f"{' + '.join(f'{t:.1f}' for t in r['warmup_s'])} s.")
-    if compiled:
-        lines.append("")
-    lines.append("The paper's 10000 iterations take 10000 x s/iter (e.g. the loop variant: "
-                 f"{10000 * base['median_s'] / 3600:.1f} h on this machine)." if base else "")
+    for r in (r for r in results if "compile" in r["variant"]):
+        lines.append(f"- `{r['variant']}`: the warm-up steps (compilation included) took "
+                     f"{' + '.join(f'{t:.1f}' for t in r['warmup_s'])} s; Inductor caches compiled code under "
+                     "/tmp/torchinductor_*, so a first-ever run on a machine compiles longer.")
+    if base:
+        lines.append(f"- The paper's 10000 iterations with the loop variant: {10000 * base['median_s'] / 3600:.1f} h "
+                     f"(median) / {10000 * min(base['times']) / 3600:.1f} h (min) on this machine.")
     return "\n".join(lines) + "\n"
 
 
 def run_device(device: torch.device, args: argparse.Namespace) -> Path:
     data = StandInData(group_size=args.group_size, device=device)
     started = time.perf_counter()
+    args.load_start = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
     results, failures = time_variants([VARIANTS[name] for name in args.variants], device=device, data=data,
                                       steps=args.steps, warmup=args.warmup, ipc=args.ipc,
                                       group_size=args.group_size)
