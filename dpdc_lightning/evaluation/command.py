@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.config import ModelConfig, RunConfig, compose, parse_overrides, validate, CONF_DIR
 from dpdc_lightning.data.datasets import ImageData, load_dataset
@@ -46,7 +47,8 @@ def evaluate_main(argv: list[str]) -> int:
         title = f"{config.method.name} on {config.dataset.name}, ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}"
     if images.shape[1:] != data.test_images.shape[1:]:
         raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split {tuple(data.test_images.shape[1:])}")
-    models = [_model(name) for name in model_names]
+    model_overrides = [t for t in dotted if t.startswith("model.")]
+    models = [_model(name, model_overrides) for name in model_names]
     protocol = config.eval.protocol()
     results = [ModelResult(model=m.name, accuracies=train_and_test(
         images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
@@ -81,12 +83,18 @@ def _parse(argv: list[str]) -> tuple[bool, str | None, list[str]]:
     return baseline, run_dir, tokens
 
 
-def _model(name: str) -> ModelConfig:
+def _model(name: str, overrides: list[str]) -> ModelConfig:
+    """One architecture to evaluate: its conf/model file plus any ``model.*`` overrides."""
     path = CONF_DIR / "model" / f"{name}.yaml"
     if not path.is_file():
         names = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
         raise UserError(f"unknown model '{name}'; choose from: {', '.join(names)}")
-    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path)))
+    patch = OmegaConf.from_dotlist(overrides).get("model", {})
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path), patch)
+        return OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise UserError(f"invalid model override for {name}: {str(err).splitlines()[0]}") from None
 
 
 def _load(config: RunConfig) -> ImageData:
