@@ -62,15 +62,18 @@ class Scale:
     note: str
 
 
-# The cpu scale is sized from measurements on the 2-core Xeon of the development machine (see
-# benchmarks/README.md): one NDPDC iteration with IPC 10, L 50 takes ~1.1 s, and evaluating one
-# ConvNet (100 images, 1 step per epoch) takes ~0.35 s per epoch plus ~25 s to test on the
-# 10000 FashionMNIST test images. Table 1 + 2 (7 rows) then fit in ~40 minutes.
+# The cpu scale is sized from measurements on the development machine (2-core Xeon with AMX, torch
+# 2.14, 1-min load average 1.6-1.9 from other work while measuring), FashionMNIST, via the package API:
+#   NDPDC, IPC 10, L 50, train(): 44 s for 45 iterations -> ~1.0 s/iteration; DM with real batch 50: the same;
+#   train_and_test, ConvNet, 100 images: ~15 s per run to set up and test on the 10000 test images,
+#   plus 0.34 s per epoch (41 epochs 29.6 s, 1 epoch 15.9 s).
+# Table 1 + 2 = 7 rows, 3 of them condensing with a network:
+#   3 x 300 x 1.0 s + 7 x 3 runs x (15 + 150 x 0.34) s ~= 900 + 1390 s ~= 38 min.
 SCALES = {s.name: s for s in (
     Scale("tiny", ipc=2, group_size=10, ndpdc_iterations=10, dm_iterations=10, dm_batch_real=16,
           eval_epochs=10, eval_runs=1, note="a smoke test of the pipeline (< 3 min on digits); the numbers mean nothing"),
-    Scale("cpu", ipc=10, group_size=50, ndpdc_iterations=200, dm_iterations=200, dm_batch_real=50,
-          eval_epochs=100, eval_runs=2,
+    Scale("cpu", ipc=10, group_size=50, ndpdc_iterations=300, dm_iterations=300, dm_batch_real=50,
+          eval_epochs=150, eval_runs=3,
           note="fits ~40 min on 2 CPU cores for Table 1 + 2 on FashionMNIST; fewer images per class, "
                "iterations and evaluation epochs/runs than the paper, so accuracies are lower and ε smaller"),
     Scale("paper", ipc=50, group_size=50, ndpdc_iterations=10000, dm_iterations=20000, dm_batch_real=256,
@@ -163,10 +166,11 @@ def run_row(row: Row, *, scale: Scale, dataset: str, data: ImageData, protocol: 
     result: dict = {"row": row.key, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     start = time.perf_counter()
     if row.kind == "train":
+        partial = (work_dir / "runs" / f"{dataset}-{scale.name}-{row.key}").exists()
         run_dir = condense(row, scale=scale, dataset=dataset, work_dir=work_dir, seed=seed, accelerator=accelerator)
         bundle = load_bundle(run_dir)
         images, labels, report = bundle.images, bundle.labels, bundle.report
-        result.update(run_dir=str(run_dir), epsilon=report.get("epsilon"), delta=report.get("delta"),
+        result.update(run_dir=str(run_dir), continued=partial, epsilon=report.get("epsilon"), delta=report.get("delta"),
                       noise_multiplier=report.get("noise_multiplier"), steps=report.get("steps"))
     else:
         images, labels = reference_set(row, data=data, ipc=scale.ipc, seed=seed)
@@ -233,6 +237,8 @@ def device_line(accelerator: str) -> str:
 def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, dataset: str, protocol: EvalProtocol, seed: int,
              accelerator: str, prefix: str) -> str:
     reduced = scale.name != "paper" or protocol.is_reduced()
+    done = [cache[f"{prefix}/{k}"] for k in rows if f"{prefix}/{k}" in cache]
+    total_s = sum(r["condense_s"] + r["eval_s"] for r in done)
     lines = [f"# DPDC tables on {dataset}, scale `{scale.name}`", ""]
     if reduced:
         lines += [f"**{REDUCED_BANNER}: scale `{scale.name}` is not the paper's setting ({scale.note}). "
@@ -247,7 +253,9 @@ def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, d
               "RDP accountant; noise from OS entropy (secure mode)",
               f"- σ: as each row says (Table 1: noise multiplier 1; Table 2: calibrated to ε = 1 for the row's steps)",
               f"- evaluation: ConvNet, {protocol.describe()}",
-              f"- seed {seed}; device: {device_line(accelerator)}", ""]
+              f"- seed {seed}; device: {device_line(accelerator)}",
+              "- condense s / eval s: wall time of the row (\"(continued)\": resumed after an interruption, "
+              f"the last part only); all rows of this file: {total_s / 60:.1f} min", ""]
     for table in tables:
         title, members = TABLES[table]
         shown = [k for k in members if k in rows]
@@ -261,7 +269,8 @@ def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, d
                 lines.append(f"| {row.label} | (not run yet) | | {paper[0]} | {paper[1]} | | |")
                 continue
             lines.append(f"| {row.label} | {accuracy_cell(result['accuracies'])} ({runs_text(len(result['accuracies']))}) | "
-                         f"{epsilon_cell(row, result)} | {paper[0]} | {paper[1]} | {result['condense_s']:.0f} | "
+                         f"{epsilon_cell(row, result)} | {paper[0]} | {paper[1]} | {result['condense_s']:.0f}"
+                         f"{' (continued)' if result.get('continued') else ''} | "
                          f"{result['eval_s']:.0f} |")
         lines.append("")
     order = [k for k in ("ndpdc", "ldpdc", "random_noise") if f"{prefix}/{k}" in cache]

@@ -63,6 +63,7 @@ VARIANTS = {v.name: v for v in (
     Variant("loop + bf16 autocast", "loop", autocast="bf16"),
     Variant("batched + bf16 autocast", "batched", autocast="bf16"),
     Variant("batched + channels_last + bf16", "batched", memory_format="channels_last", autocast="bf16"),
+    Variant("loop + torch.compile", "loop", compile=True),
     Variant("batched + torch.compile", "batched", compile=True),
 )}
 
@@ -112,6 +113,7 @@ class Timed:
         self.times: list[float] = []
         self.warmup_times: list[float] = []
         self.first_loss: float | None = None
+        self.first_grad: torch.Tensor | None = None
 
     def step(self, batch: dict, step: int, *, timed: bool) -> None:
         synchronize(self.device)
@@ -125,11 +127,12 @@ class Timed:
         self.method.pop_events()  # the privacy events go nowhere here; drop them so they do not pile up
         if self.first_loss is None:
             self.first_loss = float(loss.detach())
+            self.first_grad = self.method.images.grad.detach().cpu().clone()
         (self.times if timed else self.warmup_times).append(elapsed)
 
     def result(self) -> dict:
         return {"variant": self.variant.name, "median_s": statistics.median(self.times), "times": self.times,
-                "warmup_s": self.warmup_times, "first_loss": self.first_loss}
+                "warmup_s": self.warmup_times, "first_loss": self.first_loss, "first_grad": self.first_grad}
 
 
 def time_variants(variants: list[Variant], *, device: torch.device, data: StandInData, steps: int, warmup: int,
@@ -201,8 +204,9 @@ def report(device: torch.device, results: list[dict], failures: dict[str, str], 
              "depth 3 instance norm, Siamese DSA (color_crop_cutout_flip_scale_rotate), noise multiplier 1, G = 1. "
              "One iteration = `NDPDC.class_losses` + backward + SGD step (lr 1, momentum 0.5).",
              f"Timing: {args.warmup} warm-up step(s) excluded, median over {args.steps} timed steps; every variant "
-             "sees the same batches and the same theta/DSA/noise draws; the variants run round-robin, one step each "
-             "in turn, so that a shared machine's changing load affects all alike.", "",
+             "sees the same batches and the same theta/DSA/noise draws, so step 0 starts from identical images and "
+             "the last two columns show what a variant changes in the numbers; the variants run round-robin, one "
+             "step each in turn, so that a shared machine's changing load affects all alike.", "",
              "## Machine", "", *machine_lines(device),
              f"- load average (1 min) at the start / end: {args.load_start:.2f} / {load_end:.2f} "
              f"({cores} cores; the machine may be shared)", ""]
@@ -212,18 +216,20 @@ def report(device: torch.device, results: list[dict], failures: dict[str, str], 
                   "estimate of an unloaded machine.**", ""]
     lines += ["## Results", "",
               "| variant | s/iter (median) | it/s (median) | speed-up vs loop (median) | s/iter (min) | "
-              "speed-up vs loop (min) | loss at step 0, rel. diff vs loop |",
-              "|---|---|---|---|---|---|---|"]
+              "speed-up vs loop (min) | step-0 loss, rel. diff vs loop | step-0 image gradient, rel. diff vs loop |",
+              "|---|---|---|---|---|---|---|---|"]
     for r in results:
         best = min(r["times"])
         speedup = f"{base['median_s'] / r['median_s']:.2f}x" if base else "n/a"
         speedup_min = f"{min(base['times']) / best:.2f}x" if base else "n/a"
         diff = (f"{abs(r['first_loss'] - base['first_loss']) / abs(base['first_loss']):.1e}"
                 if base and base["first_loss"] else "n/a")
+        grad = (f"{float((r['first_grad'] - base['first_grad']).norm() / base['first_grad'].norm()):.1e}"
+                if base else "n/a")
         lines.append(f"| {r['variant']} | {r['median_s']:.3f} | {1 / r['median_s']:.2f} | {speedup} | {best:.3f} | "
-                     f"{speedup_min} | {diff} |")
+                     f"{speedup_min} | {diff} | {grad} |")
     for name, why in failures.items():
-        lines.append(f"| {name} | failed | - | - | - | - | {why} |")
+        lines.append(f"| {name} | failed | - | - | - | - | {why} | - |")
     lines.append("")
     for r in (r for r in results if "compile" in r["variant"]):
         lines.append(f"- `{r['variant']}`: the warm-up steps (compilation included) took "

@@ -42,6 +42,8 @@ class RandomExtractor:
         # Batching all classes in one forward is only exact when normalisation is per sample.
         per_sample = "norm" not in model.options() or model.norm != "batchnorm"  # VGG/ResNet take a norm too
         if forward == "auto":
+            # On CPU one forward per class is faster: batched ran at 0.7-0.8x of loop at the paper
+            # setting (benchmarks/results/ndpdc_speed_cpu.md, 2-core Xeon, torch 2.14).
             forward = "batched" if device.type == "cuda" and per_sample else "loop"
         if forward == "batched" and not per_sample:
             raise ValueError(f"batched forward needs per-sample normalisation, model.norm is {model.norm}")
@@ -76,4 +78,8 @@ class RandomExtractor:
 
 
 def _auto_memory_format(device: torch.device) -> str:
+    # CPU: channels-last inputs gave no clear gain at the paper setting (1.12x of contiguous by the
+    # median of 7 steps but 0.87x by the fastest, i.e. within the noise of a shared 2-core machine;
+    # benchmarks/results/ndpdc_speed_cpu.md), so the plain layout stays. CUDA: not measured yet
+    # (benchmarks/ndpdc_speed.py --device cuda does), so the default there is unchanged too.
     return "contiguous"
