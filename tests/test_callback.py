@@ -29,16 +29,6 @@ TARGET = 2.5  # 4 steps cost 2.48, 5 steps 2.59
 ITERATIONS = 20
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # On a shared 2-core machine two intra-op threads spin against other jobs and run 10-50x
-    # slower than one on these tiny tensors; restored for the other test modules.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _train(tmp_path: Path, name: str, *tokens: str) -> tuple[Path, dict]:
     overrides = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2",
                  "method.group_size=4", f"method.iterations={ITERATIONS}", "trainer.enable_progress_bar=false",

@@ -19,16 +19,6 @@ from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # On a shared 2-core machine two intra-op threads spin against other jobs and run 10-50x
-    # slower than one on these tiny tensors; restored for the other test modules.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def toy():
     return load_dataset("toy")

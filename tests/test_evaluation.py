@@ -41,16 +41,6 @@ def patterns(per_class: int, generator: torch.Generator) -> tuple[torch.Tensor, 
     return base[labels].unsqueeze(1) + noise, labels
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # On a shared 2-core machine two intra-op threads spin against other jobs and run 5-10x
-    # slower than one; restored afterwards so other test modules see the setting they expect.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def data() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(1234)

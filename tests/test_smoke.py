@@ -24,16 +24,6 @@ METHOD_CONFIGS = sorted(path.stem for path in (CONF_DIR / "method").glob("*.yaml
 TINY = ["model.width=8", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    # On a shared 2-core machine two intra-op threads spin against other jobs and run 10-50x
-    # slower than one on these tiny tensors; restored for the other test modules.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_every_method_config_is_discovered_and_registered():
     assert {"dm", "ldpdc", "ndpdc"} <= set(METHOD_CONFIGS)
     assert set(METHOD_CONFIGS) <= set(METHODS)
