@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import json
-import os
 from pathlib import Path
 
 import pytest
