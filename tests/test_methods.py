@@ -21,7 +21,8 @@ from dpdc_lightning.data.datamodule import PrivateDataModule
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.dm import DM, DMConfig, FeatureMatchingMethod
+from dpdc_lightning.methods.dm import DM, DMConfig
+from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
@@ -97,6 +98,13 @@ def test_ndpdc_batched_forward_equals_loop(toy):
     assert torch.allclose(loss_loop, loss_batched, rtol=1e-4, atol=1e-5)
     assert grad_loop.abs().sum() > 0
     assert torch.allclose(grad_loop, grad_batched, rtol=1e-3, atol=1e-6 * grad_loop.abs().max().item())
+
+
+def test_extractor_speed_options_reach_the_extractor():
+    config = NDPDCConfig(ipc=2, group_size=4.0, forward="loop", memory_format="channels_last", autocast="bf16")
+    method = NDPDC(config, data=_spec(), seed=0, model=TINY, noise_multiplier=1.0, reproducible_noise=True)
+    method.on_fit_start()
+    assert (method.extractor.memory_format, method.extractor.autocast) == ("channels_last", "bf16")
 
 
 def test_batched_forward_with_batchnorm_is_refused():

@@ -17,19 +17,15 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.base import MethodConfig
-from dpdc_lightning.methods.dm import FeatureMatchingMethod
-from dpdc_lightning.methods.extractor import FORWARD_MODES
+from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
 
 
 @dataclass
-class NDPDCConfig(MethodConfig):
+class NDPDCConfig(FeatureMatchingConfig):
     name: str = "ndpdc"
     group_size: float = 50.0  # L: expected Poisson sample per class
     clip_norm: float = 1.0  # G
-    dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
-    forward: str = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -39,8 +35,6 @@ class NDPDCConfig(MethodConfig):
             raise UserError(f"method.clip_norm must be > 0, got {self.clip_norm}")
         if self.init != "noise":
             raise UserError("method.init must be noise for a private method (real images would leak membership)")
-        if self.forward not in FORWARD_MODES:
-            raise UserError(f"method.forward={self.forward!r} is not allowed; choose one of: {', '.join(FORWARD_MODES)}")
 
 
 class NDPDC(FeatureMatchingMethod):

@@ -1,0 +1,66 @@
+"""Shared parts of the methods that match features of a random extractor under Siamese DSA
+(DM, NDPDC, and Dosser's optimisation stage): the config keys of the extractor and its speed
+options, the extractor's construction, and the Siamese augmentation of a class pair."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from torch import Tensor
+
+from dpdc_lightning.augment import DSA
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.methods.extractor import AUTOCAST_MODES, FORWARD_MODES, MEMORY_FORMATS, RandomExtractor
+from dpdc_lightning.seeding import derive_generator
+
+
+@dataclass
+class FeatureMatchingConfig(MethodConfig):
+    dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
+    # Speed options of the extractor (benchmarks/results/ndpdc_speed_*.md). forward and
+    # memory_format are exact up to float rounding; autocast=bf16 changes gradients by a few
+    # percent (features come back float32, so clipping and noise stay float32); compile pays a
+    # warm-up of tens of seconds.
+    forward: str = "auto"
+    memory_format: str = "auto"
+    autocast: str = "none"
+    compile: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for key, allowed in (("forward", FORWARD_MODES), ("memory_format", MEMORY_FORMATS),
+                             ("autocast", AUTOCAST_MODES)):
+            if getattr(self, key) not in allowed:
+                raise UserError(f"method.{key}={getattr(self, key)!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+class FeatureMatchingMethod(CondensationMethod):
+    def __init__(self, config: FeatureMatchingConfig, **kwargs: Any) -> None:
+        super().__init__(config, **kwargs)
+        # Batch norm makes every record's features depend on the whole sample: a private sum of
+        # clipped features would then move by far more than the clip norm when one record changes.
+        if "norm" in self.model_config.options() and self.model_config.norm == "batchnorm":
+            if self.private:
+                raise UserError("model.norm=batchnorm mixes the records of a private sample and breaks the "
+                                "sensitivity bound; choose one of: instancenorm, groupnorm, layernorm, none")
+            if config.forward == "batched":
+                raise UserError("method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
+                                "choose method.forward=loop or auto")
+
+    def on_fit_start(self) -> None:
+        # Here, not in setup(): the module is on its device only from now on.
+        config = self.config
+        self.extractor = RandomExtractor(self.model_config, channels=self.data.image_shape[0],
+                                         num_classes=self.data.num_classes, image_size=self.data.image_shape[1:],
+                                         seed=self.seed, device=self.device, forward=config.forward,
+                                         memory_format=config.memory_format, autocast=config.autocast,
+                                         compile=config.compile)
+        self.dsa = DSA(self.config.dsa_strategy)
+
+    def augment_pair(self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int) -> tuple[Tensor, Tensor]:
+        """One DSA draw applied to both batches of a class (Siamese)."""
+        params = self.dsa.sample(1, image_size=self.data.image_shape[1:],
+                                 generator=derive_generator(self.seed, "dsa", step, class_index))
+        return self.dsa.apply(real, params), self.dsa.apply(synthetic, params)
