@@ -17,13 +17,27 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.export import CONFIG_FILE, atomic_write_text, new_run_dir, save_bundle
 from dpdc_lightning.image_grid import ImageGridLogger, grid_png
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.privacy.budget import plan_budget
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.privacy.budget import BudgetPlan, plan_budget
 from dpdc_lightning.privacy.callback import PrivacyCallback
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import SECRET_FILE, create_secret, forget_secret, read_secret
 from dpdc_lightning.progress import CondensationProgressBar
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
+
+
+def plan_run(config: RunConfig, method: CondensationMethod) -> BudgetPlan:
+    """The noise multiplier and number of steps of a run, before any data is touched.
+    ``trainer.max_steps`` caps the method's own number of steps."""
+    privacy, cap = config.privacy, config.trainer.get("max_steps")
+    steps = min(method.total_steps(), cap) if cap and cap > 0 else method.total_steps()
+    return plan_budget(private=method.private, method=config.method.name,
+                       sample_rate=method.sample_rate() if method.private else 1.0, steps=steps,
+                       default_noise_multiplier=method.default_noise_multiplier,
+                       noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
+                       delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
+                       steps_adjustable=method.steps_adjustable)
 
 
 def train(config: RunConfig) -> Path:
@@ -36,14 +50,8 @@ def train(config: RunConfig) -> Path:
     method = method_cls(config.method, data=spec, seed=config.seed, model=config.model,
                         reproducible_noise=privacy.reproducible_noise)
     trainer_options = dict(config.trainer)
-    cap = trainer_options.pop("max_steps", None)  # trainer.max_steps caps the method's steps
-    steps = min(method.total_steps(), cap) if cap and cap > 0 else method.total_steps()
-    plan = plan_budget(private=method.private, method=config.method.name,
-                       sample_rate=method.sample_rate() if method.private else 1.0, steps=steps,
-                       default_noise_multiplier=method.default_noise_multiplier,
-                       noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
-                       delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                       steps_adjustable=method.steps_adjustable)
+    trainer_options.pop("max_steps", None)
+    plan = plan_run(config, method)
     method.noise_multiplier = plan.noise_multiplier
     run_dir = _run_dir(config)
     privacy_callback = PrivacyCallback(target_epsilon=privacy.target_epsilon, delta=privacy.delta,
