@@ -17,7 +17,7 @@ def quiet_libraries() -> None:
     logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=".*does not have many workers.*")
     warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
-    warnings.filterwarnings("ignore", message=".*`configure_optimizers` returned `None`.*")
+    warnings.filterwarnings("ignore", message=".*configure_optimizers` returned `None`.*")
     # Our checkpoints are meant to hold the state after the step: completed_steps counts it.
     warnings.filterwarnings("ignore", message=".*Using ModelCheckpoint with manual optimization.*")
     # The sample stream restarts at the checkpoint's completed_steps, so mid-epoch resume is exact.
