@@ -234,6 +234,24 @@ def device_line(accelerator: str) -> str:
                                           f"Python {platform.python_version()}")
 
 
+def speed_section() -> list[str]:
+    """The NDPDC speed tables measured by ndpdc_speed.py on each device, copied in so that accuracy
+    and speed are read side by side (the speed files hold their full protocol)."""
+    lines = []
+    for path in sorted((ROOT / "benchmarks" / "results").glob("ndpdc_speed_*.md")):
+        text = path.read_text().splitlines()
+        table = [line for line in text if line.startswith("|")]
+        machine = [line for line in text if line.startswith("- CPU:") or line.startswith("- GPU:")]
+        if not table:
+            continue
+        device = path.stem.removeprefix("ndpdc_speed_")
+        lines += [f"## NDPDC condensation speed at the paper setting ({device})", "",
+                  f"Copied from `results/{path.name}` (`benchmarks/ndpdc_speed.py`: IPC 50, L 50, 1x28x28, ConvNet "
+                  "instance norm; its protocol and load notes are there). `loop`: one extractor forward per class; "
+                  "`batched`: one forward for all classes.", "", *machine, "", *table, ""]
+    return lines
+
+
 def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, dataset: str, protocol: EvalProtocol, seed: int,
              accelerator: str, prefix: str) -> str:
     reduced = scale.name != "paper" or protocol.is_reduced()
@@ -273,6 +291,7 @@ def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, d
                          f"{' (continued)' if result.get('continued') else ''} | "
                          f"{result['eval_s']:.0f} |")
         lines.append("")
+    lines += speed_section()
     order = [k for k in ("ndpdc", "ldpdc", "random_noise") if f"{prefix}/{k}" in cache]
     if len(order) == 3:
         means = {k: sum(cache[f"{prefix}/{k}"]["accuracies"]) / len(cache[f"{prefix}/{k}"]["accuracies"]) for k in order}
