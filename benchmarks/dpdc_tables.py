@@ -39,7 +39,8 @@ from dpdc_lightning.config import ModelConfig, compose  # noqa: E402
 from dpdc_lightning.data.datasets import ImageData, load_dataset  # noqa: E402
 from dpdc_lightning.errors import UserError  # noqa: E402
 from dpdc_lightning.evaluation.results import REDUCED_BANNER, ModelResult  # noqa: E402
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, random_real_subset, train_and_test  # noqa: E402
+from dpdc_lightning.data.subsets import random_real_subset  # noqa: E402
+from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test  # noqa: E402
 from dpdc_lightning.export import load_bundle  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 from dpdc_lightning.training import train  # noqa: E402
@@ -155,7 +156,7 @@ def condense(row: Row, *, scale: Scale, dataset: str, work_dir: Path, seed: int,
 def reference_set(row: Row, *, data: ImageData, ipc: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     if row.kind == "random_real":
         return random_real_subset(data.train_images, data.train_labels, ipc=ipc, num_classes=data.num_classes,
-                                  generator=derive_generator(seed, "random-real"))
+                                  seed=seed)
     images = torch.randn(data.num_classes * ipc, *data.train_images.shape[1:],
                          generator=derive_generator(seed, "random-noise"))
     return images, torch.arange(data.num_classes).repeat_interleave(ipc)

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 import dpdc_lightning.models as models
+from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation import (
     REDUCED_BANNER,
     EvalProtocol,
     ModelResult,
     format_table,
-    random_real_subset,
     results_to_json,
     train_and_test,
 )
@@ -246,17 +246,14 @@ def test_random_real_subset_takes_ipc_distinct_real_images_per_class():
     images = torch.arange(60, dtype=torch.float32).view(60, 1, 1, 1).expand(60, 1, 2, 2) + 0.0
     images = images + labels.view(60, 1, 1, 1) * 1000  # the label can be read back from the pixels
 
-    sub_images, sub_labels = random_real_subset(
-        images, labels, ipc=5, num_classes=3, generator=torch.Generator().manual_seed(1))
+    sub_images, sub_labels = random_real_subset(images, labels, ipc=5, num_classes=3, seed=1)
     assert torch.equal(sub_labels, torch.arange(3).repeat_interleave(5))
     index = sub_images[:, 0, 0, 0].long() % 1000
     assert len(set(index.tolist())) == 15
     assert torch.equal(sub_images, images[index]) and torch.equal(labels[index], sub_labels)
 
-    same, _ = random_real_subset(images, labels, ipc=5, num_classes=3,
-                                 generator=torch.Generator().manual_seed(1))
-    other, _ = random_real_subset(images, labels, ipc=5, num_classes=3,
-                                  generator=torch.Generator().manual_seed(2))
+    same, _ = random_real_subset(images, labels, ipc=5, num_classes=3, seed=1)
+    other, _ = random_real_subset(images, labels, ipc=5, num_classes=3, seed=2)
     assert torch.equal(same, sub_images) and not torch.equal(other, sub_images)
     with pytest.raises(UserError, match="fewer than ipc"):
-        random_real_subset(images, labels, ipc=21, num_classes=3, generator=g)
+        random_real_subset(images, labels, ipc=21, num_classes=3, seed=1)

@@ -86,3 +86,16 @@ def test_bad_override_is_one_error_line_and_nothing_written(tmp_path, repo_root,
     assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     assert not run_dir.exists()
+
+
+def test_dm_real_init_starts_from_the_random_real_baseline(tmp_path):
+    """So that DM vs random-real isolates what condensation adds: same seed, same starting images."""
+    from dpdc_lightning.data import load_dataset, random_real_subset
+
+    config = compose(["method=dm", "dataset=toy", *TINY, "trainer.fast_dev_run=true", "method.init=real",
+                      "method.lr_img=1e-12", "seed=5", f"run_dir={tmp_path / 'dm'}"])
+    images = torch.load(train(config) / "synthetic.pt", weights_only=True)["images"]
+    data = load_dataset("toy")
+    baseline, _ = random_real_subset(data.train_images, data.train_labels, ipc=2, num_classes=4, seed=5)
+    other, _ = random_real_subset(data.train_images, data.train_labels, ipc=2, num_classes=4, seed=6)
+    assert torch.allclose(images, baseline, atol=1e-6) and not torch.allclose(images, other, atol=1e-6)

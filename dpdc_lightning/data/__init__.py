@@ -11,6 +11,7 @@ from .datasets import (
     normalise,
 )
 from .poisson import poisson_sample, sample_without_replacement
+from .subsets import random_class_picks, random_real_subset
 
 __all__ = [
     "DATASETS",
@@ -22,5 +23,7 @@ __all__ = [
     "load_dataset",
     "normalise",
     "poisson_sample",
+    "random_class_picks",
+    "random_real_subset",
     "sample_without_replacement",
 ]

@@ -10,7 +10,6 @@ from dpdc_lightning.evaluation.results import (
 from dpdc_lightning.evaluation.train_eval import (
     EvalProtocol,
     SyntheticClassifier,
-    random_real_subset,
     train_and_test,
 )
 
@@ -21,7 +20,6 @@ __all__ = [
     "SyntheticClassifier",
     "format_table",
     "protocol_line",
-    "random_real_subset",
     "results_to_json",
     "train_and_test",
 ]

@@ -14,11 +14,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.config import ModelConfig, RunConfig, compose, parse_overrides, validate, CONF_DIR
 from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.results import ModelResult, format_table, results_to_json
-from dpdc_lightning.evaluation.train_eval import random_real_subset, train_and_test
+from dpdc_lightning.evaluation.train_eval import train_and_test
 from dpdc_lightning.export import CONFIG_FILE, atomic_write_text, load_bundle, new_run_dir
-from dpdc_lightning.seeding import derive_generator
 
 BASELINES = ("random-real",)
 EVAL_FILE = "eval.json"
@@ -31,9 +31,8 @@ def evaluate_main(argv: list[str]) -> int:
     if baseline:
         config = compose(dotted)
         data = _load(config)
-        generator = derive_generator(config.seed, "random-real")
         images, labels = random_real_subset(data.train_images, data.train_labels, ipc=config.method.ipc,
-                                            num_classes=data.num_classes, generator=generator)
+                                            num_classes=data.num_classes, seed=config.seed)
         title = f"random-real baseline, {config.dataset.name}, {config.method.ipc} images per class"
         out_dir = new_run_dir(run_dir=config.run_dir, runs_root=config.runs_root,
                               label=f"random-real-{config.dataset.name}-ipc{config.method.ipc}")

@@ -285,30 +285,6 @@ def train_and_test(
     return accuracies
 
 
-def random_real_subset(
-    images: Tensor, labels: Tensor, *, ipc: int, num_classes: int, generator: torch.Generator
-) -> tuple[Tensor, Tensor]:
-    """``ipc`` distinct real images per class drawn uniformly (the random-coreset baseline).
-
-    Returned class by class (class 0 first); within a class in draw order.
-    """
-    if isinstance(ipc, bool) or not isinstance(ipc, int) or ipc < 1:
-        raise UserError(f"ipc must be a positive integer, got {ipc!r}")
-    if len(images) != len(labels):
-        raise UserError(f"got {len(images)} images but {len(labels)} labels")
-    chosen = []
-    for c in range(num_classes):
-        members = torch.nonzero(labels == c, as_tuple=True)[0]
-        if len(members) < ipc:
-            raise UserError(
-                f"class {c} has {len(members)} images, fewer than ipc={ipc}; lower ipc"
-            )
-        pick = torch.randperm(len(members), generator=generator)[:ipc]
-        chosen.append(members[pick.to(members.device)])
-    index = torch.cat(chosen)
-    return images[index], labels[index]
-
-
 @contextlib.contextmanager
 def quiet_lightning() -> Iterator[None]:
     """Silence Lightning's banners, tips and small-data warnings for the inner trainings only.

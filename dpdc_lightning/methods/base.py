@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from dpdc_lightning.config import ModelConfig
+from dpdc_lightning.data.subsets import random_class_picks
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.seeding import derive_generator, os_entropy_seed
@@ -154,15 +155,13 @@ class CondensationMethod(L.LightningModule):
         if self.private:
             raise UserError("method.init=real copies private images into the output; private methods need init=noise")
         datamodule = self.trainer.datamodule
-        generator = derive_generator(self.seed, "init-real")
+        pools = [datamodule.class_images(c) for c in range(self.data.num_classes)]
+        # The same draw as the random-real baseline of evaluate.py: DM starts from exactly that set.
+        picks = random_class_picks([len(pool) for pool in pools], ipc=self.config.ipc, seed=self.seed)
         with torch.no_grad():
             view = self.class_view()
-            for c in range(self.data.num_classes):
-                pool = datamodule.class_images(c)
-                picks = torch.randperm(len(pool), generator=generator)[: self.config.ipc]
-                if len(picks) < self.config.ipc:
-                    raise UserError(f"method.init=real needs {self.config.ipc} images of class {c}, it has {len(pool)}")
-                view[c].copy_(pool[picks].to(view.device))
+            for c, (pool, pick) in enumerate(zip(pools, picks)):
+                view[c].copy_(pool[pick].to(view.device))
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD([self.images], lr=self.config.lr_img, momentum=self.config.momentum)
