@@ -19,8 +19,8 @@ COMMON = ["method=ndpdc", "dataset=toy", "model.width=16", "method.ipc=2", "meth
           "trainer.accelerator=cpu"]
 
 
-def _train(args: list[str], env: dict, script: str = "train.py") -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *script.split(), *args], env=env, cwd=ROOT,
+def _train(args: list[str], env: dict, script: tuple[str, ...] = ("train.py",)) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, *script, *args], env=env, cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
@@ -28,7 +28,7 @@ def _kill_after_second_checkpoint(run_dir: Path, env: dict, extra: list[str]) ->
     """The child SIGKILLs itself right after its second checkpoint (step 8 of 40): a kill from
     outside after a checkpoint appears races the run's end on a fast machine."""
     process = _train([*COMMON, *extra, f"run_dir={run_dir}"], env,
-                     script=f"{ROOT / 'tests' / 'crash_after_checkpoint.py'} 2")
+                     script=(str(ROOT / "tests" / "crash_after_checkpoint.py"), "2"))
     assert process.wait(timeout=300) == -signal.SIGKILL, process.stderr.read()
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] < 40
