@@ -275,7 +275,7 @@ def markdown(rows: list[str], tables: list[str], cache: dict, *, scale: Scale, d
               f"I {scale.ndpdc_iterations}, G 1, lr 1, momentum 0.5; DM {scale.dm_iterations} iterations, real batch "
               f"{scale.dm_batch_real}, random (N(0, 1)) init; extractor ConvNet width 128 depth 3 instance norm; δ = 1e-5, "
               "RDP accountant; noise from OS entropy (secure mode)",
-              f"- σ: as each row says (Table 1: noise multiplier 1; Table 2: calibrated to ε = 1 for the row's steps)",
+              "- σ: as each row says (Table 1: noise multiplier 1; Table 2: calibrated to ε = 1 for the row's steps)",
               f"- evaluation: ConvNet, {protocol.describe()}",
               f"- seed {seed}; device: {device_line(accelerator)}",
               "- condense s / eval s: wall time of the row (\"(continued)\": resumed after an interruption, "

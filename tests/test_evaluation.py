@@ -120,7 +120,7 @@ def test_same_seed_same_result_other_seed_or_run_differs(data, built_networks):
     rng_before = torch.get_rng_state()
     first = run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=7)
     again = run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=7)
-    other = run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=8)
+    run(data, model="convnet", model_options={"width": 8}, protocol=protocol, seed=8)
     assert torch.equal(torch.get_rng_state(), rng_before), "the global RNG was used"
     assert first == again
     w = [flat_weights(n) for n in built_networks]
