@@ -90,6 +90,20 @@ class PrivacyConfig:
 
 
 @dataclass
+class AugmentConfig:
+    """Differentiable Siamese augmentation, shared by condensation and evaluation.
+
+    ``single`` follows the reference DSA (Zhao & Bilen, ``ParamDiffAug`` aug_mode 'S'): each call
+    applies ONE family of the strategy, chosen at random; ``all`` composes every family on every
+    call (a much stronger augmentation, kept for comparison)."""
+
+    mode: str = "single"
+
+    def __post_init__(self) -> None:
+        _choice("augment.mode", self.mode, ("single", "all"))
+
+
+@dataclass
 class EvalConfig:
     epochs: int = 1000
     runs: int = 5
@@ -127,6 +141,7 @@ class RunConfig:
     privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
     trainer: dict = field(default_factory=dict)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    augment: AugmentConfig = field(default_factory=AugmentConfig)
     seed: int = 0
     run_dir: Optional[str] = None
     runs_root: str = "runs"
