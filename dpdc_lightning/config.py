@@ -20,12 +20,16 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.models.config import ModelConfig
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 GROUPS = ("method", "dataset", "model", "privacy", "trainer", "eval")
 # Trainer arguments the framework sets itself; letting a user override them would break outputs.
 RESERVED_TRAINER_KEYS = frozenset({"logger", "callbacks", "default_root_dir", "max_epochs", "min_epochs",
                                    "enable_checkpointing", "plugins", "profiler", "model_registry"})
+# Trainer options that decide how many steps run: on a fresh run they shape the privacy plan (or are
+# bounded by it); a resumed run keeps its plan, so they are refused there.
+PLAN_TRAINER_KEYS = ("max_steps", "min_steps", "max_epochs", "min_epochs", "max_time")
 
 
 @dataclass
@@ -39,34 +43,6 @@ class DatasetConfig:
         from dpdc_lightning.data.datasets import DATASETS
 
         _choice("dataset.name", self.name, DATASETS)
-
-
-@dataclass
-class ModelConfig:
-    """A network architecture: the feature extractor of a method, or a model to evaluate."""
-
-    name: str = "convnet"
-    width: int = 128
-    depth: int = 3
-    norm: str = "instancenorm"
-    act: str = "relu"
-    pooling: str = "avgpool"
-
-    def __post_init__(self) -> None:
-        from dpdc_lightning.models import NETWORKS
-
-        _choice("model.name", self.name, NETWORKS)
-        _positive("model.width", self.width)
-        _positive("model.depth", self.depth)
-
-    def options(self) -> dict[str, Any]:
-        """The options ``build_network`` accepts for this architecture."""
-        if self.name == "convnet":
-            return {"width": self.width, "depth": self.depth, "norm": self.norm, "act": self.act,
-                    "pooling": self.pooling}
-        if self.name in ("vgg11", "resnet18"):
-            return {"norm": self.norm}
-        return {}
 
 
 @dataclass
@@ -219,7 +195,8 @@ def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
 
 
 def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str]) -> RunConfig:
-    """The saved config of an unfinished run; only ``trainer.*`` may change (e.g. devices)."""
+    """The saved config of an unfinished run; only ``trainer.*`` options that leave the privacy plan
+    alone may change (e.g. devices)."""
     path = Path(run_dir)
     if not (path / "config.yaml").is_file():
         raise UserError(f"resume={run_dir}: no config.yaml there, so it is not a run directory")
@@ -229,6 +206,10 @@ def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str
     changed = sorted(selections) + [t.partition("=")[0] for t in dotted if not t.startswith("trainer.")]
     if changed:
         raise UserError(f"resume keeps the run's config; only trainer.* may change, not {changed[0]}")
+    planned = [t.partition("=")[0] for t in dotted if t.partition("=")[0].removeprefix("trainer.") in PLAN_TRAINER_KEYS]
+    if planned:
+        raise UserError(f"resume keeps the run's privacy plan; {planned[0]} would change how many steps run, "
+                        "so it cannot be set on resume")
     saved = _load_yaml(path / "config.yaml")
     config = validate(OmegaConf.merge(saved, _dotlist(dotted)))
     config.resume = str(path)

@@ -1,102 +1,80 @@
-"""train(): condense one private dataset into a bundle. The whole pipeline on one screen."""
+"""train(): condense one private dataset into a run directory and export its bundle.
+
+Run-directory handling + :func:`dpdc_lightning.condense.Condensation` + export. A fresh run fixes
+its privacy plan and secret before anything is written, then writes config.yaml, plan.json and the
+secret; a resumed run (or a DDP process started by rank 0) reads them back and never replans.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
-import lightning as L
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import TensorBoardLogger
-
-from dpdc_lightning.checkpoint_io import SafeCheckpointIO
-from dpdc_lightning.config import RunConfig, config_hash, to_yaml
-from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.condense import Condensation, load_data, noise_seed_for, plan_run
+from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.export import CONFIG_FILE, atomic_write_text, new_run_dir, save_bundle
-from dpdc_lightning.image_grid import ImageGridLogger, grid_png
+from dpdc_lightning.image_grid import grid_png
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.privacy.budget import BudgetPlan, plan_budget
-from dpdc_lightning.privacy.callback import PrivacyCallback
-from dpdc_lightning.privacy.report import build_report
-from dpdc_lightning.privacy.secret import SECRET_FILE, create_secret, forget_secret, read_secret
-from dpdc_lightning.progress import CondensationProgressBar
+from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
+from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
-
-
-def plan_run(config: RunConfig, method: CondensationMethod) -> BudgetPlan:
-    """The noise multiplier and number of steps of a run, before any data is touched.
-    ``trainer.max_steps`` caps the method's own number of steps."""
-    privacy, cap = config.privacy, config.trainer.get("max_steps")
-    steps = min(method.total_steps(), cap) if cap and cap > 0 else method.total_steps()
-    return plan_budget(private=method.private, method=config.method.name,
-                       sample_rate=method.sample_rate() if method.private else 1.0, steps=steps,
-                       default_noise_multiplier=method.default_noise_multiplier,
-                       noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
-                       delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                       steps_adjustable=method.steps_adjustable)
+PLAN_FILE = "plan.json"
 
 
 def train(config: RunConfig) -> Path:
-    """Load data, plan the budget, fit the method, export the bundle; returns the run directory."""
-    method_cls, privacy = METHODS[config.method.name], config.privacy
-    data = load_dataset(config.dataset.name, root=config.dataset.root, download=config.dataset.download,
-                        cache_dir=config.dataset.cache_dir)
-    spec = DataSpec(num_classes=data.num_classes, image_shape=tuple(data.train_images.shape[1:]),
-                    class_sizes=data.class_sizes)
-    method = method_cls(config.method, data=spec, seed=config.seed, model=config.model,
-                        reproducible_noise=privacy.reproducible_noise)
-    trainer_options = dict(config.trainer)
-    trainer_options.pop("max_steps", None)
-    plan = plan_run(config, method)
-    method.noise_multiplier = plan.noise_multiplier
+    """Load data, fix (or reload) the plan, fit the method, export the bundle; returns the run directory."""
+    data = load_data(config)
     run_dir = _run_dir(config)
-    privacy_callback = PrivacyCallback(target_epsilon=privacy.target_epsilon, delta=privacy.delta,
-                                       accountant=privacy.accountant)
-    callbacks = [privacy_callback, ImageGridLogger(every_n_steps=config.method.log_images_every),
-                 ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
-                                 every_n_train_steps=config.method.checkpoint_every)]
-    if trainer_options.get("enable_progress_bar", True):
-        callbacks.append(CondensationProgressBar())
-    trainer = _trainer(trainer_options, run_dir=run_dir, callbacks=callbacks)
-    # Checked before anything is written or any DDP process is launched.
-    owned_classes(data.num_classes, rank=0, world_size=trainer.world_size)
-    secret_needed = method.private and not privacy.reproducible_noise
-    # The launching process hands its run directory to the DDP processes it starts, and only for
-    # this fit: a later train() in the same process (tests, notebooks) must pick its own.
-    hands_run_dir = trainer.is_global_zero and not os.environ.get(RUN_DIR_ENV)
-    if hands_run_dir:
-        if config.resume is None:
-            run_dir.mkdir(parents=True)
-            atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
-            if secret_needed:
-                create_secret(run_dir)
-        os.environ[RUN_DIR_ENV] = str(run_dir)
-    try:
-        secret = read_secret(run_dir) if secret_needed else config.seed
-        if secret is None:
+    launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0
+    fresh = config.resume is None and not launched
+    secret_needed = METHODS[config.method.name].private and not config.privacy.reproducible_noise
+    if fresh:
+        plan, seed = plan_run(config, DataSpec.of(data)), noise_seed_for(config)
+    else:
+        plan = _stored_plan(run_dir, config, DataSpec.of(data))
+        seed = read_secret(run_dir) if secret_needed else config.seed
+        if seed is None:
             raise UserError(f"{run_dir} has no {SECRET_FILE}: without it a resumed run would redraw the noise of "
                             "repeated steps and spend them twice; start a new run")
-        method.use_noise_seed(secret)
-        datamodule = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(),
-                                       total_steps=plan.steps, seed=config.seed, secret_sampling=secret_needed,
-                                       sampling_seed=secret)
-        trainer.fit(method, datamodule=datamodule, ckpt_path=_checkpoint(run_dir) if config.resume else None)
-        if trainer.is_global_zero:
-            images, labels = method.synthetic_set()
-            report = build_report(method=config.method.name, mechanism=method.mechanism_summary(),
-                                  accountant=privacy_callback.accountant if method.private else None,
-                                  delta=privacy.delta, target_epsilon=privacy.target_epsilon,
-                                  reproducible_noise=privacy.reproducible_noise, config_hash=config_hash(config))
-            save_bundle(run_dir, images=images, labels=labels, report=report, grid_png=grid_png(images, labels))
+    run = Condensation(config, data, plan=plan, noise_seed=seed, run_dir=run_dir)
+    # Only the launching process writes, and hands its run directory to the DDP processes it starts
+    # for this fit only: a later train() in the same process (tests, notebooks) must pick its own.
+    hands_run_dir = run.trainer.is_global_zero and not launched
+    if hands_run_dir:
+        if fresh:
+            run_dir.mkdir(parents=True)
+            atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+            atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
+            if secret_needed:
+                store_secret(run_dir, seed)
+        os.environ[RUN_DIR_ENV] = str(run_dir)
+    try:
+        result = run.fit(checkpoint=_checkpoint(run_dir) if config.resume else None)
+        if run.trainer.is_global_zero:
+            save_bundle(run_dir, images=result.images, labels=result.labels, report=result.report,
+                        grid_png=grid_png(result.images, result.labels))
             forget_secret(run_dir)
     finally:
         if hands_run_dir:
             os.environ.pop(RUN_DIR_ENV, None)
     return run_dir
+
+
+def _stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan:
+    """The plan the run was started with. The data must still give the same sample rates."""
+    path = run_dir / PLAN_FILE
+    if not path.is_file():
+        raise UserError(f"{run_dir} has no {PLAN_FILE}: its privacy plan is unknown, so it cannot be resumed")
+    try:
+        plan = PrivacyPlan.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError) as err:
+        raise UserError(f"{path} is not a readable privacy plan ({err})") from None
+    if sample_rates(METHODS[config.method.name].schedule(config.method), data.class_sizes) != plan.sample_rates:
+        raise UserError(f"the data set's class sizes changed since {run_dir} started; its plan no longer holds")
+    return plan
 
 
 def _run_dir(config: RunConfig) -> Path:
@@ -115,13 +93,3 @@ def _checkpoint(run_dir: Path) -> Path | None:
     nothing computed from the data had been written, so nothing is spent twice)."""
     path = run_dir / "checkpoints" / "last.ckpt"
     return path if path.is_file() else None
-
-
-def _trainer(options: dict, *, run_dir: Path, callbacks: list[L.Callback]) -> L.Trainer:
-    settings = {"log_every_n_steps": 10, "accelerator": "auto", "devices": 1, "enable_model_summary": False, **options}
-    try:
-        return L.Trainer(max_epochs=1, max_steps=-1, default_root_dir=run_dir, callbacks=callbacks,
-                         logger=TensorBoardLogger(save_dir=run_dir, name="", version="tensorboard"),
-                         plugins=[SafeCheckpointIO()], num_sanity_val_steps=0, **settings)
-    except Exception as err:  # Lightning reports bad options with assorted exception types
-        raise UserError(f"invalid trainer option: {str(err).strip().splitlines()[0]}") from None

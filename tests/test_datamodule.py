@@ -16,7 +16,10 @@ import torch
 
 from dpdc_lightning.data.datamodule import PrivateDataModule, _SampleStream, owned_classes
 from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.config import compose
+from dpdc_lightning.condense import noise_seed_for
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.plan import StepSchedule, make_plan
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +27,13 @@ def toy():
     return load_dataset("toy")
 
 
-def _module(data, *, sampling: str = "per_class_poisson", sample_size: float = 6.0, total_steps: int = 10,
-            seed: int = 0, secret_sampling: bool = False) -> PrivateDataModule:
-    return PrivateDataModule(data, sampling=sampling, sample_size=sample_size, total_steps=total_steps, seed=seed,
-                             secret_sampling=secret_sampling)
+def _module(data, *, sampling: str = "per_class_poisson", sample_size: float = 6.0, total_steps: int = 1000,
+            seed: int = 0, free_steps: int = 0) -> PrivateDataModule:
+    schedule = StepSchedule(private=sampling != "per_class_fixed", sampling=sampling, sample_size=sample_size,
+                            data_steps=total_steps, free_steps=free_steps, default_noise_multiplier=1.0)
+    plan = make_plan(schedule, class_sizes=data.class_sizes, method="test", noise_multiplier=None,
+                     target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
+    return PrivateDataModule(data, plan=plan, sampling_seed=seed)
 
 
 def _classes(data) -> list[int]:
@@ -94,10 +100,14 @@ def test_draws_differ_across_steps_classes_and_seeds(toy):
 
 
 def test_secure_mode_draws_from_os_entropy(toy):
-    """Same seed, secret sampling: two modules must not draw the same samples."""
-    a = _module(toy, sample_size=24.0, seed=0, secret_sampling=True)
-    b = _module(toy, sample_size=24.0, seed=0, secret_sampling=True)
-    reproducible = _module(toy, sample_size=24.0, seed=0, secret_sampling=False)
+    """Same config seed, secure noise: two runs' streams must not draw the same samples."""
+    secure, reproducible = compose(["method=ndpdc"]), compose(["method=ndpdc", "privacy.reproducible_noise=true"])
+    assert noise_seed_for(reproducible) == reproducible.seed == noise_seed_for(compose(["method=dm"]))
+    seeds = {noise_seed_for(secure) for _ in range(3)}
+    assert len(seeds) == 3 and secure.seed not in seeds
+    a = _module(toy, sample_size=24.0, seed=noise_seed_for(secure))
+    b = _module(toy, sample_size=24.0, seed=noise_seed_for(secure))
+    reproducible = _module(toy, sample_size=24.0, seed=noise_seed_for(reproducible))
     batch_a, batch_b = a.sample(0, _classes(toy))["images"], b.sample(0, _classes(toy))["images"]
     batch_r = reproducible.sample(0, _classes(toy))["images"]
 
@@ -203,3 +213,26 @@ def test_train_dataloader_serves_only_the_classes_of_its_rank(toy):
     batches = list(module.train_dataloader())
     assert len(batches) == 3
     assert all(batch["classes"] == [1] for batch in batches)
+
+
+def test_free_steps_follow_the_data_steps_and_carry_no_data(toy):
+    module = _module(toy, total_steps=3, free_steps=2)
+    module.trainer = _fake_trainer(0)
+    batches = list(module.train_dataloader())
+    assert [b["step"] for b in batches] == [0, 1, 2, 3, 4]  # the stream ends at the plan's last step
+    assert all("images" in b for b in batches[:3])
+    assert batches[3:] == [{"step": 3, "free": True}, {"step": 4, "free": True}]
+
+
+def test_rates_come_from_the_plan(toy, monkeypatch):
+    """The stream samples class c at the plan's q_c (the one the accountant is told), not a rate of its own."""
+    import dpdc_lightning.data.datamodule as datamodule
+
+    seen = []
+    real = datamodule.poisson_sample
+    monkeypatch.setattr(datamodule, "poisson_sample",
+                        lambda n, *, sample_rate, generator: seen.append(sample_rate) or real(n, sample_rate=sample_rate,
+                                                                                            generator=generator))
+    module = _module(toy, sample_size=6.0)
+    module.sample(0, _classes(toy))
+    assert seen == [module.plan.rate_of(c) for c in _classes(toy)] == [6.0 / n for n in toy.class_sizes]

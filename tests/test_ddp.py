@@ -29,6 +29,7 @@ from dpdc_lightning.methods.dm import DM, DMConfig
 from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
 from dpdc_lightning.training import RUN_DIR_ENV, train
+from method_helpers import build
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48, 48, 48, 48))
@@ -43,10 +44,11 @@ def toy():
 
 def _feature_matching(name: str):
     if name == "ndpdc":
-        method = NDPDC(NDPDCConfig(ipc=2, group_size=6, forward="loop"), data=SPEC, seed=0, model=TINY,
-                       noise_multiplier=1.0, reproducible_noise=True)
+        method = build(NDPDC, NDPDCConfig(ipc=2, group_size=6, forward="loop"), SPEC, model=TINY, noise_multiplier=1.0,
+                       data_steps=STEPS)
     else:
-        method = DM(DMConfig(ipc=2, batch_real=6, init="noise", forward="loop"), data=SPEC, seed=0, model=TINY)
+        method = build(DM, DMConfig(ipc=2, batch_real=6, init="noise", forward="loop"), SPEC, model=TINY,
+                       data_steps=STEPS)
     method.on_fit_start()  # builds the extractor and DSA, as a Trainer would
     return method
 
@@ -58,10 +60,10 @@ class _GradientRecorder:
         self.method, self.grads = method, []
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self.method.images.grad = None
+        self.method.synthetic.images.grad = None
 
     def step(self) -> None:
-        self.grads.append(self.method.images.grad.detach().clone())
+        self.grads.append(self.method.synthetic.images.grad.detach().clone())
 
 
 def _rank_gradients(name: str, data, *, rank: int, world_size: int) -> list[torch.Tensor]:
@@ -71,8 +73,7 @@ def _rank_gradients(name: str, data, *, rank: int, world_size: int) -> list[torc
     recorder = _GradientRecorder(method)
     method.optimizers = lambda: recorder
     method.manual_backward = lambda loss: loss.backward()
-    stream = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(), total_steps=STEPS,
-                               seed=0, secret_sampling=False)
+    stream = PrivateDataModule(data, plan=method.plan, sampling_seed=0)
     classes = owned_classes(SPEC.num_classes, rank=rank, world_size=world_size)
     for step in range(STEPS):
         method.condensation_step(stream.sample(step, classes), step)
@@ -117,16 +118,15 @@ class _ThreadAllReduce:
 
 def _ldpdc_images(data, *, rank: int, world_size: int, collective: _ThreadAllReduce | None) -> list[torch.Tensor]:
     """Runs LDPDC's training steps on one rank's classes; returns the images after each step."""
-    method = LDPDC(LDPDCConfig(ipc=3, group_size=6), data=SPEC, seed=0, noise_multiplier=1.0, reproducible_noise=True)
+    method = build(LDPDC, LDPDCConfig(ipc=3, group_size=6), SPEC, noise_multiplier=1.0)
     strategy = collective.strategy(rank) if collective else None
     method.trainer = SimpleNamespace(world_size=world_size, global_rank=rank, strategy=strategy)
-    stream = PrivateDataModule(data, sampling=method.sampling, sample_size=method.sample_size(),
-                               total_steps=method.total_steps(), seed=0, secret_sampling=False)
+    stream = PrivateDataModule(data, plan=method.plan, sampling_seed=0)
     classes = owned_classes(SPEC.num_classes, rank=rank, world_size=world_size)
     snapshots = []
-    for step in range(method.total_steps()):
+    for step in range(method.plan.total_steps):
         method.training_step(stream.sample(step, classes), step)
-        snapshots.append(method.images.detach().clone())
+        snapshots.append(method.synthetic.images.detach().clone())
     return snapshots
 
 

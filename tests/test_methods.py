@@ -17,7 +17,6 @@ import torch
 import dpdc_lightning.methods.ldpdc as ldpdc_module
 import dpdc_lightning.methods.ndpdc as ndpdc_module
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data.datamodule import PrivateDataModule
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
@@ -27,6 +26,7 @@ from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.training import train
+from method_helpers import build, stream
 
 SHAPE = (1, 28, 28)
 D = math.prod(SHAPE)
@@ -43,12 +43,11 @@ def _spec(class_sizes=(48, 48, 48, 48)) -> DataSpec:
 
 
 def _ndpdc(*, seed: int = 0, forward: str = "loop", norm: str = "instancenorm", clip_norm: float = 1.0,
-           noise_multiplier: float = 1.0, group_size: float = 4.0, ipc: int = 2, class_sizes=(48, 48, 48, 48),
-           reproducible_noise: bool = True) -> NDPDC:
+           noise_multiplier: float = 1.0, group_size: float = 4.0, ipc: int = 2, class_sizes=(48, 48, 48, 48)
+           ) -> NDPDC:
     config = NDPDCConfig(ipc=ipc, group_size=group_size, clip_norm=clip_norm, forward=forward)
     model = ModelConfig(width=TINY.width, depth=TINY.depth, norm=norm)
-    method = NDPDC(config, data=_spec(class_sizes), seed=seed, model=model, noise_multiplier=noise_multiplier,
-                   reproducible_noise=reproducible_noise)
+    method = build(NDPDC, config, _spec(class_sizes), seed=seed, model=model, noise_multiplier=noise_multiplier)
     method.on_fit_start()  # builds the extractor and DSA (what a Trainer would do)
     return method
 
@@ -56,12 +55,11 @@ def _ndpdc(*, seed: int = 0, forward: str = "loop", norm: str = "instancenorm", 
 def _ldpdc(*, ipc: int = 4, group_size: float = 4.0, bound: float = 1.0, noise_multiplier: float = 1.0,
            class_sizes=(48, 48, 48, 48)) -> LDPDC:
     config = LDPDCConfig(ipc=ipc, group_size=group_size, bound=bound)
-    return LDPDC(config, data=_spec(class_sizes), seed=0, noise_multiplier=noise_multiplier, reproducible_noise=True)
+    return build(LDPDC, config, _spec(class_sizes), noise_multiplier=noise_multiplier)
 
 
-def _stream(data, *, group_size: float = 4.0, seed: int = 0) -> PrivateDataModule:
-    return PrivateDataModule(data, sampling="per_class_poisson", sample_size=group_size, total_steps=100, seed=seed,
-                             secret_sampling=False)
+def _stream(data, *, group_size: float = 4.0, seed: int = 0):
+    return stream(data, group_size=group_size, seed=seed)
 
 
 def _capture(monkeypatch, module) -> list[torch.Tensor]:
@@ -93,7 +91,7 @@ def test_ndpdc_batched_forward_equals_loop(toy):
         assert method.extractor.forward_mode == forward
         losses = method.class_losses(batch, 3)
         losses.sum().backward()
-        results.append((losses.detach(), method.images.grad.clone()))
+        results.append((losses.detach(), method.synthetic.images.grad.clone()))
     (loss_loop, grad_loop), (loss_batched, grad_batched) = results
     assert torch.allclose(loss_loop, loss_batched, rtol=1e-4, atol=1e-5)
     assert grad_loop.abs().sum() > 0
@@ -102,19 +100,19 @@ def test_ndpdc_batched_forward_equals_loop(toy):
 
 def test_extractor_speed_options_reach_the_extractor():
     config = NDPDCConfig(ipc=2, group_size=4.0, forward="loop", memory_format="channels_last", autocast="bf16")
-    method = NDPDC(config, data=_spec(), seed=0, model=TINY, noise_multiplier=1.0, reproducible_noise=True)
+    method = build(NDPDC, config, _spec(), model=TINY, noise_multiplier=1.0)
     method.on_fit_start()
     assert (method.extractor.memory_format, method.extractor.autocast) == ("channels_last", "bf16")
 
 
 def test_batched_forward_with_batchnorm_is_refused():
     with pytest.raises(UserError, match="batched"):
-        DM(DMConfig(ipc=2, init="noise", forward="batched"), data=_spec(), seed=0,
-           model=ModelConfig(width=8, depth=2, norm="batchnorm"))
+        build(DM, DMConfig(ipc=2, init="noise", forward="batched"), _spec(),
+              model=ModelConfig(width=8, depth=2, norm="batchnorm"))
     # VGG and ResNet take a norm as well: batch norm there is no more per-sample than in ConvNet.
     with pytest.raises(UserError, match="batched"):
-        DM(DMConfig(ipc=2, init="noise", forward="batched"), data=_spec(), seed=0,
-           model=ModelConfig(name="vgg11", norm="batchnorm"))
+        build(DM, DMConfig(ipc=2, init="noise", forward="batched"), _spec(),
+              model=ModelConfig(name="vgg11", norm="batchnorm"))
 
 
 @pytest.mark.parametrize("forward", ["loop", "batched", "auto"])
@@ -124,8 +122,8 @@ def test_private_feature_matching_refuses_batchnorm(name, forward):
     (on toy, one record moved a release clipped to 0.5 by about 10)."""
     cls = METHODS[name]
     with pytest.raises(UserError, match="batchnorm"):
-        cls(cls.config_class(ipc=2, forward=forward), data=_spec((1000,) * 4), seed=0,
-            model=ModelConfig(width=8, depth=2, norm="batchnorm"))
+        build(cls, cls.config_class(ipc=2, forward=forward), _spec((1000,) * 4),
+              model=ModelConfig(width=8, depth=2, norm="batchnorm"))
 
 
 @pytest.mark.parametrize("clip_norm", [0.5, 3.0])
@@ -162,29 +160,29 @@ def test_ndpdc_noise_std_is_noise_multiplier_times_clip_norm(monkeypatch):
     assert summary["sensitivity"] == 3.0 and summary["noise_std"] == 6.0 and summary["noise_multiplier"] == 2.0
 
 
-def test_ndpdc_spends_one_planned_event_per_class_per_step(toy):
+def test_ndpdc_spends_one_event_per_class_per_step_at_its_own_rate(toy):
     sizes = (48, 40, 48, 44)
     method = _ndpdc(class_sizes=sizes, group_size=4.0, noise_multiplier=1.5)
-    expected = PrivacyEvent(noise_multiplier=1.5, sample_rate=4.0 / 40)
-    assert method.planned_event() == expected
-    stream = _stream(toy)
+    # The plan accounts every step at the largest class rate (parallel composition) ...
+    assert method.plan.event() == PrivacyEvent(noise_multiplier=1.5, sample_rate=4.0 / 40)
+    data = _stream(toy)
     for step, classes in ((0, [0, 1, 2, 3]), (1, [1, 3]), (2, [2])):
-        method.class_losses(stream.sample(step, classes), step)
+        method.class_losses(data.sample(step, classes), step)
         events = method.pop_events()
         assert [partition for partition, _ in events] == classes
-        assert all(event == expected for _, event in events)
+        # ... while each class's mechanism reports the rate it was sampled at.
+        assert all(event == PrivacyEvent(noise_multiplier=1.5, sample_rate=4.0 / sizes[c]) for c, event in events)
     assert method.pop_events() == []
 
 
 def test_dm_is_not_private_and_spends_no_event(toy):
-    method = DM(DMConfig(ipc=2, batch_real=8, init="noise", forward="loop"), data=_spec(), seed=0, model=TINY)
+    method = build(DM, DMConfig(ipc=2, batch_real=8, init="noise", forward="loop"), _spec(), model=TINY)
     method.on_fit_start()
     method.optimise = lambda loss: None  # the optimiser step needs a Trainer; the events do not
-    stream = PrivateDataModule(toy, sampling=method.sampling, sample_size=8, total_steps=2, seed=0,
-                               secret_sampling=False)
-    loss = method.condensation_step(stream.sample(0, [0, 1, 2, 3]), 0)
+    data = stream(toy, group_size=8, steps=2, sampling="per_class_fixed", private=False)
+    loss = method.condensation_step(data.sample(0, [0, 1, 2, 3]), 0)
     assert torch.isfinite(loss)
-    assert method.planned_event() is None and method.pop_events() == []
+    assert method.plan.event() is None and method.pop_events() == []
 
 
 # --------------------------------------------------------------------------- LDPDC
@@ -222,7 +220,7 @@ def test_ldpdc_sensitivity_and_noise_std(monkeypatch):
     released = _capture(monkeypatch, ldpdc_module)
     for step in range(4):
         method.condensation_step(_empty_batch(step, [0, 1, 2, 3]), step)
-    scaled = method.images.detach() * group_size  # empty samples: every row is noise / L
+    scaled = method.synthetic.images.detach() * group_size  # empty samples: every row is noise / L
     std = noise_multiplier * sensitivity
     assert abs(scaled.std().item() - std) < 0.03 * std
     assert abs(scaled.mean().item()) < 0.03 * std
@@ -233,11 +231,12 @@ def test_ldpdc_sensitivity_and_noise_std(monkeypatch):
 
 def test_ldpdc_spends_one_planned_event_per_class(toy):
     method = _ldpdc(group_size=4.0, noise_multiplier=1.0, class_sizes=(48, 32, 48, 48))
-    expected = PrivacyEvent(noise_multiplier=1.0, sample_rate=4.0 / 32)
-    assert method.planned_event() == expected and method.total_steps() == 4
+    assert method.plan.event() == PrivacyEvent(noise_multiplier=1.0, sample_rate=4.0 / 32)
+    assert method.plan.data_steps == 4
     method.condensation_step(_stream(toy).sample(0, [0, 1, 2, 3]), 0)
     events = method.pop_events()
-    assert [p for p, _ in events] == [0, 1, 2, 3] and all(e == expected for _, e in events)
+    assert [p for p, _ in events] == [0, 1, 2, 3]
+    assert all(e == PrivacyEvent(noise_multiplier=1.0, sample_rate=4.0 / (48, 32, 48, 48)[c]) for c, e in events)
 
 
 # --------------------------------------------------------------------------- initialisation
@@ -247,13 +246,13 @@ def test_ldpdc_spends_one_planned_event_per_class(toy):
 def test_private_methods_start_from_standard_normal_noise(name):
     cls = METHODS[name]
     big = _spec((1000,) * 4)  # room for any method's default sample size
-    method = cls(cls.config_class(ipc=50), data=big, seed=3, model=TINY, reproducible_noise=True)
-    values = method.images.detach()
+    method = build(cls, cls.config_class(ipc=50), big, seed=3, model=TINY)
+    values = method.synthetic.images.detach()
     assert values.shape == (4 * 50, *SHAPE)
     assert abs(values.mean().item()) < 0.02 and abs(values.std().item() - 1.0) < 0.02
     # Nothing of the data: the init depends on the seed only.
-    other = cls(cls.config_class(ipc=50), data=big, seed=4, model=TINY, reproducible_noise=True)
-    assert not torch.equal(values, other.images.detach())
+    other = build(cls, cls.config_class(ipc=50), big, seed=4, model=TINY)
+    assert not torch.equal(values, other.synthetic.images.detach())
 
 
 @pytest.mark.parametrize("name", [name for name, cls in METHODS.items() if cls.private])
@@ -263,7 +262,7 @@ def test_private_methods_refuse_real_initialisation(name):
     with pytest.raises(UserError, match="init"):
         compose([f"method={name}", "method.init=real"])
     # The base class refuses too, should a config ever let it through.
-    method = METHODS[name](METHODS[name].config_class(), data=_spec((1000,) * 4), seed=0, model=TINY)
+    method = build(METHODS[name], METHODS[name].config_class(), _spec((1000,) * 4), model=TINY)
     method.config.init = "real"
     with pytest.raises(UserError, match="init"):
         method.setup("fit")
@@ -304,7 +303,7 @@ def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
                      "privacy.reproducible_noise=true")
     report = json.loads((run_dir / "privacy.json").read_text())
     assert report["steps"] == ipc
-    initial = _ldpdc(ipc=ipc).images.detach()  # same seed (0): the init the run started from
+    initial = _ldpdc(ipc=ipc).synthetic.images.detach()  # same seed (0): the init the run started from
     images = _images(run_dir)
     assert images.shape == initial.shape and torch.isfinite(images).all()
     changed = (images != initial).flatten(1).all(1)

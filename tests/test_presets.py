@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import pytest
 
+from dpdc_lightning.condense import plan_run
 from dpdc_lightning.config import compose
-from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.training import plan_run
 
 FASHION_MNIST = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
 
 
 def _planned_epsilon(experiment: str) -> tuple[float, float, int]:
     config = compose([f"experiment={experiment}"])
-    method = METHODS[config.method.name](config.method, data=FASHION_MNIST, seed=0, model=config.model)
-    plan = plan_run(config, method)
-    epsilon = epsilon_from_history([(plan.noise_multiplier, method.sample_rate(), plan.steps)],
+    plan = plan_run(config, FASHION_MNIST)
+    epsilon = epsilon_from_history([(plan.noise_multiplier, plan.sample_rate, plan.data_steps)],
                                    delta=config.privacy.delta)
-    return epsilon, plan.noise_multiplier, plan.steps
+    assert plan.planned_epsilon == epsilon  # the plan states the ε the calculator gives
+    return epsilon, plan.noise_multiplier, plan.data_steps
 
 
 @pytest.mark.parametrize("experiment, epsilon, steps", [("ndpdc_paper", 5.4427, 10000), ("ldpdc_paper", 1.0588, 50)])

@@ -87,6 +87,7 @@ class DSA:
         self,
         strategy: str = DEFAULT_STRATEGY,
         *,
+        mode: str = "all",
         scale: float = 1.2,
         rotate: float = 15.0,
         crop_pad: float = 0.125,

@@ -1,16 +1,20 @@
 """PrivateDataModule: the private training tensors per class and the stream of sampled batches.
 
-Privacy-critical. Per step it yields, for the classes this process owns, a Poisson sample of each
-class (each record included independently with probability q_c = L / N_c; DPDC Alg. 1-2), or a
-Poisson sample of the whole set (q = B / N; PSG), or, for non-private baselines only, a fixed-size
-sample without replacement. Every draw uses a generator derived from (sampling seed, step, class):
-the sampling seed comes from OS entropy unless noise is reproducible, so the sample is secret, and
-a draw does not depend on how classes are sharded over processes or on where a run was resumed.
+Privacy-critical. Every rate and the number of steps come from the run's PrivacyPlan
+(privacy/plan.py), never from here. Per data step it yields, for the classes this process owns,
+a Poisson sample of each class (each record included independently with probability
+q_c = plan.rate_of(c); Zheng & Li, "Differentially Private Dataset Condensation", Alg. 1-2), or a
+Poisson sample of the whole set (q = B / N), or, for non-private baselines only, a fixed-size
+sample without replacement. Free steps (after the data steps) yield no data at all. Every draw
+uses a generator derived from (sampling seed, step, class): the sampling seed is the run's secret
+unless noise is reproducible, so the sample is secret, and a draw depends neither on how classes
+are sharded over processes nor on where a run was resumed. The stream ends after the plan's last
+step, so no trainer option can draw a sample the plan did not pay for.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 import lightning as L
 from torch import Tensor
@@ -19,7 +23,8 @@ from torch.utils.data import DataLoader, IterableDataset
 from dpdc_lightning.data.datasets import ImageData
 from dpdc_lightning.data.poisson import poisson_sample, sample_without_replacement
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.seeding import derive_generator, os_entropy_seed
+from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.seeding import derive_generator
 
 
 def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
@@ -45,15 +50,13 @@ class _SampleStream(IterableDataset):
 
 
 class PrivateDataModule(L.LightningDataModule):
-    def __init__(self, data: ImageData, *, sampling: str, sample_size: float, total_steps: int,
-                 seed: int, secret_sampling: bool, sampling_seed: Optional[int] = None) -> None:
+    def __init__(self, data: ImageData, *, plan: PrivacyPlan, sampling_seed: int) -> None:
         super().__init__()
+        expected = {"per_class_poisson": data.num_classes, "global_poisson": 1, "per_class_fixed": 0}[plan.sampling]
+        if len(plan.sample_rates) != expected:
+            raise ValueError("the plan's sample rates do not match the data's classes")
         self.data = data
-        self.sampling = sampling
-        self.sample_size = sample_size
-        self.total_steps = total_steps
-        if sampling_seed is None:
-            sampling_seed = os_entropy_seed() if secret_sampling else seed
+        self.plan = plan
         self._sampling_seed = sampling_seed
         self._all_images, self._all_labels = data.train_images, data.train_labels
         self._class_images = [data.train_images[data.train_labels == c] for c in range(data.num_classes)]
@@ -62,10 +65,12 @@ class PrivateDataModule(L.LightningDataModule):
         return self._class_images[class_index]
 
     def sample(self, step: int, classes: list[int]) -> dict[str, Any]:
-        if self.sampling == "global_poisson":
-            n = len(self._all_labels)
-            rate = min(1.0, self.sample_size / n)
-            picks = poisson_sample(n, sample_rate=rate, generator=derive_generator(self._sampling_seed, "sample", step))
+        plan = self.plan
+        if not plan.is_data_step(step):
+            return {"step": step, "free": True}
+        if plan.sampling == "global_poisson":
+            picks = poisson_sample(len(self._all_labels), sample_rate=plan.rate_of(-1),
+                                   generator=derive_generator(self._sampling_seed, "sample", step))
             picks = picks.to(self._all_images.device)
             return {"step": step, "images": self._all_images.index_select(0, picks),
                     "labels": self._all_labels.index_select(0, picks)}
@@ -73,10 +78,10 @@ class PrivateDataModule(L.LightningDataModule):
         for c in classes:
             pool = self._class_images[c]
             generator = derive_generator(self._sampling_seed, "sample", step, c)
-            if self.sampling == "per_class_poisson":
-                picks = poisson_sample(len(pool), sample_rate=min(1.0, self.sample_size / len(pool)), generator=generator)
+            if plan.sampling == "per_class_poisson":
+                picks = poisson_sample(len(pool), sample_rate=plan.rate_of(c), generator=generator)
             else:
-                picks = sample_without_replacement(len(pool), size=int(self.sample_size), generator=generator)
+                picks = sample_without_replacement(len(pool), size=int(plan.sample_size), generator=generator)
             # index_select, not pool[picks]: advanced indexing costs ~1000x more on a busy CPU.
             batches.append(pool.index_select(0, picks.to(pool.device)))
         return {"step": step, "classes": classes, "images": batches}
@@ -89,4 +94,4 @@ class PrivateDataModule(L.LightningDataModule):
         self._class_images = [x.to(device) for x in self._class_images]
         self._all_images, self._all_labels = self._all_images.to(device), self._all_labels.to(device)
         start = int(trainer.lightning_module.completed_steps)
-        return DataLoader(_SampleStream(self, classes, start, self.total_steps), batch_size=None, num_workers=0)
+        return DataLoader(_SampleStream(self, classes, start, self.plan.total_steps), batch_size=None, num_workers=0)

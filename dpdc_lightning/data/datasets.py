@@ -93,6 +93,27 @@ class ImageData:
         """Number of training records per class (the N_c of the per-class sample rates)."""
         return tuple(int(n) for n in torch.bincount(self.train_labels, minlength=self.num_classes))
 
+    @classmethod
+    def from_tensors(cls, images: Tensor, labels: Tensor, *, num_classes: int | None = None,
+                     test_images: Tensor | None = None, test_labels: Tensor | None = None,
+                     name: str = "tensors") -> "ImageData":
+        """A dataset from tensors already in the normalised space (pixels in [-1, 1]); the test
+        split is optional (empty when absent: condensation does not need it)."""
+        num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
+        if test_images is None:
+            test_images, test_labels = images[:0], labels[:0]
+        return cls(name=name, train_images=images, train_labels=labels, test_images=test_images,
+                   test_labels=test_labels, num_classes=num_classes,
+                   class_names=tuple(str(c) for c in range(num_classes)))
+
+    def subset(self, indices: Tensor) -> "ImageData":
+        """The same dataset restricted to the training records ``indices`` (the test split is kept):
+        e.g. the shadow experiments of a membership-inference audit."""
+        indices = torch.as_tensor(indices, dtype=torch.long)
+        return ImageData(name=f"{self.name}[subset]", train_images=self.train_images.index_select(0, indices),
+                         train_labels=self.train_labels.index_select(0, indices), test_images=self.test_images,
+                         test_labels=self.test_labels, num_classes=self.num_classes, class_names=self.class_names)
+
 
 def normalise(unit_images: Tensor) -> Tensor:
     """Map pixels in [0, 1] to [-1, 1] with the fixed constants (never data-derived)."""

@@ -1,9 +1,20 @@
-"""The shared base of every condensation method: a LightningModule whose parameter is the data.
+"""The shared base of every condensation method: a LightningModule whose parameters make the data.
 
-A method subclass says what its private data stream looks like (``sampling``), how many steps it
-runs, which privacy event one step spends (``planned_event``), and what one step does
-(``condensation_step``). Everything else (optimiser, step counting, event hand-over to the
-PrivacyCallback, export) lives here.
+A subclass describes itself with class attributes and a few small hooks:
+
+- ``private``, ``sampling`` (per-class Poisson, per-class fixed for non-private baselines, global
+  Poisson), ``sample_size(config)``, ``data_steps(config)`` and ``free_steps(config)``: together
+  the :class:`StepSchedule` the privacy plan is made from, before the method exists;
+- ``build_synthetic()``: the synthetic set as a module (``PixelImages`` by default, or e.g.
+  ``GeneratedImages``); the base optimises its parameters and exports its images;
+- ``condensation_step(batch, step)`` for a data step and ``free_step(step)`` for a step that reads
+  no data and spends nothing (e.g. Dosser's optimisation stage);
+- ``carry(name, obj)`` registers state kept between steps (an inner network's optimiser, a signal
+  bank): anything with ``state_dict``/``load_state_dict`` is saved in every checkpoint and restored
+  on resume (submodules are saved with the module anyway).
+
+The method is built with its final privacy plan (noise multiplier, sample rates, step counts) and
+noise seed; nothing is patched onto it afterwards.
 """
 
 from __future__ import annotations
@@ -13,19 +24,19 @@ from typing import Any, ClassVar, Optional
 
 import lightning as L
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from dpdc_lightning.config import ModelConfig
 from dpdc_lightning.data.subsets import random_class_picks
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
+from dpdc_lightning.models import ModelConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.seeding import derive_generator, os_entropy_seed
+from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
+from dpdc_lightning.seeding import derive_generator
+
 
 class NumericalFault(UserError):
     """The optimisation diverged (NaN/Inf); the run stops before anything bad is saved."""
-
-
-SAMPLING_KINDS = ("per_class_poisson", "per_class_fixed", "global_poisson")
 
 
 @dataclass
@@ -61,6 +72,12 @@ class DataSpec:
     image_shape: tuple[int, int, int]
     class_sizes: tuple[int, ...]
 
+    @classmethod
+    def of(cls, data: Any) -> "DataSpec":
+        """The spec of an ``ImageData``."""
+        return cls(num_classes=data.num_classes, image_shape=tuple(data.train_images.shape[1:]),
+                   class_sizes=tuple(data.class_sizes))
+
 
 class CondensationMethod(L.LightningModule):
     """Base class. Subclasses set the class attributes and implement ``condensation_step``."""
@@ -69,74 +86,83 @@ class CondensationMethod(L.LightningModule):
     private: ClassVar[bool] = False
     sampling: ClassVar[str] = "per_class_poisson"
     default_noise_multiplier: ClassVar[Optional[float]] = None
-    steps_adjustable: ClassVar[bool] = True  # False where the step count is fixed by the algorithm
+    steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
 
-    def __init__(self, config: MethodConfig, *, data: DataSpec, seed: int, model: Optional[ModelConfig] = None,
-                 noise_multiplier: Optional[float] = None, reproducible_noise: bool = False,
-                 noise_seed: Optional[int] = None) -> None:
+    def __init__(self, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, seed: int,
+                 noise_seed: Optional[int] = None, model: Optional[ModelConfig] = None,
+                 augment_mode: str = "single") -> None:
+        """``noise_seed`` keys the privacy noise (the run's secret; required for a private method)."""
         super().__init__()
+        if plan.private != self.private or plan.sampling != self.sampling:
+            raise ValueError(f"the plan is for a {'private' if plan.private else 'non-private'} {plan.sampling} "
+                             f"method, {type(self).__name__} is not")
+        if self.private and noise_seed is None:
+            raise ValueError("a private method needs the run's noise seed")
         self.automatic_optimization = False
         self.config = config
         self.model_config = model or ModelConfig()
         self.data = data
+        self.plan = plan
         self.seed = seed
-        self.noise_multiplier = noise_multiplier if noise_multiplier is not None else self.default_noise_multiplier
-        self.reproducible_noise = reproducible_noise
-        # Secure mode: the noise seed is the run's secret (privacy/secret.py), else OS entropy; never logged.
-        if noise_seed is None:
-            noise_seed = seed if reproducible_noise else os_entropy_seed()
+        self.augment_mode = augment_mode
         self._noise_seed = noise_seed
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
-        num_classes, ipc = data.num_classes, config.ipc
-        self.images = nn.Parameter(torch.randn(num_classes * ipc, *data.image_shape,
-                                               generator=derive_generator(seed, "init")))
-        self.register_buffer("labels", torch.arange(num_classes).repeat_interleave(ipc))
-        # Steps whose privacy cost is spent; restored from checkpoints, drives the data stream.
+        self._carried: dict[str, Any] = {}
+        self._restored_carried: dict[str, Any] = {}
+        self.synthetic = self.build_synthetic()
+        # Steps done (data and free); restored from checkpoints, drives the data stream.
         self.register_buffer("completed_steps", torch.zeros((), dtype=torch.long))
-        if self.sampling == "per_class_poisson" and self.sample_size() > min(data.class_sizes):
-            raise UserError(f"the expected sample per class ({self.sample_size():g}) is larger than the smallest "
-                            f"class ({min(data.class_sizes)} records); lower method.group_size")
 
     # ---- what a subclass describes -------------------------------------------------------------
-    def total_steps(self) -> int:
-        return self.config.iterations
-
-    def sample_size(self) -> float:
+    @classmethod
+    def sample_size(cls, config: MethodConfig) -> float:
         """Expected records per class (per-class sampling) or per step (global sampling)."""
         raise NotImplementedError
 
-    def sample_rate(self) -> float:
-        """q of one step: max over classes of size/N_c (parallel composition, DPDC Cor. A.1)."""
-        if self.sampling == "global_poisson":
-            return min(1.0, self.sample_size() / sum(self.data.class_sizes))
-        return min(1.0, self.sample_size() / min(self.data.class_sizes))
+    @classmethod
+    def data_steps(cls, config: MethodConfig) -> int:
+        return config.iterations
 
-    def planned_event(self) -> Optional[PrivacyEvent]:
-        """The privacy event every step spends; None for non-private methods."""
-        if not self.private:
-            return None
-        return PrivacyEvent(noise_multiplier=float(self.noise_multiplier), sample_rate=self.sample_rate())
+    @classmethod
+    def free_steps(cls, config: MethodConfig) -> int:
+        return 0
+
+    @classmethod
+    def schedule(cls, config: MethodConfig) -> StepSchedule:
+        """What this method asks of the privacy plan; known before the method is built."""
+        return StepSchedule(private=cls.private, sampling=cls.sampling, sample_size=cls.sample_size(config),
+                            data_steps=cls.data_steps(config), free_steps=cls.free_steps(config),
+                            default_noise_multiplier=cls.default_noise_multiplier,
+                            steps_adjustable=cls.steps_adjustable)
+
+    def build_synthetic(self) -> SyntheticSet:
+        return PixelImages(num_classes=self.data.num_classes, ipc=self.config.ipc, image_shape=self.data.image_shape,
+                           generator=derive_generator(self.seed, "init"))
 
     def mechanism_summary(self) -> Optional[dict[str, Any]]:
         """One step's mechanism for the report: sensitivity, noise multiplier and std, sample rate."""
         return None
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
-        """One step on one sampled batch; returns the loss to log (or None)."""
+        """One data step on one sampled batch; returns the loss to log (or None)."""
         raise NotImplementedError
 
+    def free_step(self, step: int) -> Optional[Tensor]:
+        """One step that reads no private data and spends nothing."""
+        raise NotImplementedError(f"{type(self).__name__} declares free steps but no free_step")
+
     # ---- shared machinery ----------------------------------------------------------------------
+    @property
+    def noise_multiplier(self) -> Optional[float]:
+        return self.plan.noise_multiplier
+
     def class_view(self) -> Tensor:
-        """The synthetic images as [classes, ipc, C, H, W] (a view: gradients flow)."""
-        return self.images.view(self.data.num_classes, self.config.ipc, *self.data.image_shape)
+        """The synthetic images as [classes, ipc, C, H, W] (gradients flow to the parameters)."""
+        return self.synthetic.class_view()
 
-    def use_noise_seed(self, seed: int) -> None:
-        """Draw noise from the run's secret seed (privacy/secret.py) instead of a fresh one."""
-        self._noise_seed = seed
-
-    def noise_generator(self, step: int, class_index: int) -> torch.Generator:
-        """Generator for the privacy noise of (step, class); shard-independent by construction."""
-        return derive_generator(self._noise_seed, "noise", step, class_index)
+    def noise_generator(self, step: int, partition: int) -> torch.Generator:
+        """Generator for the privacy noise of (step, partition); shard-independent by construction."""
+        return derive_generator(self._noise_seed, "noise", step, partition)
 
     def spend(self, event: PrivacyEvent, *, partition: int) -> None:
         """Record an event a mechanism returned on one disjoint part of the data (a class, or -1
@@ -147,6 +173,23 @@ class CondensationMethod(L.LightningModule):
         events, self._pending_events = self._pending_events, []
         return events
 
+    def carry(self, name: str, state: Any) -> Any:
+        """Keep ``state`` (anything with state_dict/load_state_dict) in checkpoints; returns it,
+        restored if this run resumes from a checkpoint that holds it."""
+        self._carried[name] = state
+        if name in self._restored_carried:
+            state.load_state_dict(self._restored_carried.pop(name))
+        return state
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["carried_state"] = {name: state.state_dict() for name, state in self._carried.items()}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._restored_carried = dict(checkpoint.get("carried_state", {}))
+        for name in list(self._restored_carried):
+            if name in self._carried:
+                self._carried[name].load_state_dict(self._restored_carried.pop(name))
+
     def setup(self, stage: str) -> None:
         if self.config.init == "real" and stage == "fit":
             self._init_from_real()
@@ -154,6 +197,8 @@ class CondensationMethod(L.LightningModule):
     def _init_from_real(self) -> None:
         if self.private:
             raise UserError("method.init=real copies private images into the output; private methods need init=noise")
+        if not isinstance(self.synthetic, PixelImages):
+            raise UserError("method.init=real needs a pixel synthetic set")
         datamodule = self.trainer.datamodule
         pools = [datamodule.class_images(c) for c in range(self.data.num_classes)]
         # The same draw as the random-real baseline of evaluate.py: DM starts from exactly that set.
@@ -163,17 +208,21 @@ class CondensationMethod(L.LightningModule):
             for c, (pool, pick) in enumerate(zip(pools, picks)):
                 view[c].copy_(pool[pick].to(view.device))
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD([self.images], lr=self.config.lr_img, momentum=self.config.momentum)
+    def configure_optimizers(self) -> Optional[torch.optim.Optimizer]:
+        return torch.optim.SGD(self.synthetic.parameters(), lr=self.config.lr_img, momentum=self.config.momentum)
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> Optional[int]:
+        # -1 ends the epoch before the step runs, whatever trainer.min_steps says: no step past the plan.
+        return -1 if int(batch["step"]) >= self.plan.total_steps else None
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
-        loss = self.condensation_step(batch, step)
+        loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
         # Raised before the checkpoint callbacks run, so the last checkpoint on disk stays good.
         if loss is not None and not torch.isfinite(loss):
             raise NumericalFault(f"step {step}: the loss is {loss.item()}; the run stopped and its last good "
                                  "checkpoint is kept (try a lower method.lr_img)")
-        if not torch.isfinite(self.images).all():
+        if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
             raise NumericalFault(f"step {step}: the synthetic set holds NaN/Inf; the run stopped and its last good "
                                  "checkpoint is kept (try a lower method.lr_img)")
         self.completed_steps += 1
@@ -182,12 +231,12 @@ class CondensationMethod(L.LightningModule):
             self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
 
     def optimise(self, loss: Tensor) -> None:
-        """One image-optimiser step. DDP averages gradients over ranks while each class's
-        gradient comes from one rank only, so the loss is scaled by the world size first."""
+        """One optimiser step on the synthetic set. DDP averages gradients over ranks while each
+        class's gradient comes from one rank only, so the loss is scaled by the world size first."""
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
         self.manual_backward(loss * self.trainer.world_size)
         optimizer.step()
 
     def synthetic_set(self) -> tuple[Tensor, Tensor]:
-        return self.images.detach().float().cpu().clone(), self.labels.detach().cpu().clone()
+        return self.synthetic.export()

@@ -33,8 +33,9 @@ class DM(FeatureMatchingMethod):
     private = False
     sampling = "per_class_fixed"
 
-    def sample_size(self) -> float:
-        return self.config.batch_real
+    @classmethod
+    def sample_size(cls, config: DMConfig) -> float:
+        return config.batch_real
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
         self.extractor.resample(step)

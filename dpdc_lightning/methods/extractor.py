@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from dpdc_lightning.config import ModelConfig
+from dpdc_lightning.models import ModelConfig
 from dpdc_lightning.models import build_network, init_weights_
 from dpdc_lightning.seeding import derive_generator
 

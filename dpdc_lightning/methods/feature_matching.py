@@ -57,7 +57,7 @@ class FeatureMatchingMethod(CondensationMethod):
                                          seed=self.seed, device=self.device, forward=config.forward,
                                          memory_format=config.memory_format, autocast=config.autocast,
                                          compile=config.compile)
-        self.dsa = DSA(self.config.dsa_strategy)
+        self.dsa = DSA(self.config.dsa_strategy, mode=self.augment_mode)
 
     def augment_pair(self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int) -> tuple[Tensor, Tensor]:
         """One DSA draw applied to both batches of a class (Siamese)."""

@@ -45,11 +45,13 @@ class LDPDC(CondensationMethod):
     default_noise_multiplier = 1.0
     steps_adjustable = False
 
-    def total_steps(self) -> int:
-        return self.config.ipc
+    @classmethod
+    def data_steps(cls, config: LDPDCConfig) -> int:
+        return config.ipc
 
-    def sample_size(self) -> float:
-        return self.config.group_size
+    @classmethod
+    def sample_size(cls, config: LDPDCConfig) -> float:
+        return config.group_size
 
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))
@@ -57,7 +59,7 @@ class LDPDC(CondensationMethod):
     def mechanism_summary(self) -> Optional[dict[str, Any]]:
         return {"mechanism": "Poisson-subsampled Gaussian sum of clamped records, per class (DPDC Alg. 1)",
                 "sensitivity": self.sensitivity(), "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * self.sensitivity(), "sample_rate": self.sample_rate(),
+                "noise_std": self.noise_multiplier * self.sensitivity(), "sample_rate": self.plan.sample_rate,
                 "class_sizes": "treated as public (as in the paper)"}
 
     def configure_optimizers(self) -> None:
@@ -69,7 +71,7 @@ class LDPDC(CondensationMethod):
         for c, real in zip(batch["classes"], batch["images"]):
             rows = real.clamp(-b, b).flatten(1).float()
             noisy_sum, event = noisy_clipped_sum(rows, max_norm=self.sensitivity(), noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.sample_rate(), generator=self.noise_generator(step, c))
+                                                 sample_rate=self.plan.rate_of(c), generator=self.noise_generator(step, c))
             self.spend(event, partition=c)
             view[c, step].copy_((noisy_sum / self.config.group_size).view(self.data.image_shape))
         return None

@@ -43,14 +43,15 @@ class NDPDC(FeatureMatchingMethod):
     sampling = "per_class_poisson"
     default_noise_multiplier = 1.0
 
-    def sample_size(self) -> float:
-        return self.config.group_size
+    @classmethod
+    def sample_size(cls, config: NDPDCConfig) -> float:
+        return config.group_size
 
     def mechanism_summary(self) -> Optional[dict[str, Any]]:
         clip = self.config.clip_norm
         return {"mechanism": "Poisson-subsampled Gaussian sum of clipped features, per class (DPDC Alg. 2)",
                 "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.sample_rate(),
+                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
                 "class_sizes": "treated as public (as in the paper)"}
 
     def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
@@ -68,7 +69,7 @@ class NDPDC(FeatureMatchingMethod):
         losses = []
         for i, c in enumerate(batch["classes"]):
             noisy_sum, event = noisy_clipped_sum(real_features[i].float(), max_norm=clip, noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.sample_rate(),
+                                                 sample_rate=self.plan.rate_of(c),
                                                  generator=self.noise_generator(step, c))
             self.spend(event, partition=c)
             synthetic_sum = clip_rows(syn_features[i].float(), max_norm=clip).sum(0)

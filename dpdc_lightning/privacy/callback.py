@@ -1,12 +1,20 @@
-"""PrivacyCallback: composes the privacy cost of every executed step and halts at the target ε.
+"""PrivacyCallback: composes the privacy cost of every data step and enforces the run's plan.
 
-Privacy-critical. One step of a method is one sampled Gaussian mechanism with the method's planned
-event (noise multiplier, q = max_c q_c by parallel composition over disjoint classes, DPDC
-Cor. A.1). The callback checks the events the mechanisms actually returned against that plan,
-composes the plan into an Opacus-backed accountant, and sets ``trainer.should_stop`` once one more
-step would take ε above the target, so a run never ends above it. Its state (the accountant's
-history) is saved in every checkpoint and restored on resume, so a resumed run reports exactly the
-ε of an uninterrupted one.
+Privacy-critical. One data step of a private method is one sampled Gaussian mechanism with the
+plan's event (noise multiplier, q = max_c q_c by parallel composition over disjoint classes; Zheng
+& Li, "Differentially Private Dataset Condensation", Cor. A.1); a free step spends nothing. The
+callback reads everything from the PrivacyPlan (privacy/plan.py) and enforces it itself:
+
+- before the first step, the restored history plus the plan's remaining data steps must stay within
+  the target ε, and a checkpoint made under another plan is refused;
+- every step's events are checked against the plan (at most one per disjoint partition, none
+  costlier than planned, none on a free step) and composed into an Opacus-backed accountant;
+- a data step beyond the plan's count is an error, and the run is told to stop after the last one
+  (the data stream and the module refuse further steps too, so ``trainer.min_steps`` cannot
+  extend the run).
+
+Its state (the accountant's history and the plan) is saved in every checkpoint and restored on
+resume, so a resumed run reports exactly the ε of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -17,80 +25,86 @@ import lightning as L
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.calibration import max_steps
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.plan import PrivacyPlan
 
 
 class PrivacyCallback(L.Callback):
-    def __init__(self, *, target_epsilon: Optional[float], delta: float, accountant: str = "rdp",
-                 log_every_n_steps: int = 10) -> None:
-        self.target_epsilon = target_epsilon
-        self.delta = delta
-        self.accountant = PrivacyAccountant(accountant=accountant)
+    def __init__(self, plan: PrivacyPlan, *, log_every_n_steps: int = 10) -> None:
+        self.plan = plan
+        self.accountant = PrivacyAccountant(accountant=plan.accountant)
         self.log_every_n_steps = log_every_n_steps
-        self._plan: Optional[PrivacyEvent] = None
-        self._steps_left: Optional[int] = None
         self.epsilon: Optional[float] = None
 
+    @property
+    def delta(self) -> Optional[float]:
+        return self.plan.delta
+
     def on_fit_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        self._plan = pl_module.planned_event()
-        if self._plan is None:
+        if not self.plan.private:
             return
-        self.epsilon = self.accountant.get_epsilon(delta=self.delta) if self.accountant.total_steps else 0.0
-        if self.target_epsilon is None:
-            return
-        # Fixed-cost phases (e.g. a DP auxiliary set) compose sequentially: they take their share first.
-        fixed_epsilon = sum(p.fixed_epsilon for p in self.accountant.phases if p.is_fixed)
-        self._steps_left = 0 if fixed_epsilon >= self.target_epsilon else max_steps(
-            target_epsilon=self.target_epsilon - fixed_epsilon, delta=self.accountant.mechanism_delta(delta=self.delta),
-            sample_rate=self._plan.sample_rate, noise_multiplier=self._plan.noise_multiplier,
-            accountant=self.accountant.accountant, prior_history=self.accountant.history)
-        # max_steps moved the fixed ε across the inequality; confirm on the exact total ε.
-        while self._steps_left > 0 and self.accountant.epsilon_if(
-                self._plan, num_steps=self._steps_left, delta=self.delta) > self.target_epsilon:
-            self._steps_left -= 1
-        if self._steps_left == 0:
-            raise UserError(f"privacy budget exhausted: ε is {self.epsilon:.4f} and one more step would exceed "
-                            f"privacy.target_epsilon={self.target_epsilon}")
+        self.epsilon = self._current_epsilon()
+        remaining = self.plan.data_steps - self.accountant.total_steps
+        if remaining < 0:
+            raise RuntimeError(f"the accountant holds {self.accountant.total_steps} steps, the plan only "
+                               f"{self.plan.data_steps}")
+        target = self.plan.target_epsilon
+        if target is not None and remaining and self.accountant.epsilon_if(
+                self.plan.event(), num_steps=remaining, delta=self.delta) > target:
+            raise UserError(f"privacy budget: the plan's remaining {remaining} steps would take ε above "
+                            f"privacy.target_epsilon={target}; the run was not started")
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        step = int(batch["step"])
+        spent_all = self.plan.private and self.accountant.total_steps >= self.plan.data_steps
+        if step >= self.plan.total_steps or (self.plan.is_data_step(step) and spent_all):
+            raise RuntimeError(f"step {step} is beyond the plan ({self.plan.data_steps} data steps, "
+                               f"{self.plan.free_steps} free steps)")
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
                            batch_idx: int) -> None:
         events = pl_module.pop_events()
-        if self._plan is None:
+        data_step = self.plan.is_data_step(int(batch["step"]))
+        if not (self.plan.private and data_step):
             if events:
-                raise RuntimeError("a non-private method spent privacy events")
-            return
-        self._check(events)
-        self.accountant.step(self._plan)
-        if self._steps_left is not None:
-            self._steps_left -= 1
-            if self._steps_left <= 0:
-                trainer.should_stop = True
-        # RDP is cheap enough to evaluate every step; PRV is not.
-        cheap = self.accountant.accountant == "rdp"
-        if cheap or self.accountant.total_steps % self.log_every_n_steps == 0 or trainer.should_stop:
-            self.epsilon = self.accountant.get_epsilon(delta=self.delta)
+                raise RuntimeError("a non-private method or a free step spent privacy events")
+        else:
+            self._check(events)
+            self.accountant.step(self.plan.event())
+            # RDP is cheap enough to evaluate every step; PRV is not.
+            if self.accountant.accountant == "rdp" or self.accountant.total_steps % self.log_every_n_steps == 0:
+                self.epsilon = self._current_epsilon()
+        if int(batch["step"]) + 1 >= self.plan.total_steps:
+            trainer.should_stop = True
         if self.epsilon is not None:
             pl_module.log("epsilon", self.epsilon, prog_bar=True, batch_size=1)
 
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        if self._plan is not None:
-            self.epsilon = self.accountant.get_epsilon(delta=self.delta) if self.accountant.total_steps else 0.0
+        if self.plan.private:
+            self.epsilon = self._current_epsilon()
+
+    def _current_epsilon(self) -> float:
+        return self.accountant.get_epsilon(delta=self.delta) if self.accountant.total_steps else 0.0
 
     def _check(self, events: list[tuple[int, PrivacyEvent]]) -> None:
-        """A step must spend at least one event, at most one per disjoint part of the data (parallel
-        composition holds only across disjoint parts), each no costlier than the plan."""
+        """A data step must spend at least one event, at most one per disjoint part of the data
+        (parallel composition holds only across disjoint parts), each no costlier than the plan."""
         if not events:
             raise RuntimeError("a private step returned no privacy event; its cost would go unaccounted")
         partitions = [partition for partition, _ in events]
         if len(set(partitions)) != len(partitions) or (-1 in partitions and len(partitions) > 1):
             raise RuntimeError(f"one step queried the same data twice (partitions {partitions}); the plan covers one query")
+        planned = self.plan.event()
         for _, event in events:
-            if event.noise_multiplier < self._plan.noise_multiplier or event.sample_rate > self._plan.sample_rate:
-                raise RuntimeError(f"spent {event} is costlier than the planned {self._plan}")
+            if event.noise_multiplier < planned.noise_multiplier or event.sample_rate > planned.sample_rate:
+                raise RuntimeError(f"spent {event} is costlier than the planned {planned}")
 
     def state_dict(self) -> dict[str, Any]:
-        return {"accountant": self.accountant.state_dict()}
+        return {"accountant": self.accountant.state_dict(), "plan": self.plan.to_dict()}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if PrivacyPlan.from_dict(state_dict["plan"]) != self.plan:
+            raise UserError("the checkpoint was made under another privacy plan; a run's plan never changes "
+                            "on resume")
         self.accountant.load_state_dict(state_dict["accountant"])

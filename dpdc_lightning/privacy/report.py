@@ -7,6 +7,7 @@ from importlib import metadata
 from typing import Any, Optional
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.plan import PrivacyPlan
 
 NEIGHBOURING = "add/remove one record"
 _LIBRARIES = ("dpdc_lightning", "torch", "lightning", "opacus", "numpy", "omegaconf")
@@ -23,10 +24,10 @@ def library_versions() -> dict[str, str]:
 
 
 def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
-                 delta: float, target_epsilon: Optional[float], reproducible_noise: bool,
-                 config_hash: str) -> dict[str, Any]:
+                 delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str) -> dict[str, Any]:
     """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
-    sensitivity, noise multiplier, noise std and sample rate (None for non-private methods)."""
+    sensitivity, noise multiplier, noise std and sample rate (None for non-private methods);
+    ``plan`` is the run's privacy plan, fixed before the data was read."""
     report: dict[str, Any] = {"method": method}
     if mechanism is None or accountant is None:
         report.update({"epsilon": None, "delta": None,
@@ -35,12 +36,13 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
         report.update({
             "epsilon": accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0,
             "delta": delta,
-            "target_epsilon": target_epsilon,
+            "target_epsilon": plan.target_epsilon,
             "accountant": accountant.accountant,
             "neighbouring_relation": NEIGHBOURING,
             "steps": accountant.total_steps,
             **mechanism,
             "phases": accountant.breakdown(delta=delta),
+            "plan": plan.summary(),
             "noise_mode": "reproducible" if reproducible_noise else "secure",
         })
         if reproducible_noise:

@@ -18,16 +18,19 @@ from dpdc_lightning.seeding import os_entropy_seed
 SECRET_FILE = ".private_seed"
 
 
-def create_secret(run_dir: Path) -> int:
-    """Draw a seed from OS entropy and store it, readable by the owner only."""
-    seed = os_entropy_seed()
+def new_secret() -> int:
+    """A fresh seed from OS entropy: the run's secret for sampling and noise."""
+    return os_entropy_seed()
+
+
+def store_secret(run_dir: Path, seed: int) -> None:
+    """Keep the run's secret next to its checkpoints, readable by the owner only."""
     path = Path(run_dir) / SECRET_FILE
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as handle:
         handle.write(f"{seed}\n")
         handle.flush()
         os.fsync(handle.fileno())
-    return seed
 
 
 def read_secret(run_dir: Path) -> int | None:

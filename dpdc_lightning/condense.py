@@ -1,0 +1,123 @@
+"""condense(): one condensation in process. Plan first, then build every object with its final values.
+
+    result = condense(compose(["method=ndpdc", "privacy.target_epsilon=2"]), data=my_image_data)
+    result.images, result.labels, result.report
+
+Without ``run_dir`` nothing touches the disk (no run directory, no TensorBoard, no checkpoint), so
+an audit can run hundreds of condensations on chosen subsets of records (``ImageData.subset``).
+``training.train`` adds the run directory, the secret file, resume and the exported bundle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import lightning as L
+from torch import Tensor
+
+from dpdc_lightning.config import RunConfig, config_hash
+from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
+from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.privacy.callback import PrivacyCallback
+from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
+from dpdc_lightning.privacy.report import build_report
+from dpdc_lightning.privacy.secret import new_secret
+
+@dataclass
+class CondensedSet:
+    images: Tensor
+    labels: Tensor
+    report: dict[str, Any]
+    plan: PrivacyPlan
+
+
+def load_data(config: RunConfig) -> ImageData:
+    dataset = config.dataset
+    return load_dataset(dataset.name, root=dataset.root, download=dataset.download, cache_dir=dataset.cache_dir)
+
+
+def plan_run(config: RunConfig, data: DataSpec) -> PrivacyPlan:
+    """The privacy plan of a config on data of this (public) shape; reads no record.
+    ``trainer.max_steps`` caps the method's steps."""
+    privacy = config.privacy
+    schedule = METHODS[config.method.name].schedule(config.method)
+    return make_plan(schedule, class_sizes=data.class_sizes, method=config.method.name,
+                     noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
+                     delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
+                     step_cap=config.trainer.get("max_steps"))
+
+
+def noise_seed_for(config: RunConfig) -> int:
+    """The seed of sampling and noise: a fresh OS-entropy secret for a private method, else the
+    public run seed (with privacy.reproducible_noise=true the output is then NOT private)."""
+    private = METHODS[config.method.name].private
+    return new_secret() if private and not config.privacy.reproducible_noise else config.seed
+
+
+class Condensation:
+    """The objects of one condensation, built and checked, nothing run or written yet."""
+
+    def __init__(self, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
+                 run_dir: Optional[Path] = None) -> None:
+        spec = DataSpec.of(data)
+        self.config, self.plan = config, plan
+        self.method: CondensationMethod = METHODS[config.method.name](
+            config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
+            augment_mode=config.augment.mode)
+        self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
+        self.privacy = PrivacyCallback(plan)
+        self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy])
+        owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
+
+    def fit(self, *, checkpoint: Optional[Path] = None) -> CondensedSet:
+        self.trainer.fit(self.method, datamodule=self.datamodule, ckpt_path=checkpoint)
+        images, labels = self.method.synthetic_set()
+        privacy = self.config.privacy
+        report = build_report(method=self.config.method.name, mechanism=self.method.mechanism_summary(),
+                              accountant=self.privacy.accountant if self.plan.private else None,
+                              delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
+                              config_hash=config_hash(self.config))
+        return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
+
+
+def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None
+             ) -> CondensedSet:
+    """Condense ``data`` (default: the config's dataset) in process; writes nothing to disk."""
+    data = load_data(config) if data is None else data
+    plan = plan_run(config, DataSpec.of(data))
+    seed = noise_seed_for(config) if noise_seed is None else noise_seed
+    return Condensation(config, data, plan=plan, noise_seed=seed).fit()
+
+
+def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Callback]) -> L.Trainer:
+    options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps the steps
+    settings = {"log_every_n_steps": 10, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
+                **options}
+    if settings.get("enable_progress_bar", True):
+        from dpdc_lightning.progress import CondensationProgressBar
+
+        callbacks = [*callbacks, CondensationProgressBar()]
+    if run_dir is None:
+        disk: dict[str, Any] = {"logger": False, "enable_checkpointing": False}
+    else:
+        from lightning.pytorch.callbacks import ModelCheckpoint
+        from lightning.pytorch.loggers import TensorBoardLogger
+
+        from dpdc_lightning.checkpoint_io import SafeCheckpointIO
+        from dpdc_lightning.image_grid import ImageGridLogger
+
+        method = config.method
+        callbacks = [*callbacks, ImageGridLogger(every_n_steps=method.log_images_every),
+                     ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
+                                     every_n_train_steps=method.checkpoint_every)]
+        disk = {"logger": TensorBoardLogger(save_dir=run_dir, name="", version="tensorboard"),
+                "default_root_dir": run_dir, "plugins": [SafeCheckpointIO()]}
+    try:
+        return L.Trainer(max_epochs=1, max_steps=-1, callbacks=callbacks, num_sanity_val_steps=0, **disk, **settings)
+    except Exception as err:  # Lightning reports bad options with assorted exception types
+        raise UserError(f"invalid trainer option: {str(err).strip().splitlines()[0]}") from None

@@ -1,0 +1,169 @@
+"""The privacy plan of a run: fixed before any data is read, never changed afterwards.
+
+Privacy-critical. A method describes what it needs (:class:`StepSchedule`: how it samples, the
+expected sample size, how many steps read data, how many are free); the public class sizes turn the
+sample size into Poisson rates q_c = L / N_c (per class) or q = B / N (global); the target ε turns
+into a noise multiplier or a step count. The result, :class:`PrivacyPlan`, is the single source the
+data stream (rates, step count), the method (noise multiplier, rates) and the PrivacyCallback
+(event, budget) read. It is stored in the run directory and in every checkpoint; a resumed run
+reuses it as stored and never recalibrates.
+
+One data step of a private method costs one Poisson-subsampled Gaussian mechanism at
+q = max_c q_c: the classes are disjoint parts of the data (parallel composition, Zheng & Li,
+"Differentially Private Dataset Condensation", Cor. A.1). Free steps read no data and cost nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+
+SAMPLING_KINDS = ("per_class_poisson", "per_class_fixed", "global_poisson")
+_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """What a method asks of the plan, derived from its config and the public shape of the data.
+
+    ``sample_size`` is the expected number of records per class (per-class Poisson), per step
+    (global Poisson) or the fixed batch per class (``per_class_fixed``, non-private baselines).
+    ``data_steps`` read the private data; ``free_steps`` follow them and read nothing.
+    """
+
+    private: bool
+    sampling: str
+    sample_size: float
+    data_steps: int
+    free_steps: int = 0
+    default_noise_multiplier: Optional[float] = None
+    steps_adjustable: bool = True  # False where the algorithm fixes the number of data steps
+
+    def __post_init__(self) -> None:
+        if self.sampling not in SAMPLING_KINDS:
+            raise ValueError(f"sampling must be one of {SAMPLING_KINDS}, got {self.sampling!r}")
+        if self.private and self.sampling == "per_class_fixed":
+            raise ValueError("a fixed-size sample does not match the Poisson accounting; private methods sample by Poisson")
+        if self.data_steps < 0 or self.free_steps < 0:
+            raise ValueError("step counts must be >= 0")
+
+
+@dataclass(frozen=True)
+class PrivacyPlan:
+    """Everything about a run's privacy that is decided before the data is read."""
+
+    private: bool
+    sampling: str
+    sample_size: float
+    sample_rates: tuple[float, ...]  # Poisson rate per partition: one per class, or one for the whole set
+    data_steps: int
+    free_steps: int
+    noise_multiplier: Optional[float]  # noise std / L2 sensitivity; None when not private
+    delta: Optional[float]
+    target_epsilon: Optional[float]
+    accountant: str
+    planned_epsilon: Optional[float]  # ε after every data step, at ``delta``
+
+    @property
+    def total_steps(self) -> int:
+        return self.data_steps + self.free_steps
+
+    @property
+    def sample_rate(self) -> float:
+        """The accounted q of one data step: the largest partition rate (parallel composition)."""
+        return max(self.sample_rates) if self.sample_rates else 1.0
+
+    def rate_of(self, partition: int) -> float:
+        """Poisson rate of one class (or of the whole set, partition -1, under global sampling)."""
+        return self.sample_rates[0] if self.sampling == "global_poisson" else self.sample_rates[partition]
+
+    def is_data_step(self, step: int) -> bool:
+        return 0 <= step < self.data_steps
+
+    def event(self) -> Optional[PrivacyEvent]:
+        """What one data step spends; None for a non-private run."""
+        if not self.private:
+            return None
+        return PrivacyEvent(noise_multiplier=float(self.noise_multiplier), sample_rate=self.sample_rate)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain Python types only: JSON for plan.json, and loadable with ``weights_only=True``."""
+        state = dataclasses.asdict(self)
+        state["sample_rates"] = list(self.sample_rates)
+        return {"format": _FORMAT, **state}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> "PrivacyPlan":
+        state = dict(state)
+        if state.pop("format", None) != _FORMAT:
+            raise UserError("the stored privacy plan has an unknown format; it was written by another version")
+        state["sample_rates"] = tuple(float(rate) for rate in state["sample_rates"])
+        return cls(**state)
+
+    def summary(self) -> dict[str, Any]:
+        """The plan as the public report states it."""
+        return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
+                "data_steps": self.data_steps, "free_steps": self.free_steps,
+                "planned_epsilon": self.planned_epsilon, "target_epsilon": self.target_epsilon}
+
+
+def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[float, ...]:
+    """Poisson rates from the public class sizes: L / N_c per class, or B / N for global sampling."""
+    if schedule.sampling == "global_poisson":
+        return (min(1.0, schedule.sample_size / sum(class_sizes)),)
+    if schedule.sampling == "per_class_poisson":
+        if schedule.sample_size > min(class_sizes):
+            raise UserError(f"the expected sample per class ({schedule.sample_size:g}) is larger than the smallest "
+                            f"class ({min(class_sizes)} records); lower method.group_size")
+        return tuple(schedule.sample_size / size for size in class_sizes)
+    return ()
+
+
+def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str,
+              noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
+              calibrate: str, accountant: str, step_cap: Optional[int] = None) -> PrivacyPlan:
+    """Fix the plan of a run.
+
+    - no target: the given (or the method's default) noise multiplier, every data step;
+    - target, calibrate="sigma": the smallest noise multiplier keeping ε(data steps) <= target;
+    - target, calibrate="steps": the largest number of data steps keeping ε <= target.
+    ``step_cap`` (``trainer.max_steps``) caps the data steps first, then the free steps.
+    """
+    data_steps, free_steps = schedule.data_steps, schedule.free_steps
+    if step_cap is not None and step_cap > 0:
+        data_steps = min(data_steps, step_cap)
+        free_steps = min(free_steps, step_cap - data_steps)
+    rates = sample_rates(schedule, class_sizes)
+    common = dict(private=schedule.private, sampling=schedule.sampling, sample_size=float(schedule.sample_size),
+                  sample_rates=rates, free_steps=free_steps, accountant=accountant)
+    if not schedule.private:
+        if target_epsilon is not None or noise_multiplier is not None:
+            raise UserError(f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply")
+        return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=None, delta=None, target_epsilon=None,
+                           planned_epsilon=None)
+    q = max(rates)
+    sigma = noise_multiplier or schedule.default_noise_multiplier
+    if target_epsilon is not None and calibrate == "sigma":
+        if noise_multiplier is not None:
+            raise UserError("set either privacy.noise_multiplier or privacy.target_epsilon with privacy.calibrate=sigma, not both")
+        sigma = calibrate_noise_multiplier(target_epsilon=target_epsilon, delta=delta, sample_rate=q,
+                                           steps=data_steps, accountant=accountant)
+    elif target_epsilon is not None:
+        if not schedule.steps_adjustable:
+            raise UserError(f"method {method} has a fixed number of steps; use privacy.calibrate=sigma")
+        data_steps = max_steps(target_epsilon=target_epsilon, delta=delta, sample_rate=q, noise_multiplier=sigma,
+                               accountant=accountant, limit=data_steps)
+        if data_steps == 0:
+            raise UserError(f"privacy.target_epsilon={target_epsilon} is unreachable: even one step at noise multiplier "
+                            f"{sigma} and sample rate {q:.4g} costs more; raise privacy.noise_multiplier")
+    planned = epsilon_from_history([(sigma, q, data_steps)], delta=delta, accountant=accountant) if data_steps else 0.0
+    if target_epsilon is not None and planned > target_epsilon:
+        raise RuntimeError(f"plan error: ε {planned} above the target {target_epsilon}")  # calibration never allows it
+    return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=float(sigma), delta=delta,
+                       target_epsilon=target_epsilon, planned_epsilon=planned)

@@ -1,0 +1,38 @@
+"""Build methods and data streams by hand, the way condense() does: plan first, then construct."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from dpdc_lightning.data.datamodule import PrivateDataModule
+from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
+
+
+def plan_for(cls: type[CondensationMethod], config: MethodConfig, spec: DataSpec, *,
+             noise_multiplier: Optional[float] = None, data_steps: Optional[int] = None) -> PrivacyPlan:
+    schedule = cls.schedule(config)
+    if data_steps is not None:
+        schedule = StepSchedule(**{**schedule.__dict__, "data_steps": data_steps})
+    return make_plan(schedule, class_sizes=spec.class_sizes, method=config.name,
+                     noise_multiplier=noise_multiplier if cls.private else None, target_epsilon=None, delta=1e-5,
+                     calibrate="sigma", accountant="rdp")
+
+
+def build(cls: type[CondensationMethod], config: MethodConfig, spec: DataSpec, *, seed: int = 0,
+          noise_seed: int = 0, model: Optional[ModelConfig] = None, noise_multiplier: Optional[float] = None,
+          data_steps: Optional[int] = None) -> CondensationMethod:
+    plan = plan_for(cls, config, spec, noise_multiplier=noise_multiplier, data_steps=data_steps)
+    return cls(config, data=spec, plan=plan, seed=seed, noise_seed=noise_seed, model=model)
+
+
+def stream(data, *, group_size: float = 4.0, seed: int = 0, steps: int = 100,
+           sampling: str = "per_class_poisson", private: bool = True) -> PrivateDataModule:
+    """A data stream of ``steps`` steps sampling ``group_size`` records per class."""
+    schedule = StepSchedule(private=private, sampling=sampling, sample_size=group_size, data_steps=steps,
+                            default_noise_multiplier=1.0 if private else None)
+    plan = make_plan(schedule, class_sizes=data.class_sizes, method="test", noise_multiplier=None,
+                     target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
+    return PrivateDataModule(data, plan=plan, sampling_seed=seed)
