@@ -35,11 +35,12 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpdc_lightning.config import ModelConfig  # noqa: E402
+from dpdc_lightning.models import ModelConfig  # noqa: E402
 from dpdc_lightning.data.poisson import poisson_sample  # noqa: E402
 from dpdc_lightning.methods.base import DataSpec  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig  # noqa: E402
+from dpdc_lightning.privacy.plan import make_plan  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 
 NUM_CLASSES, IMAGE_SHAPE, CLASS_SIZE = 10, (1, 28, 28), 6000
@@ -89,7 +90,9 @@ def build_method(variant: Variant, *, device: torch.device, ipc: int, group_size
     spec = DataSpec(num_classes=NUM_CLASSES, image_shape=IMAGE_SHAPE, class_sizes=(CLASS_SIZE,) * NUM_CLASSES)
     config = NDPDCConfig(ipc=ipc, group_size=group_size, forward=variant.forward)
     model = ModelConfig(name="convnet", width=128, depth=3, norm="instancenorm")
-    method = NDPDC(config, data=spec, seed=0, model=model, noise_multiplier=1.0, reproducible_noise=True).to(device)
+    plan = make_plan(NDPDC.schedule(config), class_sizes=spec.class_sizes, method="ndpdc", noise_multiplier=1.0,
+                     target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
+    method = NDPDC(config, data=spec, plan=plan, seed=0, noise_seed=0, model=model).to(device)
     method.on_fit_start()  # builds the extractor and the DSA exactly as a training run does
     method.extractor = RandomExtractor(model, channels=IMAGE_SHAPE[0], num_classes=NUM_CLASSES,
                                        image_size=IMAGE_SHAPE[1:], seed=method.seed, device=device,
@@ -127,7 +130,7 @@ class Timed:
         self.method.pop_events()  # the privacy events go nowhere here; drop them so they do not pile up
         if self.first_loss is None:
             self.first_loss = float(loss.detach())
-            self.first_grad = self.method.images.grad.detach().cpu().clone()
+            self.first_grad = self.method.synthetic.images.grad.detach().cpu().clone()
         (self.times if timed else self.warmup_times).append(elapsed)
 
     def result(self) -> dict:
