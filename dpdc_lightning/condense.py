@@ -23,10 +23,13 @@ from dpdc_lightning.data.datasets import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.callback import PrivacyCallback
+from dpdc_lightning.privacy.counts import release_class_sizes
 from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import new_secret
+from dpdc_lightning.seeding import derive_generator
 
 @dataclass
 class CondensedSet:
@@ -41,15 +44,28 @@ def load_data(config: RunConfig) -> ImageData:
     return load_dataset(dataset.name, root=dataset.root, download=dataset.download, cache_dir=dataset.cache_dir)
 
 
-def plan_run(config: RunConfig, data: DataSpec) -> PrivacyPlan:
-    """The privacy plan of a config on data of this (public) shape; reads no record.
-    ``trainer.max_steps`` caps the method's steps."""
-    privacy = config.privacy
-    schedule = METHODS[config.method.name].schedule(config.method)
-    return make_plan(schedule, class_sizes=data.class_sizes, method=config.method.name,
+def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = None) -> PrivacyPlan:
+    """The privacy plan of a config on data of this shape; ``trainer.max_steps`` caps the steps.
+
+    With public class sizes (the default) no record is read. With ``privacy.class_sizes=private``
+    the sizes are first released by the Gaussian mechanism at the noise multiplier that costs
+    ``privacy.count_epsilon`` alone (noise keyed by ``noise_seed``), and the plan is made from the
+    released sizes, with that release counted towards the target."""
+    privacy, method_cls = config.privacy, METHODS[config.method.name]
+    class_sizes, count_sigma = data.class_sizes, None
+    if privacy.class_sizes == "private":
+        if not method_cls.private:
+            raise UserError(f"method {config.method.name} is not private: privacy.class_sizes=private does not apply")
+        if noise_seed is None:
+            raise ValueError("releasing private class sizes needs the run's noise seed")
+        count_sigma = calibrate_noise_multiplier(target_epsilon=privacy.count_epsilon, delta=privacy.delta,
+                                                 sample_rate=1.0, steps=1, accountant=privacy.accountant)
+        class_sizes, _ = release_class_sizes(class_sizes, noise_multiplier=count_sigma,
+                                             generator=derive_generator(noise_seed, "noise", "class_counts"))
+    return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
                      noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
                      delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                     step_cap=config.trainer.get("max_steps"))
+                     step_cap=config.trainer.get("max_steps"), count_noise_multiplier=count_sigma)
 
 
 def noise_seed_for(config: RunConfig) -> int:
@@ -89,8 +105,8 @@ def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed:
              ) -> CondensedSet:
     """Condense ``data`` (default: the config's dataset) in process; writes nothing to disk."""
     data = load_data(config) if data is None else data
-    plan = plan_run(config, DataSpec.of(data))
     seed = noise_seed_for(config) if noise_seed is None else noise_seed
+    plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
     return Condensation(config, data, plan=plan, noise_seed=seed).fit()
 
 

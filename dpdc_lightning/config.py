@@ -53,9 +53,24 @@ class PrivacyConfig:
     accountant: str = "rdp"
     calibrate: str = "sigma"
     reproducible_noise: bool = False
+    # public: class sizes are assumed public (Zheng & Li's DPDC); private: release them with the
+    # Gaussian mechanism at a budget share count_epsilon, composed into the total (privacy/counts.py)
+    class_sizes: str = "public"
+    count_epsilon: Optional[float] = None
 
     def __post_init__(self) -> None:
         _choice("privacy.accountant", self.accountant, ("rdp", "prv"))
+        _choice("privacy.class_sizes", self.class_sizes, ("public", "private"))
+        if self.class_sizes == "private":
+            if self.count_epsilon is None:
+                raise UserError("privacy.class_sizes=private needs privacy.count_epsilon, the share of ε spent on "
+                                "releasing the class sizes (e.g. 0.1)")
+            _positive("privacy.count_epsilon", self.count_epsilon)
+            if self.target_epsilon is not None and not self.count_epsilon < self.target_epsilon:
+                raise UserError(f"privacy.count_epsilon={self.count_epsilon} must be below privacy.target_epsilon="
+                                f"{self.target_epsilon}: the condensation needs the rest")
+        elif self.count_epsilon is not None:
+            raise UserError("privacy.count_epsilon applies only with privacy.class_sizes=private")
         _choice("privacy.calibrate", self.calibrate, ("sigma", "steps"))
         if self.noise_multiplier is not None:
             _positive("privacy.noise_multiplier", self.noise_multiplier)

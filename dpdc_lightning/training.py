@@ -32,7 +32,8 @@ def train(config: RunConfig) -> Path:
     fresh = config.resume is None and not launched
     secret_needed = METHODS[config.method.name].private and not config.privacy.reproducible_noise
     if fresh:
-        plan, seed = plan_run(config, DataSpec.of(data)), noise_seed_for(config)
+        seed = noise_seed_for(config)
+        plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
     else:
         plan = _stored_plan(run_dir, config, DataSpec.of(data))
         seed = read_secret(run_dir) if secret_needed else config.seed
@@ -72,7 +73,8 @@ def _stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPla
         plan = PrivacyPlan.from_dict(json.loads(path.read_text()))
     except (ValueError, TypeError, KeyError) as err:
         raise UserError(f"{path} is not a readable privacy plan ({err})") from None
-    if sample_rates(METHODS[config.method.name].schedule(config.method), data.class_sizes) != plan.sample_rates:
+    sizes = data.class_sizes if plan.released_class_sizes is None else plan.released_class_sizes
+    if sample_rates(METHODS[config.method.name].schedule(config.method), sizes) != plan.sample_rates:
         raise UserError(f"the data set's class sizes changed since {run_dir} started; its plan no longer holds")
     return plan
 

@@ -36,19 +36,25 @@ def _kill_after_second_checkpoint(run_dir: Path, env: dict, extra: list[str]) ->
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("noise", ["reproducible", "secure"])
+@pytest.mark.parametrize("noise", ["reproducible", "secure", "private-class-sizes"])
 def test_killed_run_resumes_to_the_same_epsilon(tmp_path, cli_env, noise):
-    extra = ["privacy.reproducible_noise=true"] if noise == "reproducible" else []
+    extra = {"reproducible": ["privacy.reproducible_noise=true"], "secure": [],
+             "private-class-sizes": ["privacy.class_sizes=private", "privacy.count_epsilon=0.5"]}[noise]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     assert _train([*COMMON, *extra, f"run_dir={whole}"], cli_env).wait(timeout=300) == 0
     _kill_after_second_checkpoint(killed, cli_env, extra)
-    assert (killed / ".private_seed").exists() == (noise == "secure")
+    assert (killed / ".private_seed").exists() == (noise != "reproducible")
     resumed = _train([f"resume={killed}", "trainer.enable_progress_bar=false"], cli_env)
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read()
     a = json.loads((whole / "privacy.json").read_text())
     b = json.loads((killed / "privacy.json").read_text())
     assert b["steps"] == a["steps"] == 40
-    assert b["epsilon"] == a["epsilon"]
+    if noise == "private-class-sizes":  # each run releases its own noisy sizes; the resumed one keeps its own
+        assert a["class_sizes"]["released"] != b["class_sizes"]["released"]
+        assert json.loads((killed / "plan.json").read_text())["released_class_sizes"] == b["class_sizes"]["released"]
+        assert [p["steps"] for p in b["phases"]] == [1, 40]
+    else:
+        assert b["epsilon"] == a["epsilon"]
     assert not (killed / ".private_seed").exists(), "the secret seed must be deleted when the run finishes"
     if noise == "reproducible":
         x = torch.load(whole / "synthetic.pt", weights_only=True)

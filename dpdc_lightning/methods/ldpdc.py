@@ -59,8 +59,7 @@ class LDPDC(CondensationMethod):
     def mechanism_summary(self) -> Optional[dict[str, Any]]:
         return {"mechanism": "Poisson-subsampled Gaussian sum of clamped records, per class (DPDC Alg. 1)",
                 "sensitivity": self.sensitivity(), "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * self.sensitivity(), "sample_rate": self.plan.sample_rate,
-                "class_sizes": "treated as public (as in the paper)"}
+                "noise_std": self.noise_multiplier * self.sensitivity(), "sample_rate": self.plan.sample_rate}
 
     def configure_optimizers(self) -> None:
         return None

@@ -51,8 +51,7 @@ class NDPDC(FeatureMatchingMethod):
         clip = self.config.clip_norm
         return {"mechanism": "Poisson-subsampled Gaussian sum of clipped features, per class (DPDC Alg. 2)",
                 "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
-                "class_sizes": "treated as public (as in the paper)"}
+                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate}
 
     def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
         self.extractor.resample(step)

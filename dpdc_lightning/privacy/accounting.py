@@ -128,6 +128,10 @@ class PrivacyAccountant:
         """Mechanism runs recorded over all phases."""
         return sum(phase.steps for phase in self._phases)
 
+    def steps_of(self, phase: str = DEFAULT_PHASE) -> int:
+        """Mechanism runs recorded in one phase (0 if it does not exist)."""
+        return sum(p.steps for p in self._phases if p.name == phase)
+
     def mechanism_delta(self, *, delta: float) -> float:
         """The share of ``delta`` left to the mechanism phases once fixed phases took theirs."""
         delta = check_delta(delta)

@@ -57,12 +57,15 @@ def calibrate_noise_multiplier(
     steps: int,
     accountant: str = "rdp",
     epsilon_tolerance: float = 0.01,
+    prior_history: History = (),
 ) -> float:
     """The noise multiplier σ for which ``steps`` runs at ``sample_rate`` cost ε ≤ ``target_epsilon``.
 
     Wraps Opacus' ``get_noise_multiplier`` (bisection to within ``epsilon_tolerance`` below the
     target), then verifies σ with :func:`epsilon_from_history` and raises it slightly until the
-    target holds. Raises :class:`UserError` for an unreachable target.
+    target holds. With a ``prior_history`` (an earlier phase, e.g. noisy class sizes) the total of
+    both is what must stay within the target; Opacus cannot take a prior, so σ is then found by
+    bisection here. Raises :class:`UserError` for an unreachable target.
     """
     target_epsilon = _check_positive(target_epsilon, name="target_epsilon")
     delta = check_delta(delta)
@@ -75,6 +78,10 @@ def calibrate_noise_multiplier(
         f"target epsilon {target_epsilon:g} is unreachable with sample rate {sample_rate:g} over {steps} steps "
         f"at delta {delta:g}"
     )
+    prior = check_history(prior_history)
+    if prior:
+        return _calibrate_after(prior, target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate,
+                                steps=steps, accountant=accountant, unreachable=unreachable)
     if accountant == "rdp":
         # Answer at once rather than after Opacus doubles sigma up to its limit, which can take
         # minutes for large sample rates.
@@ -105,6 +112,26 @@ def calibrate_noise_multiplier(
             return sigma
         sigma *= _SIGMA_NUDGE
     raise UserError(f"{unreachable} (would need noise multiplier > {sigma:g})")
+
+
+def _calibrate_after(prior: list, *, target_epsilon: float, delta: float, sample_rate: float, steps: int,
+                     accountant: str, unreachable: str) -> float:
+    """Smallest σ (to a relative 1e-6) with ε(prior + steps runs at σ) ≤ target; never above it."""
+
+    def fits(sigma: float) -> bool:
+        history = merge_step(prior, noise_multiplier=sigma, sample_rate=sample_rate, steps=steps)
+        return epsilon_from_history(history, delta=delta, accountant=accountant) <= target_epsilon
+
+    low, high = 0.0, 1.0
+    while not fits(high):
+        low, high = high, 2.0 * high
+        if high > opacus_utils.MAX_SIGMA:
+            raise UserError(f"{unreachable} after the earlier phase (would need noise multiplier > "
+                            f"{opacus_utils.MAX_SIGMA:g})")
+    while high - low > 1e-6 * high:  # invariant: fits(high)
+        middle = 0.5 * (low + high)
+        low, high = (low, middle) if fits(middle) else (middle, high)
+    return high
 
 
 def max_steps(

@@ -24,7 +24,8 @@ from typing import Any, Optional
 import lightning as L
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.accounting import DEFAULT_PHASE, PrivacyAccountant
+from dpdc_lightning.privacy.counts import COUNT_PHASE
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
@@ -33,6 +34,10 @@ class PrivacyCallback(L.Callback):
     def __init__(self, plan: PrivacyPlan, *, log_every_n_steps: int = 10) -> None:
         self.plan = plan
         self.accountant = PrivacyAccountant(accountant=plan.accountant)
+        if plan.count_noise_multiplier is not None:  # the class sizes were released before the first step
+            self.accountant.start_phase(COUNT_PHASE)
+            self.accountant.step(PrivacyEvent(noise_multiplier=plan.count_noise_multiplier, sample_rate=1.0))
+            self.accountant.start_phase(DEFAULT_PHASE)
         self.log_every_n_steps = log_every_n_steps
         self.epsilon: Optional[float] = None
 
@@ -44,9 +49,9 @@ class PrivacyCallback(L.Callback):
         if not self.plan.private:
             return
         self.epsilon = self._current_epsilon()
-        remaining = self.plan.data_steps - self.accountant.total_steps
+        remaining = self.plan.data_steps - self.data_steps_spent
         if remaining < 0:
-            raise RuntimeError(f"the accountant holds {self.accountant.total_steps} steps, the plan only "
+            raise RuntimeError(f"the accountant holds {self.data_steps_spent} steps, the plan only "
                                f"{self.plan.data_steps}")
         target = self.plan.target_epsilon
         if target is not None and remaining and self.accountant.epsilon_if(
@@ -57,7 +62,7 @@ class PrivacyCallback(L.Callback):
     def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         step = int(batch["step"])
-        spent_all = self.plan.private and self.accountant.total_steps >= self.plan.data_steps
+        spent_all = self.plan.private and self.data_steps_spent >= self.plan.data_steps
         if step >= self.plan.total_steps or (self.plan.is_data_step(step) and spent_all):
             raise RuntimeError(f"step {step} is beyond the plan ({self.plan.data_steps} data steps, "
                                f"{self.plan.free_steps} free steps)")
@@ -73,7 +78,7 @@ class PrivacyCallback(L.Callback):
             self._check(events)
             self.accountant.step(self.plan.event())
             # RDP is cheap enough to evaluate every step; PRV is not.
-            if self.accountant.accountant == "rdp" or self.accountant.total_steps % self.log_every_n_steps == 0:
+            if self.accountant.accountant == "rdp" or self.data_steps_spent % self.log_every_n_steps == 0:
                 self.epsilon = self._current_epsilon()
         if int(batch["step"]) + 1 >= self.plan.total_steps:
             trainer.should_stop = True
@@ -83,6 +88,10 @@ class PrivacyCallback(L.Callback):
     def on_train_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         if self.plan.private:
             self.epsilon = self._current_epsilon()
+
+    @property
+    def data_steps_spent(self) -> int:
+        return self.accountant.steps_of(DEFAULT_PHASE)
 
     def _current_epsilon(self) -> float:
         return self.accountant.get_epsilon(delta=self.delta) if self.accountant.total_steps else 0.0

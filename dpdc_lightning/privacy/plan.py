@@ -68,7 +68,11 @@ class PrivacyPlan:
     delta: Optional[float]
     target_epsilon: Optional[float]
     accountant: str
-    planned_epsilon: Optional[float]  # ε after every data step, at ``delta``
+    planned_epsilon: Optional[float]  # ε after every data step, at ``delta`` (class-size release included)
+    # privacy.class_sizes=private: the noise multiplier of the class-size release (privacy/counts.py)
+    # and the released sizes the sample rates were computed from; None when sizes are public.
+    count_noise_multiplier: Optional[float] = None
+    released_class_sizes: Optional[tuple[float, ...]] = None
 
     @property
     def total_steps(self) -> int:
@@ -83,6 +87,11 @@ class PrivacyPlan:
         """Poisson rate of one class (or of the whole set, partition -1, under global sampling)."""
         return self.sample_rates[0] if self.sampling == "global_poisson" else self.sample_rates[partition]
 
+    @property
+    def prior_history(self) -> list[tuple[float, float, int]]:
+        """What was spent before the first step: the class-size release, if any."""
+        return [(self.count_noise_multiplier, 1.0, 1)] if self.count_noise_multiplier else []
+
     def is_data_step(self, step: int) -> bool:
         return 0 <= step < self.data_steps
 
@@ -96,6 +105,8 @@ class PrivacyPlan:
         """Plain Python types only: JSON for plan.json, and loadable with ``weights_only=True``."""
         state = dataclasses.asdict(self)
         state["sample_rates"] = list(self.sample_rates)
+        if self.released_class_sizes is not None:
+            state["released_class_sizes"] = list(self.released_class_sizes)
         return {"format": _FORMAT, **state}
 
     @classmethod
@@ -104,13 +115,25 @@ class PrivacyPlan:
         if state.pop("format", None) != _FORMAT:
             raise UserError("the stored privacy plan has an unknown format; it was written by another version")
         state["sample_rates"] = tuple(float(rate) for rate in state["sample_rates"])
+        if state.get("released_class_sizes") is not None:
+            state["released_class_sizes"] = tuple(float(n) for n in state["released_class_sizes"])
         return cls(**state)
 
     def summary(self) -> dict[str, Any]:
         """The plan as the public report states it."""
         return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
                 "data_steps": self.data_steps, "free_steps": self.free_steps,
-                "planned_epsilon": self.planned_epsilon, "target_epsilon": self.target_epsilon}
+                "planned_epsilon": self.planned_epsilon, "target_epsilon": self.target_epsilon,
+                "class_sizes": self.class_size_statement()}
+
+    def class_size_statement(self) -> dict[str, Any]:
+        """How the class sizes behind the sample rates were obtained."""
+        if self.count_noise_multiplier is None:
+            return {"status": "public by assumption",
+                    "why": "they set the sample rates q_c = L / N_c; Zheng & Li's DPDC treats them as public"}
+        return {"status": "released under differential privacy", "released": list(self.released_class_sizes),
+                "mechanism": "Gaussian on the class histogram (L2 sensitivity 1), composed into the total",
+                "noise_multiplier": self.count_noise_multiplier}
 
 
 def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[float, ...]:
@@ -127,13 +150,16 @@ def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[fl
 
 def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str,
               noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
-              calibrate: str, accountant: str, step_cap: Optional[int] = None) -> PrivacyPlan:
+              calibrate: str, accountant: str, step_cap: Optional[int] = None,
+              count_noise_multiplier: Optional[float] = None) -> PrivacyPlan:
     """Fix the plan of a run.
 
     - no target: the given (or the method's default) noise multiplier, every data step;
     - target, calibrate="sigma": the smallest noise multiplier keeping ε(data steps) <= target;
     - target, calibrate="steps": the largest number of data steps keeping ε <= target.
     ``step_cap`` (``trainer.max_steps``) caps the data steps first, then the free steps.
+    With ``count_noise_multiplier``, ``class_sizes`` are the sizes released by privacy/counts.py at
+    that noise multiplier, and that release counts towards the target together with the steps.
     """
     data_steps, free_steps = schedule.data_steps, schedule.free_steps
     if step_cap is not None and step_cap > 0:
@@ -143,27 +169,31 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
     common = dict(private=schedule.private, sampling=schedule.sampling, sample_size=float(schedule.sample_size),
                   sample_rates=rates, free_steps=free_steps, accountant=accountant)
     if not schedule.private:
-        if target_epsilon is not None or noise_multiplier is not None:
+        if target_epsilon is not None or noise_multiplier is not None or count_noise_multiplier is not None:
             raise UserError(f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply")
         return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=None, delta=None, target_epsilon=None,
                            planned_epsilon=None)
     q = max(rates)
+    prior = [(count_noise_multiplier, 1.0, 1)] if count_noise_multiplier else []
     sigma = noise_multiplier or schedule.default_noise_multiplier
     if target_epsilon is not None and calibrate == "sigma":
         if noise_multiplier is not None:
             raise UserError("set either privacy.noise_multiplier or privacy.target_epsilon with privacy.calibrate=sigma, not both")
         sigma = calibrate_noise_multiplier(target_epsilon=target_epsilon, delta=delta, sample_rate=q,
-                                           steps=data_steps, accountant=accountant)
+                                           steps=data_steps, accountant=accountant, prior_history=prior)
     elif target_epsilon is not None:
         if not schedule.steps_adjustable:
             raise UserError(f"method {method} has a fixed number of steps; use privacy.calibrate=sigma")
         data_steps = max_steps(target_epsilon=target_epsilon, delta=delta, sample_rate=q, noise_multiplier=sigma,
-                               accountant=accountant, limit=data_steps)
+                               accountant=accountant, limit=data_steps, prior_history=prior)
         if data_steps == 0:
             raise UserError(f"privacy.target_epsilon={target_epsilon} is unreachable: even one step at noise multiplier "
                             f"{sigma} and sample rate {q:.4g} costs more; raise privacy.noise_multiplier")
-    planned = epsilon_from_history([(sigma, q, data_steps)], delta=delta, accountant=accountant) if data_steps else 0.0
+    history = prior + ([(sigma, q, data_steps)] if data_steps else [])
+    planned = epsilon_from_history(history, delta=delta, accountant=accountant) if history else 0.0
     if target_epsilon is not None and planned > target_epsilon:
         raise RuntimeError(f"plan error: ε {planned} above the target {target_epsilon}")  # calibration never allows it
+    released = tuple(float(n) for n in class_sizes) if count_noise_multiplier else None
     return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=float(sigma), delta=delta,
-                       target_epsilon=target_epsilon, planned_epsilon=planned)
+                       target_epsilon=target_epsilon, planned_epsilon=planned,
+                       count_noise_multiplier=count_noise_multiplier, released_class_sizes=released)

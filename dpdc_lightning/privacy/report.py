@@ -39,11 +39,12 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
             "target_epsilon": plan.target_epsilon,
             "accountant": accountant.accountant,
             "neighbouring_relation": NEIGHBOURING,
-            "steps": accountant.total_steps,
+            "steps": accountant.steps_of(),  # the condensation's data steps (a class-size release is a phase)
             **mechanism,
             "phases": accountant.breakdown(delta=delta),
             "plan": plan.summary(),
             "noise_mode": "reproducible" if reproducible_noise else "secure",
+            "class_sizes": plan.class_size_statement(),
         })
         if reproducible_noise:
             report["warning"] = ("privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
