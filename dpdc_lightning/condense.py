@@ -107,7 +107,12 @@ def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed:
     data = load_data(config) if data is None else data
     seed = noise_seed_for(config) if noise_seed is None else noise_seed
     plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
-    return Condensation(config, data, plan=plan, noise_seed=seed).fit()
+    run = Condensation(config, data, plan=plan, noise_seed=seed)
+    if run.trainer.world_size > 1:
+        # Lightning would re-run the calling script in each new process, and each would draw its own
+        # secret: the processes must share one plan and seed, which train() hands over on disk.
+        raise UserError("condense() runs in one process; use train() (python train.py) for trainer.devices > 1")
+    return run.fit()
 
 
 def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Callback]) -> L.Trainer:

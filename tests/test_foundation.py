@@ -101,6 +101,13 @@ def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, m
     assert torch.equal(again.images, result.images)
 
 
+def test_condense_refuses_several_processes(toy):
+    config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "trainer.accelerator=cpu", "trainer.devices=2",
+                      "trainer.strategy=ddp"])
+    with pytest.raises(UserError, match="one process"):
+        condense(config, toy)
+
+
 def test_condense_on_a_chosen_subset_plans_from_the_subsets_class_sizes(toy):
     keep = torch.randperm(len(toy.train_labels), generator=derive_generator(0, "half"))[: len(toy.train_labels) // 2]
     subset = toy.subset(keep)
