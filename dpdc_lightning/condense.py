@@ -49,7 +49,7 @@ def plan_run(config: RunConfig, data: DataSpec) -> PrivacyPlan:
     return make_plan(schedule, class_sizes=data.class_sizes, method=config.method.name,
                      noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
                      delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                     step_cap=config.trainer.get("max_steps"))
+                     step_cap=config.trainer.get("max_steps"), allow_large_delta=privacy.allow_large_delta)
 
 
 def noise_seed_for(config: RunConfig) -> int:
