@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -57,7 +58,11 @@ def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
     if run_dir is not None:
         path = Path(run_dir)
         if path.exists():
-            raise UserError(f"run_dir {path} already exists; choose a new one (runs are never overwritten)")
+            from dpdc_lightning.privacy.secret import LEFTOVER_NOTE, forget_if_finished
+
+            # A finished run someone points at again loses a leftover secret.
+            note = f"; {LEFTOVER_NOTE}" if forget_if_finished(path) else ""
+            raise UserError(f"run_dir {path} already exists; choose a new one (runs are never overwritten){note}")
         return path
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(runs_root) / f"{label}-{stamp}"
@@ -105,6 +110,10 @@ def load_bundle(run_dir: str | Path) -> Bundle:
     report_path = path / PRIVACY_REPORT
     if not report_path.is_file():
         raise UserError(f"{path} has no {PRIVACY_REPORT}: the bundle is incomplete (unfinished or crashed run)")
+    from dpdc_lightning.privacy.secret import LEFTOVER_NOTE, forget_if_finished
+
+    if forget_if_finished(path):  # finished runs are never resumed: a secret left by a crash goes now
+        print(f"note: {path}: {LEFTOVER_NOTE}", file=sys.stderr)
     try:
         report = json.loads(report_path.read_text())
     except (OSError, ValueError) as err:
