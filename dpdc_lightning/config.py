@@ -209,7 +209,7 @@ def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str
     if not (path / "config.yaml").is_file():
         raise UserError(f"resume={run_dir}: no config.yaml there, so it is not a run directory")
     if (path / "privacy.json").exists():
-        from dpdc_lightning.privacy.secret import LEFTOVER_NOTE, forget_if_finished
+        from dpdc_lightning.export import LEFTOVER_NOTE, forget_if_finished
 
         # A secret left by a crash after the bundle was written has no use: delete it now.
         note = f"; {LEFTOVER_NOTE}" if forget_if_finished(path) else ""

@@ -16,12 +16,12 @@ from dpdc_lightning.condense import Condensation, load_data, noise_seed_for, pla
 from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.data.datasets import ImageData
-from dpdc_lightning.export import CONFIG_FILE, PRIVACY_REPORT, atomic_write_text, new_run_dir, save_bundle
+from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
+                                   new_run_dir, save_bundle)
 from dpdc_lightning.image_grid import grid_png
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
-from dpdc_lightning.privacy.secret import (LEFTOVER_NOTE, SECRET_FILE, forget_if_finished, forget_secret, read_secret,
-                                           store_secret)
+from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
 PLAN_FILE = "plan.json"

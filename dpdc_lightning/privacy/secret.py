@@ -6,7 +6,7 @@ exactly the samples and noise of the steps it repeats: a repeated step releases 
 the resumed run's ε equals the uninterrupted run's. The file is deleted once the bundle is
 written: a finished run directory holds nothing that would let anyone subtract the noise. A secret
 left by a crash right after the bundle is deleted by the next command touching the run
-(:func:`forget_if_finished`); ``python train.py forget=RUN_DIR`` deletes an abandoned run's.
+(``export.forget_if_finished``); ``python train.py forget=RUN_DIR`` deletes an abandoned run's.
 With ``privacy.reproducible_noise=true`` the public run seed is used instead (not private).
 """
 
@@ -48,19 +48,3 @@ def forget_secret(run_dir: Path) -> bool:
     path.unlink(missing_ok=True)
     return existed
 
-
-def forget_if_finished(run_dir: Path) -> bool:
-    """Delete a secret left next to a complete bundle; True if one was deleted.
-
-    A process that dies between writing privacy.json (written last, it marks a complete bundle)
-    and deleting the secret leaves both behind. A finished run is never resumed, so the secret has
-    no use left and only lets its holder subtract the noise: every command that touches a run
-    directory calls this and tells the owner's console when it deleted one.
-    """
-    from dpdc_lightning.export import PRIVACY_REPORT  # export imports this module lazily
-
-    run_dir = Path(run_dir)
-    return (run_dir / PRIVACY_REPORT).is_file() and forget_secret(run_dir)
-
-
-LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
