@@ -65,7 +65,8 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
     return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
                      noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
                      delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                     step_cap=config.trainer.get("max_steps"), count_noise_multiplier=count_sigma)
+                     step_cap=config.trainer.get("max_steps"), count_noise_multiplier=count_sigma,
+                     allow_large_delta=privacy.allow_large_delta)
 
 
 def noise_seed_for(config: RunConfig) -> int:

@@ -38,6 +38,9 @@ class DatasetConfig:
     root: Optional[str] = None
     download: bool = False
     cache_dir: Optional[str] = None  # default: ~/.cache/dpdc_lightning
+    # Written by train() into the owner's config.yaml: the folder the data was actually read from
+    # (provenance). Never set by the user; a resumed run must read the same folder.
+    resolved_root: Optional[str] = None
 
     def __post_init__(self) -> None:
         from dpdc_lightning.data.datasets import DATASETS
@@ -57,6 +60,7 @@ class PrivacyConfig:
     # Gaussian mechanism at a budget share count_epsilon, composed into the total (privacy/counts.py)
     class_sizes: str = "public"
     count_epsilon: Optional[float] = None
+    allow_large_delta: bool = False  # accept δ >= 1/N (N private records), with a warning
 
     def __post_init__(self) -> None:
         _choice("privacy.accountant", self.accountant, ("rdp", "prv"))
@@ -206,7 +210,11 @@ def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
     for group in GROUPS:
         base[group] = _load_group(group, chosen[group], conf_dir)
     method_name = OmegaConf.select(base, "method.name")
-    return validate(OmegaConf.merge(base, *layers, _dotlist(dotted)), method_name=method_name)
+    merged = OmegaConf.merge(base, *layers, _dotlist(dotted))
+    if OmegaConf.select(merged, "dataset.resolved_root") is not None:
+        raise UserError("dataset.resolved_root is recorded by the framework (the folder actually read); "
+                        "set dataset.root instead")
+    return validate(merged, method_name=method_name)
 
 
 def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str]) -> RunConfig:
@@ -216,8 +224,12 @@ def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str
     if not (path / "config.yaml").is_file():
         raise UserError(f"resume={run_dir}: no config.yaml there, so it is not a run directory")
     if (path / "privacy.json").exists():
+        from dpdc_lightning.export import LEFTOVER_NOTE, forget_if_finished
+
+        # A secret left by a crash after the bundle was written has no use: delete it now.
+        note = f"; {LEFTOVER_NOTE}" if forget_if_finished(path) else ""
         raise UserError(f"resume={run_dir}: that run finished (privacy.json exists); a finished run is never "
-                        "continued past its budget, start a new run instead")
+                        f"continued past its budget, start a new run instead{note}")
     changed = sorted(selections) + [t.partition("=")[0] for t in dotted if not t.startswith("trainer.")]
     if changed:
         raise UserError(f"resume keeps the run's config; only trainer.* may change, not {changed[0]}")
@@ -286,4 +298,6 @@ def config_hash(config: RunConfig) -> str:
     data = OmegaConf.to_container(OmegaConf.structured(config))
     for key in ("run_dir", "runs_root", "resume"):
         data.pop(key, None)
+    # Recorded during the run, after the hash of a fresh run's config may have been taken.
+    data.get("dataset", {}).pop("resolved_root", None)
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(data)).encode()).hexdigest()

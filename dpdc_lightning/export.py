@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,11 +20,25 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
 
 BUNDLE_TENSORS = "synthetic.pt"
 PRIVACY_REPORT = "privacy.json"
 CONFIG_FILE = "config.yaml"
 GRID_IMAGE = "synthetic.png"
+LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
+
+
+def forget_if_finished(run_dir: Path) -> bool:
+    """Delete a secret left next to a complete bundle; True if one was deleted.
+
+    A process that dies between writing privacy.json (written last, it marks a complete bundle)
+    and deleting the secret leaves both behind. A finished run is never resumed, so the secret has
+    no use left and only lets its holder subtract the noise: every command that touches a run
+    directory calls this and tells the owner's console when it deleted one.
+    """
+    run_dir = Path(run_dir)
+    return (run_dir / PRIVACY_REPORT).is_file() and forget_secret(run_dir)
 
 
 def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
@@ -57,7 +72,9 @@ def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
     if run_dir is not None:
         path = Path(run_dir)
         if path.exists():
-            raise UserError(f"run_dir {path} already exists; choose a new one (runs are never overwritten)")
+            # A finished run someone points at again loses a leftover secret.
+            note = f"; {LEFTOVER_NOTE}" if forget_if_finished(path) else ""
+            raise UserError(f"run_dir {path} already exists; choose a new one (runs are never overwritten){note}")
         return path
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(runs_root) / f"{label}-{stamp}"
@@ -105,6 +122,8 @@ def load_bundle(run_dir: str | Path) -> Bundle:
     report_path = path / PRIVACY_REPORT
     if not report_path.is_file():
         raise UserError(f"{path} has no {PRIVACY_REPORT}: the bundle is incomplete (unfinished or crashed run)")
+    if forget_if_finished(path):  # finished runs are never resumed: a secret left by a crash goes now
+        print(f"note: {path}: {LEFTOVER_NOTE}", file=sys.stderr)
     try:
         report = json.loads(report_path.read_text())
     except (OSError, ValueError) as err:

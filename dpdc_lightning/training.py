@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from dpdc_lightning.condense import Condensation, load_data, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.export import CONFIG_FILE, atomic_write_text, new_run_dir, save_bundle
+from dpdc_lightning.data.datasets import ImageData
+from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
+                                   new_run_dir, save_bundle)
 from dpdc_lightning.image_grid import grid_png
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
@@ -38,13 +41,19 @@ def train(config: RunConfig) -> Path:
         plan = _stored_plan(run_dir, config, DataSpec.of(data))
         seed = read_secret(run_dir) if secret_needed else config.seed
         if seed is None:
-            raise UserError(f"{run_dir} has no {SECRET_FILE}: without it a resumed run would redraw the noise of "
-                            "repeated steps and spend them twice; start a new run")
+            raise UserError(f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
+                            "resumed run would redraw the noise of repeated steps and spend them twice; start a new run")
+    provenance = data_provenance(data)
+    if config.dataset.resolved_root is not None and config.dataset.resolved_root != provenance:
+        raise UserError(f"{run_dir} was started on data read from {config.dataset.resolved_root}, now it would read "
+                        f"{provenance}; a run must come from one data set, so it cannot be resumed")
+    config.dataset.resolved_root = provenance
     run = Condensation(config, data, plan=plan, noise_seed=seed, run_dir=run_dir)
     # Only the launching process writes, and hands its run directory to the DDP processes it starts
     # for this fit only: a later train() in the same process (tests, notebooks) must pick its own.
     hands_run_dir = run.trainer.is_global_zero and not launched
     if hands_run_dir:
+        print(f"data: {config.dataset.name} from {provenance}", file=sys.stderr)
         if fresh:
             run_dir.mkdir(parents=True)
             atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
@@ -62,6 +71,37 @@ def train(config: RunConfig) -> Path:
         if hands_run_dir:
             os.environ.pop(RUN_DIR_ENV, None)
     return run_dir
+
+
+def data_provenance(data: ImageData) -> str:
+    """Where the data came from, for the owner's console and config.yaml (never the public bundle)."""
+    return data.source if data.source is not None else f"no files (embedded data set {data.name})"
+
+
+def end_of_run_line(run_dir: Path) -> str:
+    """The last line of train.py: the guarantee as privacy.json states it, and where the bundle is."""
+    report = json.loads((Path(run_dir) / PRIVACY_REPORT).read_text())
+    if report.get("epsilon") is None:
+        return f"bundle written to {run_dir} (not private)"
+    note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
+    steps = report["steps"]
+    return (f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
+            f"{steps} privacy-consuming step{'' if steps == 1 else 's'}")
+
+
+def forget_run(path: Path) -> str:
+    """``train.py forget=RUN_DIR``: delete the secret of an abandoned run, which then cannot resume.
+    Returns the line to print."""
+    path = Path(path)
+    if not (path / CONFIG_FILE).is_file():
+        raise UserError(f"forget={path}: not a run directory (no {CONFIG_FILE} there)")
+    if (path / PRIVACY_REPORT).is_file():
+        deleted = forget_if_finished(path)
+        return f"{path} is a finished run; " + (LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}")
+    if not forget_secret(path):
+        return f"{path} holds no {SECRET_FILE} (not private, reproducible noise, or already forgotten): nothing to delete"
+    return (f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no longer be "
+            "resumed (resume= will refuse it)")
 
 
 def _stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan:

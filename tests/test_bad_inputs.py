@@ -95,6 +95,15 @@ TRAIN_CASES = [
     ("corrupt idx file", ["dataset=fashion_mnist", "dataset.root=corrupt_fmnist"], "corrupt_fmnist"),
     ("resume of a finished run", ["resume=finished"], "finished"),
     ("resume of a non-run folder", ["resume=empty"], "not a run directory"),
+    ("delta not below 1/N", ["method=ndpdc", "dataset=toy", "privacy.delta=0.01"], "1/N"),
+    # fast_dev_run bounds the damage should the named folder ever again be replaced by the system copy
+    ("named dataset.root without the files", ["dataset=fashion_mnist", "dataset.root=empty",
+                                              "trainer.fast_dev_run=true"], "dataset.root="),
+    ("dataset.root for an embedded data set", ["dataset=toy", "dataset.root=exists",
+                                               "trainer.fast_dev_run=true"], "embedded"),
+    ("dataset.resolved_root set by hand", ["dataset.resolved_root=/elsewhere"], "resolved_root"),
+    ("forget of a non-run folder", ["forget=empty"], "not a run directory"),
+    ("forget with other arguments", ["forget=finished", "seed=1"], "forget=RUN_DIR"),
 ]
 
 EVALUATE_CASES = [

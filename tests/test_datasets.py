@@ -133,8 +133,13 @@ def test_missing_idx_files_name_the_paths_tried(name, tmp_path, monkeypatch):
         load_dataset(name, root=root, download=False, cache_dir=cache)
     message = str(info.value)
     assert "\n" not in message
-    assert str(root) in message and str(cache) in message
-    assert (str(absent) in message) == (name == "fashion_mnist")
+    # A named root is the only place looked at: neither the system copy nor the cache is tried.
+    assert str(root) in message and str(cache) not in message and str(absent) not in message
+    assert "dataset.root=" in message and "dataset.download=true" in message
+    with pytest.raises(UserError) as info:
+        load_dataset(name, download=False, cache_dir=cache)
+    message = str(info.value)
+    assert str(cache) in message and (str(absent) in message) == (name == "fashion_mnist")
     assert "dataset.root=" in message and "dataset.download=true" in message
 
 
@@ -208,6 +213,7 @@ def test_small_valid_flat_folder_stages_into_cache(tmp_path, monkeypatch):
     assert torch.all(data.train_images == 1.0) and torch.all(data.test_images == -1.0)
     assert torch.equal(data.train_labels, train_labels)
     assert data.class_sizes == (6000,) * 10
+    assert data.source == str(folder)  # the folder read, not the staging copy in the cache
     datasets.clear_dataset_cache()
 
 

@@ -6,10 +6,12 @@ statistics computed from the private data (a per-channel mean is itself a releas
 data-derived normalisation belongs to non-private baselines only, and is not done here.
 
 File resolution for the torchvision datasets (``fashion_mnist``, ``mnist``, ``cifar10``, ``celeba``):
-``root`` (``dataset.root=``) first, then a system location where one exists (Debian's
-``dataset-fashion-mnist`` package), then the download cache (``cache_dir``, by default
-``~/.cache/dpdc_lightning``; torchvision downloads land there when ``download`` is true and no
-``root`` is given). Anything missing, corrupt or of the wrong shape is a ``UserError`` that names the
+a ``root`` (``dataset.root=``) is the only place looked at (or downloaded into) when given: a
+release must come from the data the user named, never a substitute. Without one: a system location
+where one exists (Debian's ``dataset-fashion-mnist`` package), then the download cache
+(``cache_dir``, by default ``~/.cache/dpdc_lightning``; torchvision downloads land there). The
+folder read is ``ImageData.source``. Embedded datasets (``digits``, ``toy``) refuse a ``root``.
+Anything missing, corrupt or of the wrong shape is a ``UserError`` that names the
 file or the paths tried. Files are parsed by torchvision; this module only moves them into the
 layout torchvision expects.
 """
@@ -64,6 +66,9 @@ class ImageData:
     test_labels: Tensor
     num_classes: int
     class_names: tuple[str, ...]
+    # The folder the files were read from (None: generated in code or given as tensors). Recorded
+    # in the owner's config.yaml so a release says exactly which data it was computed from.
+    source: str | None = None
 
     def __post_init__(self) -> None:
         for split, images, labels in (("train", self.train_images, self.train_labels),
@@ -71,6 +76,7 @@ class ImageData:
             if images.dtype != torch.float32 or images.dim() != 4:
                 raise ValueError(f"{self.name}: {split} images must be float32 (N, C, H, W), "
                                  f"got {images.dtype} {tuple(images.shape)}")
+            _check_finite(self.name, split, images)
             if labels.dtype != torch.int64 or labels.shape != images.shape[:1]:
                 raise ValueError(f"{self.name}: {split} labels must be int64 of shape ({images.shape[0]},)")
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
@@ -112,7 +118,20 @@ class ImageData:
         indices = torch.as_tensor(indices, dtype=torch.long)
         return ImageData(name=f"{self.name}[subset]", train_images=self.train_images.index_select(0, indices),
                          train_labels=self.train_labels.index_select(0, indices), test_images=self.test_images,
-                         test_labels=self.test_labels, num_classes=self.num_classes, class_names=self.class_names)
+                         test_labels=self.test_labels, num_classes=self.num_classes, class_names=self.class_names,
+                         source=self.source)
+
+
+def _check_finite(dataset: str, split: str, images: Tensor) -> None:
+    """Refuse NaN/Inf records before any step runs. Privacy-critical: a non-finite record makes the
+    clipped sum NaN, so a run would abort at the step that first sampled it and thereby publish when
+    it was sampled. Checked here, at load time, the failure depends on no random draw. The record
+    index is for the owner's console only (this error is never written to a file)."""
+    bad = ~torch.isfinite(images.flatten(1)).all(dim=1)
+    if bool(bad.any()):
+        first = int(torch.nonzero(bad)[0])
+        raise UserError(f"{dataset}: {split} record {first} (and {int(bad.sum()) - 1} more) holds NaN or Inf values; "
+                        "fix or drop such records before condensing")
 
 
 def normalise(unit_images: Tensor) -> Tensor:
@@ -222,11 +241,14 @@ def _locate_idx(dataset: str, tv_name: str, root: Path | None, system_dir: str |
     """Find the idx files; return (torchvision root or None, file name -> source path, paths tried)."""
     candidates: list[tuple[Path, Path | None]] = []  # (folder, staging destination or None)
     if root is not None:
+        # A folder the user named is the only place looked at: falling back to another copy would
+        # release a synthetic set computed from data other than the one the user asked for.
         key = hashlib.sha1(str(root).encode()).hexdigest()[:16]
         candidates += [(root / tv_name / "raw", cache / "from-root" / key), (root, cache / "from-root" / key)]
-    if system_dir is not None:
-        candidates.append((Path(system_dir), cache))
-    candidates.append((cache / tv_name / "raw", cache))
+    else:
+        if system_dir is not None:
+            candidates.append((Path(system_dir), cache))
+        candidates.append((cache / tv_name / "raw", cache))
     tried = []
     for folder, staging in candidates:
         tried.append(folder)
@@ -289,10 +311,16 @@ def _mnist_like(dataset: str, tv_name: str, system_dir: str | None, root: Path |
             raise UserError(f"{dataset}: download into {tv_root} failed ({type(exc).__name__}: {exc})") from exc
     if tv_root is None:
         names = ", ".join(f"{n}[.gz]" for n in _IDX_NAMES)
+        if root is not None:
+            raise UserError(f"{dataset}: files not found in dataset.root={root}; tried {', '.join(map(str, tried))}; "
+                            f"put {names} in one of them, or set dataset.download=true to download into it "
+                            "(a named folder is never replaced by another copy)")
         package = " install Debian's dataset-fashion-mnist," if system_dir is not None else ""
         raise UserError(f"{dataset}: files not found; tried {', '.join(map(str, tried))}; put {names} in one of them "
                         f"(dataset.root=<folder> reads <folder>/{tv_name}/raw or <folder> itself),{package} "
                         "or set dataset.download=true")
+    # Provenance: the folder the files came from (not the staging copy in the cache).
+    source = next(iter(files.values())).parent if files else tv_root / tv_name / "raw"
     splits = []
     for train, count in ((True, 60000), (False, 10000)):
         prefix = "train" if train else "t10k"
@@ -302,7 +330,7 @@ def _mnist_like(dataset: str, tv_name: str, system_dir: str | None, root: Path |
         _check_idx_split(dataset, images, labels, count,
                          files.get(image_name, raw / image_name), files.get(label_name, raw / label_name))
         splits += [_from_uint8(images.unsqueeze(1)), labels.to(torch.int64)]
-    return ImageData(dataset, *splits, 10, tuple(tv_class.classes))
+    return ImageData(dataset, *splits, 10, tuple(tv_class.classes), source=str(source))
 
 
 def _fashion_mnist(root: Path | None, download: bool, cache: Path) -> ImageData:
@@ -363,7 +391,7 @@ def _cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
             raise UserError(f"cifar10: files in {folder} hold {tuple(images.shape)} images / {tuple(labels.shape)} "
                             f"labels, expected {count} of 3x32x32 with labels 0..9")
         splits += [_from_uint8(images.contiguous()), labels]
-    return ImageData("cifar10", *splits, 10, tuple(split.classes))
+    return ImageData("cifar10", *splits, 10, tuple(split.classes), source=str(folder))
 
 
 def _celeba_images(split: Any, indices: Tensor, folder: Path) -> Tensor:
@@ -416,7 +444,7 @@ def _celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
                 chosen.append(members[torch.randperm(members.numel(), generator=generator)[:CELEBA_PER_CLASS]])
             indices = torch.cat(chosen).sort().values
         splits += [_from_uint8(_celeba_images(split, indices, folder)), labels[indices].contiguous()]
-    return ImageData("celeba", *splits, 2, ("female", "male"))
+    return ImageData("celeba", *splits, 2, ("female", "male"), source=str(folder))
 
 
 # --------------------------------------------------------------------------- registry
@@ -461,6 +489,10 @@ def load_dataset(name: str, *, root: str | os.PathLike[str] | None = None, downl
     if not isinstance(download, bool):
         raise UserError(f"dataset.download must be true or false, got {download!r}")
     if name in _EMBEDDED:  # no files involved: one cache entry regardless of the location arguments
+        if _absolute(root, "dataset.root") is not None:
+            # Ignoring it would condense the embedded data while the user believes their folder was read.
+            raise UserError(f"dataset.root={root} is set but dataset {name} is embedded and reads no files; "
+                            f"drop dataset.root, or select the data set its files belong to (dataset=NAME)")
         return _load_cached(name, None, False, None)
     return _load_cached(name, _absolute(root, "dataset.root"), download, _absolute(cache_dir, "dataset.cache_dir"))
 

@@ -8,7 +8,8 @@ Each verb prints a short explanation, then its answer alone on the LAST line (fo
 
 The sample rate may be a fraction such as ``50/6000`` (expected batch / class size). ε is
 printed rounded UP to 4 decimals, so the printed bound is never below the computed one; the
-noise multiplier is printed in full so that feeding it back gives the same ε. Bad arguments
+noise multiplier is printed in full so that feeding it back gives the same ε. ε is never printed
+below 0 (at a large δ the conversion can go negative; a note says so). Bad arguments
 print one line ``error: ...`` on stderr and exit with code 2.
 """
 
@@ -80,6 +81,7 @@ def _run(args: argparse.Namespace) -> None:
     # Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
     from dpdc_lightning.privacy.analysis import epsilon_from_history
     from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
+    from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
 
     accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
     if args.verb == "epsilon":
@@ -91,6 +93,9 @@ def _run(args: argparse.Namespace) -> None:
             f"sample rate {args.sample_rate:.6g}, {args.steps} steps"
         )
         print(accountant)
+        epsilon, clamped = nonnegative_epsilon(epsilon)
+        if clamped:
+            print(f"note: {CLAMP_NOTE}")
         print("epsilon (upper bound, rounded up to 4 decimals):")
         print(_epsilon_text(epsilon))
     elif args.verb == "calibrate":
@@ -101,9 +106,12 @@ def _run(args: argparse.Namespace) -> None:
             steps=args.steps,
             accountant=args.accountant,
         )
-        achieved = epsilon_from_history([(sigma, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant)
+        achieved, clamped = nonnegative_epsilon(
+            epsilon_from_history([(sigma, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant))
         print(f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, {args.steps} steps")
         print(accountant)
+        if clamped:
+            print(f"note: {CLAMP_NOTE}")
         print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
         print("noise multiplier (noise std / L2 sensitivity):")
         print(repr(sigma))

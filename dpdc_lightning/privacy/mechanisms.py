@@ -71,6 +71,11 @@ def clip_rows(x: Tensor, *, max_norm: float) -> Tensor:
         raise ValueError("clip_rows needs a tensor with a leading row dimension, got a scalar")
     # flatten(1), not reshape(n, -1): the latter is ambiguous for an empty batch.
     flat = x.flatten(1) if x.dim() > 1 else x.unsqueeze(1)
+    # A NaN/Inf row has no norm to clip to, and one such row would make the released sum NaN:
+    # refuse it (the data sets are checked at load time; this guards every other caller).
+    if not bool(torch.isfinite(flat).all()):
+        raise UserError("clip_rows: an input row holds NaN or Inf values; the Gaussian mechanism refuses "
+                        "non-finite rows (its sensitivity bound does not hold for them)")
     norms = torch.linalg.vector_norm(flat, dim=1)
     # clamp_min keeps G / 0 finite; the clamp at 1 then leaves zero rows (and short rows) as they are.
     factor = (max_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
@@ -125,6 +130,7 @@ def noisy_clipped_sum(
     """
     if rows.dim() == 0:
         raise ValueError("noisy_clipped_sum needs rows of shape [n, *shape], got a scalar")
+    # clip_rows refuses NaN/Inf rows before anything is summed or noised.
     clipped = clip_rows(rows.to(torch.float32), max_norm=max_norm)
     return gaussian_sum(
         clipped.sum(dim=0),

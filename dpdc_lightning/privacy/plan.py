@@ -16,6 +16,7 @@ q = max_c q_c: the classes are disjoint parts of the data (parallel composition,
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -148,10 +149,24 @@ def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[fl
     return ()
 
 
+def check_delta_size(delta: float, *, records: int, allow_large_delta: bool) -> None:
+    """Refuse δ >= 1/N. Privacy-critical: a δ of the order of 1/N is met by a mechanism that
+    publishes the complete records of a few participants (Dwork & Roth, "The Algorithmic
+    Foundations of Differential Privacy", §2.3), so such a guarantee says nothing.
+    With ``allow_large_delta`` the run goes on, and the owner's console says why it should not."""
+    if delta * records < 1:
+        return
+    message = (f"privacy.delta={delta:g} is not below 1/N = {1 / records:.3g} (N = {records} private records): "
+               "at such a delta a mechanism may publish whole records")
+    if not allow_large_delta:
+        raise UserError(f"{message}; lower privacy.delta, or set privacy.allow_large_delta=true to accept it")
+    print(f"warning: {message}; accepted because privacy.allow_large_delta=true", file=sys.stderr)
+
+
 def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str,
               noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
               calibrate: str, accountant: str, step_cap: Optional[int] = None,
-              count_noise_multiplier: Optional[float] = None) -> PrivacyPlan:
+              count_noise_multiplier: Optional[float] = None, allow_large_delta: bool = False) -> PrivacyPlan:
     """Fix the plan of a run.
 
     - no target: the given (or the method's default) noise multiplier, every data step;
@@ -160,6 +175,7 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
     ``step_cap`` (``trainer.max_steps``) caps the data steps first, then the free steps.
     With ``count_noise_multiplier``, ``class_sizes`` are the sizes released by privacy/counts.py at
     that noise multiplier, and that release counts towards the target together with the steps.
+    A private plan needs ``delta < 1 / N`` (N = sum of the class sizes) unless ``allow_large_delta``.
     """
     data_steps, free_steps = schedule.data_steps, schedule.free_steps
     if step_cap is not None and step_cap > 0:
@@ -173,6 +189,7 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
             raise UserError(f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply")
         return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=None, delta=None, target_epsilon=None,
                            planned_epsilon=None)
+    check_delta_size(delta, records=sum(class_sizes), allow_large_delta=allow_large_delta)
     q = max(rates)
     prior = [(count_noise_multiplier, 1.0, 1)] if count_noise_multiplier else []
     sigma = noise_multiplier or schedule.default_noise_multiplier

@@ -23,6 +23,16 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
+CLAMP_NOTE = ("the (ε, δ) conversion gave a negative ε at this large δ; it is reported as 0, which is also a "
+              "valid bound (a guarantee at some ε holds at every larger ε)")
+
+
+def nonnegative_epsilon(epsilon: float) -> tuple[float, bool]:
+    """``(max(ε, 0), whether it was clamped)``. The RDP-to-(ε, δ) conversion (Balle et al. 2020) can
+    return ε < 0 when δ is large; a published ε < 0 is nonsense, and 0 is the tightest valid bound."""
+    return (0.0, True) if epsilon < 0 else (epsilon, False)
+
+
 def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
                  delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str) -> dict[str, Any]:
     """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
@@ -33,19 +43,30 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
         report.update({"epsilon": None, "delta": None,
                        "guarantee": "none: this method is not differentially private"})
     else:
+        epsilon, clamped = nonnegative_epsilon(accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0)
+        phases = accountant.breakdown(delta=delta)
+        for phase in phases:
+            phase["epsilon"], phase_clamped = nonnegative_epsilon(phase["epsilon"])
+            clamped = clamped or phase_clamped
+        summary = plan.summary()
+        if summary.get("planned_epsilon") is not None:
+            summary["planned_epsilon"], plan_clamped = nonnegative_epsilon(summary["planned_epsilon"])
+            clamped = clamped or plan_clamped
         report.update({
-            "epsilon": accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0,
+            "epsilon": epsilon,
             "delta": delta,
             "target_epsilon": plan.target_epsilon,
             "accountant": accountant.accountant,
             "neighbouring_relation": NEIGHBOURING,
             "steps": accountant.steps_of(),  # the condensation's data steps (a class-size release is a phase)
             **mechanism,
-            "phases": accountant.breakdown(delta=delta),
-            "plan": plan.summary(),
+            "phases": phases,
+            "plan": summary,
             "noise_mode": "reproducible" if reproducible_noise else "secure",
             "class_sizes": plan.class_size_statement(),
         })
+        if clamped:
+            report["epsilon_note"] = CLAMP_NOTE
         if reproducible_noise:
             report["warning"] = ("privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
                                  "in config.yaml; the output is NOT private against anyone who knows that seed")

@@ -4,7 +4,9 @@ Privacy-critical. The seed comes from OS entropy, so the noise is unknown to eve
 in ``<run_dir>/.private_seed`` (mode 0600) while the run is unfinished, so a resumed run redraws
 exactly the samples and noise of the steps it repeats: a repeated step releases nothing new, and
 the resumed run's ε equals the uninterrupted run's. The file is deleted once the bundle is
-written: a finished run directory holds nothing that would let anyone subtract the noise.
+written: a finished run directory holds nothing that would let anyone subtract the noise. A secret
+left by a crash right after the bundle is deleted by the next command touching the run
+(``export.forget_if_finished``); ``python train.py forget=RUN_DIR`` deletes an abandoned run's.
 With ``privacy.reproducible_noise=true`` the public run seed is used instead (not private).
 """
 
@@ -39,5 +41,10 @@ def read_secret(run_dir: Path) -> int | None:
     return int(path.read_text().strip()) if path.is_file() else None
 
 
-def forget_secret(run_dir: Path) -> None:
-    (Path(run_dir) / SECRET_FILE).unlink(missing_ok=True)
+def forget_secret(run_dir: Path) -> bool:
+    """Delete the run's secret; True if there was one."""
+    path = Path(run_dir) / SECRET_FILE
+    existed = path.is_file()
+    path.unlink(missing_ok=True)
+    return existed
+
