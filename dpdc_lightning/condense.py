@@ -68,7 +68,7 @@ class Condensation:
         self.config, self.plan = config, plan
         self.method: CondensationMethod = METHODS[config.method.name](
             config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
-            augment_mode=config.augment.mode)
+            augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
         self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy])
@@ -81,8 +81,13 @@ class Condensation:
         report = build_report(method=self.config.method.name, mechanism=self.method.mechanism_summary(),
                               accountant=self.privacy.accountant if self.plan.private else None,
                               delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
-                              config_hash=config_hash(self.config))
+                              noise_values=self._noise_values(), config_hash=config_hash(self.config))
         return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
+
+    def _noise_values(self) -> Optional[int]:
+        """Normal values the whole run drew (the report's truncation bound counts them)."""
+        per_step = self.method.noise_values_per_step()
+        return None if per_step is None else per_step * self.plan.data_steps
 
 
 def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None

@@ -7,6 +7,7 @@ from importlib import metadata
 from typing import Any, Optional
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.noise import describe as describe_noise
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
 NEIGHBOURING = "add/remove one record"
@@ -24,17 +25,20 @@ def library_versions() -> dict[str, str]:
 
 
 def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
-                 delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str) -> dict[str, Any]:
+                 delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str,
+                 noise_values: Optional[int] = None) -> dict[str, Any]:
     """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
     sensitivity, noise multiplier, noise std and sample rate (None for non-private methods);
-    ``plan`` is the run's privacy plan, fixed before the data was read."""
+    ``plan`` is the run's privacy plan, fixed before the data was read; ``noise_values`` is the
+    number of normal values the run drew (the ``noise`` entry bounds their truncation with it)."""
     report: dict[str, Any] = {"method": method}
     if mechanism is None or accountant is None:
         report.update({"epsilon": None, "delta": None,
                        "guarantee": "none: this method is not differentially private"})
     else:
+        epsilon = accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0
         report.update({
-            "epsilon": accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0,
+            "epsilon": epsilon,
             "delta": delta,
             "target_epsilon": plan.target_epsilon,
             "accountant": accountant.accountant,
@@ -44,6 +48,8 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
             "phases": accountant.breakdown(delta=delta),
             "plan": plan.summary(),
             "noise_mode": "reproducible" if reproducible_noise else "secure",
+            "noise": describe_noise(reproducible=reproducible_noise, values_drawn=noise_values, epsilon=epsilon,
+                                    delta=delta),
         })
         if reproducible_noise:
             report["warning"] = ("privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
