@@ -1,5 +1,5 @@
-"""The noise source (privacy/noise.py): a keyed SHAKE-256 stream, 53-bit uniforms, Box-Muller in
-float64, added in float64. These tests attack what the accountant assumes of the noise: that it is
+"""The noise source (privacy/noise.py): a keyed SHAKE-256 stream, 53-bit uniforms (106 bits for the
+Box-Muller radius), Box-Muller in float64, added in float64. These tests attack what the accountant assumes of the noise: that it is
 an (almost exactly) untruncated Gaussian, unpredictable without the secret, and the same on resume."""
 
 from __future__ import annotations
@@ -91,15 +91,26 @@ def test_uniforms_have_53_bits_and_lie_in_the_open_zero_one_interval():
     assert (u * 2.0 ** 24 == (u * 2.0 ** 24).round()).double().mean() < 1e-3
 
 
-def test_the_truncation_point_is_the_53_bit_box_muller_radius():
+def test_the_truncation_point_is_the_106_bit_box_muller_radius():
     class Extreme(KeyedNoise):
-        def uniforms(self, count: int) -> torch.Tensor:  # smallest radius uniform, angle 0 (cos = 1)
-            return torch.tensor([2.0 ** -53] * (count // 2) + [1.0] * (count // 2), dtype=torch.float64)
+        def _words(self, count):  # every word 0: radius uniform 2^-106, angle uniform 2^-53
+            return np.zeros(count)
 
     z = Extreme(0, **KEY).standard_normal((2,))
-    assert math.isclose(z[0].item(), math.sqrt(106 * math.log(2)), rel_tol=1e-12)
-    assert math.isclose(TRUNCATION_RADIUS, 8.5716, abs_tol=1e-4) and TRUNCATION_RADIUS > FLOAT32_RANDN_BOUND + 2.7
-    assert PAIR_TAIL_MASS == 2.0 ** -53 == pytest.approx(math.exp(-TRUNCATION_RADIUS ** 2 / 2), rel=1e-12)
+    assert math.isclose(z[0].item(), math.sqrt(212 * math.log(2)), rel_tol=1e-12)
+    assert math.isclose(TRUNCATION_RADIUS, 12.1222, abs_tol=1e-4) and TRUNCATION_RADIUS > FLOAT32_RANDN_BOUND + 6
+    assert PAIR_TAIL_MASS == 2.0 ** -106 == pytest.approx(math.exp(-TRUNCATION_RADIUS ** 2 / 2), rel=1e-12)
+
+
+def test_the_radius_uniform_reaches_below_the_53_bit_grid():
+    """A radius uniform built from one word could not go below 2^-53 (|z| <= 8.57); the two-word one
+    does, with float64's relative precision: (k1 2^53 + k2 + 1) 2^-106."""
+    class Words(KeyedNoise):
+        def _words(self, count):  # k1 = 0 and k2 = 2^40 - 1 for the radius; angle uniform 2^-53
+            return np.array([0.0] * (count // 3) + [2.0 ** 40 - 1] * (count // 3) + [0.0] * (count // 3))
+
+    z = Words(0, **KEY).standard_normal((2,))
+    assert math.isclose(z[0].item(), math.sqrt(-2 * math.log(2.0 ** -66)), rel_tol=1e-12)  # 9.56 > 8.57
 
 
 # --------------------------------------------------------------------------- the normal variates
@@ -203,10 +214,10 @@ def test_a_secure_run_is_determined_by_its_secret_and_reports_its_noise(toy):
     report = first.report
     assert report["noise_mode"] == "secure"
     noise = report["noise"]
-    assert "SHAKE-256" in noise["generator"] and "53-bit" in noise["conversion"]
-    assert noise["truncation_bound_std"] == TRUNCATION_RADIUS and noise["tail_mass_per_pair"] == 2.0 ** -53
-    assert noise["tail_mass_per_value"] < 1e-16
+    assert "SHAKE-256" in noise["generator"] and "106-bit radius" in noise["conversion"]
+    assert noise["truncation_bound_std"] == TRUNCATION_RADIUS and noise["tail_mass_per_pair"] == 2.0 ** -106
+    assert noise["tail_mass_per_value"] < 1e-32
     # 3 steps x 4 classes x the extractor's feature size, each value at most 2^-53 from ideal.
     assert noise["noise_values"] % (3 * 4) == 0 and noise["noise_values"] > 0
-    assert noise["truncation_tv_bound"] == noise["noise_values"] * 2.0 ** -53
-    assert report["delta"] < noise["delta_with_truncation"] < report["delta"] * (1 + 1e-6)
+    assert noise["truncation_tv_bound"] == noise["noise_values"] * 2.0 ** -106
+    assert report["delta"] <= noise["delta_with_truncation"] < report["delta"] * (1 + 1e-12)

@@ -17,12 +17,19 @@ answers with torchcsprng and a sum of several draws; this module needs neither.
   a stateful generator, so a resumed run and a run sharded over any number of DDP processes redraw
   exactly the same noise for a repeated (step, partition).
 - **Uniforms.** Each 8 bytes (little-endian) give 53 bits k, and u = (k + 1) 2^-53 in (0, 1]: every
-  multiple of 2^-53 in (0, 1] equally likely, exact in float64.
+  multiple of 2^-53 in (0, 1] equally likely, exact in float64. The radius of Box-Muller, where the
+  tail lives, takes two words instead: K = k1 2^53 + k2 (106 bits) and u = (K + 1) 2^-106 rounded
+  once to float64, so u reaches down to 2^-106 with float64's full relative precision.
 - **Normals.** Box-Muller in float64 (Box & Muller 1958): radius sqrt(-2 ln u1), angle 2 pi u2.
-  Since u1 >= 2^-53, every pair has radius <= R = sqrt(106 ln 2) ~ 8.5716, hence |z| <= 8.5716.
-  R is exactly the 1 - 2^-53 quantile of an ideal Gaussian pair's radius (P(r > R) = exp(-R^2/2) =
-  2^-53 ~ 1.1e-16): the sampler is the ideal Gaussian conditioned on r <= R, at total-variation
-  distance <= 2^-53 per pair, <= n 2^-53 for n values drawn in a run (:func:`truncation`).
+  Since u1 >= 2^-106, every pair has radius <= R = sqrt(212 ln 2) ~ 12.12, hence |z| <= 12.12 (with
+  53-bit radius uniforms R would be sqrt(106 ln 2) ~ 8.57; float32 ``torch.randn`` has 5.77).
+  R is exactly the 1 - 2^-106 quantile of an ideal Gaussian pair's radius (P(r > R) = exp(-R^2/2) =
+  2^-106 ~ 1.2e-32): the sampler is the ideal Gaussian conditioned on r <= R, at total-variation
+  distance <= 2^-106 per pair, <= n 2^-106 for n values drawn in a run (:func:`truncation`). What
+  it adds to delta, (1 + e^epsilon) n 2^-106 (see :func:`describe`), is ~6e-22 at the NDPDC
+  default (n = 10000 steps x 10 classes x 2048 = 2e8, epsilon 5.44) and below 1e-12 for any run of
+  fewer than 10^11 values at epsilon <= 20: nothing next to delta. 53-bit radius uniforms would not
+  do: at the NDPDC default (1 + e^eps) n 2^-53 ~ 5e-6, half of delta = 1e-5.
 - The mechanisms add the float64 noise to the float64 clipped sum and cast once: the float32
   release is rounded from an exact-to-1e-16 sum, never the sum of two float32 roundings.
 
@@ -44,8 +51,9 @@ from torch import Tensor
 from dpdc_lightning.seeding import derive_generator
 
 UNIFORM_BITS = 53  # float64's significand: the finest uniform grid that float64 holds exactly on (0, 1]
-TRUNCATION_RADIUS = math.sqrt(2 * UNIFORM_BITS * math.log(2))  # sqrt(106 ln 2): the largest Box-Muller radius
-PAIR_TAIL_MASS = 2.0 ** -UNIFORM_BITS  # P(ideal Gaussian pair radius > TRUNCATION_RADIUS), exactly
+RADIUS_BITS = 2 * UNIFORM_BITS  # the radius uniform: two words, smallest value 2^-106
+TRUNCATION_RADIUS = math.sqrt(2 * RADIUS_BITS * math.log(2))  # sqrt(212 ln 2) ~ 12.12: the largest radius
+PAIR_TAIL_MASS = 2.0 ** -RADIUS_BITS  # P(ideal Gaussian pair radius > TRUNCATION_RADIUS), exactly
 FLOAT32_RANDN_BOUND = math.sqrt(2 * 24 * math.log(2))  # the bound of the old float32 sampler, for comparison
 _DOMAIN = b"dpdc_lightning/privacy-noise/v1"  # separates these bytes from any other use of the secret
 
@@ -104,18 +112,25 @@ class KeyedNoise(NoiseStream):
         self._draws += 1
         return xof.digest(count)
 
+    def _words(self, count: int) -> np.ndarray:
+        """``count`` 53-bit integers k (as float64, exact) from one draw of the stream."""
+        words = np.frombuffer(self._bytes(8 * count), dtype="<u8")
+        return (words >> np.uint64(64 - UNIFORM_BITS)).astype(np.float64)  # the top 53 bits
+
     def uniforms(self, count: int) -> Tensor:
         """``count`` float64 uniforms on (0, 1], each a multiple of 2^-53 (one draw of the stream)."""
-        words = np.frombuffer(self._bytes(8 * count), dtype="<u8")
-        # The top 53 bits of each word; k + 1 <= 2^53 and the scaling by 2^-53 are exact in float64.
-        k = (words >> np.uint64(64 - UNIFORM_BITS)).astype(np.float64)
-        return torch.from_numpy((k + 1.0) * 2.0 ** -UNIFORM_BITS)
+        # k + 1 <= 2^53 and the scaling by 2^-53 are exact in float64.
+        return torch.from_numpy((self._words(count) + 1.0) * 2.0 ** -UNIFORM_BITS)
 
     def _draw(self, count: int) -> Tensor:
         pairs = (count + 1) // 2
-        u = self.uniforms(2 * pairs)
-        radius = torch.sqrt(-2.0 * torch.log(u[:pairs]))  # <= TRUNCATION_RADIUS since u >= 2^-53
-        angle = (2.0 * math.pi) * u[pairs:]
+        k = self._words(3 * pairs)  # one draw: (k1, k2) of each radius, then the angles
+        high, low, angle_k = k[:pairs], k[pairs:2 * pairs], k[2 * pairs:]
+        # u1 = (k1 2^53 + k2 + 1) 2^-106: both terms exact in float64, their sum rounded once.
+        u1 = torch.from_numpy(high * 2.0 ** -UNIFORM_BITS + (low + 1.0) * 2.0 ** -RADIUS_BITS)
+        u2 = torch.from_numpy((angle_k + 1.0) * 2.0 ** -UNIFORM_BITS)
+        radius = torch.sqrt(-2.0 * torch.log(u1))  # <= TRUNCATION_RADIUS since u1 >= 2^-106
+        angle = (2.0 * math.pi) * u2
         return torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:count]
 
 
@@ -141,7 +156,7 @@ def noise_source(seed: int, *, phase: str, step: int, partition: int, reproducib
 
 def truncation(values_drawn: int) -> float:
     """Total-variation distance bound between the noise of a run that drew ``values_drawn`` secure
-    normal values and ideal Gaussian noise: one 2^-53 per Box-Muller pair, ceil(n/2) <= n pairs."""
+    normal values and ideal Gaussian noise: one 2^-106 per Box-Muller pair, ceil(n/2) <= n pairs."""
     return float(values_drawn) * PAIR_TAIL_MASS
 
 
@@ -159,8 +174,8 @@ def describe(*, reproducible: bool, values_drawn: int | None, epsilon: float | N
                               "clipped sum, cast to float32 once"}
     summary: dict[str, Any] = {
         "generator": "SHAKE-256 keyed by the run's OS-entropy secret and (phase, step, partition, draw)",
-        "conversion": "53-bit uniforms u in (0, 1], Box-Muller in float64, added to the float64 clipped sum, "
-                      "cast to float32 once",
+        "conversion": "Box-Muller in float64 on a 106-bit radius uniform and a 53-bit angle uniform, added to "
+                      "the float64 clipped sum, cast to float32 once",
         "truncation_bound_std": TRUNCATION_RADIUS,
         "tail_mass_per_pair": PAIR_TAIL_MASS,
         "tail_mass_per_value": math.erfc(TRUNCATION_RADIUS / math.sqrt(2.0)),
