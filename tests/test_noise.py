@@ -12,9 +12,11 @@ import pytest
 import torch
 from scipy import stats
 
-from dpdc_lightning.condense import condense
+from dpdc_lightning.condense import condense, plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.privacy.mechanisms import gaussian_sum
 from dpdc_lightning.privacy.noise import (
     FLOAT32_RANDN_BOUND,
@@ -221,3 +223,19 @@ def test_a_secure_run_is_determined_by_its_secret_and_reports_its_noise(toy):
     assert noise["noise_values"] % (3 * 4) == 0 and noise["noise_values"] > 0
     assert noise["truncation_tv_bound"] == noise["noise_values"] * 2.0 ** -106
     assert report["delta"] <= noise["delta_with_truncation"] < report["delta"] * (1 + 1e-12)
+
+
+def test_a_method_hands_out_keyed_streams_unless_noise_is_reproducible(toy):
+    config = compose(SMALL)
+    spec = DataSpec.of(toy)
+    plan = plan_run(config, spec)
+    secure = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=SECRET, model=config.model)
+    stream = secure.noise_stream(5, 2)
+    assert isinstance(stream, KeyedNoise)
+    # Keyed by (secret, phase, step, partition) only: the same values as a stream built by hand.
+    expected = KeyedNoise(SECRET, phase="main", step=5, partition=2).standard_normal((8,))
+    assert torch.equal(stream.standard_normal((8,)), expected)
+    assert not torch.equal(secure.noise_stream(5, 2, phase="second-query").standard_normal((8,)), expected)
+    reproducible = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=0, model=config.model,
+                         reproducible_noise=True)
+    assert isinstance(reproducible.noise_stream(5, 2), SeededNoise)
