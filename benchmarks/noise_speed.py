@@ -16,7 +16,9 @@ about L = 50 records per class. Timed per step (10 classes), median over ``--rep
 The share of a step is against the rest of an NDPDC step on this CPU, taken from
 benchmarks/results/ndpdc_speed_cpu.md (median 1.83 s per iteration with the default "loop" forward,
 0.92 s with bf16 autocast) and against 0.5 s, the fastest step the project expects on a CPU: the
-last is the worst case. The stream's throughput is SHAKE-256 squeezing ``--stream-mib`` MiB in one
+last is the worst case; ``--step-seconds`` adds a step time measured at the same time (the committed
+table adds one from ``python benchmarks/ndpdc_speed.py --device cpu --variants loop --steps 5
+--warmup 1``, the method's full step with the secure noise, run just before). The stream's throughput is SHAKE-256 squeezing ``--stream-mib`` MiB in one
 call, and the normal values per second of large draws.
 """
 
@@ -89,8 +91,9 @@ def measure(repeats: int, stream_mib: int) -> tuple[list[tuple[str, float, float
     xof_seconds = _median_seconds(lambda: stream._bytes(size), max(3, repeats // 10))
     count = 1 << 22
     normal_seconds = _median_seconds(lambda: stream.standard_normal((count,)), max(3, repeats // 10))
+    # 3 words of 8 bytes per Box-Muller pair (two for the 106-bit radius uniform, one for the angle).
     throughput = {"SHAKE-256 bytes/s": size / xof_seconds, "secure normal values/s": count / normal_seconds,
-                  "secure stream bytes/s incl. conversion": 8 * count / normal_seconds}
+                  "secure stream bytes/s incl. conversion": 12 * count / normal_seconds}
     return results, throughput
 
 
@@ -120,14 +123,17 @@ def render(results, throughput, *, repeats: int, stream_mib: int, seconds: float
         "|---|---|---|" + "---|" * len(REFERENCE_STEPS),
     ]
     for name, noise_only, mechanism in results:
-        shares = " | ".join(f"{100 * mechanism / (mechanism + t):.2f} %" for t in REFERENCE_STEPS.values())
+        shares = " | ".join(f"{100 * mechanism / t:.2f} %" for t in REFERENCE_STEPS.values())
         lines.append(f"| {name} | {1e3 * noise_only:.2f} | {1e3 * mechanism:.2f} | {shares} |")
-    lines += ["", "Reference step times (the rest of a step, without the mechanism): "
-              + "; ".join(f"{k}: {v:g} s" for k, v in REFERENCE_STEPS.items()) + ".", "",
+    lines += ["", "Share = whole-mechanism time / step time. Step times: "
+              + "; ".join(f"{k}: {v:g} s" for k, v in REFERENCE_STEPS.items())
+              + ". The ndpdc_speed_cpu.md numbers were measured on another machine (2-core Intel Xeon, "
+              "torch 2.14); the measured-now one, if any, on this one under the stated load.", "",
               "## Stream throughput", "", "| quantity | value |", "|---|---|"]
     lines += [f"| {k} | {v / 1e6:.1f} M |" for k, v in throughput.items()]
     lines += ["", f"SHAKE-256 squeezed {stream_mib} MiB per call; normal values drawn {1 << 22} per call "
-              "(53-bit uniforms + Box-Muller in float64). The budget of the issue is < 5 % of a step.", ""]
+              "(12 bytes each: a 106-bit radius and a 53-bit angle uniform per pair, Box-Muller in float64). "
+              "The budget of the issue is < 5 % of a step.", ""]
     return "\n".join(lines)
 
 
@@ -138,13 +144,18 @@ def main() -> None:
     # against other jobs on a shared 2-core machine slow small ops 10-50x (tests/conftest.py).
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--stream-mib", type=int, default=64)
+    parser.add_argument("--step-seconds", action="append", default=[], metavar="LABEL=SECONDS",
+                        help="another step time to compare with, e.g. one measured now by ndpdc_speed.py")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "noise_speed_cpu.md")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    for item in args.step_seconds:
+        label, _, seconds = item.rpartition("=")
+        REFERENCE_STEPS[label] = float(seconds)
     start = time.perf_counter()
     results, throughput = measure(args.repeats, args.stream_mib)
     command = "python benchmarks/noise_speed.py" + "".join(
-        f" {a}" for a in sys.argv[1:] if not a.startswith("--out") and not a.endswith(".md"))
+        f" '{a}'" if " " in a else f" {a}" for a in sys.argv[1:] if not a.startswith("--out") and not a.endswith(".md"))
     text = render(results, throughput, repeats=args.repeats, stream_mib=args.stream_mib,
                   seconds=time.perf_counter() - start, command=command)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -170,7 +170,7 @@ def describe(*, reproducible: bool, values_drawn: int | None, epsilon: float | N
     """
     if reproducible:
         return {"generator": "torch.Generator (Mersenne Twister) seeded from the PUBLIC run seed; NOT private",
-                "conversion": "torch.randn in float64 (Box-Muller on 53-bit uniforms), added to the float64 "
+                "conversion": "torch.randn in float64 on the CPU, added to the float64 "
                               "clipped sum, cast to float32 once"}
     summary: dict[str, Any] = {
         "generator": "SHAKE-256 keyed by the run's OS-entropy secret and (phase, step, partition, draw)",
