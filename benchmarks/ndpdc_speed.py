@@ -11,7 +11,7 @@ records are N(0, 0.5^2) pixels clamped to [-1, 1]. One timed iteration is the me
 
 Variants change only how the extractor runs (``RandomExtractor`` options): one forward per class
 ("loop") or one for all classes ("batched"), channels-last inputs, ``torch.compile`` and bfloat16
-autocast of the extractor forward (clipping and noise stay float32). Every variant sees the same
+autocast of the extractor forward (clipping and noise are not affected). Every variant sees the same
 batches; the loss of the first step is compared with the loop variant's to show what a variant does
 to the numbers. Warm-up steps are excluded; the table reports the median over the timed steps. The variants run
 round-robin (one step of each in turn) so that the load of a shared machine affects all alike.

@@ -25,11 +25,11 @@ from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.callback import PrivacyCallback
-from dpdc_lightning.privacy.counts import release_class_sizes
+from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
 from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import new_secret
-from dpdc_lightning.seeding import derive_generator
+from dpdc_lightning.privacy.noise import noise_source
 
 @dataclass
 class CondensedSet:
@@ -61,7 +61,8 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
         count_sigma = calibrate_noise_multiplier(target_epsilon=privacy.count_epsilon, delta=privacy.delta,
                                                  sample_rate=1.0, steps=1, accountant=privacy.accountant)
         class_sizes, _ = release_class_sizes(class_sizes, noise_multiplier=count_sigma,
-                                             generator=derive_generator(noise_seed, "noise", "class_counts"))
+                                             noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
+                                                                reproducible=privacy.reproducible_noise))
     return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
                      noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
                      delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
@@ -85,7 +86,7 @@ class Condensation:
         self.config, self.plan = config, plan
         self.method: CondensationMethod = METHODS[config.method.name](
             config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
-            augment_mode=config.augment.mode)
+            augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
         self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy])
@@ -98,8 +99,13 @@ class Condensation:
         report = build_report(method=self.config.method.name, mechanism=self.method.mechanism_summary(),
                               accountant=self.privacy.accountant if self.plan.private else None,
                               delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
-                              config_hash=config_hash(self.config))
+                              noise_values=self._noise_values(), config_hash=config_hash(self.config))
         return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
+
+    def _noise_values(self) -> Optional[int]:
+        """Normal values the whole run drew (the report's truncation bound counts them)."""
+        per_step = self.method.noise_values_per_step()
+        return None if per_step is None else per_step * self.plan.data_steps
 
 
 def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None

@@ -15,7 +15,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.counts import release_class_sizes
-from dpdc_lightning.seeding import derive_generator
+from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.training import train
 
 SMALL = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
@@ -23,10 +23,14 @@ SMALL = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "metho
 SPEC = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48, 40, 48, 44))
 
 
+def _noise(secret: int, *, step: int = 0):
+    return noise_source(secret, phase="class_counts", step=step, partition=-1, reproducible=False)
+
+
 def test_neighbouring_histograms_move_the_release_by_exactly_the_changed_count():
     """Add one record to class 1: with the same noise, only that class's release moves, by 1."""
-    before, _ = release_class_sizes((48, 40, 48, 44), noise_multiplier=2.0, generator=derive_generator(1, "c"))
-    after, event = release_class_sizes((48, 41, 48, 44), noise_multiplier=2.0, generator=derive_generator(1, "c"))
+    before, _ = release_class_sizes((48, 40, 48, 44), noise_multiplier=2.0, noise=_noise(1))
+    after, event = release_class_sizes((48, 41, 48, 44), noise_multiplier=2.0, noise=_noise(1))
     difference = torch.tensor(after, dtype=torch.float64) - torch.tensor(before, dtype=torch.float64)
     assert difference[1].item() == pytest.approx(1.0, abs=1e-4)
     assert difference[[0, 2, 3]].abs().max().item() == 0.0
@@ -35,7 +39,7 @@ def test_neighbouring_histograms_move_the_release_by_exactly_the_changed_count()
 
 def test_release_noise_std_is_the_noise_multiplier():
     draws = torch.tensor([release_class_sizes((10_000,) * 50, noise_multiplier=3.0,
-                                              generator=derive_generator(7, "c", i))[0] for i in range(40)])
+                                              noise=_noise(7, step=i))[0] for i in range(40)])
     noise = draws - 10_000
     assert abs(noise.std().item() - 3.0) < 0.1 * 3.0 and abs(noise.mean().item()) < 0.1 * 3.0
 

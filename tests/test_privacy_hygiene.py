@@ -23,6 +23,7 @@ from dpdc_lightning.export import load_bundle, save_bundle
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
+from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import StepSchedule, make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import SECRET_FILE
@@ -76,7 +77,7 @@ def test_mechanism_refuses_a_non_finite_row_instead_of_releasing_nan(bad):
     rows[2, 1] = bad
     with pytest.raises(UserError, match="NaN or Inf"):
         noisy_clipped_sum(rows, max_norm=1.0, noise_multiplier=1.0, sample_rate=0.1,
-                          generator=torch.Generator().manual_seed(0))
+                          noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False))
     with pytest.raises(UserError, match="NaN or Inf"):
         clip_rows(rows, max_norm=1.0)
 
@@ -87,7 +88,7 @@ def test_ldpdc_clamp_does_not_launder_nan_past_the_mechanism():
     assert torch.isnan(rows).any()
     with pytest.raises(UserError, match="NaN or Inf"):
         noisy_clipped_sum(rows, max_norm=2 ** 0.5, noise_multiplier=1.0, sample_rate=0.5,
-                          generator=torch.Generator().manual_seed(0))
+                          noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False))
 
 
 # --------------------------------------------------------------------------- item 3: budget sanity

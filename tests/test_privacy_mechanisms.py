@@ -18,7 +18,12 @@ from dpdc_lightning.privacy.mechanisms import (
     noisy_clipped_mean,
     noisy_clipped_sum,
 )
+from dpdc_lightning.privacy.noise import KeyedNoise
 from dpdc_lightning.seeding import derive_generator
+
+
+def _noise(secret: int, step: int = 0) -> KeyedNoise:
+    return KeyedNoise(secret, phase="test", step=step, partition=0)
 
 
 def _row_norms(x: torch.Tensor) -> torch.Tensor:
@@ -132,7 +137,7 @@ def test_gaussian_sum_noise_std_is_sensitivity_times_noise_multiplier():
         sensitivity=sensitivity,
         noise_multiplier=noise_multiplier,
         sample_rate=0.25,
-        generator=derive_generator(2, "noise-std"),
+        noise=_noise(2),
     )
     assert released.dtype == torch.float32 and released.shape == clipped_sum.shape
     assert event == PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=0.25)
@@ -142,42 +147,48 @@ def test_gaussian_sum_noise_std_is_sensitivity_times_noise_multiplier():
     assert abs(noise.mean().item()) < 5 * std / math.sqrt(draws)
 
 
-def test_noise_depends_only_on_the_seed():
+def test_noise_depends_only_on_the_key_and_is_float64_on_the_cpu():
     value = torch.zeros(1000, dtype=torch.float64)
-    first = gaussian_noise_like(value, std=1.0, generator=derive_generator(3, "a"))
-    again = gaussian_noise_like(value.float(), std=1.0, generator=derive_generator(3, "a"))
-    other = gaussian_noise_like(value, std=1.0, generator=derive_generator(4, "a"))
-    assert first.dtype == torch.float32 and first.device == value.device
+    first = gaussian_noise_like(value, std=1.0, noise=_noise(3))
+    again = gaussian_noise_like(value.float(), std=1.0, noise=_noise(3))
+    other = gaussian_noise_like(value, std=1.0, noise=_noise(4))
+    assert first.dtype == torch.float64 and first.device.type == "cpu"
     assert torch.equal(first, again)
     assert not torch.allclose(first, other)
     with pytest.raises(UserError):
-        gaussian_noise_like(value, std=0.0, generator=derive_generator(3, "a"))
+        gaussian_noise_like(value, std=0.0, noise=_noise(3))
+
+
+def test_a_torch_generator_is_refused_as_noise():
+    # The old float32 Mersenne-Twister path must not come back through a stale call site.
+    with pytest.raises(TypeError, match="NoiseStream"):
+        noisy_clipped_sum(torch.ones(2, 3), max_norm=1.0, noise_multiplier=1.0, sample_rate=0.5,
+                          noise=derive_generator(0, "noise"))
 
 
 def test_noisy_clipped_sum_is_clipped_sum_plus_noise_of_std_max_norm_times_multiplier():
     rows = _mixed_rows(derive_generator(5, "rows"))
     max_norm, noise_multiplier = 2.0, 0.8
     released, event = noisy_clipped_sum(
-        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=0.1, generator=derive_generator(5, "n")
+        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=0.1, noise=_noise(5)
     )
-    expected_noise = gaussian_noise_like(
-        rows[0], std=max_norm * noise_multiplier, generator=derive_generator(5, "n")
-    )
-    expected = clip_rows(rows, max_norm=max_norm).sum(0) + expected_noise
+    expected_noise = gaussian_noise_like(rows[0], std=max_norm * noise_multiplier, noise=_noise(5))
+    # The release is the float64 clipped sum plus the float64 noise, rounded to float32 once.
+    expected = (clip_rows(rows.double(), max_norm=max_norm).sum(0) + expected_noise).float()
     assert event == PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=0.1)
-    assert torch.allclose(released, expected, atol=1e-4)
+    assert released.dtype == torch.float32 and torch.equal(released, expected)
     # The huge row (norm 1e6) contributed at most max_norm: without clipping the sum would be far off.
-    assert torch.linalg.vector_norm(released - expected_noise) <= len(rows) * max_norm * (1 + 1e-5)
+    assert torch.linalg.vector_norm(released.double() - expected_noise) <= len(rows) * max_norm * (1 + 1e-5)
 
 
 def test_empty_poisson_sample_releases_pure_noise_of_the_row_shape():
     empty = torch.empty(0, 3, 4)
     released, event = noisy_clipped_sum(
-        empty, max_norm=1.0, noise_multiplier=2.0, sample_rate=0.01, generator=derive_generator(6, "empty")
+        empty, max_norm=1.0, noise_multiplier=2.0, sample_rate=0.01, noise=_noise(6)
     )
-    noise = gaussian_noise_like(torch.zeros(3, 4), std=2.0, generator=derive_generator(6, "empty"))
+    noise = gaussian_noise_like(torch.zeros(3, 4), std=2.0, noise=_noise(6))
     assert released.shape == (3, 4)
-    assert torch.equal(released, noise) and noise.abs().sum() > 0
+    assert torch.equal(released, noise.float()) and noise.abs().sum() > 0
     assert event.sample_rate == 0.01
 
 
@@ -185,17 +196,17 @@ def test_noisy_clipped_mean_divides_by_the_expected_size_not_the_realised_one():
     rows = torch.ones(7, 4) * 0.1  # realised size 7, inside the bound
     expected_size = 50.0
     kwargs = dict(max_norm=1.0, noise_multiplier=1.0, sample_rate=50 / 6000)
-    mean, event = noisy_clipped_mean(rows, expected_size=expected_size, generator=derive_generator(7, "m"), **kwargs)
-    total, _ = noisy_clipped_sum(rows, generator=derive_generator(7, "m"), **kwargs)
+    mean, event = noisy_clipped_mean(rows, expected_size=expected_size, noise=_noise(7), **kwargs)
+    total, _ = noisy_clipped_sum(rows, noise=_noise(7), **kwargs)
     assert torch.allclose(mean, total / expected_size)
     assert not torch.allclose(mean, total / len(rows))
     assert event.noise_multiplier == 1.0
     empty_mean, _ = noisy_clipped_mean(
-        torch.empty(0, 4), expected_size=expected_size, generator=derive_generator(7, "m"), **kwargs
+        torch.empty(0, 4), expected_size=expected_size, noise=_noise(7), **kwargs
     )
     assert torch.isfinite(empty_mean).all()
     with pytest.raises(UserError):
-        noisy_clipped_mean(rows, expected_size=0.0, generator=derive_generator(7, "m"), **kwargs)
+        noisy_clipped_mean(rows, expected_size=0.0, noise=_noise(7), **kwargs)
 
 
 def test_mechanisms_never_import_the_accountant_or_touch_global_rng():
@@ -209,6 +220,6 @@ def test_mechanisms_never_import_the_accountant_or_touch_global_rng():
     assert not any("accounting" in name or "analysis" in name or "opacus" in name for name in imported)
     state = torch.random.get_rng_state()
     noisy_clipped_sum(
-        torch.ones(2, 3), max_norm=1.0, noise_multiplier=1.0, sample_rate=0.5, generator=derive_generator(8, "g")
+        torch.ones(2, 3), max_norm=1.0, noise_multiplier=1.0, sample_rate=0.5, noise=_noise(8)
     )
     assert torch.equal(state, torch.random.get_rng_state())

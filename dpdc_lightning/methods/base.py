@@ -31,6 +31,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
 from dpdc_lightning.models import ModelConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.noise import NoiseStream, noise_source
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
 
@@ -90,8 +91,10 @@ class CondensationMethod(L.LightningModule):
 
     def __init__(self, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, seed: int,
                  noise_seed: Optional[int] = None, model: Optional[ModelConfig] = None,
-                 augment_mode: str = "single") -> None:
-        """``noise_seed`` keys the privacy noise (the run's secret; required for a private method)."""
+                 augment_mode: str = "single", reproducible_noise: bool = False) -> None:
+        """``noise_seed`` keys the privacy noise (the run's secret; required for a private method);
+        ``reproducible_noise`` swaps the keyed SHAKE-256 stream for a seeded torch generator (then
+        ``noise_seed`` is the public run seed and the output is NOT private)."""
         super().__init__()
         if plan.private != self.private or plan.sampling != self.sampling:
             raise ValueError(f"the plan is for a {'private' if plan.private else 'non-private'} {plan.sampling} "
@@ -106,6 +109,9 @@ class CondensationMethod(L.LightningModule):
         self.seed = seed
         self.augment_mode = augment_mode
         self._noise_seed = noise_seed
+        self._reproducible_noise = reproducible_noise
+        self._noise_streams: list[NoiseStream] = []  # handed out during the current step
+        self._noise_values_per_partition = 0  # largest draw of one partition in a step, for the report
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
         self._restored_carried: dict[str, Any] = {}
@@ -160,9 +166,24 @@ class CondensationMethod(L.LightningModule):
         """The synthetic images as [classes, ipc, C, H, W] (gradients flow to the parameters)."""
         return self.synthetic.class_view()
 
-    def noise_generator(self, step: int, partition: int) -> torch.Generator:
-        """Generator for the privacy noise of (step, partition); shard-independent by construction."""
-        return derive_generator(self._noise_seed, "noise", step, partition)
+    def noise_stream(self, step: int, partition: int, *, phase: str = "main") -> NoiseStream:
+        """The privacy noise of one (phase, step, partition), to pass to a mechanism as ``noise=``.
+
+        Keyed by the run's secret and the draw's purpose only, so a resumed step or a class run on
+        another DDP process gets the same noise. A method with several noised queries per step
+        names each with its own ``phase``."""
+        stream = noise_source(self._noise_seed, phase=phase, step=step, partition=partition,
+                              reproducible=self._reproducible_noise)
+        self._noise_streams.append(stream)
+        return stream
+
+    def noise_values_per_step(self) -> Optional[int]:
+        """Normal values one data step draws over all partitions (None before any draw).
+        Each process sees only its own classes under DDP; every class draws the same number."""
+        if not self._noise_values_per_partition:
+            return None
+        partitions = self.data.num_classes if self.sampling.startswith("per_class") else 1
+        return self._noise_values_per_partition * partitions
 
     def spend(self, event: PrivacyEvent, *, partition: int) -> None:
         """Record an event a mechanism returned on one disjoint part of the data (a class, or -1
@@ -183,9 +204,11 @@ class CondensationMethod(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["carried_state"] = {name: state.state_dict() for name, state in self._carried.items()}
+        checkpoint["noise_values_per_partition"] = self._noise_values_per_partition
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._restored_carried = dict(checkpoint.get("carried_state", {}))
+        self._noise_values_per_partition = int(checkpoint.get("noise_values_per_partition", 0))
         for name in list(self._restored_carried):
             if name in self._carried:
                 self._carried[name].load_state_dict(self._restored_carried.pop(name))
@@ -218,6 +241,9 @@ class CondensationMethod(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
         loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+        streams, self._noise_streams = self._noise_streams, []
+        for stream in streams:
+            self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
         # Raised before the checkpoint callbacks run, so the last checkpoint on disk stays good.
         if loss is not None and not torch.isfinite(loss):
             raise NumericalFault(f"step {step}: the loss is {loss.item()}; the run stopped and its last good "

@@ -26,7 +26,7 @@ class RandomExtractor:
                  autocast: str = "none", compile: bool = False) -> None:
         """``memory_format`` is the layout of the inputs ("auto": the faster one measured on this
         device type); ``autocast="bf16"`` runs the forward in bfloat16 autocast (features are
-        returned as float32, so clipping and noise stay float32); ``compile`` wraps the embedding in
+        returned as float32; the mechanism clips and noises in float64); ``compile`` wraps the embedding in
         ``torch.compile``. All are speed options: features agree with the defaults up to rounding."""
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}")

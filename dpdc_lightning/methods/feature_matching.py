@@ -21,7 +21,7 @@ class FeatureMatchingConfig(MethodConfig):
     dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
     # Speed options of the extractor (benchmarks/results/ndpdc_speed_*.md). forward and
     # memory_format are exact up to float rounding; autocast=bf16 changes gradients by a few
-    # percent (features come back float32, so clipping and noise stay float32); compile pays a
+    # percent (features come back float32; the mechanism clips and noises in float64); compile pays a
     # warm-up of tens of seconds.
     forward: str = "auto"
     memory_format: str = "auto"

@@ -70,7 +70,7 @@ class LDPDC(CondensationMethod):
         for c, real in zip(batch["classes"], batch["images"]):
             rows = real.clamp(-b, b).flatten(1).float()
             noisy_sum, event = noisy_clipped_sum(rows, max_norm=self.sensitivity(), noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.plan.rate_of(c), generator=self.noise_generator(step, c))
+                                                 sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c))
             self.spend(event, partition=c)
             view[c, step].copy_((noisy_sum / self.config.group_size).view(self.data.image_shape))
         return None

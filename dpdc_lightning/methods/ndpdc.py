@@ -69,7 +69,7 @@ class NDPDC(FeatureMatchingMethod):
         for i, c in enumerate(batch["classes"]):
             noisy_sum, event = noisy_clipped_sum(real_features[i].float(), max_norm=clip, noise_multiplier=self.noise_multiplier,
                                                  sample_rate=self.plan.rate_of(c),
-                                                 generator=self.noise_generator(step, c))
+                                                 noise=self.noise_stream(step, c))
             self.spend(event, partition=c)
             synthetic_sum = clip_rows(syn_features[i].float(), max_norm=clip).sum(0)
             losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())

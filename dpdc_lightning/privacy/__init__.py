@@ -2,6 +2,8 @@
 
 - :mod:`.mechanisms` clipping and the Gaussian mechanism; the only code that noises private values
   and the source of every :class:`PrivacyEvent`. Never imports the accountant.
+- :mod:`.noise` where the noise comes from: a SHAKE-256 stream keyed by the run's secret, 53-bit
+  uniforms, Box-Muller in float64 (or, NOT private, a seeded torch generator).
 - :mod:`.analysis` pure ε computations over histories, wrapping Opacus (RDP, PRV).
 - :mod:`.accounting` :class:`PrivacyAccountant`, the stateful history with phases.
 - :mod:`.calibration` noise multiplier for a target ε; largest step count within a target.
@@ -23,6 +25,10 @@ _EXPORTS = {
     "gaussian_sum": "mechanisms",
     "noisy_clipped_sum": "mechanisms",
     "noisy_clipped_mean": "mechanisms",
+    "NoiseStream": "noise",
+    "KeyedNoise": "noise",
+    "SeededNoise": "noise",
+    "noise_source": "noise",
     "ACCOUNTANTS": "analysis",
     "epsilon_from_history": "analysis",
     "epsilon_from_rdp": "analysis",

@@ -16,16 +16,17 @@ from typing import Sequence
 import torch
 
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent, gaussian_sum
+from dpdc_lightning.privacy.noise import NoiseStream
 
 COUNT_PHASE = "class_counts"
 COUNT_SENSITIVITY = 1.0  # one record changes one count by one
 
 
 def release_class_sizes(class_sizes: Sequence[int], *, noise_multiplier: float,
-                        generator: torch.Generator) -> tuple[tuple[float, ...], PrivacyEvent]:
+                        noise: NoiseStream) -> tuple[tuple[float, ...], PrivacyEvent]:
     """Noisy class sizes (each floored at 1, a post-processing step that keeps rates finite) and
     the event the release spent."""
     counts = torch.tensor([float(n) for n in class_sizes], dtype=torch.float32)
     noisy, event = gaussian_sum(counts, sensitivity=COUNT_SENSITIVITY, noise_multiplier=noise_multiplier,
-                                sample_rate=1.0, generator=generator)
+                                sample_rate=1.0, noise=noise)
     return tuple(max(1.0, float(n)) for n in noisy), event

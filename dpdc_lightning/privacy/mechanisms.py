@@ -19,7 +19,9 @@ composition), which is the ``sample_rate`` the caller reports.
 
 Each call returns a :class:`PrivacyEvent` that the caller hands to the accountant; this module
 never imports the accountant (the mechanism/accountant separation of Opacus). Methods never draw
-noise themselves: they call these functions.
+noise themselves: they call these functions with the :class:`~.noise.NoiseStream` of the step and
+partition (``CondensationMethod.noise_stream``); :mod:`.noise` says where the noise comes from,
+why it is float64 and how far it is from an exact Gaussian.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.noise import NoiseStream
 
 
 def _positive_finite(value: float, *, name: str) -> float:
@@ -82,15 +85,17 @@ def clip_rows(x: Tensor, *, max_norm: float) -> Tensor:
     return x * factor.reshape((-1,) + (1,) * (x.dim() - 1))
 
 
-def gaussian_noise_like(value: Tensor, *, std: float, generator: torch.Generator) -> Tensor:
-    """N(0, std^2 I) noise of ``value``'s shape, as float32 on ``value``'s device.
+def gaussian_noise_like(value: Tensor, *, std: float, noise: NoiseStream) -> Tensor:
+    """N(0, std^2 I) noise of ``value``'s shape as float64 on the CPU, from ``noise``.
 
-    The draw happens on the generator's device (a CPU generator by default), so the noise
-    depends only on the generator's seed, not on where ``value`` lives.
+    float64 on the CPU whatever ``value`` is: the caller adds it to the sum in float64 before any
+    cast (see :mod:`.noise`), and the draw does not depend on the device the method runs on.
     """
     std = _positive_finite(std, name="noise std")
-    noise = torch.randn(tuple(value.shape), generator=generator, device=generator.device, dtype=torch.float32)
-    return (noise * std).to(value.device)
+    if not isinstance(noise, NoiseStream):
+        # A torch.Generator here would be the old float32 Mersenne-Twister path: refuse it loudly.
+        raise TypeError(f"noise must be a NoiseStream (privacy.noise.noise_source), got {type(noise).__name__}")
+    return noise.standard_normal(tuple(value.shape)) * std
 
 
 def gaussian_sum(
@@ -99,19 +104,24 @@ def gaussian_sum(
     sensitivity: float,
     noise_multiplier: float,
     sample_rate: float,
-    generator: torch.Generator,
+    noise: NoiseStream,
 ) -> tuple[Tensor, PrivacyEvent]:
-    """Release ``clipped_sum + N(0, (sensitivity * noise_multiplier)^2 I)`` (float32) and its event.
+    """Release ``clipped_sum + N(0, (sensitivity * noise_multiplier)^2 I)`` and its event.
 
     ``clipped_sum`` must be a sum of per-record rows each of L2 norm <= ``sensitivity``: under
     add/remove-one its L2 sensitivity is then ``sensitivity``, and the noise std is
     ``sensitivity * noise_multiplier``. The event records the noise multiplier and the
     Poisson sample rate that produced the rows.
+
+    The sum and the noise are added in float64 on the CPU and the release is cast to float32 (on
+    ``clipped_sum``'s device) once, so its value is the exact sum rounded a single time; the
+    float64 noise keeps its 53-bit resolution and its 8.57-std truncation (:mod:`.noise`).
     """
     event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
     sensitivity = _positive_finite(sensitivity, name="sensitivity")
-    noise = gaussian_noise_like(clipped_sum, std=sensitivity * event.noise_multiplier, generator=generator)
-    return clipped_sum.to(torch.float32) + noise, event
+    values = gaussian_noise_like(clipped_sum, std=sensitivity * event.noise_multiplier, noise=noise)
+    released = clipped_sum.to(device="cpu", dtype=torch.float64) + values
+    return released.to(device=clipped_sum.device, dtype=torch.float32), event
 
 
 def noisy_clipped_sum(
@@ -120,25 +130,29 @@ def noisy_clipped_sum(
     max_norm: float,
     noise_multiplier: float,
     sample_rate: float,
-    generator: torch.Generator,
+    noise: NoiseStream,
 ) -> tuple[Tensor, PrivacyEvent]:
     """Clip each row of ``rows`` (shape ``[n, *shape]``) to ``max_norm``, sum, add Gaussian noise.
 
     Sensitivity ``max_norm`` (one clipped row), noise std ``max_norm * noise_multiplier``. An
     empty Poisson sample (``n = 0``, shape ``[0, *shape]``) is a valid input: its sum is zeros of
-    ``shape`` and the output is pure noise, as the mechanism requires.
+    ``shape`` and the output is pure noise, as the mechanism requires. The release is float32 on
+    ``rows``' device.
     """
     if rows.dim() == 0:
         raise ValueError("noisy_clipped_sum needs rows of shape [n, *shape], got a scalar")
-    # clip_rows refuses NaN/Inf rows before anything is summed or noised.
-    clipped = clip_rows(rows.to(torch.float32), max_norm=max_norm)
-    return gaussian_sum(
+    # clip_rows refuses NaN/Inf rows before anything is summed or noised. Clip and sum in float64
+    # on the CPU: float32 rounding could leave a clipped row a few ulps above max_norm and the sum
+    # off by ~1e-7 relative; in float64 both errors are ~1e-16.
+    clipped = clip_rows(rows.to(device="cpu", dtype=torch.float64), max_norm=max_norm)
+    released, event = gaussian_sum(
         clipped.sum(dim=0),
         sensitivity=max_norm,
         noise_multiplier=noise_multiplier,
         sample_rate=sample_rate,
-        generator=generator,
+        noise=noise,
     )
+    return released.to(rows.device), event
 
 
 def noisy_clipped_mean(
@@ -148,7 +162,7 @@ def noisy_clipped_mean(
     noise_multiplier: float,
     sample_rate: float,
     expected_size: float,
-    generator: torch.Generator,
+    noise: NoiseStream,
 ) -> tuple[Tensor, PrivacyEvent]:
     """The noisy clipped sum divided by the public EXPECTED sample size (e.g. L = q * N).
 
@@ -158,6 +172,6 @@ def noisy_clipped_mean(
     """
     expected_size = _positive_finite(expected_size, name="expected_size")
     noisy_sum, event = noisy_clipped_sum(
-        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=sample_rate, generator=generator
+        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=sample_rate, noise=noise
     )
     return noisy_sum / expected_size, event

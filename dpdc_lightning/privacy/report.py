@@ -7,6 +7,7 @@ from importlib import metadata
 from typing import Any, Optional
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.noise import describe as describe_noise
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
 NEIGHBOURING = "add/remove one record"
@@ -34,10 +35,12 @@ def nonnegative_epsilon(epsilon: float) -> tuple[float, bool]:
 
 
 def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
-                 delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str) -> dict[str, Any]:
+                 delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str,
+                 noise_values: Optional[int] = None) -> dict[str, Any]:
     """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
     sensitivity, noise multiplier, noise std and sample rate (None for non-private methods);
-    ``plan`` is the run's privacy plan, fixed before the data was read."""
+    ``plan`` is the run's privacy plan, fixed before the data was read; ``noise_values`` is the
+    number of normal values the run drew (the ``noise`` entry bounds their truncation with it)."""
     report: dict[str, Any] = {"method": method}
     if mechanism is None or accountant is None:
         report.update({"epsilon": None, "delta": None,
@@ -64,6 +67,8 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
             "plan": summary,
             "noise_mode": "reproducible" if reproducible_noise else "secure",
             "class_sizes": plan.class_size_statement(),
+            "noise": describe_noise(reproducible=reproducible_noise, values_drawn=noise_values, epsilon=epsilon,
+                                    delta=delta),
         })
         if clamped:
             report["epsilon_note"] = CLAMP_NOTE

@@ -15,14 +15,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from dpdc_lightning.seeding import os_entropy_seed
-
 SECRET_FILE = ".private_seed"
+SECRET_BITS = 256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a 63-bit key could be searched
 
 
 def new_secret() -> int:
-    """A fresh seed from OS entropy: the run's secret for sampling and noise."""
-    return os_entropy_seed()
+    """A fresh 256-bit integer from OS entropy: the run's secret for sampling and noise."""
+    return int.from_bytes(os.urandom(SECRET_BITS // 8), "little")
 
 
 def store_secret(run_dir: Path, seed: int) -> None:
