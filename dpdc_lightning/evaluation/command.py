@@ -48,7 +48,7 @@ def evaluate_main(argv: list[str]) -> int:
         raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split {tuple(data.test_images.shape[1:])}")
     model_overrides = [t for t in dotted if t.startswith("model.")]
     models = [_model(name, model_overrides) for name in model_names]
-    protocol = config.eval.protocol()
+    protocol = config.eval.protocol(dsa_mode=config.augment.mode)
     results = [ModelResult(model=m.name, accuracies=train_and_test(
         images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
         num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
