@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import statistics
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import dpdc_lightning.models as models
+from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation import (
@@ -278,3 +281,106 @@ def test_random_real_subset_takes_ipc_distinct_real_images_per_class():
     assert torch.equal(same, sub_images) and not torch.equal(other, sub_images)
     with pytest.raises(UserError, match="fewer than ipc"):
         random_real_subset(images, labels, ipc=21, num_classes=3, seed=1)
+
+
+# ------------------------------------------------------------------ evaluate.py --images FILE.pt
+
+
+def _evaluate_entry():
+    path = Path(__file__).resolve().parent.parent / "evaluate.py"
+    spec = importlib.util.spec_from_file_location("_entry_evaluate_images", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+IMAGES_ARGS = ["dataset=toy", "model=mlp", "eval.epochs=1", "eval.runs=1", "eval.accelerator=cpu"]
+
+
+@pytest.fixture
+def toy_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(8, 1, 28, 28, generator=g)
+    labels = torch.arange(4).repeat(2)
+    path = tmp_path / "set.pt"
+    torch.save({"images": images, "labels": labels}, path)
+    return path
+
+
+def test_images_file_is_evaluated_and_says_it_has_no_privacy_report(toy_set, capsys):
+    main = _evaluate_entry()
+    assert cli_run(main, ["--images", str(toy_set), *IMAGES_ARGS]) == 0
+    out = capsys.readouterr().out
+    title = next(line for line in out.splitlines() if line.startswith("### "))
+    assert "set.pt" in title and "no privacy report" in title
+    first = toy_set.with_name("set.eval.json")
+    payload = json.loads(first.read_text())
+    assert "no privacy report" in payload["title"] and "no privacy report" in payload["privacy"]
+    assert payload["protocol"]["dsa_mode"] == "single" and payload["protocol"]["epochs"] == 1
+    assert len(payload["results"]["mlp"]["accuracies"]) == 1
+    # a second evaluation never overwrites the first: it picks the next free name
+    before = first.read_bytes()
+    assert cli_run(main, [f"--images={toy_set}", *IMAGES_ARGS, "augment.mode=all"]) == 0
+    assert first.read_bytes() == before
+    second = json.loads(toy_set.with_name("set.eval-2.json").read_text())
+    assert second["protocol"]["dsa_mode"] == "all"
+    assert "results written to" in capsys.readouterr().out
+
+
+def _write(path, payload):
+    torch.save(payload, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "label, payload, fragment",
+    [
+        ("missing labels", lambda x, y: {"images": x}, "lacks tensor(s) 'labels'"),
+        ("not a dict", lambda x, y: x, "must hold a dict"),
+        ("wrong image size", lambda x, y: {"images": x[..., :16, :16], "labels": y}, "expected [N, 1, 28, 28]"),
+        ("3-d images", lambda x, y: {"images": x[:, 0], "labels": y}, "expected [N, 1, 28, 28]"),
+        ("integer images", lambda x, y: {"images": x.long(), "labels": y}, "float tensor"),
+        ("float labels", lambda x, y: {"images": x, "labels": y.float()}, "integer tensor"),
+        ("label count", lambda x, y: {"images": x, "labels": y[:-1]}, "labels have shape"),
+        ("label out of range", lambda x, y: {"images": x, "labels": y + 1}, "lie in [0, 3]"),
+        ("negative label", lambda x, y: {"images": x, "labels": y - 1}, "lie in [0, 3]"),
+        ("nan pixel", lambda x, y: {"images": x.index_fill(0, torch.tensor([2]), float("nan")),
+                                    "labels": y}, "NaN or infinite"),
+        ("pickled object", lambda x, y: {"images": x, "labels": y, "extra": Path("/")},
+         "cannot be loaded as plain tensors"),
+    ],
+)
+def test_images_file_bad_inputs_end_in_one_error_line(tmp_path, monkeypatch, capsys, label, payload, fragment):
+    monkeypatch.chdir(tmp_path)
+    images, labels = torch.randn(8, 1, 28, 28), torch.arange(4).repeat(2)
+    path = _write(tmp_path / "bad.pt", payload(images, labels))
+    assert cli_run(_evaluate_entry(), ["--images", str(path), *IMAGES_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert fragment in err, err
+    assert not list(tmp_path.glob("*.json")), "a refused file must not leave results behind"
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--images", "nope.pt", *IMAGES_ARGS], "does not exist"),
+        (["--images"], "--images needs a file"),
+        (["--images", "a.pt", "--baseline", "random-real"], "exactly one"),
+        (["somedir", "--images", "a.pt"], "exactly one"),
+    ],
+)
+def test_images_flag_misuse_ends_in_one_error_line(tmp_path, monkeypatch, capsys, argv, fragment):
+    monkeypatch.chdir(tmp_path)
+    assert cli_run(_evaluate_entry(), argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err, err
+
+
+def test_images_file_that_is_not_a_torch_file_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "junk.pt").write_bytes(b"not a tensor file at all")
+    assert cli_run(_evaluate_entry(), ["--images", "junk.pt", *IMAGES_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "cannot be loaded" in err, err
