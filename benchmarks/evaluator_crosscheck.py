@@ -168,7 +168,7 @@ def _markdown(rows, args, images: torch.Tensor, labels: torch.Tensor, argv: list
         "`evaluate_synset` + `get_network('ConvNet')` + `ParamDiffAug` (aug_mode 'S' unless noted), "
         "strategy " + STRATEGY + ", run on the CPU",
         f"- protocol: Epoch = {args.epochs} ({protocol.train_epochs} passes), lr 0.01 -> x0.1 "
-        f"after pass {protocol.decay_epoch}, batch 256, SGD momentum 0.9, wd 5e-4; "
+        f"after {protocol.decay_epoch} passes, batch 256, SGD momentum 0.9, wd 5e-4; "
         f"{args.runs} runs per evaluator",
         f"- device: {torch.get_num_threads()}-thread CPU ({platform.machine()}, "
         f"2-core machine shared with other work), torch {torch.__version__}",

@@ -116,7 +116,7 @@ class EvalProtocol:
             runs,
             f"{self.train_epochs} passes (range(epochs + 1), as the reference)",
             f"SGD (lr {self.lr:g}, momentum {self.momentum:g}, wd {self.weight_decay:g})",
-            f"lr x0.1 and momentum reset after pass {self.decay_epoch}",
+            f"lr x0.1 and momentum reset after {self.decay_epoch} passes",
             f"batch {self.batch_size}",
             f"DSA ({self.dsa_strategy}, mode {self.dsa_mode})" if self.dsa else "no DSA",
         ]
