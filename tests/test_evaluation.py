@@ -216,6 +216,8 @@ def test_protocol_defaults_are_the_papers_and_reduced_ones_say_so():
     # 300 epochs: range(301), lr_schedule = [151] -> 152 passes at the initial lr
     assert (EvalProtocol(epochs=300).train_epochs, EvalProtocol(epochs=300).decay_epoch) == (301, 152)
     assert EvalProtocol(epochs=1).decay_epoch == 2  # never past the last pass
+    assert "no lr decay" in EvalProtocol(epochs=1).describe()
+    assert "momentum reset after 502 passes" in paper.describe()
     assert "mode single" in paper.describe() and "mode all" in EvalProtocol(dsa_mode="all").describe()
     assert "reduced" not in paper.describe()
     assert EvalProtocol(epochs=999).is_reduced() and EvalProtocol(runs=4).is_reduced()

@@ -116,7 +116,8 @@ class EvalProtocol:
             runs,
             f"{self.train_epochs} passes (range(epochs + 1), as the reference)",
             f"SGD (lr {self.lr:g}, momentum {self.momentum:g}, wd {self.weight_decay:g})",
-            f"lr x0.1 and momentum reset after {self.decay_epoch} passes",
+            f"lr x0.1 and momentum reset after {self.decay_epoch} passes"
+            if self.decay_epoch < self.train_epochs else "no lr decay (too few passes)",
             f"batch {self.batch_size}",
             f"DSA ({self.dsa_strategy}, mode {self.dsa_mode})" if self.dsa else "no DSA",
         ]
