@@ -1,5 +1,6 @@
 """Evaluate a synthetic set: python evaluate.py RUN_DIR [model=convnet,mlp] [eval.runs=5] [eval.epochs=1000]
 
+    python evaluate.py --images FILE.pt dataset=NAME [model=...] [eval.*=...]
     python evaluate.py --baseline random-real dataset=digits method.ipc=10
 """
 

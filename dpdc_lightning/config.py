@@ -119,11 +119,13 @@ class EvalConfig:
         if self.weight_decay < 0:
             raise UserError(f"eval.weight_decay must be >= 0, got {self.weight_decay}")
 
-    def protocol(self) -> "EvalProtocol":
+    def protocol(self, dsa_mode: str = "single") -> "EvalProtocol":
+        """The evaluation protocol; ``dsa_mode`` comes from the top-level ``augment.mode``."""
         from dpdc_lightning.evaluation.train_eval import EvalProtocol
 
         return EvalProtocol(epochs=self.epochs, runs=self.runs, lr=self.lr, momentum=self.momentum,
-                            weight_decay=self.weight_decay, batch_size=self.batch_size, dsa=self.dsa)
+                            weight_decay=self.weight_decay, batch_size=self.batch_size, dsa=self.dsa,
+                            dsa_mode=dsa_mode)
 
 
 @dataclass

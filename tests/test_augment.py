@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -10,15 +11,18 @@ import torch.nn.functional as F
 
 from dpdc_lightning.augment import (
     DSA,
+    MODES,
     STRATEGY_NAMES,
     TRANSFORM_NAMES,
     DSAParams,
+    parse_families,
     parse_strategy,
     partition_and_expand,
 )
 from dpdc_lightning.errors import UserError
 
 GEOMETRIC = "crop_cutout_flip_scale_rotate"
+FAMILIES = ("color", "crop", "cutout", "flip", "scale", "rotate")
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -43,6 +47,14 @@ def test_strategy_order_and_color_expansion():
     )
     assert parse_strategy("rotate_flip") == ("rotate", "flip")
     assert DSA().transforms == parse_strategy("color_crop_cutout_flip_scale_rotate")
+    assert tuple(DSA().families) == FAMILIES
+    assert dict(parse_families("rotate_color"))["color"] == ("brightness", "saturation", "contrast")
+
+
+@pytest.mark.parametrize("mode", ["SINGLE", "multiple", "M", "", None, 1])
+def test_unknown_mode_raises_user_error(mode):
+    with pytest.raises(UserError, match="single, all"):
+        DSA(mode=mode)
 
 
 @pytest.mark.parametrize("strategy", ["color_blur", "crop_", "Flip", "noise"])
@@ -77,7 +89,7 @@ def test_identity_strategy(strategy):
 
 
 def test_sample_ranges_match_dsa_defaults():
-    dsa = DSA()
+    dsa = DSA(mode="all")
     p = dsa.sample(2000, image_size=(32, 32), generator=_gen(3))
     assert p.batch_size == 2000 and p.image_size == (32, 32)
     assert p.brightness.min() >= -0.5 and p.brightness.max() < 0.5
@@ -91,12 +103,14 @@ def test_sample_ranges_match_dsa_defaults():
     assert p.rotate.abs().max() > math.radians(14.0)
 
 
-def test_determinism_with_equal_seeded_generators():
-    dsa = DSA()
+@pytest.mark.parametrize("mode", MODES)
+def test_determinism_with_equal_seeded_generators(mode):
+    dsa = DSA(mode=mode)
     x = _images(4)
     a = dsa.sample(4, image_size=(32, 32), generator=_gen(7))
     b = dsa.sample(4, image_size=(32, 32), generator=_gen(7))
     c = dsa.sample(4, image_size=(32, 32), generator=_gen(8))
+    assert a.family == b.family
     for name, value in _fields(a).items():
         assert torch.equal(value, _fields(b)[name]), name
     assert torch.equal(dsa.apply(x, a), dsa.apply(x, b))
@@ -115,13 +129,13 @@ def test_global_rng_untouched():
 
 
 def test_per_sample_draws_differ_between_samples():
-    params = DSA().sample(6, image_size=(32, 32), generator=_gen(11))
+    params = DSA(mode="all").sample(6, image_size=(32, 32), generator=_gen(11))
     for name, value in _fields(params).items():
         if name == "flip":
             continue  # a Bernoulli draw; checked through the outputs below
         assert len(torch.unique(value, dim=0)) > 1, name
     x = _images(1).expand(6, -1, -1, -1)
-    out = DSA().apply(x, params)
+    out = DSA(mode="all").apply(x, params)
     for i in range(1, 6):
         assert not torch.allclose(out[0], out[i])
 
@@ -129,8 +143,9 @@ def test_per_sample_draws_differ_between_samples():
 # ---------------------------------------------------------------- Siamese sharing
 
 
-def test_siamese_draw_broadcasts_to_any_batch():
-    dsa = DSA()
+@pytest.mark.parametrize("mode", MODES)
+def test_siamese_draw_broadcasts_to_any_batch(mode):
+    dsa = DSA(mode=mode)
     params = dsa.sample(1, image_size=(32, 32), generator=_gen(5))
     assert all(len(v) == 1 for v in _fields(params).values())
     image = _images(1)
@@ -144,8 +159,9 @@ def test_siamese_draw_broadcasts_to_any_batch():
     assert torch.allclose(out[1], out[0], atol=1e-6) and torch.allclose(out[2], out[0], atol=1e-6)
 
 
-def test_siamese_params_transform_real_and_synthetic_batches_alike():
-    dsa = DSA()
+@pytest.mark.parametrize("mode", MODES)
+def test_siamese_params_transform_real_and_synthetic_batches_alike(mode):
+    dsa = DSA(mode=mode)
     real, syn = _images(5, seed=1), _images(3, seed=2)
     params = dsa.sample(1, image_size=(32, 32), generator=_gen(9))
     separate = torch.cat([dsa.apply(real, params), dsa.apply(syn, params)])
@@ -154,10 +170,11 @@ def test_siamese_params_transform_real_and_synthetic_batches_alike():
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_shared_geometric_transform_moves_pixels_identically(seed):
+@pytest.mark.parametrize("mode", MODES)
+def test_shared_geometric_transform_moves_pixels_identically(seed, mode):
     # Geometric transforms are linear in the pixels, so a synthetic batch equal to 2x the first
     # real image plus a multiple of it must come out as the same multiple of the real output.
-    dsa = DSA(GEOMETRIC)
+    dsa = DSA(GEOMETRIC, mode=mode)
     real = _images(4, seed=seed)
     syn = real[:1] * torch.tensor([2.0, -1.0, 0.5]).view(3, 1, 1, 1)
     params = dsa.sample(1, image_size=(32, 32), generator=_gen(seed))
@@ -258,9 +275,9 @@ def test_rotate_and_scale_sample_the_expected_grid():
     x = _images(1, size=9)
     quarter = DSAParams(batch_size=1, image_size=(9, 9), rotate=torch.tensor([math.pi / 2]))
     out = DSA("rotate").apply(x, quarter)
-    # A quarter turn maps pixel centres onto pixel centres, so it is an exact rot90 (with
-    # y pointing down, a positive angle turns the picture clockwise on screen).
-    assert torch.allclose(out, torch.rot90(x, k=-1, dims=(2, 3)), atol=1e-5)
+    # A quarter turn maps pixel centres onto pixel centres, so it is an exact rot90; the
+    # reference's sign: a positive angle turns the picture anticlockwise on screen.
+    assert torch.allclose(out, torch.rot90(x, k=1, dims=(2, 3)), atol=1e-5)
     unit = DSAParams(batch_size=1, image_size=(9, 9), scale=torch.tensor([[1.0, 1.0]]))
     assert torch.allclose(DSA("scale").apply(x, unit), x, atol=1e-5)
     # Doubling the grid in x keeps the centre column and samples outside (zeros) at the edges.
@@ -337,3 +354,170 @@ def test_pea_is_differentiable():
 def test_pea_rejects_bad_factor(factor):
     with pytest.raises(UserError, match="factor"):
         partition_and_expand(torch.zeros(1, 1, 8, 8), factor=factor)
+
+
+# ---------------------------------------------------------------- single mode (the reference's 'S')
+
+
+def _family_fields(family: str) -> set[str]:
+    return set(parse_strategy(family))
+
+
+def test_single_mode_draws_one_family_and_only_its_parameters():
+    dsa = DSA()
+    seen = set()
+    for seed in range(60):
+        params = dsa.sample(3, image_size=(32, 32), generator=_gen(seed))
+        assert params.family in FAMILIES
+        assert set(_fields(params)) == _family_fields(params.family)
+        seen.add(params.family)
+    assert seen == set(FAMILIES)
+
+
+def test_single_mode_output_is_exactly_one_family():
+    # flip alone keeps every pixel value; cutout alone zeroes a box and leaves the rest unmoved.
+    # An output that is flipped AND has a box cut out would mean two families were applied.
+    dsa = DSA("flip_cutout")
+    x = _images(8) + 10.0  # no zeros of its own, no symmetric image
+    kinds = set()
+    for seed in range(40):
+        out = dsa(x, generator=_gen(seed))
+        zeroed = out == 0
+        if zeroed.any():
+            kinds.add("cutout")
+            assert zeroed.any(dim=(1, 2, 3)).all()  # one family for the batch: every image cut
+            assert torch.equal(out[~zeroed], x[~zeroed])  # nothing moved
+        else:
+            kinds.add("flip")
+            for i in range(len(x)):
+                assert torch.equal(out[i], x[i]) or torch.equal(out[i], x[i].flip(-1))
+    assert kinds == {"flip", "cutout"}
+    # the compose-all mode does both at once on some image of some call
+    both = False
+    for seed in range(10):
+        out = DSA("flip_cutout", mode="all")(x, generator=_gen(seed))
+        for i in range(len(x)):
+            kept = out[i] != 0
+            both |= bool((out[i][kept] != x[i][kept]).any())
+    assert both
+
+
+def test_single_mode_flip_only_call_equals_flip_or_identity():
+    dsa = DSA()
+    x = _images(6)
+    found = 0
+    for seed in range(40):
+        params = dsa.sample(6, image_size=(32, 32), generator=_gen(seed))
+        if params.family != "flip":
+            continue
+        found += 1
+        out = dsa.apply(x, params)
+        for i in range(6):
+            expected = x[i].flip(-1) if params.flip[i] else x[i]
+            assert torch.equal(out[i], expected)
+    assert found > 0
+
+
+def test_single_mode_family_frequencies_are_uniform():
+    dsa = DSA()
+    g = _gen(123)
+    draws = 6000
+    counts = dict.fromkeys(FAMILIES, 0)
+    for _ in range(draws):
+        counts[dsa.sample(1, image_size=(8, 8), generator=g).family] += 1
+    # binomial sd = sqrt(6000 * 1/6 * 5/6) ~ 29; allow 5 sd
+    for family, count in counts.items():
+        assert abs(count - draws / 6) < 145, counts
+
+
+def test_family_choice_comes_from_the_given_generator():
+    dsa = DSA()
+    a = [dsa.sample(1, image_size=(8, 8), generator=_gen(s)).family for s in range(30)]
+    b = [dsa.sample(1, image_size=(8, 8), generator=_gen(s)).family for s in range(30)]
+    assert a == b and len(set(a)) > 1
+    # the family is the first draw of the call: a generator advanced by one draw gives another
+    # sequence
+    def advanced(s: int) -> torch.Generator:
+        g = _gen(s)
+        torch.rand(1, generator=g)
+        return g
+    c = [dsa.sample(1, image_size=(8, 8), generator=advanced(s)).family for s in range(30)]
+    assert c != a
+
+
+def test_siamese_draw_applies_the_same_family_and_parameters_to_both_batches():
+    dsa = DSA()
+    real, syn = _images(5, seed=1), _images(3, seed=2)
+    for seed in range(12):
+        params = dsa.sample(1, image_size=(32, 32), generator=_gen(seed))
+        out_real, out_syn = dsa.apply(real, params), dsa.apply(syn, params)
+        # the same family, with the same values, as each batch augmented on its own
+        one = DSA(params.family, mode="all")
+        alone = dataclasses.replace(params, family=None)
+        assert torch.allclose(out_real, one.apply(real, alone), atol=1e-6)
+        assert torch.allclose(out_syn, one.apply(syn, alone), atol=1e-6)
+        # and the same transform for both: applying to the concatenation changes nothing
+        together = dsa.apply(torch.cat([real, syn]), params)
+        assert torch.allclose(together, torch.cat([out_real, out_syn]), atol=1e-6)
+
+
+def test_evaluation_draw_has_one_family_per_call_and_parameters_per_image():
+    dsa = DSA()
+    x = _images(1).expand(8, -1, -1, -1)
+    for seed in range(20):
+        params = dsa.sample(8, image_size=(32, 32), generator=_gen(seed))
+        assert params.batch_size == 8
+        for name, value in _fields(params).items():
+            assert len(value) == 8
+            if name != "flip":
+                assert len(torch.unique(value, dim=0)) > 1, name
+        if params.family != "flip":
+            out = dsa.apply(x, params)
+            assert not all(torch.allclose(out[0], out[i]) for i in range(1, 8))
+
+
+def test_all_mode_composes_every_family_in_strategy_order():
+    # mode="all" is the compose-all behaviour: every transform, in strategy order, each with the
+    # draw's own values; the same pipeline applied family by family gives the same images.
+    dsa = DSA(mode="all")
+    x = _images(4)
+    params = dsa.sample(4, image_size=(32, 32), generator=_gen(21))
+    assert params.family is None and set(_fields(params)) == set(TRANSFORM_NAMES)
+    expected = x
+    for family in FAMILIES:
+        expected = dsa.apply(expected, dataclasses.replace(params, family=family))
+    assert torch.allclose(dsa.apply(x, params), expected, atol=1e-6)
+    # and its draws start as before: brightness from the first uniforms of the generator
+    first = torch.rand(4, generator=_gen(21)) - 0.5
+    assert torch.equal(params.brightness, first)
+
+
+def test_params_of_a_family_the_strategy_lacks_are_rejected():
+    params = DSA("flip").sample(1, image_size=(8, 8), generator=_gen(0))
+    assert params.family == "flip"
+    with pytest.raises(ValueError, match="lacks"):
+        DSA("crop").apply(_images(1, size=8), params)
+
+
+@pytest.mark.parametrize("size", [9, 28, 32])
+def test_warps_equal_the_reference_align_corners_on_square_images(size):
+    # The DSA reference samples with align_corners=False, the DPDC code with True; on square
+    # images both map the same pixel to the same place.
+    x = _images(2, size=size)
+    angle = torch.tensor([0.2, -0.25])
+    rotated = DSA("rotate").apply(
+        x, DSAParams(batch_size=2, image_size=(size, size), rotate=angle)
+    )
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    theta = torch.zeros(2, 2, 3)
+    theta[:, 0, 0], theta[:, 0, 1], theta[:, 1, 0], theta[:, 1, 1] = cos, -sin, sin, cos
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    assert torch.allclose(rotated, F.grid_sample(x, grid, align_corners=False), atol=1e-4)
+    factors = torch.tensor([[1.1, 0.9], [0.85, 1.15]])
+    scaled = DSA("scale").apply(
+        x, DSAParams(batch_size=2, image_size=(size, size), scale=factors)
+    )
+    theta = torch.zeros(2, 2, 3)
+    theta[:, 0, 0], theta[:, 1, 1] = factors[:, 0], factors[:, 1]
+    grid = F.affine_grid(theta, list(x.shape), align_corners=False)
+    assert torch.allclose(scaled, F.grid_sample(x, grid, align_corners=False), atol=1e-4)

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import statistics
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
 
 import dpdc_lightning.models as models
+from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation import (
@@ -87,8 +90,10 @@ def recorded_steps(monkeypatch) -> list[dict]:
 
     class Recording(train_eval.SyntheticClassifier):
         def training_step(self, batch, batch_idx):
-            steps.append(dict(lr=self.optimizers().param_groups[0]["lr"],
-                              size=len(batch[1]), labels=batch[1].clone()))
+            optimizer = self.trainer.optimizers[0]
+            steps.append(dict(lr=optimizer.param_groups[0]["lr"], size=len(batch[1]),
+                              labels=batch[1].clone(), momentum_buffers=len(optimizer.state),
+                              dsa_mode=None if self.dsa is None else self.dsa.mode))
             return super().training_step(batch, batch_idx)
 
     monkeypatch.setattr(train_eval, "SyntheticClassifier", Recording)
@@ -130,25 +135,31 @@ def test_same_seed_same_result_other_seed_or_run_differs(data, built_networks):
     assert not torch.allclose(w[0], w[4]) and not torch.allclose(w[1], w[5])
 
 
-def test_lr_drops_tenfold_after_half_the_epochs_and_step_count_is_exact(data, recorded_steps):
-    # 40 images in batches of 16: 3 steps per epoch (16, 16, 8), the last one short.
+def test_lr_schedule_and_step_count_follow_the_reference(data, recorded_steps):
+    # 40 images in batches of 16: 3 steps per pass (16, 16, 8), the last one short. The reference
+    # with Epoch = 6 trains range(7) = 7 passes and decays after pass 6 // 2 + 1 = 4, i.e. passes
+    # 0..4 (15 steps) at the initial lr and passes 5..6 (6 steps) at a tenth of it.
     protocol = EvalProtocol(epochs=6, runs=1, batch_size=16, lr=0.02)
+    assert (protocol.train_epochs, protocol.decay_epoch) == (7, 5)
     run(data, protocol=protocol)
     lrs = [s["lr"] for s in recorded_steps]
-    assert len(lrs) == 6 * 3
-    assert lrs[:9] == pytest.approx([0.02] * 9)
-    assert lrs[9:] == pytest.approx([0.002] * 9)
-    assert [s["size"] for s in recorded_steps] == [16, 16, 8] * 6
-    # Each protocol epoch is one pass over a permutation of the whole set.
-    for epoch in range(6):
+    assert len(lrs) == 7 * 3
+    assert lrs[:15] == pytest.approx([0.02] * 15)
+    assert lrs[15:] == pytest.approx([0.002] * 6)
+    assert [s["size"] for s in recorded_steps] == [16, 16, 8] * 7
+    # The reference creates a new optimiser at the decay: no momentum carried over.
+    buffers = [s["momentum_buffers"] for s in recorded_steps]
+    assert buffers[0] == 0 and buffers[14] > 0 and buffers[15] == 0 and buffers[16] > 0
+    # Each protocol pass is one pass over a permutation of the whole set.
+    for epoch in range(7):
         seen = torch.cat([s["labels"] for s in recorded_steps[3 * epoch: 3 * epoch + 3]])
         assert torch.equal(seen.bincount(minlength=NUM_CLASSES), torch.full((NUM_CLASSES,), 10))
 
 
 @pytest.mark.parametrize("epochs_per_pass", [1, 4])
 def test_epochs_per_loader_pass_changes_nothing(data, built_networks, monkeypatch, epochs_per_pass):
-    # 5 epochs of 3 steps, all in one loader pass, against 1 epoch per pass and against 4 per
-    # pass (the second pass cut short by max_steps).
+    # 6 passes of 3 steps, all in one loader pass, against 1 pass per loader pass and against 4
+    # (the second loader pass cut short by max_steps).
     protocol = EvalProtocol(epochs=5, runs=1, batch_size=16)
     monkeypatch.setattr(train_eval, "_STEPS_PER_LOADER_PASS", 64)
     run(data, protocol=protocol)
@@ -157,9 +168,15 @@ def test_epochs_per_loader_pass_changes_nothing(data, built_networks, monkeypatc
     assert torch.equal(flat_weights(built_networks[0]), flat_weights(built_networks[1]))
 
 
+@pytest.mark.parametrize("mode", ["single", "all"])
+def test_training_augments_with_the_protocol_dsa_mode(data, recorded_steps, mode):
+    run(data, protocol=EvalProtocol(epochs=1, runs=1, dsa_mode=mode))
+    assert recorded_steps and {s["dsa_mode"] for s in recorded_steps} == {mode}
+
+
 def test_pea_quadruples_the_training_set(data, recorded_steps):
     run(data, protocol=EvalProtocol(epochs=1, runs=1, dsa=False), pea=True)
-    assert [s["size"] for s in recorded_steps] == [4 * len(data["labels"])]
+    assert [s["size"] for s in recorded_steps] == [4 * len(data["labels"])] * 2  # range(1 + 1)
 
 
 def test_inner_training_is_quiet_and_leaves_logging_and_warnings_as_found(data, capfd, caplog):
@@ -194,12 +211,20 @@ def test_protocol_defaults_are_the_papers_and_reduced_ones_say_so():
     paper = EvalProtocol()
     assert not paper.is_reduced()
     assert (paper.epochs, paper.runs, paper.lr, paper.momentum, paper.weight_decay,
-            paper.batch_size, paper.decay_epoch) == (1000, 5, 0.01, 0.9, 5e-4, 256, 500)
+            paper.batch_size, paper.train_epochs, paper.decay_epoch, paper.dsa_mode) == (
+        1000, 5, 0.01, 0.9, 5e-4, 256, 1001, 502, "single")
+    # 300 epochs: range(301), lr_schedule = [151] -> 152 passes at the initial lr
+    assert (EvalProtocol(epochs=300).train_epochs, EvalProtocol(epochs=300).decay_epoch) == (301, 152)
+    assert EvalProtocol(epochs=1).decay_epoch == 2  # never past the last pass
+    assert "no lr decay" in EvalProtocol(epochs=1).describe()
+    assert "momentum reset after 502 passes" in paper.describe()
+    assert "mode single" in paper.describe() and "mode all" in EvalProtocol(dsa_mode="all").describe()
     assert "reduced" not in paper.describe()
     assert EvalProtocol(epochs=999).is_reduced() and EvalProtocol(runs=4).is_reduced()
     text = EvalProtocol(epochs=300, runs=3).describe("ConvNet")
     assert text.startswith("ConvNet, 300 epochs (reduced; paper 1000), 3 runs (reduced")
-    for bad in (dict(epochs=0), dict(runs=-1), dict(lr=0.0), dict(lr_decay_at=1.5)):
+    for bad in (dict(epochs=0), dict(runs=-1), dict(lr=0.0), dict(lr_decay_at=1.5),
+                dict(dsa_mode="multiple")):
         with pytest.raises(UserError):
             EvalProtocol(**bad)
 
@@ -227,10 +252,11 @@ def test_format_table_marks_reduced_protocols_and_prints_mean_pm_std():
 
 
 def test_results_to_json_round_trips_through_json():
-    protocol = EvalProtocol(epochs=10, runs=2)
+    protocol = EvalProtocol(epochs=10, runs=2, dsa_mode="all")
     payload = json.loads(json.dumps(results_to_json(
         [ModelResult("convnet", [0.5, 0.6]), ModelResult("lenet", [])], protocol=protocol)))
     assert payload["protocol"]["epochs"] == 10 and payload["protocol"]["reduced"] is True
+    assert payload["protocol"]["dsa_mode"] == "all" and "mode all" in payload["protocol"]["description"]
     assert payload["results"]["convnet"]["mean"] == pytest.approx(55.0)
     assert payload["results"]["convnet"]["std"] == pytest.approx(5.0)
     assert payload["results"]["convnet"]["accuracies"] == pytest.approx([50.0, 60.0])
@@ -257,3 +283,106 @@ def test_random_real_subset_takes_ipc_distinct_real_images_per_class():
     assert torch.equal(same, sub_images) and not torch.equal(other, sub_images)
     with pytest.raises(UserError, match="fewer than ipc"):
         random_real_subset(images, labels, ipc=21, num_classes=3, seed=1)
+
+
+# ------------------------------------------------------------------ evaluate.py --images FILE.pt
+
+
+def _evaluate_entry():
+    path = Path(__file__).resolve().parent.parent / "evaluate.py"
+    spec = importlib.util.spec_from_file_location("_entry_evaluate_images", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+IMAGES_ARGS = ["dataset=toy", "model=mlp", "eval.epochs=1", "eval.runs=1", "eval.accelerator=cpu"]
+
+
+@pytest.fixture
+def toy_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    g = torch.Generator().manual_seed(0)
+    images = torch.randn(8, 1, 28, 28, generator=g)
+    labels = torch.arange(4).repeat(2)
+    path = tmp_path / "set.pt"
+    torch.save({"images": images, "labels": labels}, path)
+    return path
+
+
+def test_images_file_is_evaluated_and_says_it_has_no_privacy_report(toy_set, capsys):
+    main = _evaluate_entry()
+    assert cli_run(main, ["--images", str(toy_set), *IMAGES_ARGS]) == 0
+    out = capsys.readouterr().out
+    title = next(line for line in out.splitlines() if line.startswith("### "))
+    assert "set.pt" in title and "no privacy report" in title
+    first = toy_set.with_name("set.eval.json")
+    payload = json.loads(first.read_text())
+    assert "no privacy report" in payload["title"] and "no privacy report" in payload["privacy"]
+    assert payload["protocol"]["dsa_mode"] == "single" and payload["protocol"]["epochs"] == 1
+    assert len(payload["results"]["mlp"]["accuracies"]) == 1
+    # a second evaluation never overwrites the first: it picks the next free name
+    before = first.read_bytes()
+    assert cli_run(main, [f"--images={toy_set}", *IMAGES_ARGS, "augment.mode=all"]) == 0
+    assert first.read_bytes() == before
+    second = json.loads(toy_set.with_name("set.eval-2.json").read_text())
+    assert second["protocol"]["dsa_mode"] == "all"
+    assert "results written to" in capsys.readouterr().out
+
+
+def _write(path, payload):
+    torch.save(payload, path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "label, payload, fragment",
+    [
+        ("missing labels", lambda x, y: {"images": x}, "lacks tensor(s) 'labels'"),
+        ("not a dict", lambda x, y: x, "must hold a dict"),
+        ("wrong image size", lambda x, y: {"images": x[..., :16, :16], "labels": y}, "expected [N, 1, 28, 28]"),
+        ("3-d images", lambda x, y: {"images": x[:, 0], "labels": y}, "expected [N, 1, 28, 28]"),
+        ("integer images", lambda x, y: {"images": x.long(), "labels": y}, "float tensor"),
+        ("float labels", lambda x, y: {"images": x, "labels": y.float()}, "integer tensor"),
+        ("label count", lambda x, y: {"images": x, "labels": y[:-1]}, "labels have shape"),
+        ("label out of range", lambda x, y: {"images": x, "labels": y + 1}, "lie in [0, 3]"),
+        ("negative label", lambda x, y: {"images": x, "labels": y - 1}, "lie in [0, 3]"),
+        ("nan pixel", lambda x, y: {"images": x.index_fill(0, torch.tensor([2]), float("nan")),
+                                    "labels": y}, "NaN or infinite"),
+        ("pickled object", lambda x, y: {"images": x, "labels": y, "extra": Path("/")},
+         "cannot be loaded as plain tensors"),
+    ],
+)
+def test_images_file_bad_inputs_end_in_one_error_line(tmp_path, monkeypatch, capsys, label, payload, fragment):
+    monkeypatch.chdir(tmp_path)
+    images, labels = torch.randn(8, 1, 28, 28), torch.arange(4).repeat(2)
+    path = _write(tmp_path / "bad.pt", payload(images, labels))
+    assert cli_run(_evaluate_entry(), ["--images", str(path), *IMAGES_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    assert fragment in err, err
+    assert not list(tmp_path.glob("*.json")), "a refused file must not leave results behind"
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["--images", "nope.pt", *IMAGES_ARGS], "does not exist"),
+        (["--images"], "--images needs a file"),
+        (["--images", "a.pt", "--baseline", "random-real"], "exactly one"),
+        (["somedir", "--images", "a.pt"], "exactly one"),
+    ],
+)
+def test_images_flag_misuse_ends_in_one_error_line(tmp_path, monkeypatch, capsys, argv, fragment):
+    monkeypatch.chdir(tmp_path)
+    assert cli_run(_evaluate_entry(), argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and fragment in err, err
+
+
+def test_images_file_that_is_not_a_torch_file_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "junk.pt").write_bytes(b"not a tensor file at all")
+    assert cli_run(_evaluate_entry(), ["--images", "junk.pt", *IMAGES_ARGS]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "cannot be loaded" in err, err

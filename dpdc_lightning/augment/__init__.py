@@ -3,9 +3,11 @@
 from dpdc_lightning.augment.dsa import (
     DEFAULT_STRATEGY,
     DSA,
+    MODES,
     STRATEGY_NAMES,
     TRANSFORM_NAMES,
     DSAParams,
+    parse_families,
     parse_strategy,
 )
 from dpdc_lightning.augment.pea import partition_and_expand
@@ -14,8 +16,10 @@ __all__ = [
     "DEFAULT_STRATEGY",
     "DSA",
     "DSAParams",
+    "MODES",
     "STRATEGY_NAMES",
     "TRANSFORM_NAMES",
+    "parse_families",
     "parse_strategy",
     "partition_and_expand",
 ]

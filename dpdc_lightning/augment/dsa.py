@@ -8,6 +8,25 @@ operation is arithmetic on the input (masks, gathers, ``grid_sample``), never an
 A draw made with ``batch_size=1`` is broadcast to every image of any batch (the Siamese mode used
 by the condensation methods); a draw with ``batch_size == len(x)`` gives each image its own
 transform (used when training evaluation networks on the synthetic set).
+
+Two modes, after the reference implementation's ``ParamDiffAug.aug_mode`` (Zhao & Bilen's
+DatasetCondensation code; README "Evaluation protocol vs the reference"):
+
+* ``single`` (the reference's 'S', its default and what its papers' numbers use): every draw picks
+  ONE family of the strategy uniformly at random ("color" = brightness, saturation and contrast
+  together; crop; cutout; flip; scale; rotate) and only that family is applied. The choice is
+  part of the draw, so a Siamese draw applies the same family with the same parameters to the
+  real and the synthetic batch, while an evaluation draw (one per batch) picks one family for the
+  batch and parameters per image.
+* ``all`` (the reference's 'M'): every family, in strategy order, on every call; a much stronger
+  augmentation, kept for comparison.
+
+Ranges and formulas are the reference's (``ParamDiffAug``): scale 1.2, rotate 15 degrees, crop pad
+0.125, cutout 0.5, brightness 1, saturation 2, contrast 0.5, flip probability 0.5; crop and cutout
+sizes are rounded per axis (height from the height, width from the width). Scale and rotate use
+``align_corners=True`` as the DPDC authors' code does; the DSA reference uses torch's default
+(False), which gives the same pixels on square images (tested) and differs only for non-square
+ones, where neither version corrects the aspect ratio of a rotation.
 """
 
 from __future__ import annotations
@@ -29,6 +48,7 @@ DEFAULT_STRATEGY = "color_crop_cutout_flip_scale_rotate"
 _COLOR = ("brightness", "saturation", "contrast")
 TRANSFORM_NAMES: tuple[str, ...] = (*_COLOR, "crop", "cutout", "flip", "scale", "rotate")
 STRATEGY_NAMES: tuple[str, ...] = ("color", *TRANSFORM_NAMES)
+MODES: tuple[str, ...] = ("single", "all")
 
 
 @dataclass(frozen=True)
@@ -36,11 +56,14 @@ class DSAParams:
     """One draw of augmentation parameters; a field is ``None`` when its transform is not used.
 
     All tensors have leading dimension ``batch_size``. Integer offsets are in pixels of an image of
-    size ``image_size`` = (height, width).
+    size ``image_size`` = (height, width). ``family`` is the strategy token a ``single``-mode draw
+    chose (e.g. "color", "crop"); ``None`` means the draw covers every family of the strategy (an
+    ``all``-mode draw, or parameters written by hand for the transforms they fill in).
     """
 
     batch_size: int
     image_size: tuple[int, int]
+    family: str | None = None
     brightness: Tensor | None = None  # (B,) additive shift
     saturation: Tensor | None = None  # (B,) factor on the deviation from the channel mean
     contrast: Tensor | None = None  # (B,) factor on the deviation from the image mean
@@ -60,34 +83,49 @@ class DSAParams:
         return dataclasses.replace(self, **moved)
 
 
-def parse_strategy(strategy: str) -> tuple[str, ...]:
-    """Transform names of an underscore-separated strategy, "color" expanded; "none"/"" -> ()."""
+def parse_families(strategy: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``(token, transform names)`` per token of an underscore-separated strategy, in order.
+
+    A token is one family of the reference's single mode: "color" stands for brightness,
+    saturation and contrast applied together; every other token is one transform. "none" or ""
+    gives no families.
+    """
     if not isinstance(strategy, str):
         raise UserError(f"augment strategy must be a string, got {type(strategy).__name__}")
     if strategy.strip().lower() in ("", "none"):
         return ()
-    names: list[str] = []
+    families: list[tuple[str, tuple[str, ...]]] = []
     for token in strategy.split("_"):
         if token not in STRATEGY_NAMES:
             raise UserError(
                 f"unknown augmentation {token!r} in strategy {strategy!r}; "
                 f"allowed: {', '.join(STRATEGY_NAMES)} joined by '_', or 'none'"
             )
-        names.extend(_COLOR if token == "color" else (token,))
+        families.append((token, _COLOR if token == "color" else (token,)))
+    names = [name for _, members in families for name in members]
     duplicated = sorted({n for n in names if names.count(n) > 1})
     if duplicated:
         raise UserError(f"augmentation strategy {strategy!r} repeats {', '.join(duplicated)}")
-    return tuple(names)
+    return tuple(families)
+
+
+def parse_strategy(strategy: str) -> tuple[str, ...]:
+    """Transform names of an underscore-separated strategy, "color" expanded; "none"/"" -> ()."""
+    return tuple(name for _, members in parse_families(strategy) for name in members)
 
 
 class DSA:
-    """Differentiable augmentation whose parameter draws can be shared between batches."""
+    """Differentiable augmentation whose parameter draws can be shared between batches.
+
+    ``mode`` is "single" (one family per draw, the reference's default) or "all" (every family on
+    every draw); see the module docstring.
+    """
 
     def __init__(
         self,
         strategy: str = DEFAULT_STRATEGY,
         *,
-        mode: str = "all",
+        mode: str = "single",
         scale: float = 1.2,
         rotate: float = 15.0,
         crop_pad: float = 0.125,
@@ -96,8 +134,12 @@ class DSA:
         saturation: float = 2.0,
         contrast: float = 0.5,
     ) -> None:
+        if mode not in MODES:
+            raise UserError(f"augment mode {mode!r} is not known; choose one of: {', '.join(MODES)}")
         self.strategy = strategy
-        self.transforms = parse_strategy(strategy)
+        self.mode = mode
+        self.families: dict[str, tuple[str, ...]] = dict(parse_families(strategy))
+        self.transforms: tuple[str, ...] = parse_strategy(strategy)
         ratios = dict(scale=scale, rotate=rotate, crop_pad=crop_pad, cutout=cutout,
                       brightness=brightness, saturation=saturation, contrast=contrast)
         for key, value in ratios.items():
@@ -124,7 +166,8 @@ class DSA:
 
     def __repr__(self) -> str:
         return (
-            f"DSA(strategy={self.strategy!r}, scale={self.scale}, rotate={self.rotate}, "
+            f"DSA(strategy={self.strategy!r}, mode={self.mode!r}, scale={self.scale}, "
+            f"rotate={self.rotate}, "
             f"crop_pad={self.crop_pad}, cutout={self.cutout}, brightness={self.brightness}, "
             f"saturation={self.saturation}, contrast={self.contrast})"
         )
@@ -141,15 +184,22 @@ class DSA:
     ) -> DSAParams:
         """Draw parameters for ``batch_size`` images (1 = one draw shared by a whole batch).
 
-        Draws happen in strategy order from ``generator`` only, so equal-seeded generators give
-        equal draws and the global RNG is untouched.
+        In ``single`` mode the family is drawn first (one for the whole draw, as the reference
+        picks one per call), then that family's parameters. Every draw comes from ``generator``
+        only, so equal-seeded generators give equal draws and the global RNG is untouched.
         """
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         height, width = int(image_size[0]), int(image_size[1])
         n, g = batch_size, generator
+        family: str | None = None
+        names = self.transforms
+        if self.mode == "single" and self.families:
+            tokens = list(self.families)
+            family = tokens[int(torch.randint(0, len(tokens), (1,), generator=g))]
+            names = self.families[family]
         drawn: dict[str, Tensor] = {}
-        for name in self.transforms:
+        for name in names:
             if name == "brightness":
                 drawn[name] = (torch.rand(n, generator=g) - 0.5) * self.brightness
             elif name == "saturation":
@@ -178,7 +228,7 @@ class DSA:
                 drawn[name] = torch.rand(n, 2, generator=g) * (self.scale - low) + low
             elif name == "rotate":
                 drawn[name] = (torch.rand(n, generator=g) - 0.5) * 2.0 * math.radians(self.rotate)
-        return DSAParams(batch_size=n, image_size=(height, width), **drawn)
+        return DSAParams(batch_size=n, image_size=(height, width), family=family, **drawn)
 
     # ------------------------------------------------------------------ applying
 
@@ -197,8 +247,16 @@ class DSA:
                 f"params drawn for batch size {params.batch_size}; apply to a batch of that size "
                 f"or draw with batch_size=1 to share one transform (got {len(x)} images)"
             )
+        if params.family is None:
+            names = self.transforms
+        elif params.family in self.families:
+            names = self.families[params.family]
+        else:
+            raise ValueError(
+                f"params chose family {params.family!r}, which strategy {self.strategy!r} lacks"
+            )
         params = params.to(x.device)
-        for name in self.transforms:
+        for name in names:
             value = getattr(params, name)
             if value is None:
                 raise ValueError(f"params carry no {name!r} draw; sample them with this DSA")
@@ -270,11 +328,13 @@ def _scale(x: Tensor, factors: Tensor) -> Tensor:
 
 
 def _rotate(x: Tensor, angle: Tensor) -> Tensor:
+    # The reference's sign convention: output (u, v) samples input (u cos - v sin, u sin + v cos),
+    # so a positive angle turns the picture anticlockwise on screen (y pointing down).
     angle = angle.to(x.dtype)
     cos, sin = torch.cos(angle), torch.sin(angle)
     zero = torch.zeros_like(angle)
     theta = torch.stack(
-        [torch.stack([cos, sin, zero], dim=1), torch.stack([-sin, cos, zero], dim=1)], dim=1
+        [torch.stack([cos, -sin, zero], dim=1), torch.stack([sin, cos, zero], dim=1)], dim=1
     )
     return _warp(x, theta)
 

@@ -1,14 +1,19 @@
 """The evaluation protocol: train fresh networks on a synthetic set, test on the real test split.
 
-Zhao & Bilen's protocol (DESIGN section 6): SGD (lr 0.01, momentum 0.9, weight decay 5e-4), batch
-256, 1000 epochs with per-image DSA, lr x 0.1 at half the epochs, accuracy on the real test split,
+Zhao & Bilen's protocol (DESIGN section 6), as their reference code runs it (``evaluate_synset``
+and ``epoch`` in VICO-UoE/DatasetCondensation ``utils.py``, which the DPDC authors' code keeps; see
+README "Evaluation protocol vs the reference"): SGD (lr 0.01, momentum 0.9, weight decay 5e-4),
+batch 256 reshuffled every pass, ``Epoch`` = 1000 epochs run as ``range(Epoch + 1)`` = 1001
+passes, DSA on the normalised images (one family per batch in single mode, parameters per image),
+lr x 0.1 after pass ``Epoch // 2 + 1`` with a freshly created optimiser (momentum buffers dropped),
+network in train mode while training and eval mode for the test; accuracy on the real test split,
 mean +- std over >= 5 freshly initialised networks.
 
 A synthetic set is tiny (500 images = 2 batches), so 1000 real epochs would mostly measure
 Lightning's per-epoch bookkeeping. The loader therefore hands Lightning several protocol epochs per
 Lightning "epoch" (each protocol epoch is still its own reshuffle of the whole set) and training
-stops at exactly ``epochs * batches_per_epoch`` optimiser steps; the lr milestone is counted in
-steps at the same boundary, so step count and schedule equal the protocol's exactly.
+stops at exactly ``train_epochs * batches_per_epoch`` optimiser steps; the lr milestone is counted
+in steps at the same boundary, so step count and schedule equal the protocol's exactly.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from torch import Tensor, nn
 from torch.utils.data import BatchSampler, DataLoader, Sampler, SequentialSampler, TensorDataset
 from torchmetrics.classification import MulticlassAccuracy
 
+from dpdc_lightning.augment.dsa import MODES as DSA_MODES
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
 
@@ -52,7 +58,8 @@ class EvalProtocol:
     batch_size: int = 256
     dsa: bool = True
     dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
-    lr_decay_at: float = 0.5  # lr x 0.1 after this fraction of the epochs
+    dsa_mode: str = "single"  # one DSA family per batch (the reference's), or "all" of them
+    lr_decay_at: float = 0.5  # lr x 0.1 after pass int(lr_decay_at * epochs) + 1, as the reference
     test_batch_size: int = 1024
 
     def __post_init__(self) -> None:
@@ -73,15 +80,28 @@ class EvalProtocol:
             raise UserError(f"evaluation weight_decay must be >= 0, got {self.weight_decay!r}")
         if not 0 < self.lr_decay_at <= 1:
             raise UserError(f"evaluation lr_decay_at must be in (0, 1], got {self.lr_decay_at!r}")
+        if self.dsa_mode not in DSA_MODES:
+            raise UserError(
+                f"evaluation dsa_mode must be one of {', '.join(DSA_MODES)}, got {self.dsa_mode!r}"
+            )
 
     def is_reduced(self) -> bool:
         """True when fewer epochs or runs than the papers' protocol are used."""
         return self.epochs < PAPER_EPOCHS or self.runs < PAPER_RUNS
 
     @property
+    def train_epochs(self) -> int:
+        """Passes over the synthetic set: the reference loops ``range(Epoch + 1)``."""
+        return self.epochs + 1
+
+    @property
     def decay_epoch(self) -> int:
-        """Number of epochs trained at the initial lr (at least one)."""
-        return max(1, int(self.lr_decay_at * self.epochs))
+        """Passes trained at the initial lr.
+
+        The reference decays after pass ``Epoch // 2 + 1`` (``lr_schedule = [Epoch//2+1]``, checked
+        after the pass), i.e. passes 0 .. Epoch//2+1 run at the initial lr; never more than all.
+        """
+        return min(self.train_epochs, int(self.lr_decay_at * self.epochs) + 2)
 
     def describe(self, model: str | None = None) -> str:
         """One line naming every protocol setting, flagging each reduced one."""
@@ -94,10 +114,12 @@ class EvalProtocol:
         parts = [
             epochs,
             runs,
+            f"{self.train_epochs} passes (range(epochs + 1), as the reference)",
             f"SGD (lr {self.lr:g}, momentum {self.momentum:g}, wd {self.weight_decay:g})",
-            f"lr x0.1 after epoch {self.decay_epoch}",
+            f"lr x0.1 and momentum reset after {self.decay_epoch} passes"
+            if self.decay_epoch < self.train_epochs else "no lr decay (too few passes)",
             f"batch {self.batch_size}",
-            f"DSA ({self.dsa_strategy})" if self.dsa else "no DSA",
+            f"DSA ({self.dsa_strategy}, mode {self.dsa_mode})" if self.dsa else "no DSA",
         ]
         if model:
             parts.insert(0, model)
@@ -105,7 +127,11 @@ class EvalProtocol:
 
 
 class SyntheticClassifier(lightning.LightningModule):
-    """A classifier trained on a synthetic set with per-image DSA and tested on real data."""
+    """A classifier trained on a synthetic set with per-image DSA and tested on real data.
+
+    ``steps_per_epoch`` is the number of optimiser steps of one protocol pass; the lr decay
+    happens after ``protocol.decay_epoch`` such passes.
+    """
 
     def __init__(
         self,
@@ -126,7 +152,7 @@ class SyntheticClassifier(lightning.LightningModule):
 
             if dsa_generator is None:
                 raise ValueError("protocol.dsa needs a dsa_generator")
-            self.dsa = DSA(protocol.dsa_strategy)
+            self.dsa = DSA(protocol.dsa_strategy, mode=protocol.dsa_mode)
         self.dsa_generator = dsa_generator
         self.test_accuracy = MulticlassAccuracy(num_classes=num_classes, average="micro")
 
@@ -136,7 +162,8 @@ class SyntheticClassifier(lightning.LightningModule):
     def training_step(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> Tensor:
         images, labels = batch
         if self.dsa is not None:
-            # One draw per image (not Siamese): the network sees a fresh view of every image.
+            # One draw per batch, parameters per image (not Siamese), as the reference's epoch():
+            # in single mode the batch shares one family, each image gets its own values.
             images = self.dsa(images, generator=self.dsa_generator, siamese=False)
         return F.cross_entropy(self.network(images), labels)
 
@@ -146,18 +173,21 @@ class SyntheticClassifier(lightning.LightningModule):
         self.log("test_accuracy", self.test_accuracy, on_step=False, on_epoch=True,
                  batch_size=len(labels))
 
-    def configure_optimizers(self) -> dict:
+    def configure_optimizers(self) -> torch.optim.Optimizer:
         p = self.protocol
-        optimizer = torch.optim.SGD(
+        return torch.optim.SGD(
             self.network.parameters(), lr=p.lr, momentum=p.momentum, weight_decay=p.weight_decay
         )
-        # Counted in optimiser steps so it holds however many protocol epochs a loader pass holds;
-        # identical to stepping a MultiStepLR at ``decay_epoch`` once per protocol epoch.
-        scheduler = torch.optim.lr_scheduler.MultiStepLR(
-            optimizer, milestones=[p.decay_epoch * self.steps_per_epoch], gamma=0.1
-        )
-        return {"optimizer": optimizer,
-                "lr_scheduler": {"scheduler": scheduler, "interval": "step", "frequency": 1}}
+
+    def on_train_batch_start(self, batch: tuple[Tensor, Tensor], batch_idx: int) -> None:
+        # The reference replaces the optimiser at the decay point (a new SGD at lr x 0.1), which
+        # also drops the momentum buffers; lowering the lr and clearing the SGD state is the same.
+        # Counted in optimiser steps so it holds however many protocol passes a loader pass holds.
+        if self.trainer.global_step == self.protocol.decay_epoch * self.steps_per_epoch:
+            optimizer = self.trainer.optimizers[0]
+            for group in optimizer.param_groups:
+                group["lr"] = self.protocol.lr * 0.1
+            optimizer.state.clear()
 
 
 class EpochBatchSampler(Sampler[Tensor]):
@@ -226,8 +256,8 @@ def train_and_test(
         generator=derive_generator(seed, "eval", "test-loader"),
     )
     steps_per_epoch = math.ceil(len(train_set) / protocol.batch_size)
-    epochs_per_pass = min(protocol.epochs, max(1, _STEPS_PER_LOADER_PASS // steps_per_epoch))
-    total_steps = protocol.epochs * steps_per_epoch
+    epochs_per_pass = min(protocol.train_epochs, max(1, _STEPS_PER_LOADER_PASS // steps_per_epoch))
+    total_steps = protocol.train_epochs * steps_per_epoch
 
     from dpdc_lightning.models import build_network
 
@@ -263,7 +293,7 @@ def train_and_test(
         )
         with quiet_lightning():
             trainer = lightning.Trainer(
-                max_epochs=math.ceil(protocol.epochs / epochs_per_pass),
+                max_epochs=math.ceil(protocol.train_epochs / epochs_per_pass),
                 max_steps=total_steps,
                 accelerator=accelerator,
                 devices=1,
