@@ -58,8 +58,12 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
             raise UserError(f"method {config.method.name} is not private: privacy.class_sizes=private does not apply")
         if noise_seed is None:
             raise ValueError("releasing private class sizes needs the run's noise seed")
-        count_sigma = calibrate_noise_multiplier(target_epsilon=privacy.count_epsilon, delta=privacy.delta,
-                                                 sample_rate=1.0, steps=1, accountant=privacy.accountant)
+        try:
+            count_sigma = calibrate_noise_multiplier(target_epsilon=privacy.count_epsilon, delta=privacy.delta,
+                                                     sample_rate=1.0, steps=1, accountant=privacy.accountant)
+        except UserError as err:
+            raise UserError(f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
+                            f"raise it ({err})") from None
         class_sizes, _ = release_class_sizes(class_sizes, noise_multiplier=count_sigma,
                                              noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
                                                                 reproducible=privacy.reproducible_noise))

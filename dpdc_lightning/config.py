@@ -68,7 +68,7 @@ class PrivacyConfig:
         if self.class_sizes == "private":
             if self.count_epsilon is None:
                 raise UserError("privacy.class_sizes=private needs privacy.count_epsilon, the share of ε spent on "
-                                "releasing the class sizes (e.g. 0.1)")
+                                "releasing the class sizes (e.g. 0.2)")
             _positive("privacy.count_epsilon", self.count_epsilon)
             if self.target_epsilon is not None and not self.count_epsilon < self.target_epsilon:
                 raise UserError(f"privacy.count_epsilon={self.count_epsilon} must be below privacy.target_epsilon="

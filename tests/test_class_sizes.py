@@ -92,6 +92,12 @@ def test_bad_class_size_settings_are_one_line_errors(tokens, message):
         compose([*SMALL, *tokens])
 
 
+def test_a_share_too_small_for_any_release_names_count_epsilon():
+    config = compose([*SMALL, "privacy.class_sizes=private", "privacy.count_epsilon=0.05"])
+    with pytest.raises(UserError, match="count_epsilon=0.05 cannot pay"):
+        plan_run(config, SPEC, noise_seed=0)
+
+
 def test_a_non_private_method_refuses_private_sizes():
     config = compose(["method=dm", "dataset=toy", "privacy.class_sizes=private", "privacy.count_epsilon=0.1"])
     with pytest.raises(UserError, match="not private"):
