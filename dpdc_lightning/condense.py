@@ -74,11 +74,15 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
                      allow_large_delta=privacy.allow_large_delta)
 
 
+def needs_secret(config: RunConfig) -> bool:
+    """A private method without reproducible noise samples and noises from a secret seed."""
+    return METHODS[config.method.name].private and not config.privacy.reproducible_noise
+
+
 def noise_seed_for(config: RunConfig) -> int:
-    """The seed of sampling and noise: a fresh OS-entropy secret for a private method, else the
+    """The seed of sampling and noise: a fresh OS-entropy secret when :func:`needs_secret`, else the
     public run seed (with privacy.reproducible_noise=true the output is then NOT private)."""
-    private = METHODS[config.method.name].private
-    return new_secret() if private and not config.privacy.reproducible_noise else config.seed
+    return new_secret() if needs_secret(config) else config.seed
 
 
 class Condensation:
@@ -109,7 +113,10 @@ class Condensation:
     def _noise_values(self) -> Optional[int]:
         """Normal values the whole run drew (the report's truncation bound counts them)."""
         per_step = self.method.noise_values_per_step()
-        return None if per_step is None else per_step * self.plan.data_steps
+        if per_step is None:
+            return None
+        released = len(self.plan.released_class_sizes) if self.plan.released_class_sizes else 0
+        return per_step * self.plan.data_steps + released  # the class-size release draws one value per class
 
 
 def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None

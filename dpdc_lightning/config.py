@@ -95,7 +95,9 @@ class AugmentConfig:
     mode: str = "single"
 
     def __post_init__(self) -> None:
-        _choice("augment.mode", self.mode, ("single", "all"))
+        from dpdc_lightning.augment.dsa import MODES
+
+        _choice("augment.mode", self.mode, MODES)
 
 
 @dataclass

@@ -8,7 +8,6 @@ what it is for: resumed runs, and runs sharded over any number of processes, dra
 from __future__ import annotations
 
 import hashlib
-import os
 
 import torch
 
@@ -26,7 +25,3 @@ def derive_generator(seed: int, *keys: str | int, device: str | torch.device = "
     generator.manual_seed(derive_seed(seed, *keys))
     return generator
 
-
-def os_entropy_seed() -> int:
-    """A 63-bit seed from the operating system's entropy pool; never log or store it."""
-    return int.from_bytes(os.urandom(8), "little") >> 1

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from dpdc_lightning.condense import Condensation, load_data, noise_seed_for, plan_run
+from dpdc_lightning.condense import Condensation, load_data, needs_secret, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.data.datasets import ImageData
@@ -33,7 +33,7 @@ def train(config: RunConfig) -> Path:
     run_dir = _run_dir(config)
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0
     fresh = config.resume is None and not launched
-    secret_needed = METHODS[config.method.name].private and not config.privacy.reproducible_noise
+    secret_needed = needs_secret(config)
     if fresh:
         seed = noise_seed_for(config)
         plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
@@ -113,8 +113,9 @@ def _stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPla
         plan = PrivacyPlan.from_dict(json.loads(path.read_text()))
     except (ValueError, TypeError, KeyError) as err:
         raise UserError(f"{path} is not a readable privacy plan ({err})") from None
-    sizes = data.class_sizes if plan.released_class_sizes is None else plan.released_class_sizes
-    if sample_rates(METHODS[config.method.name].schedule(config.method), sizes) != plan.sample_rates:
+    # Released (noisy) sizes are part of the plan itself, so only public sizes can be checked here.
+    if plan.released_class_sizes is None and \
+            sample_rates(METHODS[config.method.name].schedule(config.method), data.class_sizes) != plan.sample_rates:
         raise UserError(f"the data set's class sizes changed since {run_dir} started; its plan no longer holds")
     return plan
 

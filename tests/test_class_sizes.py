@@ -73,6 +73,11 @@ def test_a_run_with_private_sizes_reports_the_composed_total(tmp_path):
     assert report["phases"][0]["steps"] == 1 and report["phases"][1]["steps"] == 4
     assert report["class_sizes"]["status"] == "released under differential privacy"
     assert report["class_sizes"]["released"] == plan["released_class_sizes"]
+    # The release states its sensitivity and noise std, and its values count towards the truncation bound.
+    statement = report["class_sizes"]
+    assert statement["sensitivity"] == 1.0 and statement["noise_std"] == plan["count_noise_multiplier"] > 0
+    drawn = report["noise"]["noise_values"] - 4  # one value per released class size
+    assert drawn > 0 and drawn % (4 * 4) == 0  # 4 steps x 4 classes x the feature dimension
 
 
 def test_public_sizes_are_stated_as_an_assumption():

@@ -133,8 +133,9 @@ class PrivacyPlan:
             return {"status": "public by assumption",
                     "why": "they set the sample rates q_c = L / N_c; Zheng & Li's DPDC treats them as public"}
         return {"status": "released under differential privacy", "released": list(self.released_class_sizes),
-                "mechanism": "Gaussian on the class histogram (L2 sensitivity 1), composed into the total",
-                "noise_multiplier": self.count_noise_multiplier}
+                "mechanism": "Gaussian on the class histogram, composed into the total",
+                "sensitivity": 1.0, "noise_multiplier": self.count_noise_multiplier,
+                "noise_std": self.count_noise_multiplier}  # std = noise multiplier x sensitivity 1
 
 
 def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[float, ...]:
