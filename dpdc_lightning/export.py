@@ -41,8 +41,10 @@ def forget_if_finished(run_dir: Path) -> bool:
     return (run_dir / PRIVACY_REPORT).is_file() and forget_secret(run_dir)
 
 
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """Call ``write(tmp)`` for a temporary file beside ``path``, fsync, then rename onto ``path``."""
+def atomic_write(path: Path, write: Callable[[Path], None], *, replace: bool = True) -> None:
+    """Call ``write(tmp)`` for a temporary file beside ``path``, fsync, then rename onto ``path``.
+    With ``replace=False`` an existing ``path`` is never replaced (``FileExistsError``): the complete
+    file is hard-linked into place, which fails atomically if the name is taken."""
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -52,7 +54,10 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual permissions
-        os.replace(tmp, path)
+        if replace:
+            os.replace(tmp, path)
+        else:
+            os.link(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -63,8 +68,8 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+def atomic_write_text(path: Path, text: str, *, replace: bool = True) -> None:
+    atomic_write(path, lambda tmp: tmp.write_text(text), replace=replace)
 
 
 def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:

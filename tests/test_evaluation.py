@@ -386,3 +386,22 @@ def test_images_file_that_is_not_a_torch_file_is_refused(tmp_path, monkeypatch, 
     assert cli_run(_evaluate_entry(), ["--images", "junk.pt", *IMAGES_ARGS]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "cannot be loaded" in err, err
+
+
+def test_a_new_only_write_never_replaces_and_leaves_no_partial_file(tmp_path):
+    """FILE.eval.json is created whole or not at all, and an existing one is never replaced."""
+    from dpdc_lightning.export import atomic_write, atomic_write_text
+
+    target = tmp_path / "set.eval.json"
+    atomic_write_text(target, "first\n", replace=False)
+    with pytest.raises(FileExistsError):
+        atomic_write_text(target, "second\n", replace=False)
+    assert target.read_text() == "first\n"
+
+    def crash(tmp):
+        tmp.write_text("half")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(tmp_path / "other.eval.json", crash, replace=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["set.eval.json"]

@@ -140,10 +140,9 @@ def _fresh_eval_path(path: Path) -> Path:
 
 
 def _write_new(path: Path, text: str) -> None:
-    """Create ``path`` (never replace it: an evaluation started meanwhile keeps its file)."""
+    """Create ``path`` whole or not at all, never replacing it (an evaluation started meanwhile keeps its file)."""
     try:
-        with open(path, "x", encoding="utf-8") as handle:
-            handle.write(text)
+        atomic_write_text(path, text, replace=False)
     except FileExistsError:
         raise UserError(f"{path} appeared while evaluating; results not written, rerun to pick a new name") from None
     except OSError as err:
