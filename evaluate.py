@@ -1,19 +1,16 @@
-"""Evaluate a synthetic set: python evaluate.py RUN_DIR [model=convnet,mlp] [eval.runs=5] [eval.epochs=1000]
+"""Evaluate synthetic sets: python evaluate.py RUN_DIR [RUN_DIR ... | SWEEP_DIR] [model=convnet,mlp] [eval.runs=5]
 
+    python evaluate.py --help
     python evaluate.py --images FILE.pt dataset=NAME [model=...] [eval.*=...]
     python evaluate.py --baseline random-real dataset=digits method.ipc=10
+
+The same command is installed as ``dpdc-evaluate`` (dpdc_lightning/evaluation/command.py).
 """
 
 import sys
 
 from dpdc_lightning.cli import run
-
-
-def main(argv: list[str]) -> int:
-    from dpdc_lightning.evaluation.command import evaluate_main
-
-    return evaluate_main(argv)
-
+from dpdc_lightning.commands import evaluate_main as main
 
 if __name__ == "__main__":
     sys.exit(run(main))

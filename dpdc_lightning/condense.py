@@ -17,6 +17,8 @@ from typing import Any, Optional
 import lightning as L
 from torch import Tensor
 
+from dpdc_lightning.cli import quiet_libraries
+
 from dpdc_lightning.config import RunConfig, config_hash
 from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.data.datasets import ImageData, load_dataset
@@ -31,6 +33,9 @@ from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import new_secret
 from dpdc_lightning.privacy.noise import noise_source
 
+quiet_libraries()
+
+
 @dataclass
 class CondensedSet:
     images: Tensor
@@ -41,7 +46,8 @@ class CondensedSet:
 
 def load_data(config: RunConfig) -> ImageData:
     dataset = config.dataset
-    return load_dataset(dataset.name, root=dataset.root, download=dataset.download, cache_dir=dataset.cache_dir)
+    return load_dataset(dataset.name, root=dataset.root, download=dataset.download, cache_dir=dataset.cache_dir,
+                        **dataset.own_data_options())
 
 
 def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = None) -> PrivacyPlan:
@@ -97,7 +103,7 @@ class Condensation:
             augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
-        self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy])
+        self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy], class_names=data.class_names)
         owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
 
     def fit(self, *, checkpoint: Optional[Path] = None) -> CondensedSet:
@@ -133,7 +139,8 @@ def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed:
     return run.fit()
 
 
-def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Callback]) -> L.Trainer:
+def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Callback],
+             class_names: Optional[tuple[str, ...]] = None) -> L.Trainer:
     options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps the steps
     settings = {"log_every_n_steps": 10, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
                 **options}
@@ -145,18 +152,42 @@ def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Ca
         disk: dict[str, Any] = {"logger": False, "enable_checkpointing": False}
     else:
         from lightning.pytorch.callbacks import ModelCheckpoint
-        from lightning.pytorch.loggers import TensorBoardLogger
+        from omegaconf import OmegaConf
 
         from dpdc_lightning.checkpoint_io import SafeCheckpointIO
         from dpdc_lightning.image_grid import ImageGridLogger
+        from dpdc_lightning.tensorboard import RunLogger, flat_hparams
 
         method = config.method
-        callbacks = [*callbacks, ImageGridLogger(every_n_steps=method.log_images_every),
+        callbacks = [*callbacks, ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
                      ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
                                      every_n_train_steps=method.checkpoint_every)]
-        disk = {"logger": TensorBoardLogger(save_dir=run_dir, name="", version="tensorboard"),
-                "default_root_dir": run_dir, "plugins": [SafeCheckpointIO()]}
+        settings_tree = OmegaConf.to_container(OmegaConf.structured(config))
+        for key in ("run_dir", "runs_root", "resume"):
+            settings_tree.pop(key, None)
+        planned = config.privacy.planned_epsilon
+        logger = RunLogger(save_dir=run_dir, name="", version="tensorboard", hparams=flat_hparams(settings_tree),
+                           hp_metrics={"epsilon": planned} if planned is not None else {})
+        disk = {"logger": logger, "default_root_dir": run_dir, "plugins": [SafeCheckpointIO()]}
     try:
-        return L.Trainer(max_epochs=1, max_steps=-1, callbacks=callbacks, num_sanity_val_steps=0, **disk, **settings)
+        trainer = L.Trainer(max_epochs=1, max_steps=-1, callbacks=callbacks, num_sanity_val_steps=0, **disk, **settings)
     except Exception as err:  # Lightning reports bad options with assorted exception types
         raise UserError(f"invalid trainer option: {str(err).strip().splitlines()[0]}") from None
+    _check_precision(settings.get("precision"), str(trainer.precision))
+    return trainer
+
+
+# What Lightning means by each short spelling of trainer.precision.
+_PRECISION_NAMES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true",
+                    "16-mixed": "16-mixed", "bf16-mixed": "bf16-mixed", "32-true": "32-true", "64-true": "64-true",
+                    "16-true": "16-true", "bf16-true": "bf16-true", "transformer-engine": "transformer-engine"}
+
+
+def _check_precision(requested: Any, used: str) -> None:
+    """Refuse a precision Lightning would silently replace (e.g. 16 on a CPU becomes bf16-mixed)."""
+    if requested is None:
+        return
+    wanted = _PRECISION_NAMES.get(str(requested), str(requested))
+    if wanted != used:
+        raise UserError(f"trainer.precision={requested} means {wanted}, which this accelerator does not run: "
+                        f"Lightning would silently use {used} instead; set trainer.precision={used} to accept that")

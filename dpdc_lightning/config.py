@@ -21,67 +21,17 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.models.config import ModelConfig
-
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-GROUPS = ("method", "dataset", "model", "privacy", "trainer", "eval")
+from dpdc_lightning.overrides import (CONF_DIR, GROUPS, available as _available_names, compose_raw,  # noqa: F401
+                                      dotlist as _dotlist, load_group as _load_group_, load_yaml as _load_yaml,
+                                      one_line as _one_line, parse_overrides)
+from dpdc_lightning.schema import (DatasetConfig, EvalConfig, PrivacyConfig, RECORDED_PRIVACY_KEYS,  # noqa: F401
+                                   _choice, _positive, check_finite)
 # Trainer arguments the framework sets itself; letting a user override them would break outputs.
 RESERVED_TRAINER_KEYS = frozenset({"logger", "callbacks", "default_root_dir", "max_epochs", "min_epochs",
                                    "enable_checkpointing", "plugins", "profiler", "model_registry"})
 # Trainer options that decide how many steps run: on a fresh run they shape the privacy plan (or are
 # bounded by it); a resumed run keeps its plan, so they are refused there.
 PLAN_TRAINER_KEYS = ("max_steps", "min_steps", "max_epochs", "min_epochs", "max_time")
-
-
-@dataclass
-class DatasetConfig:
-    name: str = "digits"
-    root: Optional[str] = None
-    download: bool = False
-    cache_dir: Optional[str] = None  # default: ~/.cache/dpdc_lightning
-    # Written by train() into the owner's config.yaml: the folder the data was actually read from
-    # (provenance). Never set by the user; a resumed run must read the same folder.
-    resolved_root: Optional[str] = None
-
-    def __post_init__(self) -> None:
-        from dpdc_lightning.data.datasets import DATASETS
-
-        _choice("dataset.name", self.name, DATASETS)
-
-
-@dataclass
-class PrivacyConfig:
-    noise_multiplier: Optional[float] = None  # None: the method's default
-    target_epsilon: Optional[float] = None
-    delta: float = 1e-5
-    accountant: str = "rdp"
-    calibrate: str = "sigma"
-    reproducible_noise: bool = False
-    # public: class sizes are assumed public (Zheng & Li's DPDC); private: release them with the
-    # Gaussian mechanism at a budget share count_epsilon, composed into the total (privacy/counts.py)
-    class_sizes: str = "public"
-    count_epsilon: Optional[float] = None
-    allow_large_delta: bool = False  # accept δ >= 1/N (N private records), with a warning
-
-    def __post_init__(self) -> None:
-        _choice("privacy.accountant", self.accountant, ("rdp", "prv"))
-        _choice("privacy.class_sizes", self.class_sizes, ("public", "private"))
-        if self.class_sizes == "private":
-            if self.count_epsilon is None:
-                raise UserError("privacy.class_sizes=private needs privacy.count_epsilon, the share of ε spent on "
-                                "releasing the class sizes (e.g. 0.2)")
-            _positive("privacy.count_epsilon", self.count_epsilon)
-            if self.target_epsilon is not None and not self.count_epsilon < self.target_epsilon:
-                raise UserError(f"privacy.count_epsilon={self.count_epsilon} must be below privacy.target_epsilon="
-                                f"{self.target_epsilon}: the condensation needs the rest")
-        elif self.count_epsilon is not None:
-            raise UserError("privacy.count_epsilon applies only with privacy.class_sizes=private")
-        _choice("privacy.calibrate", self.calibrate, ("sigma", "steps"))
-        if self.noise_multiplier is not None:
-            _positive("privacy.noise_multiplier", self.noise_multiplier)
-        if self.target_epsilon is not None and not self.target_epsilon > 0:
-            raise UserError(f"privacy.target_epsilon must be > 0, got {self.target_epsilon}")
-        if not 0 < self.delta < 1:
-            raise UserError(f"privacy.delta must be in (0, 1), got {self.delta}")
 
 
 @dataclass
@@ -101,36 +51,6 @@ class AugmentConfig:
 
 
 @dataclass
-class EvalConfig:
-    epochs: int = 1000
-    runs: int = 5
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    batch_size: int = 256
-    dsa: bool = True
-    pea: bool = False
-    accelerator: str = "auto"
-
-    def __post_init__(self) -> None:
-        for key in ("epochs", "runs", "batch_size"):
-            _positive(f"eval.{key}", getattr(self, key))
-        _positive("eval.lr", self.lr)
-        if not 0 <= self.momentum < 1:
-            raise UserError(f"eval.momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise UserError(f"eval.weight_decay must be >= 0, got {self.weight_decay}")
-
-    def protocol(self, dsa_mode: str = "single") -> "EvalProtocol":
-        """The evaluation protocol; ``dsa_mode`` comes from the top-level ``augment.mode``."""
-        from dpdc_lightning.evaluation.train_eval import EvalProtocol
-
-        return EvalProtocol(epochs=self.epochs, runs=self.runs, lr=self.lr, momentum=self.momentum,
-                            weight_decay=self.weight_decay, batch_size=self.batch_size, dsa=self.dsa,
-                            dsa_mode=dsa_mode)
-
-
-@dataclass
 class RunConfig:
     """The whole resolved configuration of a run (``method`` is the selected method's schema)."""
 
@@ -147,52 +67,6 @@ class RunConfig:
     resume: Optional[str] = None
 
 
-def _choice(key: str, value: Any, allowed: Any) -> None:
-    if value not in allowed:
-        raise UserError(f"{key}={value!r} is not allowed; choose one of: {', '.join(sorted(map(str, allowed)))}")
-
-
-def _positive(key: str, value: float) -> None:
-    if not value > 0:
-        raise UserError(f"{key} must be > 0, got {value}")
-
-
-def _available(group: str, conf_dir: Path) -> list[str]:
-    return sorted(p.stem for p in (conf_dir / group).glob("*.yaml"))
-
-
-def _load_yaml(path: Path) -> DictConfig:
-    try:
-        return OmegaConf.load(path)
-    except (OSError, OmegaConfBaseException, ValueError) as err:
-        raise UserError(f"cannot read config file {path}: {str(err).splitlines()[0]}") from None
-
-
-def _load_group(group: str, name: str, conf_dir: Path) -> DictConfig:
-    path = conf_dir / group / f"{name}.yaml"
-    if not path.is_file():
-        raise UserError(f"unknown {group} '{name}'; choose one of: {', '.join(_available(group, conf_dir))}")
-    return _load_yaml(path)
-
-
-def parse_overrides(tokens: list[str], *, groups: tuple[str, ...] = (*GROUPS, "experiment")
-                    ) -> tuple[dict[str, str], list[str]]:
-    """Split command-line tokens into group selections and dotted ``key=value`` overrides."""
-    selections: dict[str, str] = {}
-    dotted: list[str] = []
-    for token in tokens:
-        key, sep, value = token.partition("=")
-        if not sep or not key:
-            raise UserError(f"cannot parse argument '{token}': expected key=value (e.g. method=ndpdc, seed=3)")
-        if key in groups:
-            if key in selections:
-                raise UserError(f"group '{key}' is selected twice")
-            selections[key] = value
-        else:
-            dotted.append(token)
-    return selections, dotted
-
-
 def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
     """Compose ``conf/`` with the command-line tokens and validate the result."""
     selections, dotted = parse_overrides(tokens)
@@ -200,24 +74,7 @@ def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
     if resume:
         return compose_resume(resume[-1], selections=selections,
                               dotted=[t for t in dotted if t.partition("=")[0] != "resume"])
-    base = _load_yaml(conf_dir / "config.yaml")
-    chosen = dict(OmegaConf.to_container(base.pop("defaults")))
-    layers: list[DictConfig] = []
-    if "experiment" in selections:
-        experiment = _load_group("experiment", selections.pop("experiment"), conf_dir)
-        for group, name in (experiment.pop("defaults", None) or {}).items():
-            if group not in GROUPS:
-                raise UserError(f"experiment selects unknown group '{group}'")
-            chosen[group] = name
-        layers.append(experiment)
-    chosen.update(selections)
-    for group in GROUPS:
-        base[group] = _load_group(group, chosen[group], conf_dir)
-    method_name = OmegaConf.select(base, "method.name")
-    merged = OmegaConf.merge(base, *layers, _dotlist(dotted))
-    if OmegaConf.select(merged, "dataset.resolved_root") is not None:
-        raise UserError("dataset.resolved_root is recorded by the framework (the folder actually read); "
-                        "set dataset.root instead")
+    merged, method_name = compose_raw(tokens, conf_dir=conf_dir)
     return validate(merged, method_name=method_name)
 
 
@@ -247,13 +104,6 @@ def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str
     return config
 
 
-def _dotlist(dotted: list[str]) -> DictConfig:
-    try:
-        return OmegaConf.from_dotlist(dotted)
-    except OmegaConfBaseException as err:
-        raise UserError(f"cannot parse override: {_one_line(err)}") from None
-
-
 def validate(raw: DictConfig, *, method_name: Optional[str] = None) -> RunConfig:
     """Check a composed config against the schemas; return typed objects. ``method_name`` is
     the method selected by group (default: the config's own ``method.name``)."""
@@ -270,6 +120,8 @@ def validate(raw: DictConfig, *, method_name: Optional[str] = None) -> RunConfig
     except OmegaConfBaseException as err:
         raise UserError(f"invalid config: {_one_line(err)}") from None
     config.trainer = _validate_trainer(config.trainer)
+    for section in ("method", "privacy", "eval", "model"):
+        check_finite(section, getattr(config, section))
     return config
 
 
@@ -286,13 +138,6 @@ def _validate_trainer(options: dict) -> dict:
     return dict(options)
 
 
-def _one_line(err: Exception) -> str:
-    message = getattr(err, "msg", None) or str(err)
-    first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
-    key = getattr(err, "full_key", None)
-    return f"{key}: {first}" if key and key not in first else first
-
-
 def to_yaml(config: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
 
@@ -304,4 +149,6 @@ def config_hash(config: RunConfig) -> str:
         data.pop(key, None)
     # Recorded during the run, after the hash of a fresh run's config may have been taken.
     data.get("dataset", {}).pop("resolved_root", None)
+    for key in RECORDED_PRIVACY_KEYS:  # the plan's outcome, recorded after the hash was taken
+        data.get("privacy", {}).pop(key, None)
     return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(data)).encode()).hexdigest()

@@ -8,3 +8,8 @@ class UserError(Exception):
     before anything is written. Raise it with a message that names the offending key or
     file and, where there is a fixed set, the allowed values.
     """
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a run: entry points print the message (where the run stopped, how to resume)
+    and exit with code 130."""

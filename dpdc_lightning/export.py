@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -99,15 +99,18 @@ def tensors_digest(images: Tensor, labels: Tensor) -> str:
     return digest.hexdigest()
 
 
-def save_bundle(run_dir: Path, *, images: Tensor, labels: Tensor, report: dict[str, Any], grid_png: bytes | None) -> None:
-    """Write the bundle files; privacy.json (with the tensors' digest) goes last."""
+def save_bundle(run_dir: Path, *, images: Tensor, labels: Tensor, report: dict[str, Any], grid_png: bytes | None,
+                class_names: Sequence[str] | None = None) -> None:
+    """Write the bundle files; privacy.json (with the tensors' digest and the class names, public by
+    assumption like the number of classes) goes last."""
     run_dir = Path(run_dir)
     images, labels = images.detach().cpu().float().contiguous(), labels.detach().cpu().long().contiguous()
     atomic_write(run_dir / BUNDLE_TENSORS, lambda tmp: torch.save({"images": images, "labels": labels}, tmp))
     if grid_png is not None:
         atomic_write(run_dir / GRID_IMAGE, lambda tmp: tmp.write_bytes(grid_png))
     report = {**report, "bundle": {"images_shape": list(images.shape), "num_classes": int(labels.max()) + 1,
-                                   "sha256": tensors_digest(images, labels)}}
+                                   "sha256": tensors_digest(images, labels),
+                                   **({"class_names": list(class_names)} if class_names is not None else {})}}
     atomic_write_text(run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n")
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
+import lightning as L
+
 from dpdc_lightning.condense import Condensation, load_data, needs_secret, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.data.datasets import ImageData
 from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
                                    new_run_dir, save_bundle)
@@ -48,24 +51,52 @@ def train(config: RunConfig) -> Path:
         raise UserError(f"{run_dir} was started on data read from {config.dataset.resolved_root}, now it would read "
                         f"{provenance}; a run must come from one data set, so it cannot be resumed")
     config.dataset.resolved_root = provenance
+    record_plan(config, plan)
     run = Condensation(config, data, plan=plan, noise_seed=seed, run_dir=run_dir)
     # Only the launching process writes, and hands its run directory to the DDP processes it starts
     # for this fit only: a later train() in the same process (tests, notebooks) must pick its own.
     hands_run_dir = run.trainer.is_global_zero and not launched
+    created = False
     if hands_run_dir:
-        print(f"data: {config.dataset.name} from {provenance}", file=sys.stderr)
+        lines = [f"data: {config.dataset.name} from {provenance}"]
+        if data.test_is_private:
+            lines.append("note: the test split is held out from your private data: accuracy measured on it is NOT "
+                         "covered by the privacy guarantee (set dataset.test_root for a public test set)")
+        run.trainer.callbacks.append(_Announce(lines))  # printed once the run starts: a failure stays one line
         if fresh:
-            run_dir.mkdir(parents=True)
-            atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
-            atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-            if secret_needed:
-                store_secret(run_dir, seed)
+            _create(run_dir)
+            created = True
+            try:
+                atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+                atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
+                if secret_needed:
+                    store_secret(run_dir, seed)
+            except OSError as err:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise UserError(f"cannot write to run_dir {run_dir}: {err.strerror or err}") from None
         os.environ[RUN_DIR_ENV] = str(run_dir)
     try:
-        result = run.fit(checkpoint=_checkpoint(run_dir) if config.resume else None)
+        try:
+            result = run.fit(checkpoint=_checkpoint(run_dir) if config.resume else None)
+        except (KeyboardInterrupt, SystemExit) as err:
+            # Lightning turns Ctrl-C into a graceful stop and then sys.exit(1).
+            if isinstance(err, SystemExit) and not run.trainer.interrupted:
+                raise
+            step = int(run.method.completed_steps)
+            if created and step == 0 and _checkpoint(run_dir) is None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+                raise Interrupted("interrupted before the first step; nothing was kept") from None
+            raise Interrupted(f"interrupted at step {step}; resume with: python train.py resume={run_dir}") from None
+        except BaseException:
+            # A run that fails before its first step has spent nothing and leaves nothing behind
+            # (a leftover folder would block both a retry with the same run_dir and a resume).
+            if created and int(run.method.completed_steps) == 0 and _checkpoint(run_dir) is None:
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
         if run.trainer.is_global_zero:
             save_bundle(run_dir, images=result.images, labels=result.labels, report=result.report,
-                        grid_png=grid_png(result.images, result.labels))
+                        grid_png=grid_png(result.images, result.labels, class_names=data.class_names),
+                        class_names=data.class_names)
             forget_secret(run_dir)
     finally:
         if hands_run_dir:
@@ -73,20 +104,76 @@ def train(config: RunConfig) -> Path:
     return run_dir
 
 
+class _Announce(L.Callback):
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        for line in self.lines:
+            print(line, file=sys.stderr)
+
+
+def _create(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise UserError(f"run_dir {run_dir} already exists; choose a new one (runs are never overwritten)") from None
+    except OSError as err:
+        raise UserError(f"cannot create run_dir {run_dir}: {err.strerror or err}") from None
+
+
+def record_plan(config: RunConfig, plan: PrivacyPlan) -> None:
+    """Write the plan's outcome (calibrated noise multiplier, steps, ε) into the config, so that
+    config.yaml and --print-config state what will run, not only what was asked."""
+    config.privacy.planned_noise_multiplier = plan.noise_multiplier
+    config.privacy.planned_steps = plan.data_steps
+    config.privacy.planned_epsilon = plan.planned_epsilon
+
+
+def planned_config_text(config: RunConfig) -> str:
+    """``--print-config``: the resolved config with the planned σ, steps and ε (nothing written)."""
+    data = load_data(config)
+    spec = DataSpec.of(data)
+    if config.privacy.class_sizes == "private":
+        text = to_yaml(config)
+        return text + "# plan: made after the private class-size release, when the run starts\n"
+    plan = plan_run(config, spec, noise_seed=config.seed)
+    record_plan(config, plan)
+    text = to_yaml(config)
+    if not plan.private:
+        return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
+    return text + (f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} privacy-consuming "
+                   f"steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} at δ = {plan.delta:g} "
+                   f"({plan.accountant})\n")
+
+
 def data_provenance(data: ImageData) -> str:
     """Where the data came from, for the owner's console and config.yaml (never the public bundle)."""
     return data.source if data.source is not None else f"no files (embedded data set {data.name})"
 
 
-def end_of_run_line(run_dir: Path) -> str:
-    """The last line of train.py: the guarantee as privacy.json states it, and where the bundle is."""
+def end_of_run_line(run_dir: Path, *, wall_seconds: float | None = None) -> str:
+    """The last line of train.py: the guarantee as privacy.json states it, steps, wall time and
+    where the bundle is."""
     report = json.loads((Path(run_dir) / PRIVACY_REPORT).read_text())
+    took = "" if wall_seconds is None else f", {_duration(wall_seconds)}"
     if report.get("epsilon") is None:
-        return f"bundle written to {run_dir} (not private)"
+        plan_file = Path(run_dir) / PLAN_FILE
+        steps = json.loads(plan_file.read_text()).get("data_steps") if plan_file.is_file() else None
+        counted = "" if steps is None else f", {steps} steps"
+        return f"bundle written to {run_dir}: not private (ε = ∞){counted}{took}"
     note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
     steps = report["steps"]
     return (f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
-            f"{steps} privacy-consuming step{'' if steps == 1 else 's'}")
+            f"{steps} privacy-consuming step{'' if steps == 1 else 's'}{took}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def forget_run(path: Path) -> str:

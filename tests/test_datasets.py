@@ -20,7 +20,7 @@ IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-
 
 
 def test_registry_names():
-    assert set(DATASETS) == {"digits", "toy", "fashion_mnist", "mnist", "cifar10", "celeba"}
+    assert set(DATASETS) == {"digits", "toy", "fashion_mnist", "mnist", "cifar10", "celeba", "imagefolder", "tensors"}
 
 
 def test_unknown_name_lists_allowed_names():

@@ -1,29 +1,34 @@
-"""Datasets (registry and loaders) and record samplers."""
+"""Datasets (registry and loaders) and record samplers.
 
-from .datasets import (
-    DATASETS,
-    NORMALISE_MEAN,
-    NORMALISE_STD,
-    ImageData,
-    clear_dataset_cache,
-    default_cache_dir,
-    load_dataset,
-    normalise,
-)
-from .poisson import poisson_sample, sample_without_replacement
-from .subsets import random_class_picks, random_real_subset
+Names are imported on first use (PEP 562), so ``dpdc_lightning.data.registry`` can be read by the
+command line without importing torch.
+"""
 
-__all__ = [
-    "DATASETS",
-    "NORMALISE_MEAN",
-    "NORMALISE_STD",
-    "ImageData",
-    "clear_dataset_cache",
-    "default_cache_dir",
-    "load_dataset",
-    "normalise",
-    "poisson_sample",
-    "random_class_picks",
-    "random_real_subset",
-    "sample_without_replacement",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "DATASETS": "registry",
+    "register_dataset": "registry",
+    "NORMALISE_MEAN": "datasets",
+    "NORMALISE_STD": "datasets",
+    "ImageData": "datasets",
+    "clear_dataset_cache": "datasets",
+    "default_cache_dir": "datasets",
+    "load_dataset": "datasets",
+    "normalise": "datasets",
+    "poisson_sample": "poisson",
+    "sample_without_replacement": "poisson",
+    "random_class_picks": "subsets",
+    "random_real_subset": "subsets",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

@@ -27,8 +27,7 @@ import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +68,9 @@ class ImageData:
     # The folder the files were read from (None: generated in code or given as tensors). Recorded
     # in the owner's config.yaml so a release says exactly which data it was computed from.
     source: str | None = None
+    # True when the test split was held out from the private data (own data without a public test
+    # set): accuracy measured on it is a function of private records, NOT covered by the guarantee.
+    test_is_private: bool = False
 
     def __post_init__(self) -> None:
         for split, images, labels in (("train", self.train_images, self.train_labels),
@@ -119,7 +121,7 @@ class ImageData:
         return ImageData(name=f"{self.name}[subset]", train_images=self.train_images.index_select(0, indices),
                          train_labels=self.train_labels.index_select(0, indices), test_images=self.test_images,
                          test_labels=self.test_labels, num_classes=self.num_classes, class_names=self.class_names,
-                         source=self.source)
+                         source=self.source, test_is_private=self.test_is_private)
 
 
 def _check_finite(dataset: str, split: str, images: Tensor) -> None:
@@ -451,14 +453,9 @@ def _celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
 
 DatasetLoader = Callable[[Path | None, bool, Path], ImageData]
 
-DATASETS: Mapping[str, DatasetLoader] = MappingProxyType({
-    "digits": _digits,
-    "toy": _toy,
-    "fashion_mnist": _fashion_mnist,
-    "mnist": _mnist,
-    "cifar10": _cifar10,
-    "celeba": _celeba,
-})
+# The registry lives in registry.py (names readable without torch); DATASETS is re-exported here.
+from .registry import BUILTIN, DATASETS, OWN_DATA, is_registered  # noqa: E402
+
 _EMBEDDED = frozenset({"digits", "toy"})
 
 
@@ -476,31 +473,52 @@ def _absolute(path: str | os.PathLike[str] | None, key: str) -> str | None:
 
 
 def load_dataset(name: str, *, root: str | os.PathLike[str] | None = None, download: bool = False,
-                 cache_dir: str | os.PathLike[str] | None = None) -> ImageData:
+                 cache_dir: str | os.PathLike[str] | None = None, **options: Any) -> ImageData:
     """Load dataset ``name`` (one of ``DATASETS``), normalised to [-1, 1] with fixed constants.
 
     ``root`` is the folder holding the files (``dataset.root``); ``download`` lets torchvision fetch
     missing files into ``root`` or the cache (``dataset.download``); ``cache_dir`` is where
     decompressed and downloaded files go (default ``default_cache_dir()``). Results are cached
     in-process per argument tuple; the returned tensors are shared and must be treated as read-only.
+    ``options`` (``image_size``, ``channels``, ``test_root``, ``test_fraction``, ``split_seed``) go to
+    the own-data readers ``imagefolder`` and ``tensors`` (data/own.py).
     """
     if not isinstance(name, str) or name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
     if not isinstance(download, bool):
         raise UserError(f"dataset.download must be true or false, got {download!r}")
+    if name not in OWN_DATA and any(options.get(key) is not None for key in ("image_size", "channels", "test_root")):
+        raise UserError(f"dataset.image_size, dataset.channels and dataset.test_root apply to dataset=imagefolder "
+                        f"or dataset=tensors, not to dataset={name}")
     if name in _EMBEDDED:  # no files involved: one cache entry regardless of the location arguments
         if _absolute(root, "dataset.root") is not None:
             # Ignoring it would condense the embedded data while the user believes their folder was read.
             raise UserError(f"dataset.root={root} is set but dataset {name} is embedded and reads no files; "
                             f"drop dataset.root, or select the data set its files belong to (dataset=NAME)")
-        return _load_cached(name, None, False, None)
-    return _load_cached(name, _absolute(root, "dataset.root"), download, _absolute(cache_dir, "dataset.cache_dir"))
+        return _load_cached(name, None, False, None, ())
+    if name in OWN_DATA:
+        if _absolute(root, "dataset.root") is None:
+            raise UserError(f"dataset={name} reads your own data: set dataset.root="
+                            f"{'DIR (a folder with one sub-folder of images per class)' if name == 'imagefolder' else 'FILE.pt or FILE.npz'}")
+        if options.get("test_root") is not None:
+            options = {**options, "test_root": _absolute(options["test_root"], "dataset.test_root")}
+    extra = tuple(sorted(options.items())) if name in OWN_DATA else ()
+    return _load_cached(name, _absolute(root, "dataset.root"), download, _absolute(cache_dir, "dataset.cache_dir"), extra)
 
 
 @functools.lru_cache(maxsize=2)
-def _load_cached(name: str, root: str | None, download: bool, cache_dir: str | None) -> ImageData:
+def _load_cached(name: str, root: str | None, download: bool, cache_dir: str | None,
+                 options: tuple[tuple[str, Any], ...]) -> ImageData:
+    root_path = Path(root) if root is not None else None
+    if name in OWN_DATA:
+        return DATASETS[name](root_path, **dict(options))
+    if is_registered(name):
+        data = DATASETS[name](root_path)
+        if not isinstance(data, ImageData):
+            raise UserError(f"the loader registered for dataset {name!r} returned {type(data).__name__}, not ImageData")
+        return data
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    return DATASETS[name](Path(root) if root is not None else None, download, cache)
+    return DATASETS[name](root_path, download, cache)
 
 
 def clear_dataset_cache() -> None:

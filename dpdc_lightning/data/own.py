@@ -1,0 +1,223 @@
+"""Your own data: ``dataset=imagefolder dataset.root=DIR`` and ``dataset=tensors dataset.root=FILE``.
+
+imagefolder: torchvision's ImageFolder layout, ``DIR/<class name>/<image file>``; class names are
+the sub-folder names in sorted order (label k = k-th name). Every file is opened with PIL: a file
+that is not a readable image, an empty class folder or a folder with fewer than two classes is a
+``UserError`` naming it. Images are converted to ``dataset.channels`` (1: grey, 3: RGB; default:
+1 if every image is grey, else 3) and resized to ``dataset.image_size`` x ``dataset.image_size``
+(bilinear); without ``image_size`` all images must already have one size.
+
+tensors: a ``.pt`` (loaded with ``weights_only=True``) or ``.npz`` (``allow_pickle=False``) file
+holding ``images`` ([N, C, H, W] or [N, H, W]; uint8 0..255 or float in [0, 1]) and ``labels`` ([N]
+integers from 0), optionally ``test_images`` / ``test_labels`` and ``class_names``.
+
+Pixels are then normalised with the fixed constants (0.5, 0.5): never statistics of the data.
+
+Test split: ``dataset.test_root`` (a second folder or file of the same kind, public by assumption)
+or, without it, ``dataset.test_fraction`` of every class held out from the private data by a
+generator seeded with ``dataset.split_seed``. The held-out records are not condensed; accuracy on
+them is a function of private records and therefore NOT covered by the guarantee
+(``ImageData.test_is_private``; eval.json says so).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from dpdc_lightning.data.datasets import ImageData, normalise
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.seeding import derive_generator
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pbm")
+
+
+def _visible(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def _read_folder(root: Path, *, image_size: Optional[int], channels: Optional[int]
+                 ) -> tuple[Tensor, Tensor, tuple[str, ...]]:
+    from PIL import Image, UnidentifiedImageError
+
+    if not root.is_dir():
+        raise UserError(f"dataset.root={root} is not a folder (imagefolder expects DIR/<class>/<image>)")
+    classes = [p for p in _visible(root) if p.is_dir()]
+    strays = [p for p in _visible(root) if not p.is_dir()]
+    if strays:
+        raise UserError(f"{strays[0]}: files must lie in one sub-folder per class (DIR/<class>/<image>)")
+    if len(classes) < 2:
+        raise UserError(f"{root} holds {len(classes)} class folder{'' if len(classes) == 1 else 's'}; "
+                        "condensation needs at least two classes (one sub-folder each)")
+    pictures: list[Any] = []
+    labels: list[int] = []
+    for label, folder in enumerate(classes):
+        files = [p for p in _visible(folder)]
+        if not files:
+            raise UserError(f"class folder {folder} is empty")
+        for path in files:
+            if path.is_dir():
+                raise UserError(f"{path}: nested folders are not read; put the images of class "
+                                f"{folder.name} directly in {folder}")
+            try:
+                with Image.open(path) as image:
+                    image.load()
+                    pictures.append((path, image.copy()))
+            except (UnidentifiedImageError, OSError, ValueError) as err:
+                raise UserError(f"{path} is not a readable image ({type(err).__name__}); "
+                                "remove it or convert it to PNG/JPEG") from None
+            labels.append(label)
+    grey = all(image.mode in ("1", "L", "LA", "I", "I;16", "F") for _, image in pictures)
+    channels = channels or (1 if grey else 3)
+    mode = "L" if channels == 1 else "RGB"
+    size = None if image_size is None else (image_size, image_size)
+    arrays = []
+    for path, image in pictures:
+        image = image.convert(mode)
+        if size is not None:
+            image = image.resize(size, Image.BILINEAR)
+        elif arrays and image.size != (arrays[0].shape[1], arrays[0].shape[0]):
+            raise UserError(f"{path} is {image.size[0]}x{image.size[1]} but {pictures[0][0]} is "
+                            f"{arrays[0].shape[1]}x{arrays[0].shape[0]}; set dataset.image_size=N to resize all")
+        arrays.append(np.asarray(image, dtype=np.uint8))
+    stacked = torch.from_numpy(np.stack(arrays))
+    stacked = stacked.unsqueeze(1) if stacked.dim() == 3 else stacked.permute(0, 3, 1, 2)
+    return normalise(stacked.float() / 255.0).contiguous(), torch.tensor(labels, dtype=torch.int64), \
+        tuple(p.name for p in classes)
+
+
+def _as_unit(path: Path, images: Tensor, key: str) -> Tensor:
+    """uint8 0..255 or float 0..1 -> float in [0, 1]."""
+    if images.dtype == torch.uint8:
+        return images.float() / 255.0
+    if not images.is_floating_point():
+        raise UserError(f"{path}: '{key}' must be uint8 (0..255) or float (0..1), got {images.dtype}")
+    images = images.float()
+    if not torch.isfinite(images).all() or float(images.min()) < 0 or float(images.max()) > 1:
+        raise UserError(f"{path}: float '{key}' must lie in [0, 1] (found {float(images.min()):.3g}.."
+                        f"{float(images.max()):.3g}); store uint8 0..255 or divide by 255")
+    return images
+
+
+def _read_tensor_file(path: Path, *, image_size: Optional[int], channels: Optional[int]
+                      ) -> tuple[Tensor, Tensor, Optional[tuple[Tensor, Tensor]], Optional[tuple[str, ...]]]:
+    if not path.is_file():
+        raise UserError(f"dataset.root={path} is not a file (dataset=tensors expects FILE.pt or FILE.npz)")
+    try:
+        if path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as archive:
+                payload = {key: torch.from_numpy(np.array(archive[key])) if archive[key].dtype.kind in "biuf"
+                           else [str(x) for x in archive[key]] for key in archive.files}
+        elif path.suffix in (".pt", ".pth"):
+            payload = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise UserError(f"{path}: dataset=tensors reads .pt or .npz files")
+    except UserError:
+        raise
+    except Exception as err:  # any failure to parse means an unusable file
+        raise UserError(f"{path} cannot be read as plain tensors: {(str(err).strip().splitlines() or [''])[0]}") from None
+    if not isinstance(payload, dict) or not all(isinstance(payload.get(k), Tensor) for k in ("images", "labels")):
+        raise UserError(f"{path} must hold 'images' [N, C, H, W] and 'labels' [N] (a dict in .pt, arrays in .npz)")
+
+    def prepare(images: Tensor, labels: Tensor, key: str) -> tuple[Tensor, Tensor]:
+        images = images.unsqueeze(1) if images.dim() == 3 else images
+        if images.dim() != 4 or labels.dim() != 1 or len(labels) != len(images) or len(images) == 0:
+            raise UserError(f"{path}: '{key}' has shape {tuple(images.shape)} and its labels {tuple(labels.shape)}; "
+                            "expected [N, C, H, W] (or [N, H, W]) and [N] with N >= 1")
+        if labels.is_floating_point() or labels.dtype == torch.bool or int(labels.min()) < 0:
+            raise UserError(f"{path}: labels of '{key}' must be integers from 0")
+        unit = _as_unit(path, images, key)
+        if channels is not None and unit.shape[1] != channels:
+            if unit.shape[1] == 1 and channels == 3:
+                unit = unit.expand(-1, 3, -1, -1)
+            elif unit.shape[1] == 3 and channels == 1:
+                unit = (unit * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+            else:
+                raise UserError(f"{path}: '{key}' has {unit.shape[1]} channels, dataset.channels={channels}")
+        if image_size is not None and tuple(unit.shape[2:]) != (image_size, image_size):
+            unit = F.interpolate(unit, size=(image_size, image_size), mode="bilinear", align_corners=False,
+                                 antialias=True).clamp(0, 1)
+        return normalise(unit).contiguous(), labels.long().contiguous()
+
+    images, labels = prepare(payload["images"], payload["labels"], "images")
+    test = None
+    if isinstance(payload.get("test_images"), Tensor) and isinstance(payload.get("test_labels"), Tensor):
+        test = prepare(payload["test_images"], payload["test_labels"], "test_images")
+    names = payload.get("class_names")
+    return images, labels, test, tuple(str(n) for n in names) if names is not None else None
+
+
+def _hold_out(labels: Tensor, *, fraction: float, seed: int) -> Tensor:
+    """A boolean mask of held-out records: round(fraction * N_c) of every class, at least one kept."""
+    mask = torch.zeros(len(labels), dtype=torch.bool)
+    generator = derive_generator(seed, "own-data-holdout")
+    for c in range(int(labels.max()) + 1):
+        members = torch.nonzero(labels == c).flatten()
+        count = min(len(members) - 1, max(1, round(fraction * len(members))))
+        if count > 0:
+            mask[members[torch.randperm(len(members), generator=generator)[:count]]] = True
+    return mask
+
+
+def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tuple[str, ...],
+              test: Optional[tuple[Tensor, Tensor]], *, test_fraction: float, split_seed: int) -> ImageData:
+    num_classes = len(names)
+    sizes = torch.bincount(labels, minlength=num_classes)
+    if num_classes < 2 or int(sizes.min()) == 0:
+        empty = int(torch.nonzero(sizes == 0)[0]) if int(sizes.min()) == 0 else 0
+        raise UserError(f"{root}: class {names[empty] if num_classes else '?'} has no records "
+                        "(condensation needs at least two classes, each with records)")
+    private_test = test is None
+    if private_test:
+        if not 0 < test_fraction < 1:
+            raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+        held = _hold_out(labels, fraction=test_fraction, seed=split_seed)
+        test = (images[held].contiguous(), labels[held].contiguous())
+        images, labels = images[~held].contiguous(), labels[~held].contiguous()
+    if test[0].shape[1:] != images.shape[1:]:
+        raise UserError(f"the test images are {tuple(test[0].shape[1:])}, the training images {tuple(images.shape[1:])}; "
+                        "give both the same dataset.image_size and dataset.channels")
+    if int(test[1].max()) >= num_classes:
+        raise UserError(f"the test split has labels up to {int(test[1].max())} but {root} has {num_classes} classes")
+    return ImageData(name, images, labels, test[0], test[1], num_classes, names, source=str(root),
+                     test_is_private=private_test)
+
+
+def load_imagefolder(root: Path, *, image_size: Optional[int] = None, channels: Optional[int] = None,
+                     test_root: Optional[str] = None, test_fraction: float = 0.2, split_seed: int = 0) -> ImageData:
+    images, labels, names = _read_folder(root, image_size=image_size, channels=channels)
+    test = None
+    if test_root is not None:
+        if images.shape[-2] != images.shape[-1]:
+            raise UserError("dataset.test_root needs square images: set dataset.image_size=N")
+        # Same channels and size as the training images, whatever the test files are.
+        test_images, test_labels, test_names = _read_folder(Path(test_root), image_size=images.shape[-1],
+                                                            channels=images.shape[1])
+        if test_names != names:
+            raise UserError(f"dataset.test_root={test_root} has classes {list(test_names)}, "
+                            f"dataset.root has {list(names)}; they must be the same folders")
+        test = (test_images, test_labels)
+    return _assemble("imagefolder", root, images, labels, names, test, test_fraction=test_fraction,
+                     split_seed=split_seed)
+
+
+def load_tensors(root: Path, *, image_size: Optional[int] = None, channels: Optional[int] = None,
+                 test_root: Optional[str] = None, test_fraction: float = 0.2, split_seed: int = 0) -> ImageData:
+    images, labels, test, names = _read_tensor_file(root, image_size=image_size, channels=channels)
+    if test_root is not None:
+        if test is not None:
+            raise UserError(f"{root} already holds test_images; drop dataset.test_root or the file's test split")
+        test_images, test_labels, _, _ = _read_tensor_file(Path(test_root), image_size=images.shape[-1],
+                                                           channels=images.shape[1])
+        test = (test_images, test_labels)
+    num_classes = int(labels.max()) + 1
+    if names is None:
+        names = tuple(str(c) for c in range(num_classes))
+    elif len(names) != num_classes:
+        raise UserError(f"{root}: {len(names)} class_names for labels 0..{num_classes - 1}")
+    return _assemble("tensors", root, images, labels, names, test, test_fraction=test_fraction, split_seed=split_seed)

@@ -1,0 +1,63 @@
+"""The names ``dataset=NAME`` accepts, known without importing torch (so the command line can be
+checked in a fraction of a second), and :func:`register_dataset` for data sets added from Python.
+
+A built-in loader is resolved from :mod:`dpdc_lightning.data.datasets` on first use. A registered
+loader is called as ``loader(root)`` with ``dataset.root`` (a ``Path`` or None) and returns an
+:class:`~dpdc_lightning.data.datasets.ImageData`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from dpdc_lightning.errors import UserError
+
+# name -> loader function in dpdc_lightning.data.datasets
+BUILTIN = {"digits": "_digits", "toy": "_toy", "fashion_mnist": "_fashion_mnist", "mnist": "_mnist",
+           "cifar10": "_cifar10", "celeba": "_celeba"}
+# Own data read from dataset.root (a folder of images, or a tensor file); they take more options.
+OWN_DATA = ("imagefolder", "tensors")
+_REGISTERED: dict[str, Callable[..., Any]] = {}
+
+
+def register_dataset(name: str, loader: Callable[..., Any]) -> None:
+    """Make ``dataset.name=NAME`` load ``loader(root)`` (``root``: ``dataset.root`` as a Path, or None).
+
+    The loader returns an ``ImageData`` with pixels already normalised to [-1, 1] by fixed constants
+    (never by statistics of the private data). Registering a name twice replaces the loader."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise UserError(f"dataset name {name!r} must be a Python identifier (letters, digits, underscores)")
+    if name in BUILTIN or name in OWN_DATA:
+        raise UserError(f"dataset name {name!r} is built in; choose another name")
+    if not callable(loader):
+        raise UserError(f"register_dataset({name!r}, ...): the loader must be callable")
+    _REGISTERED[name] = loader
+
+
+def is_registered(name: str) -> bool:
+    return name in _REGISTERED
+
+
+class _Loaders(Mapping[str, Callable[..., Any]]):
+    """Read-only view: built-in loaders (imported on first access), own-data readers, registered ones."""
+
+    def __getitem__(self, name: str) -> Callable[..., Any]:
+        if name in BUILTIN:
+            return getattr(importlib.import_module("dpdc_lightning.data.datasets"), BUILTIN[name])
+        if name in OWN_DATA:
+            return getattr(importlib.import_module("dpdc_lightning.data.own"), f"load_{name}")
+        return _REGISTERED[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in BUILTIN or name in OWN_DATA or name in _REGISTERED
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([*BUILTIN, *OWN_DATA, *_REGISTERED])
+
+    def __len__(self) -> int:
+        return len(BUILTIN) + len(OWN_DATA) + len(_REGISTERED)
+
+
+DATASETS: Mapping[str, Callable[..., Any]] = _Loaders()

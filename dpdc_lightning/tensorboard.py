@@ -1,0 +1,61 @@
+"""TensorBoard for a run: ε, loss and the synthetic grid per step; the run's settings in the
+hparams tab; evaluation accuracies once evaluated. Nothing constant or duplicated."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from lightning.pytorch.loggers import TensorBoardLogger
+
+
+def flat_hparams(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings -> ``{"method.ipc": 10, ...}`` with values TensorBoard can show."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flat_hparams(value, f"{name}."))
+        elif isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+class RunLogger(TensorBoardLogger):
+    """Lightning's TensorBoard logger without its constant ``epoch`` scalar (a condensation is one
+    epoch) and with the run's own settings in the hparams tab (the method module has none)."""
+
+    def __init__(self, *args: Any, hparams: Mapping[str, Any], hp_metrics: Mapping[str, float], **kwargs: Any) -> None:
+        super().__init__(*args, default_hp_metric=False, **kwargs)
+        self._run_hparams, self._hp_metrics = dict(hparams), dict(hp_metrics)
+        self._hparams_written = False
+
+    def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        metrics = {k: v for k, v in metrics.items() if k != "epoch"}
+        if metrics:
+            super().log_metrics(metrics, step)
+
+    def log_hyperparams(self, params: Any, metrics: Optional[Mapping[str, Any]] = None) -> None:
+        # Lightning calls this with the module's (empty) hparams; write the run's settings once instead.
+        if not self._hparams_written:
+            self._hparams_written = True
+            super().log_hyperparams(self._run_hparams, dict(self._hp_metrics) or None)
+
+
+def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protocol: str) -> None:
+    """Evaluation accuracies (percent) into the run's TensorBoard folder: one scalar per run and
+    the mean, under ``eval/<protocol>/<model>``."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+    try:
+        for model, accuracies in results.items():
+            tag = f"eval/{protocol}/{model}"
+            for index, accuracy in enumerate(accuracies):
+                writer.add_scalar(f"{tag}/run_accuracy", accuracy, index)
+            if accuracies:
+                writer.add_scalar(f"{tag}/mean_accuracy", sum(accuracies) / len(accuracies), 0)
+    finally:
+        writer.close()
