@@ -1,25 +1,28 @@
-"""Evaluation of synthetic sets: train fresh networks on them, test on the real test split."""
+"""Evaluation of synthetic sets: train fresh networks on them, test on the real test split.
 
-from dpdc_lightning.evaluation.results import (
-    REDUCED_BANNER,
-    ModelResult,
-    format_table,
-    protocol_line,
-    results_to_json,
-)
-from dpdc_lightning.evaluation.train_eval import (
-    EvalProtocol,
-    SyntheticClassifier,
-    train_and_test,
-)
+Names are imported on first use (PEP 562): ``evaluate.py --help`` must not load Lightning.
+"""
 
-__all__ = [
-    "REDUCED_BANNER",
-    "EvalProtocol",
-    "ModelResult",
-    "SyntheticClassifier",
-    "format_table",
-    "protocol_line",
-    "results_to_json",
-    "train_and_test",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "REDUCED_BANNER": "results",
+    "ModelResult": "results",
+    "format_table": "results",
+    "protocol_line": "results",
+    "results_to_json": "results",
+    "EvalProtocol": "train_eval",
+    "SyntheticClassifier": "train_eval",
+    "train_and_test": "train_eval",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)

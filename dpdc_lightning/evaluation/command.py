@@ -1,101 +1,268 @@
-"""``python evaluate.py``: train fresh networks on a bundle, a plain tensor file, or a baseline.
+"""``python evaluate.py``: train fresh networks on bundles, a plain tensor file, or a baseline.
 
-    python evaluate.py RUN_DIR [model=convnet,mlp,...] [eval.runs=5] [eval.epochs=1000]
+    python evaluate.py RUN_DIR [RUN_DIR ...] [model=convnet,mlp,...] [eval.runs=5] [eval.epochs=1000]
+    python evaluate.py SWEEP_DIR [eval=quick]        # every bundle of a sweep, one comparison table
     python evaluate.py --images FILE.pt dataset=NAME [model=...] [eval.*=...]
     python evaluate.py --baseline random-real dataset=digits method.ipc=10
 
 ``--images`` evaluates a set made by any tool on exactly the protocol used for bundles. Such a file
-comes without a privacy report, so its table and its ``FILE.eval.json`` say so.
+comes without a privacy report, so its table and its ``FILE.eval.json`` say so. A bundle's results
+are appended to its ``eval.json`` under the protocol and model (never overwritten) and logged to
+its TensorBoard folder; several bundles end with one comparison table.
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any, Optional
 
-import torch
-from torch import Tensor
-
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
-
-from dpdc_lightning.config import ModelConfig, RunConfig, compose, parse_overrides, validate, CONF_DIR
-from dpdc_lightning.data.datasets import ImageData, load_dataset
-from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.evaluation.results import ModelResult, format_table, results_to_json
-from dpdc_lightning.evaluation.train_eval import train_and_test
-from dpdc_lightning.export import CONFIG_FILE, atomic_write_text, load_bundle, new_run_dir
+from dpdc_lightning.overrides import help_text, parse_overrides
 
 BASELINES = ("random-real",)
 EVAL_FILE = "eval.json"
 NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknown)"
-USAGE = ("usage: python evaluate.py RUN_DIR [model=a,b] [eval.runs=N] "
+PRIVATE_TEST_NOTE = ("NOT covered by the privacy guarantee: the test split was held out from the private data, so "
+                     "this accuracy is a function of private records; keep this file private (it is not part of "
+                     "the public bundle)")
+USAGE = ("usage: python evaluate.py RUN_DIR [RUN_DIR ...|SWEEP_DIR] [model=a,b] [eval.runs=N] "
          "| --images FILE.pt dataset=NAME [model=a,b] [eval.*=...] "
          "| --baseline random-real [dataset=NAME] [method.ipc=N]")
+EXAMPLES = ("python evaluate.py runs/RUN_DIR eval=quick",
+            "python evaluate.py runs/RUN_DIR model=convnet,mlp,lenet,alexnet,vgg11,resnet18",
+            "python evaluate.py runs/A runs/B runs/C eval.epochs=300 eval.runs=3   # one comparison table",
+            "python evaluate.py runs/sweep-DATE eval=quick                       # every member of a sweep",
+            "python evaluate.py --images my_set.pt dataset=digits",
+            "python evaluate.py --baseline random-real dataset=digits method.ipc=10")
 
 
 def evaluate_main(argv: list[str]) -> int:
-    baseline, image_file, run_dir, tokens = _parse(argv)
-    selections, dotted = parse_overrides(tokens, groups=("model",))
-    model_names = selections.get("model", "convnet").split(",")
-    eval_path: Path | None = None
-    privacy_note: dict[str, str] = {}
+    if "--help" in argv or "-h" in argv:
+        print(help_text("python evaluate.py (or dpdc-evaluate) RUN_DIR [RUN_DIR ...]", examples=EXAMPLES), end="")
+        print("\nflags: --images FILE.pt, --baseline random-real, --no-progress; model=a,b,c evaluates several models")
+        return 0
+    quiet = "--no-progress" in argv
+    baseline, image_file, run_dirs, tokens = _parse([a for a in argv if a != "--no-progress"])
+    selections, dotted = parse_overrides(tokens, groups=("model", "dataset", "eval"))
+    model_names = selections.pop("model", "convnet").split(",")
+    models = [_model(name, [t for t in dotted if t.startswith("model.")]) for name in model_names]  # fail early
+    if run_dirs:
+        bundles = _expand(run_dirs)
+        outcomes = [_evaluate_bundle(path, selections, dotted, models, quiet=quiet) for path in bundles]
+        if len(bundles) > 1:
+            print(comparison_table(outcomes))
+        return 0
+    return _evaluate_other(baseline, image_file, selections, dotted, models, quiet=quiet)
+
+
+def evaluate_bundle(run_dir: str | Path, *, models: tuple[str, ...] = ("convnet",), overrides: tuple[str, ...] = (),
+                    quiet: bool = False) -> dict[str, Any]:
+    """Evaluate one bundle with the protocol of its config.yaml (plus ``overrides``); the results are
+    appended to its eval.json and returned (``results``: one ModelResult per model)."""
+    selections, dotted = parse_overrides(list(overrides), groups=("dataset", "eval"))
+    specs = [_model(name, [t for t in dotted if t.startswith("model.")]) for name in models]
+    return _evaluate_bundle(Path(run_dir), selections, dotted, specs, quiet=quiet)
+
+
+def _expand(run_dirs: list[str]) -> list[Path]:
+    """Run folders as given; a sweep folder (no privacy.json, members below it) stands for its members."""
+    from dpdc_lightning.export import PRIVACY_REPORT
+
+    bundles: list[Path] = []
+    for name in run_dirs:
+        path = Path(name)
+        if path.is_dir() and not (path / PRIVACY_REPORT).exists() and not (path / "config.yaml").exists():
+            members = sorted(p.parent for p in path.glob(f"*/{PRIVACY_REPORT}"))
+            if not members:
+                raise UserError(f"{path} holds no bundle (no {PRIVACY_REPORT} in it or in its sub-folders)")
+            bundles += members
+        else:
+            bundles.append(path)
+    return bundles
+
+
+def _protocol_key(protocol: Any) -> str:
+    return protocol.describe()
+
+
+def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], models: list[Any], *,
+                     quiet: bool) -> dict[str, Any]:
+    from omegaconf import OmegaConf
+
+    from dpdc_lightning.config import validate
+    from dpdc_lightning.export import CONFIG_FILE, load_bundle
+    from dpdc_lightning.overrides import dotlist, load_group
+
+    bundle = load_bundle(path)
+    saved = OmegaConf.load(path / CONFIG_FILE)
+    layers = []
+    if "dataset" in selections and selections["dataset"] != saved.dataset.name:
+        raise UserError(f"{path} was condensed from dataset {saved.dataset.name}; it is evaluated on that data set's "
+                        f"test split, not on {selections['dataset']} (drop dataset=, or use dataset.root=DIR to "
+                        "point at its files)")
+    if "eval" in selections:
+        layers.append(OmegaConf.create({"eval": load_group("eval", selections["eval"])}))
+    config = validate(OmegaConf.merge(saved, *layers, dotlist(dotted)))
+    _check_accelerator(config.eval.accelerator)
+    data = _load(config)
+    epsilon = bundle.report.get("epsilon")
+    title = (f"{config.method.name} on {config.dataset.name}, "
+             f"ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}")
+    note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
+    results, protocol = _run_models(bundle.images, bundle.labels, data, config, models, quiet=quiet,
+                                    title=title, note=note)
+    eval_path = path / EVAL_FILE
+    _append(eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note)
+    try:
+        from dpdc_lightning.tensorboard import log_evaluation
+
+        log_evaluation(path, {r.model: [100 * a for a in r.accuracies] for r in results},
+                       protocol=f"e{protocol.epochs}_r{protocol.runs}")
+    except OSError:
+        pass  # TensorBoard is a convenience; eval.json holds the results
+    print(f"results appended to {eval_path}")
+    return {"path": path, "method": config.method.name, "dataset": config.dataset.name, "epsilon": epsilon,
+            "delta": bundle.report.get("delta"), "seed": config.seed, "results": results, "protocol": protocol,
+            "private_test": data.test_is_private}
+
+
+def _evaluate_other(baseline: bool, image_file: Optional[str], selections: dict[str, str], dotted: list[str],
+                    models: list[Any], *, quiet: bool) -> int:
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.data.subsets import random_real_subset
+    from dpdc_lightning.evaluation.results import results_to_json
+    from dpdc_lightning.export import atomic_write_text, new_run_dir
+
+    tokens = [f"{k}={v}" for k, v in selections.items()] + dotted
+    config = compose(tokens)
+    _check_accelerator(config.eval.accelerator)
+    data = _load(config)
+    note: dict[str, str] = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
     if image_file is not None:
-        config = compose(dotted)
-        data = _load(config)
         path = Path(image_file)
         images, labels = load_image_file(path, data)
         title = f"{path.name} on {config.dataset.name}, {NO_PRIVACY_REPORT}"
-        privacy_note = {"privacy": NO_PRIVACY_REPORT, "images_file": str(path.resolve())}
+        note = {"privacy": NO_PRIVACY_REPORT, "images_file": str(path.resolve()), **note}
         eval_path = _fresh_eval_path(path)
-        out_dir = eval_path.parent
-    elif baseline:
-        config = compose(dotted)
-        data = _load(config)
+    else:
         images, labels = random_real_subset(data.train_images, data.train_labels, ipc=config.method.ipc,
                                             num_classes=data.num_classes, seed=config.seed)
         title = f"random-real baseline, {config.dataset.name}, {config.method.ipc} images per class"
         out_dir = new_run_dir(run_dir=config.run_dir, runs_root=config.runs_root,
                               label=f"random-real-{config.dataset.name}-ipc{config.method.ipc}")
-    else:
-        bundle = load_bundle(run_dir)
-        saved = OmegaConf.load(Path(run_dir) / CONFIG_FILE)
-        config = validate(OmegaConf.merge(saved, OmegaConf.from_dotlist(dotted)))
-        data = _load(config)
-        images, labels, out_dir = bundle.images, bundle.labels, Path(run_dir)
-        epsilon = bundle.report.get("epsilon")
-        title = f"{config.method.name} on {config.dataset.name}, ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}"
-    if images.shape[1:] != data.test_images.shape[1:]:
-        raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split {tuple(data.test_images.shape[1:])}")
-    model_overrides = [t for t in dotted if t.startswith("model.")]
-    models = [_model(name, model_overrides) for name in model_names]
-    protocol = config.eval.protocol(dsa_mode=config.augment.mode)
-    results = [ModelResult(model=m.name, accuracies=train_and_test(
-        images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
-        num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
-        accelerator=config.eval.accelerator, pea=config.eval.pea)) for m in models]
-    print(format_table(results, title=title, protocol=protocol, extra=privacy_note or None))
-    payload = {"title": title, **privacy_note,
-               **results_to_json(results, protocol=protocol, extra=privacy_note or None)}
+        eval_path = out_dir / EVAL_FILE
+    results, protocol = _run_models(images, labels, data, config, models, quiet=quiet, title=title, note=note)
+    payload = {"title": title, **note, **results_to_json(results, protocol=protocol, extra=note or None)}
     text = json.dumps(payload, indent=2) + "\n"
-    if eval_path is not None:
+    if image_file is not None:
         _write_new(eval_path, text)
     else:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        eval_path = out_dir / EVAL_FILE
+        try:
+            eval_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise UserError(f"cannot create {eval_path.parent}: {err.strerror or err}") from None
         atomic_write_text(eval_path, text)
     print(f"results written to {eval_path}")
     return 0
 
 
-def load_image_file(path: Path, data: ImageData) -> tuple[Tensor, Tensor]:
+def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[Any], *, quiet: bool,
+                title: str, note: dict[str, str]) -> tuple[list[Any], Any]:
+    from dpdc_lightning.evaluation.progress import EvalProgress
+    from dpdc_lightning.evaluation.results import ModelResult, format_table
+    from dpdc_lightning.evaluation.train_eval import train_and_test
+
+    if images.shape[1:] != data.test_images.shape[1:]:
+        raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
+                        f"{tuple(data.test_images.shape[1:])}")
+    protocol = config.eval.protocol(dsa_mode=config.augment.mode)
+    print(f"evaluating: {title}", file=sys.stderr)
+    progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
+    try:
+        results = [ModelResult(model=m.name, accuracies=train_and_test(
+            images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
+            num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
+            accelerator=config.eval.accelerator, pea=config.eval.pea, progress=progress)) for m in models]
+    finally:
+        progress.close()
+    print(format_table(results, title=title, protocol=protocol, extra=note or None))
+    return results, protocol
+
+
+def _append(path: Path, *, title: str, results: list[Any], protocol: Any, seed: int, note: dict[str, str]) -> None:
+    """Add this evaluation to ``eval.json``: ``evaluations`` keeps every one (never overwritten),
+    ``by_protocol[protocol][model]`` lists each evaluation's seed and accuracies; ``results`` and
+    ``protocol`` repeat the latest for quick reading."""
+    from dpdc_lightning.evaluation.results import results_to_json
+    from dpdc_lightning.export import atomic_write_text
+
+    payload: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            payload = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path} is not valid JSON ({err}); move it away to start a new one") from None
+    latest = results_to_json(results, protocol=protocol, extra=note or None)
+    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    evaluations = payload.get("evaluations")
+    if evaluations is None:  # a file from an earlier version: keep its one evaluation
+        evaluations = [{k: payload[k] for k in ("title", "protocol", "results") if k in payload}] if payload else []
+    evaluations.append({"title": title, "date": stamp, "seed": seed, **latest})
+    by_protocol = payload.get("by_protocol", {})
+    key = _protocol_key(protocol)
+    for model, entry in latest["results"].items():
+        by_protocol.setdefault(key, {}).setdefault(model, []).append(
+            {"seed": seed, "date": stamp, "mean": entry["mean"], "std": entry["std"], "accuracies": entry["accuracies"]})
+    document = {"title": title, **note, "unit": "percent", "protocol": latest["protocol"], "results": latest["results"],
+                "by_protocol": by_protocol, "evaluations": evaluations}
+    atomic_write_text(path, json.dumps(document, indent=2) + "\n")
+
+
+def comparison_table(outcomes: list[dict[str, Any]]) -> str:
+    """One markdown table over several bundles: run, method, ε, δ, seed, then a column per model."""
+    from dpdc_lightning.evaluation.results import protocol_line
+
+    models = sorted({r.model for o in outcomes for r in o["results"]})
+    lines = ["### comparison", "", protocol_line(outcomes[0]["protocol"]), ""]
+    if any(o["private_test"] for o in outcomes):
+        lines += [f"- note: some rows are {PRIVATE_TEST_NOTE.split(':')[0]} (test split held out from private data)",
+                  ""]
+    lines += ["| run | method | dataset | ε | δ | seed | " + " | ".join(f"{m} (%)" for m in models) + " |",
+              "|---" * (6 + len(models)) + "|"]
+    for o in outcomes:
+        cells = {r.model: r.cell() for r in o["results"]}
+        eps = "∞" if o["epsilon"] is None else f"{o['epsilon']:.3f}"
+        delta = "-" if o["delta"] is None else f"{o['delta']:g}"
+        lines.append(f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | {o['seed']} | "
+                     + " | ".join(cells.get(m, "-") for m in models) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _check_accelerator(accelerator: str) -> None:
+    """An accelerator that is not there fails here, in one line, not deep inside Lightning."""
+    import torch
+
+    if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise UserError(f"eval.accelerator={accelerator} but no CUDA GPU is available; use eval.accelerator=cpu or auto")
+    if accelerator == "mps" and not torch.backends.mps.is_available():
+        raise UserError("eval.accelerator=mps but MPS is not available; use eval.accelerator=cpu or auto")
+    if accelerator == "tpu":
+        raise UserError("eval.accelerator=tpu is not supported by the evaluator; use cpu, gpu or auto")
+
+
+def load_image_file(path: Path, data: Any) -> tuple[Any, Any]:
     """``images`` / ``labels`` of a plain tensor file, checked against ``data``'s test split.
 
     The file must load with ``torch.load(weights_only=True)`` (no pickled objects) and hold a
     float tensor ``images`` [N, C, H, W] with the test split's C, H, W and finite pixels (in the
     dataset's normalised space) and an integer tensor ``labels`` [N] in [0, num_classes).
     """
+    import torch
+    from torch import Tensor
+
     if not path.is_file():
         raise UserError(f"--images file {path} does not exist")
     try:
@@ -149,8 +316,8 @@ def _write_new(path: Path, text: str) -> None:
         raise UserError(f"cannot write {path}: {err.strerror or err}") from None
 
 
-def _parse(argv: list[str]) -> tuple[bool, str | None, str | None, list[str]]:
-    baseline, image_file, run_dir, tokens = False, None, None, []
+def _parse(argv: list[str]) -> tuple[bool, str | None, list[str], list[str]]:
+    baseline, image_file, run_dirs, tokens = False, None, [], []
     args = iter(argv)
     for arg in args:
         if arg.startswith("--baseline"):
@@ -165,17 +332,23 @@ def _parse(argv: list[str]) -> tuple[bool, str | None, str | None, list[str]]:
             image_file = value
         elif arg.startswith("-"):
             raise UserError(f"unknown flag {arg}; {USAGE}")
-        elif "=" not in arg and run_dir is None:
-            run_dir = arg
+        elif "=" not in arg:
+            run_dirs.append(arg)
         else:
             tokens.append(arg)
-    if baseline + (image_file is not None) + (run_dir is not None) != 1:
-        raise UserError("give exactly one of: a run directory, --images FILE.pt, --baseline random-real")
-    return baseline, image_file, run_dir, tokens
+    if baseline + (image_file is not None) + bool(run_dirs) != 1:
+        raise UserError("give exactly one of: run directories, --images FILE.pt, --baseline random-real")
+    return baseline, image_file, run_dirs, tokens
 
 
-def _model(name: str, overrides: list[str]) -> ModelConfig:
+def _model(name: str, overrides: list[str]) -> Any:
     """One architecture to evaluate: its conf/model file plus any ``model.*`` overrides."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from dpdc_lightning.models.config import ModelConfig
+    from dpdc_lightning.overrides import CONF_DIR
+
     path = CONF_DIR / "model" / f"{name}.yaml"
     if not path.is_file():
         names = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
@@ -188,6 +361,7 @@ def _model(name: str, overrides: list[str]) -> ModelConfig:
         raise UserError(f"invalid model override for {name}: {str(err).splitlines()[0]}") from None
 
 
-def _load(config: RunConfig) -> ImageData:
-    return load_dataset(config.dataset.name, root=config.dataset.root, download=config.dataset.download,
-                        cache_dir=config.dataset.cache_dir)
+def _load(config: Any) -> Any:
+    from dpdc_lightning.condense import load_data
+
+    return load_data(config)

@@ -10,8 +10,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from dpdc_lightning.evaluation.train_eval import EvalProtocol
+if TYPE_CHECKING:  # importing it loads Lightning; these functions only read its fields
+    from dpdc_lightning.evaluation.train_eval import EvalProtocol
 
 REDUCED_BANNER = "REDUCED PROTOCOL"
 

@@ -24,6 +24,7 @@ import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import lightning
 import torch
@@ -36,6 +37,9 @@ from torchmetrics.classification import MulticlassAccuracy
 from dpdc_lightning.augment.dsa import MODES as DSA_MODES
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
+
+if TYPE_CHECKING:
+    from dpdc_lightning.evaluation.progress import EvalProgress
 
 # Protocol values of the papers; a protocol below either is "reduced" and must say so.
 PAPER_EPOCHS = 1000
@@ -231,6 +235,7 @@ def train_and_test(
     model_options: dict | None = None,
     accelerator: str = "auto",
     pea: bool = False,
+    progress: EvalProgress | None = None,
 ) -> list[float]:
     """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the
     real split. Returns one accuracy in [0, 1] per run.
@@ -261,8 +266,15 @@ def train_and_test(
 
     from dpdc_lightning.models import build_network
 
+    callbacks = []
+    if progress is not None:
+        from dpdc_lightning.evaluation.progress import EpochCallback
+
+        callbacks = [EpochCallback(progress, steps_per_epoch=steps_per_epoch)]
     accuracies: list[float] = []
     for run in range(protocol.runs):
+        if progress is not None:
+            progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
         network = build_network(
             model,
             channels=images.shape[1],
@@ -304,6 +316,7 @@ def train_and_test(
                 num_sanity_val_steps=0,
                 limit_val_batches=0,
                 use_distributed_sampler=False,
+                callbacks=callbacks,
             )
             trainer.fit(module, train_dataloaders=train_loader)
             if trainer.global_step != total_steps:
@@ -312,6 +325,8 @@ def train_and_test(
                 )
             (metrics,) = trainer.test(module, dataloaders=test_loader, verbose=False)
         accuracies.append(float(metrics["test_accuracy"]))
+        if progress is not None:
+            progress.end_run(accuracies[-1])
     return accuracies
 
 
