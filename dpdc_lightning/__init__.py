@@ -1,3 +1,47 @@
-"""dpdc_lightning: differentially private dataset condensation on PyTorch Lightning."""
+"""dpdc_lightning: differentially private dataset condensation on PyTorch Lightning.
+
+    from dpdc_lightning import compose, condense, evaluate, load_bundle, train
+
+    config = compose(["method=ndpdc", "privacy.target_epsilon=2"])
+    result = condense(config)                  # in process, nothing written: result.images, .labels, .report
+    run_dir = train(config)                    # the same as `python train.py ...`: a run folder with a bundle
+    bundle = load_bundle(run_dir)              # checked tensors + privacy report
+    scores = evaluate(run_dir, models=("convnet",), overrides=("eval=quick",))  # {model: ModelResult}
+
+Names are imported on first use, so ``import dpdc_lightning`` is instant and the command line can
+answer ``--help`` without loading torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 __version__ = "0.1.0"
+
+_WHERE = {
+    "compose": "dpdc_lightning.config",
+    "condense": "dpdc_lightning.condense",
+    "train": "dpdc_lightning.training",
+    "load_bundle": "dpdc_lightning.export",
+    "register_dataset": "dpdc_lightning.data.registry",
+    "ImageData": "dpdc_lightning.data.datasets",
+}
+
+__all__ = ["__version__", "evaluate", *sorted(_WHERE)]
+
+
+def evaluate(run_dir: Any, *, models: tuple[str, ...] = ("convnet",), overrides: tuple[str, ...] = (),
+             progress: bool = True) -> dict[str, Any]:
+    """Evaluate a bundle with the protocol of its config (``overrides`` such as ``"eval=quick"`` or
+    ``"eval.runs=3"`` change it); results are appended to its eval.json. Returns {model: ModelResult}."""
+    from dpdc_lightning.evaluation.command import evaluate_bundle
+
+    outcome = evaluate_bundle(run_dir, models=tuple(models), overrides=tuple(overrides), quiet=not progress)
+    return {result.model: result for result in outcome["results"]}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -103,6 +103,12 @@ def privacy_entry() -> None:
     sys.exit(main())
 
 
+def export_entry() -> None:
+    from dpdc_lightning.export import main
+
+    sys.exit(run(main))
+
+
 def audit_entry() -> None:
     """``dpdc-audit``: the audit command, once dpdc_lightning.audit is installed."""
     try:

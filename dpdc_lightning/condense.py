@@ -10,6 +10,8 @@ an audit can run hundreds of condensations on chosen subsets of records (``Image
 
 from __future__ import annotations
 
+import sys
+import types
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -141,6 +143,7 @@ def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed:
 
 def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Callback],
              class_names: Optional[tuple[str, ...]] = None) -> L.Trainer:
+    quiet_libraries()  # again here: pytest and notebooks reset warning filters between calls
     options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps the steps
     settings = {"log_every_n_steps": 10, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
                 **options}
@@ -191,3 +194,16 @@ def _check_precision(requested: Any, used: str) -> None:
     if wanted != used:
         raise UserError(f"trainer.precision={requested} means {wanted}, which this accelerator does not run: "
                         f"Lightning would silently use {used} instead; set trainer.precision={used} to accept that")
+
+
+class _CallableModule(types.ModuleType):
+    """Importing this module makes Python set ``dpdc_lightning.condense`` to the module itself, which
+    would shadow the function that ``from dpdc_lightning import condense`` promises: calling the
+    module calls :func:`condense`."""
+
+    def __call__(self, config: RunConfig, data: Optional[ImageData] = None, *,
+                 noise_seed: Optional[int] = None) -> CondensedSet:
+        return condense(config, data, noise_seed=noise_seed)
+
+
+sys.modules[__name__].__class__ = _CallableModule

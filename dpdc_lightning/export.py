@@ -152,3 +152,81 @@ def load_bundle(run_dir: str | Path) -> Bundle:
             or tensors_digest(images, labels) != expected.get("sha256"):
         raise UserError(f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle")
     return Bundle(path=path, images=images, labels=labels, report=report)
+
+
+def export_image_folder(run_dir: str | Path, destination: str | Path, *, scale: str = "fixed") -> str:
+    """Write a bundle as an ImageFolder: ``DEST/<class name>/<index>.png``, plus ``labels.csv``
+    (file, label, class name) and ``synthetic.pt`` (the exact float tensors; PNGs hold 8 bits).
+
+    ``scale="fixed"`` inverts the data's fixed normalisation (pixel = 0.5 * x + 0.5, clipped to
+    [0, 1]), so a training script that normalises with mean 0.5 / std 0.5 sees the bundle's values
+    where they lie in [-1, 1]; ``scale="per-image"`` stretches every image to its own range (for
+    looking at, as synthetic.png does). Returns a line describing what was written."""
+    from PIL import Image
+
+    from dpdc_lightning.image_grid import display_scale
+
+    if scale not in ("fixed", "per-image"):
+        raise UserError(f"--scale {scale!r}: choose fixed or per-image")
+    bundle = load_bundle(run_dir)
+    destination = Path(destination)
+    if destination.exists() and any(destination.iterdir()):
+        raise UserError(f"--to {destination} exists and is not empty; choose a new folder")
+    names = bundle.report.get("bundle", {}).get("class_names") or \
+        [str(c) for c in range(int(bundle.labels.max()) + 1)]
+    images = bundle.images.float()
+    unit = display_scale(images) if scale == "per-image" else (images * 0.5 + 0.5)
+    clipped = float(((unit < 0) | (unit > 1)).float().mean())
+    pixels = (unit.clamp(0, 1) * 255).round().to(torch.uint8)
+    rows = ["file,label,class_name"]
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+        for index, (image, label) in enumerate(zip(pixels, bundle.labels.tolist())):
+            folder = destination / _safe_name(names[label])
+            folder.mkdir(exist_ok=True)
+            array = image[0].numpy() if image.shape[0] == 1 else image[:3].permute(1, 2, 0).contiguous().numpy()
+            path = folder / f"{index:05d}.png"
+            Image.fromarray(array, "L" if image.shape[0] == 1 else "RGB").save(path)
+            rows.append(f"{path.relative_to(destination)},{label},{names[label]}")
+        atomic_write_text(destination / "labels.csv", "\n".join(rows) + "\n")
+        torch.save({"images": bundle.images, "labels": bundle.labels}, destination / BUNDLE_TENSORS)
+    except OSError as err:
+        raise UserError(f"cannot write to {destination}: {err.strerror or err}") from None
+    note = f"; {100 * clipped:.1f} % of pixels lay outside [-1, 1] and were clipped in the PNGs" if clipped else ""
+    return (f"wrote {len(pixels)} PNGs in {len(set(bundle.labels.tolist()))} class folders, labels.csv and "
+            f"{BUNDLE_TENSORS} (exact values) to {destination}{note}")
+
+
+def _safe_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c in "-_. " else "_" for c in str(name)).strip(" .")
+    return cleaned or "class"
+
+
+def main(argv: list[str]) -> int:
+    """``python -m dpdc_lightning.export RUN_DIR --to DIR [--scale fixed|per-image]``"""
+    usage = "usage: python -m dpdc_lightning.export RUN_DIR --to DIR [--scale fixed|per-image]"
+    if "--help" in argv or "-h" in argv:
+        print(usage + "\n\n" + (export_image_folder.__doc__ or ""))
+        return 0
+    args, positional = dict(), []
+    items = iter(argv)
+    for item in items:
+        if item in ("--to", "--scale"):
+            args[item] = next(items, "")
+        elif item.startswith(("--to=", "--scale=")):
+            key, _, value = item.partition("=")
+            args[key] = value
+        elif item.startswith("-"):
+            raise UserError(f"unknown flag {item}; {usage}")
+        else:
+            positional.append(item)
+    if len(positional) != 1 or not args.get("--to"):
+        raise UserError(usage)
+    print(export_image_folder(positional[0], args["--to"], scale=args.get("--scale", "fixed")))
+    return 0
+
+
+if __name__ == "__main__":
+    from dpdc_lightning.cli import run
+
+    sys.exit(run(main))

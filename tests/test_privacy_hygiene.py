@@ -152,7 +152,10 @@ def test_calculator_never_prints_a_negative_epsilon(capsys):
 
 def test_end_of_run_line_of_a_non_private_run(tmp_path):
     (tmp_path / "privacy.json").write_text(json.dumps({"method": "dm", "epsilon": None}))
-    assert training.end_of_run_line(tmp_path) == f"bundle written to {tmp_path} (not private)"
+    assert training.end_of_run_line(tmp_path) == f"bundle written to {tmp_path}: not private (ε = ∞)"
+    (tmp_path / "plan.json").write_text(json.dumps({"data_steps": 7}))
+    line = training.end_of_run_line(tmp_path, wall_seconds=75)
+    assert line == f"bundle written to {tmp_path}: not private (ε = ∞), 7 steps, 1 min 15 s"
 
 
 # --------------------------------------------------------------------------- item 4: provenance
