@@ -61,8 +61,27 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
         (corrupt / f"{name}.gz").write_bytes(gzip.compress(b"not an idx file"))
     (tmp_path / "empty").mkdir()
     (tmp_path / "exists").mkdir()
+    _image_folders(tmp_path)
     cache = tmp_path_factory.mktemp("cache")  # dataset staging goes outside the watched folder
     return tmp_path, cache
+
+
+def _image_folders(root: Path) -> None:
+    """Own-data folders that must each fail in one line naming the culprit."""
+    from PIL import Image
+
+    def png(path: Path, size: int = 8) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Image.new("L", (size, size), 128).save(path)
+
+    png(root / "empty_class" / "a" / "0.png")
+    (root / "empty_class" / "b").mkdir()
+    png(root / "one_class" / "a" / "0.png")
+    png(root / "not_image" / "a" / "0.png")
+    (root / "not_image" / "b").mkdir()
+    (root / "not_image" / "b" / "notes.txt").write_text("not a picture")
+    png(root / "mixed" / "a" / "0.png", 8)
+    png(root / "mixed" / "b" / "0.png", 9)
 
 
 TRAIN_CASES = [
@@ -104,6 +123,26 @@ TRAIN_CASES = [
     ("dataset.resolved_root set by hand", ["dataset.resolved_root=/elsewhere"], "resolved_root"),
     ("forget of a non-run folder", ["forget=empty"], "not a run directory"),
     ("forget with other arguments", ["forget=finished", "seed=1"], "forget=RUN_DIR"),
+    # issue 13: every failure a new user met
+    ("infinite clip norm", ["method=ndpdc", "method.clip_norm=inf"], "finite"),
+    ("NaN learning rate", ["method.lr_img=nan"], "finite"),
+    ("real init with more images than a class has", ["method=dm", "method.ipc=200", "method.iterations=2",
+                                                     "run_dir=fresh"], "ipc=200"),
+    ("run_dir that cannot be created", ["dataset=toy", "run_dir=/proc/x", "method.iterations=2"], "/proc/x"),
+    ("fp16 on a CPU (Lightning would use bf16)", ["dataset=toy", "trainer.precision=16",
+                                                  "trainer.accelerator=cpu"], "bf16-mixed"),
+    ("comma list without --multirun", ["privacy.target_epsilon=1,2,5", "method=ndpdc"], "--multirun"),
+    ("sweep with a bad member", ["-m", "method=ndpdc", "method.ipc=2,abc"], "abc"),
+    ("unknown top-level key", ["sed=3"], "unknown key"),
+    ("unknown privacy key", ["privacy.epsilon=1"], "privacy.epsilon"),
+    ("planned value set by hand", ["privacy.planned_epsilon=1"], "recorded by the framework"),
+    ("imagefolder without a root", ["dataset=imagefolder"], "dataset.root"),
+    ("image size for a built-in data set", ["dataset.image_size=32"], "imagefolder"),
+    ("imagefolder with an empty class", ["dataset=imagefolder", "dataset.root=empty_class"], "empty"),
+    ("imagefolder with one class", ["dataset=imagefolder", "dataset.root=one_class"], "two classes"),
+    ("imagefolder with a non-image", ["dataset=imagefolder", "dataset.root=not_image"], "notes.txt"),
+    ("imagefolder with mixed sizes", ["dataset=imagefolder", "dataset.root=mixed"], "image_size"),
+    ("tensors file that does not exist", ["dataset=tensors", "dataset.root=nowhere.pt"], "nowhere.pt"),
 ]
 
 EVALUATE_CASES = [
@@ -114,6 +153,14 @@ EVALUATE_CASES = [
     ("unknown evaluation model", ["finished", "model=convnet,nope"], "unknown model"),
     ("unknown baseline", ["--baseline", "oracle"], "baseline"),
     ("both a run and a baseline", ["finished", "--baseline", "random-real"], "exactly one"),
+    ("bundle evaluated on another data set", ["finished", "dataset=fashion_mnist"], "condensed from dataset digits"),
+    ("a folder holding no bundle", ["empty"], "holds no bundle"),
+]
+
+EXPORT_CASES = [
+    ("export into a non-empty folder", ["finished", "--to", "finished"], "not empty"),
+    ("export without --to", ["finished"], "usage"),
+    ("export of an incomplete bundle", ["incomplete", "--to", "out"], "incomplete"),
 ]
 
 
@@ -140,6 +187,19 @@ def test_train_rejects(label, argv, fragment, workspace, capsys):
 @pytest.mark.parametrize("label, argv, fragment", EVALUATE_CASES, ids=[c[0] for c in EVALUATE_CASES])
 def test_evaluate_rejects(label, argv, fragment, workspace, capsys):
     _check(EVALUATE, argv, fragment, workspace, capsys)
+
+
+@pytest.mark.parametrize("label, argv, fragment", EXPORT_CASES, ids=[c[0] for c in EXPORT_CASES])
+def test_export_rejects(label, argv, fragment, workspace, capsys):
+    from dpdc_lightning.export import main
+
+    _check(main, argv, fragment, workspace, capsys)
+
+
+def test_gpu_evaluation_without_a_gpu_is_one_line(workspace, capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    _check(EVALUATE, ["finished", "eval.accelerator=gpu"], "no CUDA GPU", workspace, capsys)
 
 
 def test_suite_is_large_enough():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -235,8 +236,8 @@ def test_whole_run_prints_provenance_and_the_guarantee(tmp_path, capsys):
     assert "data: toy from no files (embedded data set toy)" in captured.err
     last = captured.out.strip().splitlines()[-1]
     report = json.loads((run_dir / "privacy.json").read_text())
-    assert last == (f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
-                    "1 privacy-consuming step")
+    assert re.fullmatch(re.escape(f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
+                                  "1 privacy-consuming step, ") + r"\d+\.\d s", last), last
     saved = OmegaConf.load(run_dir / "config.yaml")
     assert saved.dataset.resolved_root == "no files (embedded data set toy)"
     assert "resolved_root" not in json.dumps(report) and "embedded" not in json.dumps(report)
