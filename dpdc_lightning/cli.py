@@ -52,3 +52,8 @@ def run(main: Callable[[list[str]], Optional[int]], argv: Optional[list[str]] = 
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `dpdc-train --help | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -338,3 +338,62 @@ def test_tensorboard_drops_the_epoch_scalar_and_logs_each_image_once(monkeypatch
     callback.on_train_batch_end(trainer, Module())
     callback.on_train_end(trainer, Module())
     assert added == [5]
+
+
+# --------------------------------------------------------------------------- installable
+
+@pytest.mark.slow  # builds a wheel and a throwaway virtual environment (~30 s)
+def test_the_wheel_holds_the_configs_and_commands_and_runs_outside_the_repo(tmp_path, repo_root, cli_env):
+    import shutil
+    import zipfile
+
+    source = tmp_path / "src"
+    shutil.copytree(repo_root, source, ignore=shutil.ignore_patterns(".git", ".venv", "runs", "build", "*.egg-info",
+                                                                     "__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", str(source),
+                            "-w", str(tmp_path / "wheel")], capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = (tmp_path / "wheel").glob("*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "dpdc_lightning/conf/config.yaml" in names and "dpdc_lightning/conf/method/ndpdc.yaml" in names
+    entry_points = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    for command in ("dpdc-train", "dpdc-evaluate", "dpdc-privacy", "dpdc-audit", "dpdc-export"):
+        assert command in entry_points
+    venv = tmp_path / "venv"
+    subprocess.run([sys.base_prefix + "/bin/python3", "-m", "venv", str(venv)], check=True, timeout=300)
+    site = next((venv / "lib").glob("python*/site-packages"))
+    deps = next(p for p in map(Path, sys.path) if p.name == "site-packages" and (p / "torch").is_dir())
+    (site / "deps.pth").write_text(f"{deps}\n")  # torch & co. from this environment; nothing downloaded
+    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", str(wheel)],
+                               capture_output=True, text=True, timeout=300)
+    assert installed.returncode == 0, installed.stderr
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    helped = subprocess.run([str(venv / "bin" / "dpdc-train"), "--help"], cwd=outside, env=cli_env,
+                            capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "ndpdc" in helped.stdout, helped.stderr
+    wrong = subprocess.run([str(venv / "bin" / "dpdc-train"), "method=nope"], cwd=outside, env=cli_env,
+                           capture_output=True, text=True, timeout=120)
+    assert wrong.returncode == 2 and wrong.stderr.startswith("error: unknown method")
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import dpdc_lightning; print(dpdc_lightning.__file__)"],
+                           cwd=outside, capture_output=True, text=True, timeout=120)
+    assert str(site) in where.stdout
+
+
+@pytest.mark.slow  # a real Ctrl-C across a process boundary: Lightning's import alone takes ~10 s here
+def test_ctrl_c_from_a_shell_exits_130_with_the_resume_line(tmp_path, repo_root, cli_env):
+    import time
+
+    run_dir = tmp_path / "run"
+    process = subprocess.Popen([sys.executable, "train.py", "method=ndpdc", *TINY, "method.iterations=100000",
+                                "method.checkpoint_every=1", f"run_dir={run_dir}"], cwd=repo_root,
+                               env={**cli_env, "OMP_NUM_THREADS": "1"}, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not (run_dir / "checkpoints" / "last.ckpt").exists() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert re.search(r"interrupted at step \d+; resume with: python train.py resume=", err)
+    assert "Traceback" not in err
