@@ -145,7 +145,7 @@ def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Ca
              class_names: Optional[tuple[str, ...]] = None) -> L.Trainer:
     quiet_libraries()  # again here: pytest and notebooks reset warning filters between calls
     options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps the steps
-    settings = {"log_every_n_steps": 10, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
+    settings = {"log_every_n_steps": 1, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
                 **options}
     if settings.get("enable_progress_bar", True):
         from dpdc_lightning.progress import CondensationProgressBar

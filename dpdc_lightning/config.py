@@ -21,11 +21,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.models.config import ModelConfig
-from dpdc_lightning.overrides import (CONF_DIR, GROUPS, available as _available_names, compose_raw,  # noqa: F401
-                                      dotlist as _dotlist, load_group as _load_group_, load_yaml as _load_yaml,
-                                      one_line as _one_line, parse_overrides)
+# Re-exported: CONF_DIR, GROUPS, parse_overrides and the schemas were defined here before.
+from dpdc_lightning.overrides import (CONF_DIR, GROUPS, compose_raw, dotlist as _dotlist,  # noqa: F401
+                                      load_yaml as _load_yaml, one_line as _one_line, parse_overrides)
 from dpdc_lightning.schema import (DatasetConfig, EvalConfig, PrivacyConfig, RECORDED_PRIVACY_KEYS,  # noqa: F401
-                                   _choice, _positive, check_finite)
+                                   _choice, check_finite)
 # Trainer arguments the framework sets itself; letting a user override them would break outputs.
 RESERVED_TRAINER_KEYS = frozenset({"logger", "callbacks", "default_root_dir", "max_epochs", "min_epochs",
                                    "enable_checkpointing", "plugins", "profiler", "model_registry"})

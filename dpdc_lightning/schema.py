@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from dpdc_lightning.errors import UserError
+
+if TYPE_CHECKING:
+    from dpdc_lightning.evaluation.train_eval import EvalProtocol
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 # privacy.* fields that train() records (never given by the user).

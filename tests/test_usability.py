@@ -260,6 +260,11 @@ def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(
     assert all(r["convnet_mean"] for r in rows[:2])
     assert "| ok |" in (folder / "summary.md").read_text()
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    from dpdc_lightning.commands import evaluate_main
+
+    assert run(evaluate_main, [str(folder), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 0  # the sweep folder
+    table = capsys.readouterr().out.split("### comparison")[1]
+    assert table.count("| ndpdc | toy |") == 2  # its two finished members, one row each
 
 
 def test_accuracy_plot_averages_seeds_per_method():

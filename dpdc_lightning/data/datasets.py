@@ -454,7 +454,7 @@ def _celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
 DatasetLoader = Callable[[Path | None, bool, Path], ImageData]
 
 # The registry lives in registry.py (names readable without torch); DATASETS is re-exported here.
-from .registry import BUILTIN, DATASETS, OWN_DATA, is_registered  # noqa: E402
+from .registry import DATASETS, OWN_DATA, is_registered  # noqa: E402
 
 _EMBEDDED = frozenset({"digits", "toy"})
 

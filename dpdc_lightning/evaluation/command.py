@@ -308,6 +308,8 @@ def _fresh_eval_path(path: Path) -> Path:
 
 def _write_new(path: Path, text: str) -> None:
     """Create ``path`` whole or not at all, never replacing it (an evaluation started meanwhile keeps its file)."""
+    from dpdc_lightning.export import atomic_write_text
+
     try:
         atomic_write_text(path, text, replace=False)
     except FileExistsError:
