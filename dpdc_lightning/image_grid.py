@@ -2,7 +2,7 @@
 
 Synthetic pixels are not confined to the data's [-1, 1] range (NDPDC images span about -6..5 on
 digits, -11..8 on FashionMNIST), so clamping would saturate most of them. For display only, every
-image is stretched on its own from its minimum to its maximum; the tensors are never changed.
+image is stretched on its own between its 1st and 99th percentile; the tensors are never changed.
 """
 
 from __future__ import annotations
@@ -19,14 +19,19 @@ LABEL_WIDTH = 96  # left margin for the class names
 GAP = 2
 
 
+DISPLAY_QUANTILE = 0.01  # the darkest and brightest 1 % of an image's pixels saturate: a few noisy pixels
+# would otherwise take the whole grey range and leave the shape flat
+
+
 def display_scale(images: Tensor) -> Tensor:
-    """Each image mapped to [0, 1] by its own minimum and maximum (constant images become grey)."""
+    """Each image mapped to [0, 1] by its own 1st and 99th percentile (constant images become grey)."""
     flat = images.detach().float().cpu().flatten(1)
-    low, high = flat.min(dim=1).values, flat.max(dim=1).values
+    low = torch.quantile(flat, DISPLAY_QUANTILE, dim=1)
+    high = torch.quantile(flat, 1 - DISPLAY_QUANTILE, dim=1)
     span = (high - low).clamp_min(1e-12)
-    scaled = (flat - low[:, None]) / span[:, None]
+    scaled = ((flat - low[:, None]) / span[:, None]).clamp(0, 1)
     scaled[(high - low) <= 1e-12] = 0.5
-    return scaled.view_as(images)
+    return scaled.view(images.shape)
 
 
 def labelled_grid(images: Tensor, labels: Tensor, class_names: Optional[Sequence[str]] = None) -> Tensor:

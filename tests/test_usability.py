@@ -402,3 +402,11 @@ def test_ctrl_c_from_a_shell_exits_130_with_the_resume_line(tmp_path, repo_root,
     assert process.returncode == 130, err
     assert re.search(r"interrupted at step \d+; resume with: python train.py resume=", err)
     assert "Traceback" not in err
+
+
+def test_config_groups_live_only_inside_the_package(repo_root):
+    """The wheel carries dpdc_lightning/conf; a YAML file left in a top-level conf/ (e.g. by a merge
+    from before the move) would work in the repository and be missing after `pip install`."""
+    stray = sorted(str(p.relative_to(repo_root)) for p in (repo_root / "conf").rglob("*.yaml")) \
+        if (repo_root / "conf").exists() else []
+    assert not stray, f"move these into dpdc_lightning/conf/: {stray}"
