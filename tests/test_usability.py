@@ -247,6 +247,21 @@ def test_eval_json_is_appended_by_protocol_and_model_and_several_runs_give_one_t
     assert any(p.name.startswith("events") for p in (first / "tensorboard").iterdir())
 
 
+def test_ctrl_c_during_evaluation_exits_130_and_writes_nothing(two_bundles, monkeypatch, capsys):
+    from dpdc_lightning.commands import evaluate_main
+    from dpdc_lightning.evaluation import train_eval
+
+    def interrupted(*args, **kwargs):
+        raise SystemExit(1)  # what Lightning does after its graceful Ctrl-C shutdown
+
+    monkeypatch.setattr(train_eval, "train_and_test", interrupted)
+    before = (two_bundles[1] / "eval.json").read_bytes() if (two_bundles[1] / "eval.json").exists() else None
+    assert run(evaluate_main, [str(two_bundles[1]), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 130
+    assert "evaluation interrupted" in capsys.readouterr().err
+    after = (two_bundles[1] / "eval.json").read_bytes() if (two_bundles[1] / "eval.json").exists() else None
+    assert after == before
+
+
 def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(tmp_path, capsys):
     folder = tmp_path / "sweep"
     code = run(train_main, ["-m", "method=ndpdc", *TINY, "method.iterations=1", "privacy.target_epsilon=2,0.001",

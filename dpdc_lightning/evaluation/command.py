@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.overrides import help_text, parse_overrides
 
 BASELINES = ("random-real",)
@@ -186,6 +186,11 @@ def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[A
             images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
             num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
             accelerator=config.eval.accelerator, pea=config.eval.pea, progress=progress)) for m in models]
+    except (KeyboardInterrupt, SystemExit) as err:
+        # Lightning turns Ctrl-C inside a training into a graceful stop and sys.exit(1).
+        if isinstance(err, SystemExit) and err.code not in (1, 130):
+            raise
+        raise Interrupted("evaluation interrupted; no results were written (run the same command again)") from None
     finally:
         progress.close()
     print(format_table(results, title=title, protocol=protocol, extra=note or None))
