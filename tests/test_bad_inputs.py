@@ -82,6 +82,10 @@ def _image_folders(root: Path) -> None:
     (root / "not_image" / "b" / "notes.txt").write_text("not a picture")
     png(root / "mixed" / "a" / "0.png", 8)
     png(root / "mixed" / "b" / "0.png", 9)
+    png(root / "truncated" / "a" / "0.png", 32)
+    png(root / "truncated" / "b" / "0.png", 32)
+    whole = (root / "truncated" / "b" / "0.png").read_bytes()
+    (root / "truncated" / "b" / "0.png").write_bytes(whole[: len(whole) // 2])
 
 
 TRAIN_CASES = [
@@ -142,6 +146,7 @@ TRAIN_CASES = [
     ("imagefolder with one class", ["dataset=imagefolder", "dataset.root=one_class"], "two classes"),
     ("imagefolder with a non-image", ["dataset=imagefolder", "dataset.root=not_image"], "notes.txt"),
     ("imagefolder with mixed sizes", ["dataset=imagefolder", "dataset.root=mixed"], "image_size"),
+    ("imagefolder with a truncated image", ["dataset=imagefolder", "dataset.root=truncated"], "b/0.png"),
     ("tensors file that does not exist", ["dataset=tensors", "dataset.root=nowhere.pt"], "nowhere.pt"),
 ]
 

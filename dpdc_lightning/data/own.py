@@ -23,7 +23,7 @@ them is a function of private records and therefore NOT covered by the guarantee
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
@@ -54,37 +54,44 @@ def _read_folder(root: Path, *, image_size: Optional[int], channels: Optional[in
     if len(classes) < 2:
         raise UserError(f"{root} holds {len(classes)} class folder{'' if len(classes) == 1 else 's'}; "
                         "condensation needs at least two classes (one sub-folder each)")
-    pictures: list[Any] = []
-    labels: list[int] = []
+    # Pass 1 reads headers only (mode, size): it names a non-image at once and decides the channels
+    # without holding every decoded picture in memory.
+    files: list[tuple[Path, int, str, tuple[int, int]]] = []
     for label, folder in enumerate(classes):
-        files = [p for p in _visible(folder)]
-        if not files:
+        members = _visible(folder)
+        if not members:
             raise UserError(f"class folder {folder} is empty")
-        for path in files:
+        for path in members:
             if path.is_dir():
                 raise UserError(f"{path}: nested folders are not read; put the images of class "
                                 f"{folder.name} directly in {folder}")
             try:
                 with Image.open(path) as image:
-                    image.load()
-                    pictures.append((path, image.copy()))
+                    files.append((path, label, image.mode, image.size))
             except (UnidentifiedImageError, OSError, ValueError) as err:
                 raise UserError(f"{path} is not a readable image ({type(err).__name__}); "
                                 "remove it or convert it to PNG/JPEG") from None
-            labels.append(label)
-    grey = all(image.mode in ("1", "L", "LA", "I", "I;16", "F") for _, image in pictures)
+    grey = all(mode in ("1", "L", "LA", "I", "I;16", "F") for _, _, mode, _ in files)
     channels = channels or (1 if grey else 3)
-    mode = "L" if channels == 1 else "RGB"
+    target = "L" if channels == 1 else "RGB"
     size = None if image_size is None else (image_size, image_size)
-    arrays = []
-    for path, image in pictures:
-        image = image.convert(mode)
-        if size is not None:
-            image = image.resize(size, Image.BILINEAR)
-        elif arrays and image.size != (arrays[0].shape[1], arrays[0].shape[0]):
-            raise UserError(f"{path} is {image.size[0]}x{image.size[1]} but {pictures[0][0]} is "
-                            f"{arrays[0].shape[1]}x{arrays[0].shape[0]}; set dataset.image_size=N to resize all")
-        arrays.append(np.asarray(image, dtype=np.uint8))
+    if size is None:
+        first = files[0]
+        for path, _, _, found in files:
+            if found != first[3]:
+                raise UserError(f"{path} is {found[0]}x{found[1]} but {first[0]} is {first[3][0]}x{first[3][1]}; "
+                                "set dataset.image_size=N to resize all")
+    arrays, labels = [], []
+    for path, label, _, _ in files:  # pass 2: decode, convert, resize
+        try:
+            with Image.open(path) as image:
+                image = image.convert(target)
+                if size is not None:
+                    image = image.resize(size, Image.BILINEAR)
+                arrays.append(np.asarray(image, dtype=np.uint8))
+        except (OSError, ValueError) as err:  # e.g. a truncated file whose header was fine
+            raise UserError(f"{path} cannot be decoded ({type(err).__name__}: {err}); remove or replace it") from None
+        labels.append(label)
     stacked = torch.from_numpy(np.stack(arrays))
     stacked = stacked.unsqueeze(1) if stacked.dim() == 3 else stacked.permute(0, 3, 1, 2)
     return normalise(stacked.float() / 255.0).contiguous(), torch.tensor(labels, dtype=torch.int64), \
