@@ -31,17 +31,29 @@ class RunLogger(TensorBoardLogger):
         super().__init__(*args, default_hp_metric=False, **kwargs)
         self._run_hparams, self._hp_metrics = dict(hparams), dict(hp_metrics)
         self._hparams_written = False
+        self._writing_hparams = False
 
     def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+        if self._writing_hparams:
+            # The hparams tab reads its metric columns from the run's own scalars (e.g. "epsilon",
+            # logged every step); a second, constant point at step 0 would only blur that curve.
+            return
+        if not self._hparams_written:  # first write of the run: its settings go in first
+            self.log_hyperparams({})
         metrics = {k: v for k, v in metrics.items() if k != "epoch"}
         if metrics:
             super().log_metrics(metrics, step)
 
-    def log_hyperparams(self, params: Any, metrics: Optional[Mapping[str, Any]] = None) -> None:
-        # Lightning calls this with the module's (empty) hparams; write the run's settings once instead.
-        if not self._hparams_written:
-            self._hparams_written = True
-            super().log_hyperparams(self._run_hparams, dict(self._hp_metrics) or None)
+    def log_hyperparams(self, params: Any, metrics: Optional[Mapping[str, Any]] = None,
+                        step: Optional[int] = None) -> None:
+        # Lightning may call this with the module's (empty) hparams; write the run's settings once instead.
+        if self._hparams_written:
+            return
+        self._hparams_written, self._writing_hparams = True, True
+        try:
+            super().log_hyperparams(self._run_hparams, dict(self._hp_metrics) or {"epsilon": float("nan")})
+        finally:
+            self._writing_hparams = False
 
 
 def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protocol: str) -> None:
