@@ -125,6 +125,19 @@ def _evaluate(run_dir: Path) -> dict[str, dict[str, float]]:
     return {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs} for r in outcome["results"]}
 
 
+def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
+    """Put the evaluations just made of a sweep's members into its summary and plot; returns summary.md."""
+    record = json.loads((folder / SWEEP_FILE).read_text())
+    by_member = {Path(o["path"]).name: o for o in outcomes}
+    for row in record["members"]:
+        outcome = by_member.get(row["member"])
+        if outcome is not None:
+            row.setdefault("evaluation", {}).update(
+                {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs} for r in outcome["results"]})
+    _write(folder, record["command"], record["members"])
+    return folder / SUMMARY_MD
+
+
 def _write(folder: Path, tokens: list[str], rows: list[dict[str, Any]]) -> None:
     from dpdc_lightning.export import atomic_write, atomic_write_text
 

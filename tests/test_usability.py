@@ -280,6 +280,8 @@ def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(
     assert run(evaluate_main, [str(folder), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 0  # the sweep folder
     table = capsys.readouterr().out.split("### comparison")[1]
     assert table.count("| ndpdc | toy |") == 2  # its two finished members, one row each
+    summary = (folder / "summary.md").read_text()
+    assert "mlp accuracy (%)" in summary and "convnet accuracy (%)" in summary  # the new evaluation is added
 
 
 def test_accuracy_plot_averages_seeds_per_method():

@@ -54,6 +54,11 @@ def evaluate_main(argv: list[str]) -> int:
         outcomes = [_evaluate_bundle(path, selections, dotted, models, quiet=quiet) for path in bundles]
         if len(bundles) > 1:
             print(comparison_table(outcomes))
+        for name in run_dirs:  # a sweep folder's summary and plot follow its latest evaluation
+            from dpdc_lightning.sweep import SWEEP_FILE, refresh_summary
+
+            if (Path(name) / SWEEP_FILE).is_file():
+                print(f"updated {refresh_summary(Path(name), outcomes)}")
         return 0
     return _evaluate_other(baseline, image_file, selections, dotted, models, quiet=quiet)
 
