@@ -122,7 +122,14 @@ def _evaluate(run_dir: Path) -> dict[str, dict[str, float]]:
     from dpdc_lightning.evaluation.command import evaluate_bundle
 
     outcome = evaluate_bundle(run_dir)
-    return {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs} for r in outcome["results"]}
+    return _entries(outcome)
+
+
+def _entries(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    from dpdc_lightning.evaluation.results import protocol_line
+
+    line = protocol_line(outcome["protocol"])
+    return {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs, "protocol": line} for r in outcome["results"]}
 
 
 def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
@@ -132,8 +139,7 @@ def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
     for row in record["members"]:
         outcome = by_member.get(row["member"])
         if outcome is not None:
-            row.setdefault("evaluation", {}).update(
-                {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs} for r in outcome["results"]})
+            row.setdefault("evaluation", {}).update(_entries(outcome))
     _write(folder, record["command"], record["members"])
     return folder / SUMMARY_MD
 
@@ -154,7 +160,9 @@ def _write(folder: Path, tokens: list[str], rows: list[dict[str, Any]]) -> None:
                         + [_num(evaluation.get(m, {}).get("mean")) for m in models]
                         + [_num(evaluation.get(m, {}).get("std")) for m in models] + [r.get("error", "")])
     atomic_write_text(folder / SUMMARY_CSV, buffer.getvalue())
-    lines = [f"### sweep {folder.name}: {' '.join(tokens)}", "",
+    protocols = sorted({f"- {m}: {e['protocol']}" for r in rows for m, e in r.get("evaluation", {}).items()
+                        if e.get("protocol")})
+    lines = [f"### sweep {folder.name}: {' '.join(tokens)}", "", *protocols, *([""] if protocols else []),
              "| member | status | method | seed | ε | δ | steps | time (s) | "
              + "".join(f"{m} accuracy (%) | " for m in models), "|---" * (8 + len(models)) + "|"]
     for r in rows:
