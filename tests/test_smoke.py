@@ -1,6 +1,6 @@
 """Smoke tests: every method config runs one step end to end; the two commands work from a shell.
 
-Method configs are discovered from conf/method/*.yaml, so a new method is covered as soon as its
+Method configs are discovered from dpdc_lightning/conf/method/*.yaml, so a new method is covered as soon as its
 config exists. Runs are tiny (toy or digits data, a width-8 extractor, a few steps). Each command-line
 test starts a fresh interpreter (Lightning's import alone is ~5 s of CPU): one is in the fast suite,
 the rest are marked slow.
