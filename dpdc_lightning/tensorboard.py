@@ -54,6 +54,9 @@ class RunLogger(TensorBoardLogger):
             super().log_hyperparams(self._run_hparams, dict(self._hp_metrics) or {"epsilon": float("nan")})
         finally:
             self._writing_hparams = False
+        # Lightning wrote hparams.yaml at fit start with the module's empty hparams and never rewrites an
+        # existing file: remove it so the save at the end of the run writes these settings.
+        (Path(self.log_dir) / "hparams.yaml").unlink(missing_ok=True)
 
 
 def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protocol: str) -> None:
