@@ -15,19 +15,16 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional
 
 from dpdc_lightning.errors import Interrupted, UserError
+from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json, comparison_table  # noqa: F401
 from dpdc_lightning.overrides import help_text, parse_overrides
 
 BASELINES = ("random-real",)
 EVAL_FILE = "eval.json"
 NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknown)"
-PRIVATE_TEST_NOTE = ("NOT covered by the privacy guarantee: the test split was held out from the private data, so "
-                     "this accuracy is a function of private records; keep this file private (it is not part of "
-                     "the public bundle)")
 USAGE = ("usage: python evaluate.py RUN_DIR [RUN_DIR ...|SWEEP_DIR] [model=a,b] [eval.runs=N] "
          "| --images FILE.pt dataset=NAME [model=a,b] [eval.*=...] "
          "| --baseline random-real [dataset=NAME] [method.ipc=N]")
@@ -89,10 +86,6 @@ def _expand(run_dirs: list[str]) -> list[Path]:
     return bundles
 
 
-def _protocol_key(protocol: Any) -> str:
-    return protocol.describe()
-
-
 def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], models: list[Any], *,
                      quiet: bool) -> dict[str, Any]:
     from omegaconf import OmegaConf
@@ -120,7 +113,7 @@ def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], 
     results, protocol = _run_models(bundle.images, bundle.labels, data, config, models, quiet=quiet,
                                     title=title, note=note)
     eval_path = path / EVAL_FILE
-    _append(eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note)
+    append_eval_json(eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note)
     try:
         from dpdc_lightning.tensorboard import log_evaluation
 
@@ -200,55 +193,6 @@ def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[A
         progress.close()
     print(format_table(results, title=title, protocol=protocol, extra=note or None))
     return results, protocol
-
-
-def _append(path: Path, *, title: str, results: list[Any], protocol: Any, seed: int, note: dict[str, str]) -> None:
-    """Add this evaluation to ``eval.json``: ``evaluations`` keeps every one (never overwritten),
-    ``by_protocol[protocol][model]`` lists each evaluation's seed and accuracies; ``results`` and
-    ``protocol`` repeat the latest for quick reading."""
-    from dpdc_lightning.evaluation.results import results_to_json
-    from dpdc_lightning.export import atomic_write_text
-
-    payload: dict[str, Any] = {}
-    if path.is_file():
-        try:
-            payload = json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            raise UserError(f"{path} is not valid JSON ({err}); move it away to start a new one") from None
-    latest = results_to_json(results, protocol=protocol, extra=note or None)
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    evaluations = payload.get("evaluations")
-    if evaluations is None:  # a file from an earlier version: keep its one evaluation
-        evaluations = [{k: payload[k] for k in ("title", "protocol", "results") if k in payload}] if payload else []
-    evaluations.append({"title": title, "date": stamp, "seed": seed, **latest})
-    by_protocol = payload.get("by_protocol", {})
-    key = _protocol_key(protocol)
-    for model, entry in latest["results"].items():
-        by_protocol.setdefault(key, {}).setdefault(model, []).append(
-            {"seed": seed, "date": stamp, "mean": entry["mean"], "std": entry["std"], "accuracies": entry["accuracies"]})
-    document = {"title": title, **note, "unit": "percent", "protocol": latest["protocol"], "results": latest["results"],
-                "by_protocol": by_protocol, "evaluations": evaluations}
-    atomic_write_text(path, json.dumps(document, indent=2) + "\n")
-
-
-def comparison_table(outcomes: list[dict[str, Any]]) -> str:
-    """One markdown table over several bundles: run, method, ε, δ, seed, then a column per model."""
-    from dpdc_lightning.evaluation.results import protocol_line
-
-    models = sorted({r.model for o in outcomes for r in o["results"]})
-    lines = ["### comparison", "", protocol_line(outcomes[0]["protocol"]), ""]
-    if any(o["private_test"] for o in outcomes):
-        lines += [f"- note: some rows are {PRIVATE_TEST_NOTE.split(':')[0]} (test split held out from private data)",
-                  ""]
-    lines += ["| run | method | dataset | ε | δ | seed | " + " | ".join(f"{m} (%)" for m in models) + " |",
-              "|---" * (6 + len(models)) + "|"]
-    for o in outcomes:
-        cells = {r.model: r.cell() for r in o["results"]}
-        eps = "∞" if o["epsilon"] is None else f"{o['epsilon']:.3f}"
-        delta = "-" if o["delta"] is None else f"{o['delta']:g}"
-        lines.append(f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | {o['seed']} | "
-                     + " | ".join(cells.get(m, "-") for m in models) + " |")
-    return "\n".join(lines) + "\n"
 
 
 def _check_accelerator(accelerator: str) -> None:
