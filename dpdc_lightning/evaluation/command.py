@@ -52,7 +52,7 @@ def evaluate_main(argv: list[str]) -> int:
         if len(bundles) > 1:
             print(comparison_table(outcomes))
         for name in run_dirs:  # a sweep folder's summary and plot follow its latest evaluation
-            from dpdc_lightning.sweep import SWEEP_FILE, refresh_summary
+            from dpdc_lightning.sweep_summary import SWEEP_FILE, refresh_summary
 
             if (Path(name) / SWEEP_FILE).is_file():
                 print(f"updated {refresh_summary(Path(name), outcomes)}")
