@@ -68,11 +68,11 @@ def test_sweep_tokens_are_a_cartesian_product():
 # --------------------------------------------------------------------------- plan, config.yaml, end line
 
 def test_print_config_states_the_plan_and_train_records_it(tmp_path, capsys):
-    assert run(train_main, ["method=ndpdc", *TINY, "privacy.target_epsilon=3", "method.iterations=4",
+    assert run(train_main, ["method=ndpdc", *TINY, "privacy.noise_multiplier=1.5", "method.iterations=4",
                             "--print-config"]) == 0
     out = capsys.readouterr().out
     plan = re.search(r"# plan: noise multiplier σ = ([\d.]+), 4 privacy-consuming steps .*ε = ([\d.]+) at δ = 1e-05", out)
-    assert plan and 2.9 < float(plan.group(2)) <= 3.0
+    assert plan and float(plan.group(1)) == 1.5 and 0 < float(plan.group(2)) < 3
     printed = OmegaConf.create(out)
     assert printed.privacy.planned_noise_multiplier == pytest.approx(float(plan.group(1)), rel=1e-3)
     assert printed.privacy.planned_steps == 4 and printed.privacy.planned_noise_multiplier > 0
