@@ -168,6 +168,7 @@ def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Ca
         settings_tree = OmegaConf.to_container(OmegaConf.structured(config))
         for key in ("run_dir", "runs_root", "resume"):
             settings_tree.pop(key, None)
+        settings_tree["dataset"].pop("resolved_root", None)  # the owner's provenance stays in config.yaml only
         planned = config.privacy.planned_epsilon
         logger = RunLogger(save_dir=run_dir, name="", version="tensorboard", hparams=flat_hparams(settings_tree),
                            hp_metrics={"epsilon": planned} if planned is not None else {})
