@@ -44,6 +44,8 @@ class NumericalFault(UserError):
 class MethodConfig:
     """Fields every method has; a method's own schema subclasses this."""
 
+    allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
+
     name: str = ""
     ipc: int = 10
     iterations: int = 1000
@@ -61,8 +63,8 @@ class MethodConfig:
             raise UserError(f"method.lr_img must be > 0, got {self.lr_img}")
         if not 0 <= self.momentum < 1:
             raise UserError(f"method.momentum must be in [0, 1), got {self.momentum}")
-        if self.init not in ("noise", "real"):
-            raise UserError(f"method.init={self.init!r} is not allowed; choose one of: noise, real")
+        if self.init not in self.allowed_inits:
+            raise UserError(f"method.init={self.init!r} is not allowed; choose one of: {', '.join(self.allowed_inits)}")
 
 
 @dataclass(frozen=True)
@@ -88,13 +90,17 @@ class CondensationMethod(L.LightningModule):
     sampling: ClassVar[str] = "per_class_poisson"
     default_noise_multiplier: ClassVar[Optional[float]] = None
     steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
+    uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
 
     def __init__(self, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, seed: int,
                  noise_seed: Optional[int] = None, model: Optional[ModelConfig] = None,
-                 augment_mode: str = "single", reproducible_noise: bool = False) -> None:
+                 augment_mode: str = "single", reproducible_noise: bool = False,
+                 auxiliary: Optional[Any] = None) -> None:
         """``noise_seed`` keys the privacy noise (the run's secret; required for a private method);
         ``reproducible_noise`` swaps the keyed SHAKE-256 stream for a seeded torch generator (then
-        ``noise_seed`` is the public run seed and the output is NOT private)."""
+        ``noise_seed`` is the public run seed and the output is NOT private). ``auxiliary`` is an
+        image set that is public or was paid for in the plan (methods/auxiliary.py), for methods
+        that declare ``uses_auxiliary``."""
         super().__init__()
         if plan.private != self.private or plan.sampling != self.sampling:
             raise ValueError(f"the plan is for a {'private' if plan.private else 'non-private'} {plan.sampling} "
@@ -115,6 +121,7 @@ class CondensationMethod(L.LightningModule):
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
         self._restored_carried: dict[str, Any] = {}
+        self.auxiliary = auxiliary
         self.synthetic = self.build_synthetic()
         # Steps done (data and free); restored from checkpoints, drives the data stream.
         self.register_buffer("completed_steps", torch.zeros((), dtype=torch.long))
@@ -158,6 +165,11 @@ class CondensationMethod(L.LightningModule):
         raise NotImplementedError(f"{type(self).__name__} declares free steps but no free_step")
 
     # ---- shared machinery ----------------------------------------------------------------------
+    @property
+    def stage(self) -> str:
+        """What the next step does, for the progress bar: "sampling" (data) or "optimising" (free)."""
+        return "sampling" if self.plan.is_data_step(int(self.completed_steps)) else "optimising"
+
     @property
     def noise_multiplier(self) -> Optional[float]:
         return self.plan.noise_multiplier
