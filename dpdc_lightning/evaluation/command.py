@@ -75,9 +75,12 @@ def evaluate_main(argv: list[str]) -> int:
         images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
         num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
         accelerator=config.eval.accelerator, pea=config.eval.pea)) for m in models]
-    print(format_table(results, title=title, protocol=protocol, extra=privacy_note or None))
-    payload = {"title": title, **privacy_note,
-               **results_to_json(results, protocol=protocol, extra=privacy_note or None)}
+    # eval.pea trains on the PEA expansion of the set (4 images per image); the record must say so.
+    notes = {**privacy_note, **({"pea": "on: each image split into 2x2 quadrants, each upsampled x2"}
+                                if config.eval.pea else {})}
+    print(format_table(results, title=title, protocol=protocol, extra=notes or None))
+    payload = {"title": title, **privacy_note, "pea": bool(config.eval.pea),
+               **results_to_json(results, protocol=protocol, extra=notes or None)}
     text = json.dumps(payload, indent=2) + "\n"
     if eval_path is not None:
         _write_new(eval_path, text)

@@ -120,6 +120,7 @@ class CondensationMethod(L.LightningModule):
         self._noise_values_per_partition = 0  # largest draw of one partition in a step, for the report
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
+        self._optimised = False  # set by optimise() within a step
         self._restored_carried: dict[str, Any] = {}
         self.auxiliary = auxiliary
         self.synthetic = self.build_synthetic()
@@ -252,7 +253,10 @@ class CondensationMethod(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
+        self._optimised = False
         loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+        if not self._optimised:
+            self._idle_optimiser_step()
         streams, self._noise_streams = self._noise_streams, []
         for stream in streams:
             self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
@@ -274,6 +278,20 @@ class CondensationMethod(L.LightningModule):
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
         self.manual_backward(loss * self.trainer.world_size)
+        optimizer.step()
+        self._optimised = True
+
+    def _idle_optimiser_step(self) -> None:
+        """A step that changes no parameter (no gradients: SGD skips them, momentum included), so
+        that Lightning's global step, which counts optimiser steps, counts every condensation step:
+        checkpoints come every ``checkpoint_every`` steps also where a method does not optimise
+        (LDPDC, Dosser's sampling stage)."""
+        if not isinstance(self._trainer, L.Trainer):  # steps driven by hand (tests): no step counter to keep
+            return
+        optimizer = self.optimizers()
+        if isinstance(optimizer, list):  # a method without an optimiser: nothing to count
+            return
+        optimizer.zero_grad(set_to_none=True)
         optimizer.step()
 
     def synthetic_set(self) -> tuple[Tensor, Tensor]:

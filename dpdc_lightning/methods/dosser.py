@@ -130,9 +130,11 @@ class Dosser(FeatureMatchingMethod):
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.config.init == "aux":
             self._init_from_auxiliary()
+        else:
+            super().setup(stage)
 
     def on_fit_start(self) -> None:
-        if self.trainer.world_size > 1:
+        if self._trainer is not None and self.trainer.world_size > 1:
             raise UserError("method=dosser runs in one process (its signal bank is kept by one process); "
                             "use trainer.devices=1")
         super().on_fit_start()
