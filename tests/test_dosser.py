@@ -270,3 +270,35 @@ def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_pa
     ra, rb = (json.loads((p / "privacy.json").read_text()) for p in (whole, killed))
     assert ra["epsilon"] == rb["epsilon"] and [p["name"] for p in rb["phases"]] == (
         ["auxiliary", "main"] if aux == "dp" else ["main"])
+
+
+def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
+    """experiment=dosser_paper on FashionMNIST's shape: NDPDC makes the auxiliary set on ε 0.2 alone,
+    the sampling stage gets the rest, and the two phases composed cost at most 1 (no data read)."""
+    spec = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
+    plan = plan_run(compose(["experiment=dosser_paper"]), spec)
+    aux = plan.auxiliary
+    assert (plan.data_steps, plan.free_steps, aux.data_steps) == (10000, 200000, 10000)
+    alone = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000)], delta=1e-5)
+    assert aux.planned_epsilon == alone and 0.19 < alone <= 0.2
+    total = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000),
+                                  (plan.noise_multiplier, plan.sample_rate, 10000)], delta=1e-5)
+    assert plan.planned_epsilon == total and 0.99 < total <= 1.0
+    assert plan.prior_history == [(aux.noise_multiplier, aux.sample_rate, 10000)]
+
+
+@pytest.mark.parametrize("pea", [False, True])
+def test_eval_json_records_whether_pea_was_used(tmp_path, monkeypatch, pea):
+    import json
+
+    import evaluate as evaluate_entry
+
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "set.pt"
+    torch.save({"images": torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)),
+                "labels": torch.arange(4).repeat(2)}, path)
+    args = ["--images", str(path), "dataset=toy", "model=mlp", "eval.epochs=1", "eval.runs=1",
+            "eval.accelerator=cpu", f"eval.pea={str(pea).lower()}"]
+    assert cli_run(evaluate_entry.main, args) == 0
+    payload = json.loads((tmp_path / "set.eval.json").read_text())
+    assert payload["pea"] is pea and ("pea" in payload["extra"]) is pea
