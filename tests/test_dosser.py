@@ -5,21 +5,19 @@ and a run killed in either stage resumes to the uninterrupted result."""
 
 from __future__ import annotations
 
+import json
 import math
-from pathlib import Path
 
 import lightning as L
 import pytest
 import torch
 
 import dpdc_lightning.methods.base as base_module
-import dpdc_lightning.methods.dosser as dosser_module
 from dpdc_lightning.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.condense import Condensation, condense, plan_run
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data.datasets import load_dataset
-from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliaryConfig, AuxiliarySet
 from dpdc_lightning.methods.dosser import Dosser, DosserConfig
@@ -190,12 +188,12 @@ def test_a_dp_auxiliary_set_is_a_composed_phase_with_its_own_noise(toy, monkeypa
     keys = _noise_keys(monkeypatch)
     config = compose([*SMALL, "method.sampling_steps=3", "method.optimisation_steps=2", "method.aux.source=dp",
                       "method.aux.ipc=4", "method.aux.iterations=3", "method.aux.group_size=4",
-                      "method.aux.epsilon=0.5", "method.init=aux", "privacy.target_epsilon=4"])
+                      "method.aux.epsilon=0.5", "method.init=aux", "privacy.noise_multiplier=1.5"])
     result = condense(config, toy, noise_seed=0)
     phases = {p["name"]: p for p in result.report["phases"]}
     assert list(phases) == ["auxiliary", "main"] and phases["auxiliary"]["steps"] == 3 and phases["main"]["steps"] == 3
     aux, plan = result.plan.auxiliary, result.plan
-    assert phases["auxiliary"]["epsilon"] <= 0.5 and result.report["epsilon"] <= 4
+    assert phases["auxiliary"]["epsilon"] <= 0.5 and plan.noise_multiplier == 1.5
     together = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 3), (plan.noise_multiplier, plan.sample_rate, 3)],
                                     delta=1e-5, accountant="rdp")
     assert result.report["epsilon"] == pytest.approx(together, rel=1e-12)
@@ -265,8 +263,6 @@ def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_pa
     assert sorted(main) == sorted((0, "main", s, c) for s in range(6) for c in range(4))  # once, over both processes
     a, b = (torch.load(p / "synthetic.pt", weights_only=True) for p in (whole, killed))
     assert torch.equal(a["images"], b["images"])
-    import json
-
     ra, rb = (json.loads((p / "privacy.json").read_text()) for p in (whole, killed))
     assert ra["epsilon"] == rb["epsilon"] and [p["name"] for p in rb["phases"]] == (
         ["auxiliary", "main"] if aux == "dp" else ["main"])
@@ -289,8 +285,6 @@ def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
 
 @pytest.mark.parametrize("pea", [False, True])
 def test_eval_json_records_whether_pea_was_used(tmp_path, monkeypatch, pea):
-    import json
-
     import evaluate as evaluate_entry
 
     monkeypatch.chdir(tmp_path)
