@@ -28,4 +28,3 @@ run dos_ser_public $DOSSER method.aux.source=public_split
 run dos_ser_dp $DOSSER method.aux.source=dp
 run dos_ser_public_pea $DOSSER method.aux.source=public_split method.pea=true -- eval.pea=true
 run dos_ser_dp_initaux $DOSSER method.aux.source=dp method.init=aux
-run dos_long method=dosser method.sampling_steps=100 method.optimisation_steps=1500 method.aux.source=none
