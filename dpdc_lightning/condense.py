@@ -10,6 +10,8 @@ an audit can run hundreds of condensations on chosen subsets of records (``Image
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 import types
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import lightning as L
+import torch
 from torch import Tensor
 
 from dpdc_lightning.cli import quiet_libraries
@@ -26,6 +29,7 @@ from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.data.datasets import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.callback import PrivacyCallback
@@ -34,6 +38,9 @@ from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import new_secret
 from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.seeding import derive_seed
+
+AUXILIARY_FILE = "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
 
 quiet_libraries()
 
@@ -75,11 +82,84 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
         class_sizes, _ = release_class_sizes(class_sizes, noise_multiplier=count_sigma,
                                              noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
                                                                 reproducible=privacy.reproducible_noise))
+    auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
     return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
                      noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
                      delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
                      step_cap=config.trainer.get("max_steps"), count_noise_multiplier=count_sigma,
-                     allow_large_delta=privacy.allow_large_delta)
+                     allow_large_delta=privacy.allow_large_delta, auxiliary=auxiliary,
+                     auxiliary_method=config.method.aux.method if auxiliary is not None else None)
+
+
+def _auxiliary_config(config: RunConfig) -> Optional[Any]:
+    """``method.aux`` of a method that takes an auxiliary set, or None."""
+    aux = getattr(config.method, "aux", None)
+    return aux if METHODS[config.method.name].uses_auxiliary and aux is not None and aux.source != "none" else None
+
+
+def _auxiliary_run_config(config: RunConfig) -> RunConfig:
+    """The config of the private run that makes a DP auxiliary set (``method.aux.source=dp``)."""
+    aux = config.method.aux
+    method = METHODS[aux.method].config_class(ipc=aux.ipc, iterations=aux.iterations, group_size=aux.group_size,
+                                               log_images_every=aux.iterations, checkpoint_every=aux.iterations)
+    privacy = dataclasses.replace(config.privacy, target_epsilon=aux.epsilon, noise_multiplier=None,
+                                  class_sizes="public", count_epsilon=None, calibrate="sigma")
+    return dataclasses.replace(config, method=method, privacy=privacy, seed=derive_seed(config.seed, "auxiliary"),
+                               run_dir=None, resume=None)
+
+
+def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Optional[PrivacyPlan]:
+    """The plan of the DP auxiliary run (``method.aux.source=dp``): the noise that costs
+    ``method.aux.epsilon`` alone over its steps, at the run's δ and on the same class sizes."""
+    aux = _auxiliary_config(config)
+    if aux is None or aux.source != "dp":
+        return None
+    target = config.privacy.target_epsilon
+    if target is not None and not aux.epsilon < target:
+        raise UserError(f"method.aux.epsilon={aux.epsilon} must be below privacy.target_epsilon={target}: "
+                        "the main stage needs the rest")
+    run = _auxiliary_run_config(config)
+    privacy = run.privacy
+    return make_plan(METHODS[aux.method].schedule(run.method), class_sizes=class_sizes, method=aux.method,
+                     noise_multiplier=None, target_epsilon=aux.epsilon, delta=privacy.delta, calibrate="sigma",
+                     accountant=privacy.accountant, allow_large_delta=privacy.allow_large_delta)
+
+
+def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
+                      run_dir: Optional[Path] = None) -> Optional[AuxiliarySet]:
+    """The auxiliary set of a method that takes one: a public file, the declared-public test split,
+    or (``dp``) the output of the auxiliary run the plan paid for, made here unless ``run_dir``
+    already holds it (a resumed run reuses the release, it never makes a second one)."""
+    aux = _auxiliary_config(config)
+    if aux is None:
+        return None
+    if aux.source == "file":
+        found = load_file(aux.path)
+    elif aux.source == "public_split":
+        found = public_split(data.test_images, data.test_labels, dataset=data.name)
+    elif run_dir is not None and (run_dir / AUXILIARY_FILE).is_file():
+        saved = torch.load(run_dir / AUXILIARY_FILE, map_location="cpu", weights_only=True)
+        found = AuxiliarySet(saved["images"], saved["labels"], saved["description"])
+    else:
+        if plan.auxiliary is None:
+            raise ValueError("method.aux.source=dp but the privacy plan paid for no auxiliary run")
+        # Its own secret, derived from the run's: its samples and noise are independent of the main stage's.
+        made = Condensation(_auxiliary_run_config(config), data, plan=plan.auxiliary,
+                            noise_seed=derive_seed(noise_seed, "auxiliary")).fit()
+        found = AuxiliarySet(made.images, made.labels, f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
+                                                         f"(phase 'auxiliary' of the privacy report)")
+        print(f"auxiliary set: {len(made.images)} images made by {found.description}", file=sys.stderr)
+    return check_shape(found, DataSpec.of(data).image_shape).limited(aux.size, seed=config.seed)
+
+
+def save_auxiliary(run_dir: Path, auxiliary: AuxiliarySet) -> None:
+    """Keep a DP auxiliary set in the run directory (written whole or not at all)."""
+    path = run_dir / AUXILIARY_FILE
+    if path.is_file():
+        return
+    temporary = path.with_suffix(".tmp")
+    torch.save({"images": auxiliary.images, "labels": auxiliary.labels, "description": auxiliary.description}, temporary)
+    os.replace(temporary, path)
 
 
 def needs_secret(config: RunConfig) -> bool:
@@ -99,16 +179,20 @@ class Condensation:
     def __init__(self, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
                  run_dir: Optional[Path] = None) -> None:
         spec = DataSpec.of(data)
-        self.config, self.plan = config, plan
+        self.config, self.plan, self.run_dir = config, plan, run_dir
+        self.auxiliary = resolve_auxiliary(config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir)
         self.method: CondensationMethod = METHODS[config.method.name](
             config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
-            augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise)
+            augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise,
+            auxiliary=self.auxiliary)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
         self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy], class_names=data.class_names)
         owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
 
     def fit(self, *, checkpoint: Optional[Path] = None) -> CondensedSet:
+        if self.run_dir is not None and self.plan.auxiliary is not None and self.auxiliary is not None:
+            save_auxiliary(self.run_dir, self.auxiliary)
         self.trainer.fit(self.method, datamodule=self.datamodule, ckpt_path=checkpoint)
         images, labels = self.method.synthetic_set()
         privacy = self.config.privacy

@@ -1,4 +1,4 @@
-"""The progress bar: step, loss and ε, without Lightning's logger version column."""
+"""The progress bar: stage, step, loss and ε, without Lightning's logger version column."""
 
 from __future__ import annotations
 
@@ -13,3 +13,11 @@ class CondensationProgressBar(TQDMProgressBar):
         metrics = super().get_metrics(trainer, pl_module)
         metrics.pop("v_num", None)
         return metrics
+
+    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
+                             batch_idx: int) -> None:
+        # Methods with free steps (Dosser) sample first and optimise after: say which is running.
+        super().on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        bar = getattr(self, "_train_progress_bar", None)
+        if pl_module.plan.free_steps and bar is not None:
+            bar.set_description(pl_module.stage)

@@ -109,7 +109,7 @@ def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], 
     epsilon = bundle.report.get("epsilon")
     title = (f"{config.method.name} on {config.dataset.name}, "
              f"ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}")
-    note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
+    note = _notes(config, data)
     results, protocol = _run_models(bundle.images, bundle.labels, data, config, models, quiet=quiet,
                                     title=title, note=note)
     eval_path = path / EVAL_FILE
@@ -138,7 +138,7 @@ def _evaluate_other(baseline: bool, image_file: Optional[str], selections: dict[
     config = compose(tokens)
     _check_accelerator(config.eval.accelerator)
     data = _load(config)
-    note: dict[str, str] = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
+    note = _notes(config, data)
     if image_file is not None:
         path = Path(image_file)
         images, labels = load_image_file(path, data)
@@ -153,7 +153,7 @@ def _evaluate_other(baseline: bool, image_file: Optional[str], selections: dict[
                               label=f"random-real-{config.dataset.name}-ipc{config.method.ipc}")
         eval_path = out_dir / EVAL_FILE
     results, protocol = _run_models(images, labels, data, config, models, quiet=quiet, title=title, note=note)
-    payload = {"title": title, **note, **results_to_json(results, protocol=protocol, extra=note or None)}
+    payload = {"title": title, **note, "pea": bool(config.eval.pea), **results_to_json(results, protocol=protocol, extra=note or None)}
     text = json.dumps(payload, indent=2) + "\n"
     if image_file is not None:
         _write_new(eval_path, text)
@@ -165,6 +165,15 @@ def _evaluate_other(baseline: bool, image_file: Optional[str], selections: dict[
         atomic_write_text(eval_path, text)
     print(f"results written to {eval_path}")
     return 0
+
+
+def _notes(config: Any, data: Any) -> dict[str, str]:
+    """What a reader of the results must know besides the protocol: a test split held out from the
+    private data, and eval.pea (training on the PEA expansion, 4 images per synthetic image)."""
+    note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
+    if config.eval.pea:
+        note["pea"] = "on: each image split into 2x2 quadrants, each upsampled x2"
+    return note
 
 
 def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[Any], *, quiet: bool,

@@ -139,11 +139,11 @@ def append_eval_json(path: Path, *, title: str, results: list[Any], protocol: An
         evaluations = [{k: payload[k] for k in ("title", "protocol", "results") if k in payload}] if payload else []
     evaluations.append({"title": title, "date": stamp, "seed": seed, **latest})
     by_protocol = payload.get("by_protocol", {})
-    key = protocol.describe()
+    key = protocol.describe() + ("; PEA expansion" if "pea" in note else "")  # PEA results never mix with plain ones
     for model, entry in latest["results"].items():
         by_protocol.setdefault(key, {}).setdefault(model, []).append(
             {"seed": seed, "date": stamp, "mean": entry["mean"], "std": entry["std"], "accuracies": entry["accuracies"]})
-    document = {"title": title, **note, "unit": "percent", "protocol": latest["protocol"], "results": latest["results"],
+    document = {"title": title, **note, "pea": "pea" in note, "unit": "percent", "protocol": latest["protocol"], "results": latest["results"],
                 "by_protocol": by_protocol, "evaluations": evaluations}
     atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 

@@ -2,11 +2,13 @@
 
 from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
 from dpdc_lightning.methods.dm import DM
+from dpdc_lightning.methods.dosser import Dosser
 from dpdc_lightning.methods.ldpdc import LDPDC
 from dpdc_lightning.methods.ndpdc import NDPDC
 
 METHODS: dict[str, type[CondensationMethod]] = {
     "dm": DM,
+    "dosser": Dosser,
     "ldpdc": LDPDC,
     "ndpdc": NDPDC,
 }

@@ -44,6 +44,8 @@ class NumericalFault(UserError):
 class MethodConfig:
     """Fields every method has; a method's own schema subclasses this."""
 
+    allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
+
     name: str = ""
     ipc: int = 10
     iterations: int = 1000
@@ -61,8 +63,8 @@ class MethodConfig:
             raise UserError(f"method.lr_img must be > 0, got {self.lr_img}")
         if not 0 <= self.momentum < 1:
             raise UserError(f"method.momentum must be in [0, 1), got {self.momentum}")
-        if self.init not in ("noise", "real"):
-            raise UserError(f"method.init={self.init!r} is not allowed; choose one of: noise, real")
+        if self.init not in self.allowed_inits:
+            raise UserError(f"method.init={self.init!r} is not allowed; choose one of: {', '.join(self.allowed_inits)}")
 
 
 @dataclass(frozen=True)
@@ -88,13 +90,17 @@ class CondensationMethod(L.LightningModule):
     sampling: ClassVar[str] = "per_class_poisson"
     default_noise_multiplier: ClassVar[Optional[float]] = None
     steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
+    uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
 
     def __init__(self, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, seed: int,
                  noise_seed: Optional[int] = None, model: Optional[ModelConfig] = None,
-                 augment_mode: str = "single", reproducible_noise: bool = False) -> None:
+                 augment_mode: str = "single", reproducible_noise: bool = False,
+                 auxiliary: Optional[Any] = None) -> None:
         """``noise_seed`` keys the privacy noise (the run's secret; required for a private method);
         ``reproducible_noise`` swaps the keyed SHAKE-256 stream for a seeded torch generator (then
-        ``noise_seed`` is the public run seed and the output is NOT private)."""
+        ``noise_seed`` is the public run seed and the output is NOT private). ``auxiliary`` is an
+        image set that is public or was paid for in the plan (methods/auxiliary.py), for methods
+        that declare ``uses_auxiliary``."""
         super().__init__()
         if plan.private != self.private or plan.sampling != self.sampling:
             raise ValueError(f"the plan is for a {'private' if plan.private else 'non-private'} {plan.sampling} "
@@ -114,7 +120,9 @@ class CondensationMethod(L.LightningModule):
         self._noise_values_per_partition = 0  # largest draw of one partition in a step, for the report
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
+        self._optimised = False  # set by optimise() within a step
         self._restored_carried: dict[str, Any] = {}
+        self.auxiliary = auxiliary
         self.synthetic = self.build_synthetic()
         # Steps done (data and free); restored from checkpoints, drives the data stream.
         self.register_buffer("completed_steps", torch.zeros((), dtype=torch.long))
@@ -158,6 +166,11 @@ class CondensationMethod(L.LightningModule):
         raise NotImplementedError(f"{type(self).__name__} declares free steps but no free_step")
 
     # ---- shared machinery ----------------------------------------------------------------------
+    @property
+    def stage(self) -> str:
+        """What the next step does, for the progress bar: "sampling" (data) or "optimising" (free)."""
+        return "sampling" if self.plan.is_data_step(int(self.completed_steps)) else "optimising"
+
     @property
     def noise_multiplier(self) -> Optional[float]:
         return self.plan.noise_multiplier
@@ -240,7 +253,10 @@ class CondensationMethod(L.LightningModule):
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
+        self._optimised = False
         loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+        if not self._optimised:
+            self._idle_optimiser_step()
         streams, self._noise_streams = self._noise_streams, []
         for stream in streams:
             self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
@@ -262,6 +278,20 @@ class CondensationMethod(L.LightningModule):
         optimizer = self.optimizers()
         optimizer.zero_grad(set_to_none=True)
         self.manual_backward(loss * self.trainer.world_size)
+        optimizer.step()
+        self._optimised = True
+
+    def _idle_optimiser_step(self) -> None:
+        """A step that changes no parameter (no gradients: SGD skips them, momentum included), so
+        that Lightning's global step, which counts optimiser steps, counts every condensation step:
+        checkpoints come every ``checkpoint_every`` steps also where a method does not optimise
+        (LDPDC, Dosser's sampling stage)."""
+        if not isinstance(self._trainer, L.Trainer):  # steps driven by hand (tests): no step counter to keep
+            return
+        optimizer = self.optimizers()
+        if isinstance(optimizer, list):  # a method without an optimiser: nothing to count
+            return
+        optimizer.zero_grad(set_to_none=True)
         optimizer.step()
 
     def synthetic_set(self) -> tuple[Tensor, Tensor]:

@@ -29,6 +29,8 @@ from dpdc_lightning.privacy.counts import COUNT_PHASE
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
+AUXILIARY_PHASE = "auxiliary"  # a DP auxiliary set bought before the first step (Dosser SER)
+
 
 class PrivacyCallback(L.Callback):
     def __init__(self, plan: PrivacyPlan, *, log_every_n_steps: int = 10) -> None:
@@ -37,6 +39,11 @@ class PrivacyCallback(L.Callback):
         if plan.count_noise_multiplier is not None:  # the class sizes were released before the first step
             self.accountant.start_phase(COUNT_PHASE)
             self.accountant.step(PrivacyEvent(noise_multiplier=plan.count_noise_multiplier, sample_rate=1.0))
+        auxiliary = plan.auxiliary
+        if auxiliary is not None and auxiliary.data_steps:  # a DP auxiliary set was made before the first step
+            self.accountant.start_phase(AUXILIARY_PHASE)
+            self.accountant.step(auxiliary.event(), num_steps=auxiliary.data_steps)
+        if self.accountant.phases:
             self.accountant.start_phase(DEFAULT_PHASE)
         self.log_every_n_steps = log_every_n_steps
         self.epsilon: Optional[float] = None

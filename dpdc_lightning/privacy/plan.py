@@ -11,6 +11,11 @@ reuses it as stored and never recalibrates.
 One data step of a private method costs one Poisson-subsampled Gaussian mechanism at
 q = max_c q_c: the classes are disjoint parts of the data (parallel composition, Zheng & Li,
 "Differentially Private Dataset Condensation", Cor. A.1). Free steps read no data and cost nothing.
+
+Phases before the first step (a class-size release, a DP auxiliary set made by another private
+method on a declared budget share, as Dosser's SER uses) are part of the plan: the auxiliary run's
+own plan is stored whole, and all phases are composed in one accountant (RDP orders added), which
+is tighter than adding each phase's ε as Zheng et al.'s Dosser Theorem 2 (basic composition) does.
 """
 
 from __future__ import annotations
@@ -74,6 +79,10 @@ class PrivacyPlan:
     # and the released sizes the sample rates were computed from; None when sizes are public.
     count_noise_multiplier: Optional[float] = None
     released_class_sizes: Optional[tuple[float, ...]] = None
+    # A DP auxiliary set made before the first step (Dosser SER, method.aux.source=dp): the whole
+    # plan of that run (PrivacyPlan.to_dict()); None when there is none.
+    auxiliary_plan: Optional[dict[str, Any]] = None
+    auxiliary_method: Optional[str] = None
 
     @property
     def total_steps(self) -> int:
@@ -90,8 +99,14 @@ class PrivacyPlan:
 
     @property
     def prior_history(self) -> list[tuple[float, float, int]]:
-        """What was spent before the first step: the class-size release, if any."""
-        return [(self.count_noise_multiplier, 1.0, 1)] if self.count_noise_multiplier else []
+        """What was spent before the first step: the class-size release and the auxiliary run, if any."""
+        counts = [(self.count_noise_multiplier, 1.0, 1)] if self.count_noise_multiplier else []
+        return counts + auxiliary_history(self.auxiliary)
+
+    @property
+    def auxiliary(self) -> Optional["PrivacyPlan"]:
+        """The plan of the DP auxiliary run, if this run bought one."""
+        return PrivacyPlan.from_dict(self.auxiliary_plan) if self.auxiliary_plan is not None else None
 
     def is_data_step(self, step: int) -> bool:
         return 0 <= step < self.data_steps
@@ -122,10 +137,16 @@ class PrivacyPlan:
 
     def summary(self) -> dict[str, Any]:
         """The plan as the public report states it."""
-        return {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
-                "data_steps": self.data_steps, "free_steps": self.free_steps,
-                "planned_epsilon": self.planned_epsilon, "target_epsilon": self.target_epsilon,
-                "class_sizes": self.class_size_statement()}
+        summary = {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
+                   "data_steps": self.data_steps, "free_steps": self.free_steps,
+                   "planned_epsilon": self.planned_epsilon, "target_epsilon": self.target_epsilon,
+                   "class_sizes": self.class_size_statement()}
+        auxiliary = self.auxiliary
+        if auxiliary is not None:
+            summary["auxiliary"] = {"method": self.auxiliary_method, "noise_multiplier": auxiliary.noise_multiplier,
+                                    "sample_rate": auxiliary.sample_rate, "data_steps": auxiliary.data_steps,
+                                    "epsilon_alone": auxiliary.planned_epsilon}
+        return summary
 
     def class_size_statement(self) -> dict[str, Any]:
         """How the class sizes behind the sample rates were obtained."""
@@ -136,6 +157,15 @@ class PrivacyPlan:
                 "mechanism": "Gaussian on the class histogram, composed into the total",
                 "sensitivity": 1.0, "noise_multiplier": self.count_noise_multiplier,
                 "noise_std": self.count_noise_multiplier}  # std = noise multiplier x sensitivity 1
+
+
+def auxiliary_history(auxiliary: Optional[PrivacyPlan]) -> list[tuple[float, float, int]]:
+    """The mechanism runs of an auxiliary plan (one entry: its data steps at its noise and rate)."""
+    if auxiliary is None or not auxiliary.data_steps:
+        return []
+    if auxiliary.count_noise_multiplier is not None or auxiliary.auxiliary_plan is not None:
+        raise ValueError("an auxiliary run must not hold phases of its own (they belong to the main plan)")
+    return [(float(auxiliary.noise_multiplier), auxiliary.sample_rate, auxiliary.data_steps)]
 
 
 def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[float, ...]:
@@ -167,7 +197,8 @@ def check_delta_size(delta: float, *, records: int, allow_large_delta: bool) -> 
 def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str,
               noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
               calibrate: str, accountant: str, step_cap: Optional[int] = None,
-              count_noise_multiplier: Optional[float] = None, allow_large_delta: bool = False) -> PrivacyPlan:
+              count_noise_multiplier: Optional[float] = None, allow_large_delta: bool = False,
+              auxiliary: Optional[PrivacyPlan] = None, auxiliary_method: Optional[str] = None) -> PrivacyPlan:
     """Fix the plan of a run.
 
     - no target: the given (or the method's default) noise multiplier, every data step;
@@ -177,6 +208,8 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
     With ``count_noise_multiplier``, ``class_sizes`` are the sizes released by privacy/counts.py at
     that noise multiplier, and that release counts towards the target together with the steps.
     A private plan needs ``delta < 1 / N`` (N = sum of the class sizes) unless ``allow_large_delta``.
+    ``auxiliary`` is the plan of a private run made before this one on the same data (its steps
+    count towards the target too, composed with the others).
     """
     data_steps, free_steps = schedule.data_steps, schedule.free_steps
     if step_cap is not None and step_cap > 0:
@@ -186,13 +219,14 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
     common = dict(private=schedule.private, sampling=schedule.sampling, sample_size=float(schedule.sample_size),
                   sample_rates=rates, free_steps=free_steps, accountant=accountant)
     if not schedule.private:
-        if target_epsilon is not None or noise_multiplier is not None or count_noise_multiplier is not None:
+        if target_epsilon is not None or noise_multiplier is not None or count_noise_multiplier is not None \
+                or auxiliary is not None:
             raise UserError(f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply")
         return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=None, delta=None, target_epsilon=None,
                            planned_epsilon=None)
     check_delta_size(delta, records=sum(class_sizes), allow_large_delta=allow_large_delta)
     q = max(rates)
-    prior = [(count_noise_multiplier, 1.0, 1)] if count_noise_multiplier else []
+    prior = ([(count_noise_multiplier, 1.0, 1)] if count_noise_multiplier else []) + auxiliary_history(auxiliary)
     sigma = noise_multiplier or schedule.default_noise_multiplier
     if target_epsilon is not None and calibrate == "sigma":
         if noise_multiplier is not None:
@@ -214,4 +248,6 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
     released = tuple(float(n) for n in class_sizes) if count_noise_multiplier else None
     return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=float(sigma), delta=delta,
                        target_epsilon=target_epsilon, planned_epsilon=planned,
-                       count_noise_multiplier=count_noise_multiplier, released_class_sizes=released)
+                       count_noise_multiplier=count_noise_multiplier, released_class_sizes=released,
+                       auxiliary_plan=auxiliary.to_dict() if auxiliary is not None else None,
+                       auxiliary_method=auxiliary_method if auxiliary is not None else None)

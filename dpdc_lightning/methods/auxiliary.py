@@ -1,0 +1,130 @@
+"""The auxiliary image set of Dosser's SER: where it may come from, and loading the public kinds.
+
+SER (Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation", §3.3)
+finds its subspaces from the features of an auxiliary set, so that set must never be the private
+data itself unless it was paid for. ``method.aux.source`` says which it is:
+
+- ``file``: a tensor file of public images the user supplies (``method.aux.path``);
+- ``public_split``: the dataset's test split, which the user thereby DECLARES public and disjoint
+  from the private training records (for the embedded digits data the test split is a fixed,
+  disjoint part of the same UCI collection, so it needs no download); note that the evaluator
+  tests on that split too, so accuracies then come from a split the subspaces have seen;
+- ``dp``: images made by one of our private methods (NDPDC or LDPDC) on the private data at a
+  declared budget share ``method.aux.epsilon``; that run is a phase of the privacy plan, composed
+  with the main stage in one accountant (condense.py makes it);
+- ``none``: no SER (DOS only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.seeding import derive_generator
+
+SOURCES = ("none", "file", "public_split", "dp")
+DP_METHODS = ("ndpdc", "ldpdc")
+
+
+@dataclass
+class AuxiliaryConfig:
+    source: str = "none"
+    path: Optional[str] = None  # file: a .pt (dict with 'images', optional 'labels') or .npz with the same arrays
+    size: int = 1000  # at most this many images are used (a keyed subsample of a larger set)
+    # source=dp: the private run that makes the set, and the ε it may spend alone (at privacy.delta)
+    method: str = "ndpdc"
+    epsilon: float = 0.2
+    ipc: int = 50
+    iterations: int = 1000
+    group_size: float = 50.0
+
+    def __post_init__(self) -> None:
+        if self.source not in SOURCES:
+            raise UserError(f"method.aux.source={self.source!r} is not allowed; choose one of: {', '.join(SOURCES)}")
+        if self.source == "file" and not self.path:
+            raise UserError("method.aux.source=file needs method.aux.path=FILE (.pt or .npz of public images)")
+        if self.source != "file" and self.path:
+            raise UserError("method.aux.path applies only with method.aux.source=file")
+        if self.method not in DP_METHODS:
+            raise UserError(f"method.aux.method={self.method!r} is not allowed; choose one of: {', '.join(DP_METHODS)}")
+        for key in ("size", "ipc", "iterations"):
+            if getattr(self, key) < 1:
+                raise UserError(f"method.aux.{key} must be >= 1, got {getattr(self, key)}")
+        if not self.epsilon > 0 or not self.group_size > 0:
+            raise UserError("method.aux.epsilon and method.aux.group_size must be > 0")
+
+
+@dataclass(frozen=True)
+class AuxiliarySet:
+    """Images [n, C, H, W] in the data's normalised space; labels [n] when known (else None)."""
+
+    images: Tensor
+    labels: Optional[Tensor]
+    description: str
+
+    def __post_init__(self) -> None:
+        if self.images.dim() != 4 or not self.images.is_floating_point() or len(self.images) == 0:
+            raise UserError(f"the auxiliary set must be float images [n, C, H, W] with n >= 1, got "
+                            f"{self.images.dtype} {tuple(self.images.shape)}")
+        if not bool(torch.isfinite(self.images).all()):
+            raise UserError("the auxiliary set holds NaN or infinite pixels")
+        if self.labels is not None and tuple(self.labels.shape) != (len(self.images),):
+            raise UserError(f"the auxiliary set has {len(self.images)} images but labels of shape {tuple(self.labels.shape)}")
+
+    def limited(self, size: int, *, seed: int) -> "AuxiliarySet":
+        """At most ``size`` images: a subsample keyed by the public run seed, in the original order."""
+        if len(self.images) <= size:
+            return self
+        keep = torch.randperm(len(self.images), generator=derive_generator(seed, "auxiliary-subsample"))[:size].sort().values
+        labels = None if self.labels is None else self.labels[keep]
+        return AuxiliarySet(self.images[keep].contiguous(), labels, f"{self.description}, {size} kept")
+
+
+def check_shape(aux: AuxiliarySet, image_shape: tuple[int, int, int]) -> AuxiliarySet:
+    if tuple(aux.images.shape[1:]) != tuple(image_shape):
+        raise UserError(f"the auxiliary images have shape {tuple(aux.images.shape[1:])}, the data {tuple(image_shape)}")
+    return aux
+
+
+def load_file(path: str) -> AuxiliarySet:
+    """A user's file of public images: .pt (``torch.load(weights_only=True)``; a tensor, or a dict
+    with 'images' and optional 'labels') or .npz (arrays 'images' and optional 'labels')."""
+    file = Path(path)
+    if not file.is_file():
+        raise UserError(f"method.aux.path={path}: no such file")
+    try:
+        if file.suffix == ".npz":
+            with np.load(file, allow_pickle=False) as arrays:
+                payload = {key: torch.from_numpy(np.array(arrays[key])) for key in arrays.files}
+        elif file.suffix == ".pt":
+            payload = torch.load(file, map_location="cpu", weights_only=True)
+        else:
+            raise UserError(f"method.aux.path={path}: expected a .pt or .npz file")
+    except UserError:
+        raise
+    except Exception as err:  # any unreadable file is one user error
+        raise UserError(f"method.aux.path={path} cannot be read: {(str(err).strip().splitlines() or [''])[0]}") from None
+    if isinstance(payload, Tensor):
+        payload = {"images": payload}
+    if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor):
+        raise UserError(f"method.aux.path={path} must hold a tensor 'images' [n, C, H, W] (and optionally 'labels')")
+    labels = payload.get("labels")
+    if labels is not None and (not isinstance(labels, Tensor) or labels.is_floating_point()):
+        raise UserError(f"method.aux.path={path}: 'labels' must be an integer tensor")
+    images = payload["images"]
+    if not images.is_floating_point():
+        raise UserError(f"method.aux.path={path}: 'images' must be float pixels in the data's normalised space")
+    return AuxiliarySet(images.float().contiguous(), None if labels is None else labels.long(),
+                        f"public file {file.name}")
+
+
+def public_split(test_images: Tensor, test_labels: Tensor, *, dataset: str) -> AuxiliarySet:
+    if len(test_images) == 0:
+        raise UserError(f"method.aux.source=public_split: the data set {dataset} has no test split to use")
+    return AuxiliarySet(test_images, test_labels, f"the test split of {dataset}, declared public by the user")
