@@ -11,6 +11,7 @@ from dpdc_lightning.evaluation.train_eval import (
     EvalProtocol,
     SyntheticClassifier,
     train_and_test,
+    train_network,
 )
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "protocol_line",
     "results_to_json",
     "train_and_test",
+    "train_network",
 ]
