@@ -1,0 +1,20 @@
+"""Audit a release: python audit.py RUN_DIR [audit.key=value ...]
+
+    python audit.py runs/ndpdc-digits-20261122-120000
+    python audit.py RUN_DIR audit.shadows=16 audit.epochs=100
+    python audit.py metrics --scores S.npy --members M.npy [--delta D] [--confidence C]
+"""
+
+import sys
+
+from dpdc_lightning.cli import run
+
+
+def main(argv: list[str]) -> int:
+    from dpdc_lightning.audit.command import audit_main
+
+    return audit_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))

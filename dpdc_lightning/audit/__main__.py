@@ -1,0 +1,15 @@
+"""python -m dpdc_lightning.audit RUN_DIR [audit.*=...] | metrics --scores S.npy --members M.npy ..."""
+
+import sys
+
+from dpdc_lightning.cli import run
+
+
+def main(argv: list[str]) -> int:
+    from dpdc_lightning.audit.command import audit_main
+
+    return audit_main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(run(main))
