@@ -17,4 +17,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["metrics"]:  # numbers in, numbers out: no need to import Lightning
+        from dpdc_lightning.audit.command import run_metrics
+
+        sys.exit(run_metrics(sys.argv[2:]))
     sys.exit(run(main))

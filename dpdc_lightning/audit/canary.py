@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from scipy.stats import binom
 
@@ -41,10 +42,9 @@ def one_run_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> 
         raise ValueError("need epsilon >= 0 and delta in [0, 1]")
     p = 1.0 / (1.0 + math.exp(-epsilon))  # accuracy of ε-DP randomised response
     tail = float(binom.sf(v - 1, r, p))  # P[Bin(r, p) >= v]
-    slack, below = 0.0, 0.0
-    for i in range(1, v + 1):
-        below += float(binom.pmf(v - i, r, p))  # P[v > Bin >= v − i]
-        slack = max(slack, below / i)
+    # below[i - 1] = P[v > Bin >= v − i] for i = 1..v; the δ term takes the largest below[i - 1] / i.
+    below = np.cumsum(binom.pmf(np.arange(v - 1, -1, -1), r, p))
+    slack = float(np.max(below / np.arange(1, v + 1))) if v else 0.0
     return min(1.0, tail + 2 * m * delta * slack)
 
 

@@ -130,6 +130,18 @@ def _print_summary(report: dict, path: Path) -> None:
     print(f"results written to {path}")
 
 
+def run_metrics(argv: list[str]) -> int:
+    """``metrics_main`` with the entry points' contract (one ``error:`` line, exit 2) but without
+    importing Lightning, so that checking a score file takes a fraction of a second."""
+    import sys
+
+    try:
+        return metrics_main(argv)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
 def metrics_main(argv: list[str]) -> int:
     from dpdc_lightning.audit import metrics
 
