@@ -181,6 +181,20 @@ def test_closed_form_dm_matches_eq8_and_bai_saranadasa_calibration():
     assert shifted["z"] > 5 and shifted["p_one_sided"] < 1e-6
 
 
+def test_dm_initialisation_is_redrawn_exactly():
+    from dpdc_lightning.audit.analysis import dm_noise_initialisation
+    from dpdc_lightning.methods import DataSpec
+    from dpdc_lightning.methods.dm import DM, DMConfig
+    from method_helpers import build
+
+    spec = DataSpec(num_classes=3, image_shape=(1, 4, 4), class_sizes=(20, 20, 20))
+    method = build(DM, DMConfig(name="dm", ipc=2, init="noise"), spec, seed=5)
+    images, labels = dm_noise_initialisation(seed=5, num_classes=3, ipc=2, image_shape=(1, 4, 4))
+    assert torch.equal(images, method.synthetic_set()[0]) and torch.equal(labels, method.synthetic_set()[1])
+    other, _ = dm_noise_initialisation(seed=6, num_classes=3, ipc=2, image_shape=(1, 4, 4))
+    assert not torch.equal(images, other)
+
+
 # ------------------------------------------------------------------ command line
 
 def test_metrics_cli_prints_the_five_lines(tmp_path, cli_env, repo_root):

@@ -27,6 +27,17 @@ from torch import Tensor
 HEURISTIC_LABEL = "HEURISTIC estimate (Grining & Klonowski noiseless privacy), NOT a differential-privacy guarantee"
 
 
+def dm_noise_initialisation(*, seed: int, num_classes: int, ipc: int, image_shape: tuple[int, int, int]
+                            ) -> tuple[Tensor, Tensor]:
+    """The N(0, I) images a DM run with ``method.init=noise`` and run seed ``seed`` started from,
+    redrawn exactly as the method draws them (``PixelImages`` from the generator (seed, "init"))."""
+    from dpdc_lightning.methods.synthetic import PixelImages
+    from dpdc_lightning.seeding import derive_generator
+
+    return PixelImages(num_classes=num_classes, ipc=ipc, image_shape=image_shape,
+                       generator=derive_generator(seed, "init")).export()
+
+
 def closed_form_dm(train_images: Tensor, train_labels: Tensor, init: Tensor, init_labels: Tensor) -> Tensor:
     """DPDC Eq. 8 per class: ``init`` [n, C, H, W] (class ``init_labels``) mapped to Q_c s̃ + mean_c."""
     out = torch.empty_like(init, dtype=torch.float64)

@@ -23,7 +23,6 @@ from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data.datasets import ImageData
 from dpdc_lightning.evaluation.train_eval import EvalProtocol
 from dpdc_lightning.export import Bundle
-from dpdc_lightning.methods.synthetic import PixelImages
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 ATTACKS_TARGET = ("loss_threshold", "lira_online", "lira_offline")
@@ -155,10 +154,9 @@ def _analyses(bundle: Bundle, config: RunConfig, data: ImageData) -> dict:
     if method.name != "dm" or method.init != "noise":
         out["dm_closed_form"] = "applies to DM bundles with method.init=noise (DPDC §3.1); skipped"
         return out
-    # DM's initialisation, redrawn exactly as the method drew it (PixelImages from (seed, "init")).
-    init = PixelImages(num_classes=data.num_classes, ipc=method.ipc, image_shape=tuple(data.train_images.shape[1:]),
-                       generator=derive_generator(config.seed, "init"))
-    init_images, init_labels = init.export()
+    init_images, init_labels = analysis.dm_noise_initialisation(seed=config.seed, num_classes=data.num_classes,
+                                                                ipc=method.ipc,
+                                                                image_shape=tuple(data.train_images.shape[1:]))
     closed = analysis.closed_form_dm(data.train_images, data.train_labels, init_images, init_labels)
     tests = {str(c): analysis.bai_saranadasa(closed[init_labels == c], bundle.images[bundle.labels == c])
              for c in range(data.num_classes)}
