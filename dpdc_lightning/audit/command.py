@@ -127,7 +127,7 @@ def _print_summary(report: dict, path: Path) -> None:
         c = report["canary"]
         print(f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "
               f"(accounted {fmt(c['accounted_epsilon'])})")
-    print(f"results written to {path}")
+    print(f"results written to {path}\nwarning: {report['warning']}")
 
 
 def run_metrics(argv: list[str]) -> int:

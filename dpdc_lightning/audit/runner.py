@@ -29,6 +29,12 @@ ATTACKS_TARGET = ("loss_threshold", "lira_online", "lira_offline")
 ATTACKS_BUNDLE = ("loss_threshold", "lira_offline")  # test records are never IN a shadow: no online LiRA
 
 
+# The audit reads the private records freely (shadows, neighbours, statistics) and adds no noise.
+PRIVATE_OUTPUT = ("this audit is computed from the PRIVATE training records without any privacy protection, and "
+                  "its neighbours picture shows private training images: keep it with the data owner, never "
+                  "publish it with the release")
+
+
 @dataclass
 class AuditOutput:
     report: dict[str, Any]
@@ -98,6 +104,7 @@ def run_audit(bundle: Bundle, config: RunConfig, data: ImageData, settings: Audi
                             "condensed on half as many records as the release")
 
     report: dict[str, Any] = {
+        "warning": PRIVATE_OUTPUT,
         "settings": settings.as_dict(), "delta": delta, "confidence_per_bound": per_bound, "bounds_checked": checks,
         "protocol": {"shadow_classifier": protocol.describe(config.model.name),
                      "reduced": f"{settings.shadows} reference shadows (Carlini et al.: 64-256), classifier "
