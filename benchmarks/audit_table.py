@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     extra = []
     for arg in argv:
-        label, _, path = arg.partition("=")
+        label, _, path = arg.rpartition("=")
         report = json.loads(Path(path).read_text())
         print("\n".join(rows(label, report)))
         v = report["visual"]

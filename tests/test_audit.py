@@ -255,3 +255,31 @@ def test_an_audit_never_overwrites_an_earlier_one(tmp_path):
     assert (tmp_path / "audit-2.json").read_text() == "someone else's"
     assert not (tmp_path / "audit_roc-2.png").exists()  # the half-written audit is removed
     assert (tmp_path / "audit.json").read_text().count('"inf"') == 1
+
+
+def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(tmp_path, monkeypatch, capsys):
+    """The command around the experiment: files next to the bundle, a second audit beside the first,
+    exit code 1 and a loud message when a bound exceeds the accounted ε (the experiment is faked)."""
+    from dpdc_lightning.audit import runner
+    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli import run
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.training import train
+
+    run_dir = train(compose(["method=dm", "dataset=toy", "method.iterations=1", "method.ipc=1",
+                             "trainer.enable_progress_bar=false", f"run_dir={tmp_path / 'run'}"]))
+    report = {"warning": runner.PRIVATE_OUTPUT, "confidence_per_bound": 0.99, "targets": [],
+              "protocol": {"reduced": "fake"}, "bundle": {"attacks": {}, "accounted_epsilon": 1.0}}
+    outcomes = [[], ["bundle loss_threshold: empirical lower bound 2.0000 > accounted epsilon 1.0000"]]
+
+    def fake(bundle, config, data, settings):
+        return runner.AuditOutput(report=dict(report), roc_png=b"png", neighbours_png=b"png",
+                                  violations=outcomes.pop(0))
+
+    monkeypatch.setattr(runner, "run_audit", fake)
+    assert run(audit_main, [str(run_dir)]) == 0
+    assert run(audit_main, [str(run_dir), "audit.canaries=0"]) == 1
+    out = capsys.readouterr().out
+    assert "AUDIT FAILED" in out and "2.0000 > accounted epsilon 1.0000" in out
+    names = {p.name for p in run_dir.iterdir()}
+    assert {"audit.json", "audit_roc.png", "audit_neighbours.png", "audit-2.json", "audit_roc-2.png"} <= names
