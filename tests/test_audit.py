@@ -156,6 +156,13 @@ def test_lira_separates_planted_members():
     for score in (attacks.lira_online(target, stats), attacks.lira_offline(target, stats)):
         assert metrics.auc(score.numpy(), members.numpy().astype(int)) > 0.95
     assert stats.sigma_in == pytest.approx(0.3, rel=0.2)
+    # Entries left out by ``used`` count for neither Gaussian.
+    used = torch.ones_like(keep)
+    used[:, 0] = torch.tensor([True, False] * (s // 2))
+    restricted = attacks.fit_gaussians(phi, keep, used=used)
+    kept = phi[:, 0][used[:, 0] & ~keep[:, 0]]
+    assert restricted.mu_out[0].item() == pytest.approx(kept.mean().item(), rel=1e-5)
+    assert torch.equal(restricted.mu_out[1:], stats.mu_out[1:])
 
 
 # ------------------------------------------------------------------ analyses

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 import torch
@@ -33,22 +34,26 @@ class ShadowStats:
     sigma_out: float
 
 
-def fit_gaussians(phi: Tensor, held: Tensor) -> ShadowStats:
-    """``phi`` [S, n] of the reference shadows, ``held`` [S, n] their membership."""
+def fit_gaussians(phi: Tensor, held: Tensor, *, used: Optional[Tensor] = None) -> ShadowStats:
+    """``phi`` [S, n] of the reference shadows, ``held`` [S, n] their membership; entries where
+    ``used`` is False are left out of both Gaussians (e.g. to give records that no shadow held as
+    many OUT values as the others have, so their means are as noisy)."""
     phi, held = phi.double(), held.bool()
-    n_in, n_out = held.sum(0), (~held).sum(0)
-    mu_in = torch.where(held, phi, 0.0).sum(0) / n_in.clamp(min=1)
-    mu_out = torch.where(~held, phi, 0.0).sum(0) / n_out.clamp(min=1)
+    used = torch.ones_like(held) if used is None else used.bool()
+    is_in, is_out = held & used, ~held & used
+    n_in, n_out = is_in.sum(0), is_out.sum(0)
+    mu_in = torch.where(is_in, phi, 0.0).sum(0) / n_in.clamp(min=1)
+    mu_out = torch.where(is_out, phi, 0.0).sum(0) / n_out.clamp(min=1)
     mu_in[n_in == 0], mu_out[n_out == 0] = math.nan, math.nan
-    res_in = (phi - mu_in)[held & (n_in > 1)]
-    res_out = (phi - mu_out)[~held & (n_out > 1)]
-    # Residuals around a mean of k values shrink by sqrt((k−1)/k); the floor keeps σ > 0.
-    sigma_in = _pooled_std(res_in, held, n_in)
-    sigma_out = _pooled_std(res_out, ~held, n_out)
+    res_in = (phi - mu_in)[is_in & (n_in > 1)]
+    res_out = (phi - mu_out)[is_out & (n_out > 1)]
+    # Pooled over records: squared residuals / sum of (count - 1), the unbiased pooled variance.
+    sigma_in = _pooled_std(res_in, n_in)
+    sigma_out = _pooled_std(res_out, n_out)
     return ShadowStats(mu_in.float(), mu_out.float(), sigma_in, sigma_out)
 
 
-def _pooled_std(residuals: Tensor, mask: Tensor, counts: Tensor) -> float:
+def _pooled_std(residuals: Tensor, counts: Tensor) -> float:
     usable = counts[counts > 1]
     dof = float((usable - 1).sum())
     if dof <= 0:

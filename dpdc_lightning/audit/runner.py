@@ -17,7 +17,7 @@ import torch
 from dpdc_lightning.audit import analysis, attacks, canary, metrics, visual
 from dpdc_lightning.audit.figures import roc_png
 from dpdc_lightning.audit.settings import AuditConfig
-from dpdc_lightning.audit.shadows import ShadowPlan, run_shadows
+from dpdc_lightning.audit.shadows import ShadowPlan, keep_matrix, run_shadows
 from dpdc_lightning.condense import condense
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data.datasets import ImageData
@@ -94,7 +94,13 @@ def run_audit(bundle: Bundle, config: RunConfig, data: ImageData, settings: Audi
     bundle_phi = torch.cat([released.train_phi, released.test_phi])
     both_in = torch.cat([ref_in, torch.zeros(len(reference), len(data.test_labels), dtype=torch.bool)], dim=1)
     both_phi = torch.cat([ref_phi, torch.stack([r.test_phi for r in reference])], dim=1)
-    bundle_stats = attacks.fit_gaussians(both_phi, both_in)
+    # A training record is OUT of S/2 shadows; a test record of all S. Its OUT mean would then be
+    # less noisy than a training record's, and that difference alone separates the two groups: so
+    # each test record keeps the OUT values of a random S/2 shadows only.
+    test_used = keep_matrix(len(reference), len(data.test_labels),
+                            generator=derive_generator(settings.seed, "audit", "test-out"))
+    used = torch.cat([torch.ones_like(ref_in), test_used], dim=1)
+    bundle_stats = attacks.fit_gaussians(both_phi, both_in, used=used)
     bundle_members = np.r_[np.ones(len(scored), dtype=bool), np.zeros(len(data.test_labels), dtype=bool)]
     bundle_entry = certify("bundle", attacks.attack_scores(bundle_phi, bundle_stats, online=False), bundle_members,
                            bundle.report.get("epsilon"))
