@@ -17,6 +17,7 @@ _WHERE = {
     "EvalProtocol": "train_eval",
     "SyntheticClassifier": "train_eval",
     "train_and_test": "train_eval",
+    "train_network": "train_eval",
 }
 
 __all__ = sorted(_WHERE)

@@ -244,13 +244,6 @@ def train_and_test(
     from ``(seed, "eval", model, r)``, so equal arguments give equal accuracies on one device.
     """
     _check_inputs(images, labels, test_images, test_labels, num_classes)
-    images = images.detach().float().cpu()
-    labels = labels.detach().long().cpu()
-    if pea:
-        from dpdc_lightning.augment.pea import partition_and_expand
-
-        images, labels = partition_and_expand(images, labels)
-    train_set = TensorDataset(images, labels)
     test_set = TensorDataset(test_images.detach().float().cpu(), test_labels.detach().long().cpu())
     test_loader = DataLoader(
         test_set,
@@ -260,6 +253,53 @@ def train_and_test(
         # A DataLoader draws a base seed per iterator; without a generator it takes the global RNG.
         generator=derive_generator(seed, "eval", "test-loader"),
     )
+    accuracies: list[float] = []
+    for run in range(protocol.runs):
+        if progress is not None:
+            progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
+        module, trainer = _fit(images, labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed,
+                               run=run, model_options=model_options, accelerator=accelerator, pea=pea,
+                               progress=progress)
+        with quiet_lightning():
+            (metrics,) = trainer.test(module, dataloaders=test_loader, verbose=False)
+        accuracies.append(float(metrics["test_accuracy"]))
+        if progress is not None:
+            progress.end_run(accuracies[-1])
+    return accuracies
+
+
+def train_network(
+    images: Tensor,
+    labels: Tensor,
+    *,
+    model: str,
+    num_classes: int,
+    protocol: EvalProtocol,
+    seed: int,
+    run: int = 0,
+    model_options: dict | None = None,
+    accelerator: str = "auto",
+    pea: bool = False,
+) -> nn.Module:
+    """Run ``run`` of the protocol on (images, labels) and return the trained network (eval mode,
+    on the CPU): the same network :func:`train_and_test` would test, for attacks that query it."""
+    _check_inputs(images, labels, images[:1], labels[:1], num_classes)
+    module, _ = _fit(images, labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed, run=run,
+                     model_options=model_options, accelerator=accelerator, pea=pea)
+    return module.network.cpu().eval()
+
+
+def _fit(images: Tensor, labels: Tensor, *, model: str, num_classes: int, protocol: EvalProtocol, seed: int,
+         run: int, model_options: dict | None, accelerator: str, pea: bool,
+         progress: EvalProgress | None = None) -> tuple[SyntheticClassifier, lightning.Trainer]:
+    """Train one fresh network (run ``run``'s generators); returns the module and its trainer."""
+    images = images.detach().float().cpu()
+    labels = labels.detach().long().cpu()
+    if pea:
+        from dpdc_lightning.augment.pea import partition_and_expand
+
+        images, labels = partition_and_expand(images, labels)
+    train_set = TensorDataset(images, labels)
     steps_per_epoch = math.ceil(len(train_set) / protocol.batch_size)
     epochs_per_pass = min(protocol.train_epochs, max(1, _STEPS_PER_LOADER_PASS // steps_per_epoch))
     total_steps = protocol.train_epochs * steps_per_epoch
@@ -271,63 +311,53 @@ def train_and_test(
         from dpdc_lightning.evaluation.progress import EpochCallback
 
         callbacks = [EpochCallback(progress, steps_per_epoch=steps_per_epoch)]
-    accuracies: list[float] = []
-    for run in range(protocol.runs):
-        if progress is not None:
-            progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
-        network = build_network(
-            model,
-            channels=images.shape[1],
-            num_classes=num_classes,
-            image_size=(images.shape[2], images.shape[3]),
-            generator=derive_generator(seed, "eval", model, run),
-            **(model_options or {}),
+    network = build_network(
+        model,
+        channels=images.shape[1],
+        num_classes=num_classes,
+        image_size=(images.shape[2], images.shape[3]),
+        generator=derive_generator(seed, "eval", model, run),
+        **(model_options or {}),
+    )
+    module = SyntheticClassifier(
+        network,
+        num_classes=num_classes,
+        protocol=protocol,
+        steps_per_epoch=steps_per_epoch,
+        dsa_generator=derive_generator(seed, "eval", model, run, "dsa"),
+    )
+    sampler = EpochBatchSampler(
+        len(train_set),
+        batch_size=protocol.batch_size,
+        epochs_per_pass=epochs_per_pass,
+        generator=derive_generator(seed, "eval", model, run, "shuffle"),
+    )
+    train_loader = DataLoader(
+        train_set,
+        sampler=sampler,
+        batch_size=None,
+        num_workers=0,
+        generator=derive_generator(seed, "eval", model, run, "loader"),
+    )
+    with quiet_lightning():
+        trainer = lightning.Trainer(
+            max_epochs=math.ceil(protocol.train_epochs / epochs_per_pass),
+            max_steps=total_steps,
+            accelerator=accelerator,
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            use_distributed_sampler=False,
+            callbacks=callbacks,
         )
-        module = SyntheticClassifier(
-            network,
-            num_classes=num_classes,
-            protocol=protocol,
-            steps_per_epoch=steps_per_epoch,
-            dsa_generator=derive_generator(seed, "eval", model, run, "dsa"),
-        )
-        sampler = EpochBatchSampler(
-            len(train_set),
-            batch_size=protocol.batch_size,
-            epochs_per_pass=epochs_per_pass,
-            generator=derive_generator(seed, "eval", model, run, "shuffle"),
-        )
-        train_loader = DataLoader(
-            train_set,
-            sampler=sampler,
-            batch_size=None,
-            num_workers=0,
-            generator=derive_generator(seed, "eval", model, run, "loader"),
-        )
-        with quiet_lightning():
-            trainer = lightning.Trainer(
-                max_epochs=math.ceil(protocol.train_epochs / epochs_per_pass),
-                max_steps=total_steps,
-                accelerator=accelerator,
-                devices=1,
-                logger=False,
-                enable_checkpointing=False,
-                enable_progress_bar=False,
-                enable_model_summary=False,
-                num_sanity_val_steps=0,
-                limit_val_batches=0,
-                use_distributed_sampler=False,
-                callbacks=callbacks,
-            )
-            trainer.fit(module, train_dataloaders=train_loader)
-            if trainer.global_step != total_steps:
-                raise RuntimeError(
-                    f"evaluation trained {trainer.global_step} steps, protocol needs {total_steps}"
-                )
-            (metrics,) = trainer.test(module, dataloaders=test_loader, verbose=False)
-        accuracies.append(float(metrics["test_accuracy"]))
-        if progress is not None:
-            progress.end_run(accuracies[-1])
-    return accuracies
+        trainer.fit(module, train_dataloaders=train_loader)
+    if trainer.global_step != total_steps:
+        raise RuntimeError(f"evaluation trained {trainer.global_step} steps, protocol needs {total_steps}")
+    return module, trainer
 
 
 @contextlib.contextmanager

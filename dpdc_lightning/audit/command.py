@@ -1,0 +1,187 @@
+"""``python audit.py RUN_DIR [audit.*=...]`` and ``python -m dpdc_lightning.audit metrics ...``.
+
+An audit writes ``audit.json``, ``audit_roc.png`` and ``audit_neighbours.png`` next to the bundle;
+an earlier audit is never overwritten (the next is ``audit-2.json``, ``audit_roc-2.png``, ...). It
+ends with exit code 1 and a loud message when an empirical lower bound exceeds an accounted ε.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dpdc_lightning.errors import UserError
+
+METRICS_USAGE = ("usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
+                 "[--delta D] [--confidence C]")
+USAGE = "usage: python audit.py RUN_DIR [audit.key=value ...] | metrics --scores S.npy --members M.npy ..."
+
+
+def audit_main(argv: list[str]) -> int:
+    if argv and argv[0] == "metrics":
+        return metrics_main(argv[1:])
+    positional = [a for a in argv if "=" not in a]
+    flags = [a for a in positional if a.startswith("-")]
+    if flags:
+        raise UserError(f"unknown flag {flags[0]}; {USAGE}")
+    if len(positional) != 1:
+        raise UserError(f"give exactly one run directory; {USAGE}")
+    return audit_run(Path(positional[0]), [a for a in argv if "=" in a])
+
+
+def audit_run(run_dir: Path, tokens: list[str]) -> int:
+    from dpdc_lightning.audit.settings import load_settings
+    from dpdc_lightning.config import validate
+    from dpdc_lightning.condense import load_data
+    from dpdc_lightning.export import CONFIG_FILE, load_bundle
+
+    settings = load_settings(tokens)
+    bundle = load_bundle(run_dir)
+    try:
+        config = validate(OmegaConf.load(run_dir / CONFIG_FILE))
+    except (OSError, OmegaConfBaseException) as err:
+        raise UserError(f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}") from None
+    data = load_data(config)
+    if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
+        raise UserError(f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
+                        f"{config.dataset.name} {tuple(data.train_images.shape[1:])}")
+    if settings.canaries > len(data.test_labels):
+        raise UserError(f"audit.canaries={settings.canaries} exceeds the {len(data.test_labels)} test images "
+                        "the canaries are made from")
+    names = _fresh_names(run_dir)
+    from dpdc_lightning.audit.runner import run_audit
+
+    output = run_audit(bundle, config, data, settings)
+    output.report["files"] = {key: path.name for key, path in names.items()}
+    _write_outputs(names, output)
+    _print_summary(output.report, names["json"])
+    if output.violations:
+        print("\n" + "!" * 78 + "\nAUDIT FAILED: an empirical lower bound exceeds the accounted epsilon. This means a\n"
+              "bug in the mechanism or its accounting (or a 1 - confidence false alarm):", flush=True)
+        for line in output.violations:
+            print(f"  {line}")
+        print("!" * 78)
+        return 1
+    return 0
+
+
+def _fresh_names(run_dir: Path) -> dict[str, Path]:
+    for k in range(1, 1000):
+        suffix = "" if k == 1 else f"-{k}"
+        names = {"json": run_dir / f"audit{suffix}.json", "roc": run_dir / f"audit_roc{suffix}.png",
+                 "neighbours": run_dir / f"audit_neighbours{suffix}.png"}
+        if not any(p.exists() for p in names.values()):
+            return names
+    raise UserError(f"{run_dir} already holds 999 audits; move some away")
+
+
+def _write_outputs(names: dict[str, Path], output) -> None:
+    from dpdc_lightning.export import atomic_write
+
+    written = []
+    try:
+        for key, payload in (("roc", output.roc_png), ("neighbours", output.neighbours_png)):
+            atomic_write(names[key], lambda tmp, data=payload: tmp.write_bytes(data), replace=False)
+            written.append(names[key])
+        text = json.dumps(_finite(output.report), indent=2, allow_nan=False, default=_json_default) + "\n"
+        atomic_write(names["json"], lambda tmp: tmp.write_text(text), replace=False)  # last: marks a complete audit
+    except FileExistsError as err:
+        for path in written:
+            path.unlink(missing_ok=True)
+        raise UserError(f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun") from None
+
+
+def _finite(value):
+    """Strict JSON has no Infinity/NaN: such floats become the strings "inf", "-inf", "nan"."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return str(float(value))
+    return value
+
+
+def _json_default(value):
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    raise TypeError(f"cannot store {type(value).__name__} in audit.json")
+
+
+def _print_summary(report: dict, path: Path) -> None:
+    def fmt(x) -> str:
+        return "null" if x is None else (f"{x:.4f}" if isinstance(x, float) and math.isfinite(x) else str(x))
+
+    print(f"audit ({report['protocol']['reduced']}; confidence {report['confidence_per_bound']:.4f} per bound)")
+    for name, entry in [(f"target{t}", e) for t, e in enumerate(report["targets"])] + [("bundle", report["bundle"])]:
+        for attack, m in entry["attacks"].items():
+            print(f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
+                  f"advantage={fmt(m['advantage'])} eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
+                  f"(accounted {fmt(entry['accounted_epsilon'])})")
+    if "canary" in report:
+        c = report["canary"]
+        print(f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "
+              f"(accounted {fmt(c['accounted_epsilon'])})")
+    print(f"results written to {path}\nwarning: {report['warning']}")
+
+
+def run_metrics(argv: list[str]) -> int:
+    """``metrics_main`` with the entry points' contract (one ``error:`` line, exit 2) but without
+    importing Lightning, so that checking a score file takes a fraction of a second."""
+    import sys
+
+    try:
+        return metrics_main(argv)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def metrics_main(argv: list[str]) -> int:
+    from dpdc_lightning.audit import metrics
+
+    options = {"--scores": None, "--members": None, "--delta": "1e-5", "--confidence": "0.95"}
+    args = iter(argv)
+    for arg in args:
+        key, sep, value = arg.partition("=")
+        if key not in options:
+            raise UserError(f"unknown argument {arg}; {METRICS_USAGE}")
+        options[key] = value if sep else next(args, None)
+        if options[key] is None:
+            raise UserError(f"{key} needs a value; {METRICS_USAGE}")
+    if options["--scores"] is None or options["--members"] is None:
+        raise UserError(f"--scores and --members are required; {METRICS_USAGE}")
+    delta, confidence = _number("--delta", options["--delta"]), _number("--confidence", options["--confidence"])
+    scores, members = _load_npy("--scores", options["--scores"]), _load_npy("--members", options["--members"])
+    try:
+        summary = metrics.summarise(scores, members, delta=delta, confidence=confidence)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(f"auc={summary.auc:.6f}")
+    for fpr, tpr in summary.tpr_at_fpr.items():
+        print(f"tpr_at_fpr_{fpr}={tpr:.6f}")
+    print(f"advantage={summary.advantage:.6f}")
+    print(f"epsilon_lower_bound={summary.bound.epsilon:.6f}")
+    return 0
+
+
+def _number(key: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UserError(f"{key} must be a number, got {text!r}") from None
+
+
+def _load_npy(key: str, path: str) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise UserError(f"{key} {path} cannot be read as a .npy array: {str(err).splitlines()[0]}") from None
+    if array.dtype.kind not in "biuf":
+        raise UserError(f"{key} {path} must hold numbers, got dtype {array.dtype}")
+    return array

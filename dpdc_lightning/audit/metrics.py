@@ -1,0 +1,232 @@
+"""Attack metrics: ROC, AUC, TPR at a fixed FPR, advantage, and the empirical ε lower bound.
+
+Scores: higher = "more likely a member". A threshold ``t`` predicts "member" iff ``score >= t``.
+
+Empirical ε lower bound (Kairouz, Oh & Viswanath 2015, "The composition theorem for differential
+privacy", Thm. 2.1; eq. 6 of Odoh, "Connect the dots"): any test between "x in" and "x out" of an
+(ε, δ)-DP mechanism has FPR + e^ε FNR >= 1 − δ and FNR + e^ε FPR >= 1 − δ, so
+
+    ε >= max( ln((1 − δ − FPR) / FNR), ln((1 − δ − FNR) / FPR) ).
+
+Plugging in point estimates would overstate ε; a lower bound must use UPPER confidence bounds on
+FPR and FNR (one-sided Clopper–Pearson, each at confidence 1 − (1 − c)/2 so that both hold together
+with probability >= c), and the threshold must be chosen on data disjoint from the data that
+certifies it (:func:`epsilon_lower_bound`), or every candidate threshold pays a Bonferroni share
+(:func:`epsilon_lower_bound_bonferroni`).
+
+Caveat: Clopper–Pearson treats the examples as independent trials. That holds across independently
+trained targets; records scored against ONE target model share it, which is the common practice of
+Dong et al. and Carlini et al. but not a theorem. The one-run bound of Steinke, Nasr & Jagielski
+(:mod:`dpdc_lightning.audit.canary`) is the rigorous one within a single run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy.stats import beta
+
+FPR_POINTS = (0.001, 0.01)
+
+
+def _as_arrays(scores: Sequence[float], members: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    members = np.asarray(members).ravel()
+    if scores.shape != members.shape:
+        raise ValueError(f"{scores.size} scores but {members.size} membership labels")
+    if not np.isfinite(scores).all():
+        raise ValueError("scores must be finite")
+    if not np.isin(members, (0, 1)).all():
+        raise ValueError("membership labels must be 0 or 1")
+    members = members.astype(bool)
+    if members.all() or not members.any():
+        raise ValueError("need at least one member and one non-member")
+    return scores, members
+
+
+def roc_curve(scores: Sequence[float], members: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(fpr, tpr, thresholds), thresholds decreasing; the first point is (0, 0) at threshold +inf.
+    Ties share one point, so the curve does not depend on the order of tied examples."""
+    scores, members = _as_arrays(scores, members)
+    order = np.argsort(-scores, kind="stable")
+    s, m = scores[order], members[order]
+    last_of_tie = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1]
+    tp = np.cumsum(m)[last_of_tie]
+    fp = np.cumsum(~m)[last_of_tie]
+    tpr = np.r_[0.0, tp / m.sum()]
+    fpr = np.r_[0.0, fp / (~m).sum()]
+    return fpr, tpr, np.r_[np.inf, s[last_of_tie]]
+
+
+def auc(scores: Sequence[float], members: Sequence[int]) -> float:
+    """Area under the ROC curve (trapezoids: ties count one half, as the Mann–Whitney statistic)."""
+    fpr, tpr, _ = roc_curve(scores, members)
+    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+
+
+def tpr_at_fpr(scores: Sequence[float], members: Sequence[int], fpr_limit: float) -> float:
+    """Largest TPR over thresholds whose FPR is <= ``fpr_limit`` (no interpolation: achievable)."""
+    fpr, tpr, _ = roc_curve(scores, members)
+    return float(tpr[fpr <= fpr_limit + 1e-12].max())
+
+
+def advantage(scores: Sequence[float], members: Sequence[int]) -> float:
+    """max over thresholds of TPR − FPR (the membership advantage, Yeom et al.), on these examples."""
+    fpr, tpr, _ = roc_curve(scores, members)
+    return float(np.max(tpr - fpr))
+
+
+def best_threshold(scores: Sequence[float], members: Sequence[int]) -> float:
+    """The threshold that maximises TPR − FPR on these examples."""
+    fpr, tpr, thresholds = roc_curve(scores, members)
+    return float(thresholds[int(np.argmax(tpr - fpr))])
+
+
+def rates_at(scores: Sequence[float], members: Sequence[int], threshold: float) -> tuple[int, int, int, int]:
+    """(false positives, non-members, false negatives, members) of the rule ``score >= threshold``."""
+    scores, members = _as_arrays(scores, members)
+    predicted = scores >= threshold
+    return (int((predicted & ~members).sum()), int((~members).sum()),
+            int((~predicted & members).sum()), int(members.sum()))
+
+
+def clopper_pearson_upper(k: int, n: int, *, confidence: float) -> float:
+    """One-sided upper bound on a binomial rate from ``k`` of ``n``: P(rate <= bound) >= confidence."""
+    _check_confidence(confidence)
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    return 1.0 if k == n else float(beta.ppf(confidence, k + 1, n - k))
+
+
+def clopper_pearson_lower(k: int, n: int, *, confidence: float) -> float:
+    """One-sided lower bound on a binomial rate from ``k`` of ``n``."""
+    _check_confidence(confidence)
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
+    return 0.0 if k == 0 else float(beta.ppf(1 - confidence, k, n - k + 1))
+
+
+def epsilon_from_rates(fpr: float, fnr: float, *, delta: float) -> float:
+    """max(ln((1−δ−FPR)/FNR), ln((1−δ−FNR)/FPR)), floored at 0 (rates of 0 give +inf)."""
+    best = 0.0
+    for num, den in ((1 - delta - fpr, fnr), (1 - delta - fnr, fpr)):
+        if num <= 0:
+            continue
+        best = max(best, math.inf if den <= 0 else math.log(num / den))
+    return best
+
+
+def certified_epsilon(fp: int, negatives: int, fn: int, positives: int, *, delta: float,
+                      confidence: float) -> float:
+    """ε lower bound at one FIXED threshold: upper Clopper–Pearson bounds on FPR and FNR, each at
+    1 − (1 − confidence)/2 (union bound), plugged into :func:`epsilon_from_rates`."""
+    per_rate = 1 - (1 - confidence) / 2
+    return epsilon_from_rates(clopper_pearson_upper(fp, negatives, confidence=per_rate),
+                              clopper_pearson_upper(fn, positives, confidence=per_rate), delta=delta)
+
+
+@dataclass(frozen=True)
+class EpsilonBound:
+    epsilon: float       # the certified lower bound (0 when nothing is certified)
+    threshold: float     # chosen on the calibration half
+    fp: int
+    negatives: int
+    fn: int
+    positives: int
+    delta: float
+    confidence: float
+    method: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _point_epsilon_threshold(scores: np.ndarray, members: np.ndarray, *, delta: float) -> float:
+    """The threshold of the largest ε point estimate, with one pseudo-count per rate so that an
+    empty cell cannot win by dividing by zero (a choice on calibration data only)."""
+    fpr, tpr, thresholds = roc_curve(scores, members)
+    n_neg, n_pos = (~members).sum(), members.sum()
+    fp, fn = fpr * n_neg, (1 - tpr) * n_pos
+    smoothed_fpr, smoothed_fnr = (fp + 1) / (n_neg + 2), (fn + 1) / (n_pos + 2)
+    eps = [epsilon_from_rates(a, b, delta=delta) for a, b in zip(smoothed_fpr, smoothed_fnr)]
+    return float(thresholds[int(np.argmax(eps))])
+
+
+def split_halves(members: np.ndarray, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A random calibration/certification split, stratified by membership (seeded: reproducible)."""
+    rng = np.random.default_rng(seed)
+    calibrate = np.zeros(len(members), dtype=bool)
+    for value in (False, True):
+        index = np.nonzero(members == value)[0]
+        calibrate[rng.permutation(index)[: len(index) // 2]] = True
+    return calibrate, ~calibrate
+
+
+def epsilon_lower_bound(scores: Sequence[float], members: Sequence[int], *, delta: float,
+                        confidence: float = 0.95, seed: int = 0) -> EpsilonBound:
+    """Choose the threshold on one half (largest ε estimate), certify it on the other half."""
+    scores, members = _as_arrays(scores, members)
+    _check_delta(delta)
+    calibrate, certify = split_halves(members, seed=seed)
+    if members[calibrate].all() or not members[calibrate].any() or members[certify].all() \
+            or not members[certify].any():
+        raise ValueError("need at least two members and two non-members to split into halves")
+    threshold = _point_epsilon_threshold(scores[calibrate], members[calibrate], delta=delta)
+    fp, neg, fn, pos = rates_at(scores[certify], members[certify], threshold)
+    eps = certified_epsilon(fp, neg, fn, pos, delta=delta, confidence=confidence)
+    return EpsilonBound(eps, threshold, fp, neg, fn, pos, delta, confidence, "split-half")
+
+
+def epsilon_lower_bound_bonferroni(scores: Sequence[float], members: Sequence[int], *, delta: float,
+                                   confidence: float = 0.95, thresholds: Optional[Sequence[float]] = None
+                                   ) -> EpsilonBound:
+    """Certify every candidate threshold on ALL examples at confidence 1 − (1 − c)/k and keep the
+    best: the union bound makes the maximum hold with probability >= c. Pass ``thresholds`` fixed
+    in advance for a clean guarantee; the default (score quantiles 1/20 … 19/20) looks at the scores
+    but not at the membership labels."""
+    scores, members = _as_arrays(scores, members)
+    _check_delta(delta)
+    candidates = np.quantile(scores, np.arange(1, 20) / 20) if thresholds is None else np.asarray(thresholds)
+    per = 1 - (1 - confidence) / len(candidates)
+    best: Optional[EpsilonBound] = None
+    for t in candidates:
+        fp, neg, fn, pos = rates_at(scores, members, float(t))
+        eps = certified_epsilon(fp, neg, fn, pos, delta=delta, confidence=per)
+        if best is None or eps > best.epsilon:
+            best = EpsilonBound(eps, float(t), fp, neg, fn, pos, delta, confidence, f"bonferroni over {len(candidates)}")
+    assert best is not None
+    return best
+
+
+@dataclass(frozen=True)
+class AttackMetrics:
+    auc: float
+    tpr_at_fpr: dict[str, float]
+    advantage: float
+    bound: EpsilonBound
+
+    def as_dict(self) -> dict:
+        return {"auc": self.auc, "tpr_at_fpr": self.tpr_at_fpr, "advantage": self.advantage,
+                "epsilon_lower_bound": self.bound.as_dict()}
+
+
+def summarise(scores: Sequence[float], members: Sequence[int], *, delta: float, confidence: float = 0.95,
+              seed: int = 0) -> AttackMetrics:
+    """Every metric of one attack; ``advantage`` is on all examples, the ε bound split-half."""
+    return AttackMetrics(auc=auc(scores, members),
+                         tpr_at_fpr={str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
+                         advantage=advantage(scores, members),
+                         bound=epsilon_lower_bound(scores, members, delta=delta, confidence=confidence, seed=seed))
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+
+
+def _check_delta(delta: float) -> None:
+    if not 0 <= delta < 1:
+        raise ValueError(f"delta must be in [0, 1), got {delta}")
