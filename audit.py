@@ -3,22 +3,14 @@
     python audit.py runs/ndpdc-digits-20261122-120000
     python audit.py RUN_DIR audit.shadows=16 audit.epochs=100
     python audit.py metrics --scores S.npy --members M.npy [--delta D] [--confidence C]
+
+The same command is ``python -m dpdc_lightning.audit`` and, installed, ``dpdc-audit``.
 """
 
 import sys
 
+from dpdc_lightning.audit.command import audit_main as main
 from dpdc_lightning.cli import run
 
-
-def main(argv: list[str]) -> int:
-    from dpdc_lightning.audit.command import audit_main
-
-    return audit_main(argv)
-
-
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["metrics"]:  # numbers in, numbers out: no need to import Lightning
-        from dpdc_lightning.audit.command import run_metrics
-
-        sys.exit(run_metrics(sys.argv[2:]))
     sys.exit(run(main))

@@ -110,21 +110,7 @@ def export_entry() -> None:
 
 
 def audit_entry() -> None:
-    """``dpdc-audit``: the audit command, once dpdc_lightning.audit is installed."""
-    try:
-        from dpdc_lightning.audit.command import main  # type: ignore[import-not-found]
-    except ModuleNotFoundError as err:
-        if not (err.name or "").startswith("dpdc_lightning.audit"):
-            raise
-        print("error: this installation has no audit module (dpdc_lightning.audit)", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(run(main) if _takes_argv(main) else main())
+    """``dpdc-audit``: see dpdc_lightning/audit/command.py."""
+    from dpdc_lightning.audit.command import audit_main
 
-
-def _takes_argv(main: object) -> bool:
-    import inspect
-
-    try:
-        return bool(inspect.signature(main).parameters)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return False
+    sys.exit(run(audit_main))

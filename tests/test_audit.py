@@ -223,12 +223,13 @@ def test_metrics_cli_prints_the_five_lines(tmp_path, cli_env, repo_root):
                                   ["--scores", "S", "--members", "S", "--delta", "x"], ["--bogus", "1"],
                                   ["--scores", "S", "--members", "S", "--confidence", "1.5"]])
 def test_metrics_cli_refuses_bad_input(tmp_path, capsys, args):
-    from dpdc_lightning.audit.command import run_metrics
+    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli import run
 
     scores, _ = random_scores(0)
     np.save(tmp_path / "s.npy", scores)
     args = [str(tmp_path / "s.npy") if a == "S" else str(tmp_path / a) if a.endswith(".npy") else a for a in args]
-    assert run_metrics(args) == 2
+    assert run(audit_main, ["metrics", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
 

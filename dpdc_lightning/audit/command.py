@@ -23,6 +23,8 @@ USAGE = "usage: python audit.py RUN_DIR [audit.key=value ...] | metrics --scores
 
 
 def audit_main(argv: list[str]) -> int:
+    """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``); the
+    ``metrics`` sub-command imports neither torch nor Lightning, so scoring a file is instant."""
     if argv and argv[0] == "metrics":
         return metrics_main(argv[1:])
     positional = [a for a in argv if "=" not in a]
@@ -128,18 +130,6 @@ def _print_summary(report: dict, path: Path) -> None:
         print(f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "
               f"(accounted {fmt(c['accounted_epsilon'])})")
     print(f"results written to {path}\nwarning: {report['warning']}")
-
-
-def run_metrics(argv: list[str]) -> int:
-    """``metrics_main`` with the entry points' contract (one ``error:`` line, exit 2) but without
-    importing Lightning, so that checking a score file takes a fraction of a second."""
-    import sys
-
-    try:
-        return metrics_main(argv)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
 
 
 def metrics_main(argv: list[str]) -> int:
