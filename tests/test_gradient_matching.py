@@ -262,3 +262,47 @@ def test_dc_runs_and_carries_its_inner_network():
     assert isinstance(other.inner, InnerNetwork) and other.inner.optimizer.param_groups[0]["lr"] == 0.5
     for a, b in zip(method.inner.params(), other.inner.params()):
         assert torch.equal(a, b)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["dc", "psg"])
+def test_killed_gradient_matching_run_resumes_to_the_uninterrupted_result(tmp_path, cli_env, method):
+    """Killed mid-round (step 4 of 12, outer step 1 of round 1): the resumed run needs the carried
+    inner network and its optimiser to end with exactly the images of an uninterrupted run."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    common = [f"method={method}", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2",
+              "method.iterations=2", "method.outer_loop=3", "method.inner_loop=2", "method.checkpoint_every=2",
+              "trainer.enable_progress_bar=false", "trainer.accelerator=cpu", "privacy.reproducible_noise=true"]
+    common += ["method.batch_real=8"] if method == "dc" else ["method.batches=2", "method.batch_size=16"]
+    if method == "dc":
+        common = [t for t in common if not t.startswith("privacy.")]
+
+    def run(args, script=("train.py",)):
+        return subprocess.run([sys.executable, *script, *args], env=cli_env, cwd=root, capture_output=True, text=True,
+                              timeout=300)
+
+    killed, whole = tmp_path / "killed", tmp_path / "whole"
+    crashed = run([*common, f"run_dir={killed}"], script=(str(root / "tests" / "crash_after_checkpoint.py"), "2"))
+    assert crashed.returncode == -9, crashed.stderr[-2000:]
+    assert torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] < 12
+    assert run([*common, f"run_dir={whole}"]).returncode == 0
+    resumed = run([f"resume={killed}", "trainer.enable_progress_bar=false"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    x = torch.load(whole / "synthetic.pt", weights_only=True)["images"]
+    y = torch.load(killed / "synthetic.pt", weights_only=True)["images"]
+    assert torch.equal(x, y)
+
+
+@pytest.mark.parametrize("experiment, target, steps", [("psg_eps10", 10.0, 1000 * 10 * 10), ("psg_eps1", 1.0, 200 * 10 * 10)])
+def test_psg_presets_calibrate_sigma_for_r_t_k_steps_at_q_b_over_n(experiment, target, steps):
+    from dpdc_lightning.condense import plan_run
+
+    fashion = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
+    plan = plan_run(compose([f"experiment={experiment}"]), fashion)
+    assert plan.data_steps == steps and plan.sample_rate == pytest.approx(256 / 60000)
+    epsilon = epsilon_from_history([(plan.noise_multiplier, 256 / 60000, steps)], delta=1e-5)
+    assert plan.planned_epsilon == epsilon and 0.99 * target < epsilon <= target
