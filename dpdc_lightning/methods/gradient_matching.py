@@ -128,7 +128,8 @@ class GradientMatchingMethod(CondensationMethod):
 
     def network_gradient(self, images: Tensor, labels: Tensor, *, create_graph: bool) -> list[Tensor]:
         """∇_θ of the mean CE loss of (images, labels); differentiable in the images if
-        ``create_graph``. θ's own ``.grad`` is never written."""
+        ``create_graph``. (The image update's backward through it also fills θ's ``.grad``;
+        ``train_inner`` clears that before every use, so it never reaches θ.)"""
         params = self.inner.params()
         loss = F.cross_entropy(self.inner.net(images), labels)
         grads = torch.autograd.grad(loss, params, create_graph=create_graph)
