@@ -29,9 +29,10 @@ from torch import Tensor
 from dpdc_lightning.data.subsets import random_class_picks
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
-from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.models import NETWORKS, ModelConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.per_example import refuse_batch_norm
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
 
@@ -67,6 +68,12 @@ class MethodConfig:
             raise UserError(f"method.init={self.init!r} is not allowed; choose one of: {', '.join(self.allowed_inits)}")
 
 
+def _network_on_meta(model: ModelConfig, data: "DataSpec") -> torch.nn.Module:
+    with torch.device("meta"):
+        return NETWORKS[model.name].factory(data.image_shape[0], data.num_classes, tuple(data.image_shape[1:]),
+                                            **model.options())
+
+
 @dataclass(frozen=True)
 class DataSpec:
     """What a method needs to know about the private data (all of it public by assumption)."""
@@ -91,6 +98,7 @@ class CondensationMethod(L.LightningModule):
     default_noise_multiplier: ClassVar[Optional[float]] = None
     steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
     uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
+    uses_network: ClassVar[bool] = True  # False for a method that never builds model.* (LDPDC)
 
     def __init__(self, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, seed: int,
                  noise_seed: Optional[int] = None, model: Optional[ModelConfig] = None,
@@ -110,6 +118,9 @@ class CondensationMethod(L.LightningModule):
         self.automatic_optimization = False
         self.config = config
         self.model_config = model or ModelConfig()
+        if self.private and self.uses_network:
+            # Structural, before anything runs: the network as built, on the meta device (no storage).
+            refuse_batch_norm(_network_on_meta(self.model_config, data), method=config.name or type(self).__name__)
         self.data = data
         self.plan = plan
         self.seed = seed

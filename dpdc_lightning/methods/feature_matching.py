@@ -39,12 +39,8 @@ class FeatureMatchingConfig(MethodConfig):
 class FeatureMatchingMethod(CondensationMethod):
     def __init__(self, config: FeatureMatchingConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        # Batch norm makes every record's features depend on the whole sample: a private sum of
-        # clipped features would then move by far more than the clip norm when one record changes.
+        # A private method with batch norm is refused by the base (privacy/per_example.py).
         if "norm" in self.model_config.options() and self.model_config.norm == "batchnorm":
-            if self.private:
-                raise UserError("model.norm=batchnorm mixes the records of a private sample and breaks the "
-                                "sensitivity bound; choose one of: instancenorm, groupnorm, layernorm, none")
             if config.forward == "batched":
                 raise UserError("method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
                                 "choose method.forward=loop or auto")

@@ -44,6 +44,7 @@ class LDPDC(CondensationMethod):
     sampling = "per_class_poisson"
     default_noise_multiplier = 1.0
     steps_adjustable = False
+    uses_network = False
 
     @classmethod
     def data_steps(cls, config: LDPDCConfig) -> int:

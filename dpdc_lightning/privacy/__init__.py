@@ -2,6 +2,8 @@
 
 - :mod:`.mechanisms` clipping and the Gaussian mechanism; the only code that noises private values
   and the source of every :class:`PrivacyEvent`. Never imports the accountant.
+- :mod:`.per_example` PSG's private gradient: per-example gradients (torch.func), flat clipping to
+  C, one Gaussian sum divided by the expected batch size; the batch-norm refusal of private methods.
 - :mod:`.noise` where the noise comes from: a SHAKE-256 stream keyed by the run's secret, 53-bit
   uniforms, Box-Muller in float64 (or, NOT private, a seeded torch generator).
 - :mod:`.analysis` pure ε computations over histories, wrapping Opacus (RDP, PRV).
@@ -25,6 +27,10 @@ _EXPORTS = {
     "gaussian_sum": "mechanisms",
     "noisy_clipped_sum": "mechanisms",
     "noisy_clipped_mean": "mechanisms",
+    "per_example_gradients": "per_example",
+    "clipped_gradient_sum": "per_example",
+    "private_gradient": "per_example",
+    "refuse_batch_norm": "per_example",
     "NoiseStream": "noise",
     "KeyedNoise": "noise",
     "SeededNoise": "noise",

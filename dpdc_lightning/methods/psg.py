@@ -1,0 +1,129 @@
+"""PSG: private set generation by gradient matching (Chen, Kerkouche & Fritz, "Private Set Generation
+with Discriminative Information", main paper Alg. 1; supplement Alg. 2 for the generator prior).
+
+R rounds (``method.iterations``), each from a fresh network θ (keyed by round); T outer steps per
+round, K batches (``method.batches``) per outer step. One data step is one batch: a Poisson sample
+of the WHOLE data set (q = B/N), the private gradient
+
+    g̃ = (Σ_i clip_C(∇_θ CE(x_i, y_i)) + N(0, (σC)² I)) / B       (privacy/per_example.py)
+
+with per-example gradients flattened over all parameters, sensitivity C, noise std σC, and B the
+EXPECTED batch size (the public code divides by the realised Poisson size, which is
+data-dependent; not here). The synthetic gradient is that of the mean CE loss over the whole
+synthetic set; S (or, with ``method.prior=generator``, the generator's weights φ) takes one step
+on the layer-wise distance. After the K batches of every outer step but the last, θ trains J
+epochs on S (SGD lr_net, batch 256, no augmentation: the paper uses none). Privacy-consuming
+steps: R·T·K, each one sampled Gaussian mechanism at (σ, q); σ is calibrated to
+``privacy.target_epsilon`` for all of them up front (privacy/plan.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods.generator_prior import generated_images
+from dpdc_lightning.methods.gradient_matching import (GradientMatchingConfig, GradientMatchingMethod,
+                                                      layerwise_distance)
+from dpdc_lightning.methods.synthetic import SyntheticSet
+from dpdc_lightning.privacy.per_example import private_gradient
+from dpdc_lightning.seeding import derive_generator
+
+PRIORS = ("none", "generator")
+
+
+@dataclass
+class PSGConfig(GradientMatchingConfig):
+    name: str = "psg"
+    batches: int = 10  # K: private batches per outer step
+    batch_size: float = 256.0  # B: EXPECTED Poisson batch over the whole set (q = B/N)
+    clip_norm: float = 0.1  # C: per-example gradient clip (L2, all parameters flattened)
+    chunk_size: int = 64  # records per vmap call (memory bound; the result does not depend on it)
+    prior: str = "none"  # none: S is pixels; generator: S = G(z, y; φ), only φ is optimised
+    lr_generator: float = 0.01  # Adam on φ (prior=generator)
+    latent_dim: int = 10
+    generator_width: int = 64
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.batches < 1:
+            raise UserError(f"method.batches must be >= 1, got {self.batches}")
+        for key in ("batch_size", "clip_norm", "lr_generator"):
+            if not getattr(self, key) > 0:
+                raise UserError(f"method.{key} must be > 0, got {getattr(self, key)}")
+        for key in ("chunk_size", "latent_dim", "generator_width"):
+            if getattr(self, key) < 1:
+                raise UserError(f"method.{key} must be >= 1, got {getattr(self, key)}")
+        if self.prior not in PRIORS:
+            raise UserError(f"method.prior={self.prior!r} is not allowed; choose one of: {', '.join(PRIORS)}")
+        if self.init != "noise":
+            raise UserError("method.init must be noise for a private method (real images would leak membership)")
+
+
+class PSG(GradientMatchingMethod):
+    config_class = PSGConfig
+    private = True
+    sampling = "global_poisson"
+    default_noise_multiplier = 1.0
+
+    @classmethod
+    def sample_size(cls, config: PSGConfig) -> float:
+        return config.batch_size
+
+    @classmethod
+    def data_steps(cls, config: PSGConfig) -> int:
+        return config.iterations * config.loops()[0] * config.batches
+
+    def build_synthetic(self) -> SyntheticSet:
+        if self.config.prior == "none":
+            return super().build_synthetic()
+        return generated_images(num_classes=self.data.num_classes, ipc=self.config.ipc,
+                                image_shape=self.data.image_shape, latent_dim=self.config.latent_dim,
+                                width=self.config.generator_width, weights=derive_generator(self.seed, "generator"),
+                                latents=derive_generator(self.seed, "latents"))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.config.prior == "generator":
+            return torch.optim.Adam(self.synthetic.parameters(), lr=self.config.lr_generator)
+        return super().configure_optimizers()
+
+    def expected_batch_size(self) -> float:
+        """B = q·N from the plan's rate and the public data size (= method.batch_size unless q was capped at 1)."""
+        return self.plan.rate_of(-1) * sum(self.data.class_sizes)
+
+    def mechanism_summary(self) -> Optional[dict[str, Any]]:
+        clip = self.config.clip_norm
+        return {"mechanism": "Poisson-subsampled Gaussian sum of per-example gradients clipped to C (all parameters "
+                             "flattened), over the whole data set, divided by the expected batch size (PSG Alg. 1)",
+                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
+                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
+                "expected_batch_size": self.expected_batch_size()}
+
+    def round_position(self, step: int) -> tuple[int, int, int]:
+        """(round r, outer step t, batch k) of a data step."""
+        outer = self.config.loops()[0]
+        k = self.config.batches
+        return step // (outer * k), (step // k) % outer, step % k
+
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+        outer, inner = self.config.loops()
+        round_index, outer_index, batch_index = self.round_position(step)
+        if outer_index == 0 and batch_index == 0:
+            self.start_round(round_index)
+        real, event = private_gradient(self.inner.net, batch["images"], batch["labels"],
+                                       max_norm=self.config.clip_norm, noise_multiplier=self.noise_multiplier,
+                                       sample_rate=self.plan.rate_of(-1),
+                                       expected_batch_size=self.expected_batch_size(),
+                                       noise=self.noise_stream(step, -1), chunk_size=self.config.chunk_size)
+        self.spend(event, partition=-1)
+        synthetic = self.synthetic()
+        g_syn = self.network_gradient(synthetic, self.synthetic.labels, create_graph=True)
+        loss = layerwise_distance(g_syn, real)
+        self.optimise(loss)
+        if batch_index == self.config.batches - 1 and outer_index < outer - 1:
+            self.train_inner(step, inner)
+        return loss.detach()
