@@ -45,6 +45,8 @@ class NumericalFault(UserError):
 class MethodConfig:
     """Fields every method has; a method's own schema subclasses this."""
 
+    # A private method's schema leaves out "real": real-image initialisation leaks membership
+    # (Dong et al., "Privacy for Free", Table 1).
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
 
     name: str = ""
@@ -64,6 +66,9 @@ class MethodConfig:
             raise UserError(f"method.lr_img must be > 0, got {self.lr_img}")
         if not 0 <= self.momentum < 1:
             raise UserError(f"method.momentum must be in [0, 1), got {self.momentum}")
+        if self.init == "real" and self.init not in self.allowed_inits:
+            raise UserError(f"method.init must be {' or '.join(self.allowed_inits)} for a private method "
+                            "(real images would leak membership)")
         if self.init not in self.allowed_inits:
             raise UserError(f"method.init={self.init!r} is not allowed; choose one of: {', '.join(self.allowed_inits)}")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor
@@ -23,6 +23,8 @@ from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 
 @dataclass
 class LDPDCConfig(MethodConfig):
+    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
+
     name: str = "ldpdc"
     ipc: int = 50
     group_size: float = 50.0  # L
@@ -34,8 +36,6 @@ class LDPDCConfig(MethodConfig):
             raise UserError(f"method.group_size must be > 0, got {self.group_size}")
         if not self.bound > 0:
             raise UserError(f"method.bound must be > 0, got {self.bound}")
-        if self.init != "noise":
-            raise UserError("method.init must be noise for a private method (real images would leak membership)")
 
 
 class LDPDC(CondensationMethod):

@@ -11,7 +11,7 @@ multiplier (the paper's σ with G = 1; the public reference forgets the factor G
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor
@@ -23,6 +23,8 @@ from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
 
 @dataclass
 class NDPDCConfig(FeatureMatchingConfig):
+    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
+
     name: str = "ndpdc"
     group_size: float = 50.0  # L: expected Poisson sample per class
     clip_norm: float = 1.0  # G
@@ -33,8 +35,6 @@ class NDPDCConfig(FeatureMatchingConfig):
             raise UserError(f"method.group_size must be > 0, got {self.group_size}")
         if not self.clip_norm > 0:
             raise UserError(f"method.clip_norm must be > 0, got {self.clip_norm}")
-        if self.init != "noise":
-            raise UserError("method.init must be noise for a private method (real images would leak membership)")
 
 
 class NDPDC(FeatureMatchingMethod):

@@ -20,7 +20,7 @@ steps: R·T·K, each one sampled Gaussian mechanism at (σ, q); σ is calibrated
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import torch
 from torch import Tensor
@@ -38,6 +38,8 @@ PRIORS = ("none", "generator")
 
 @dataclass
 class PSGConfig(GradientMatchingConfig):
+    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
+
     name: str = "psg"
     batches: int = 10  # K: private batches per outer step
     batch_size: float = 256.0  # B: EXPECTED Poisson batch over the whole set (q = B/N)
@@ -60,8 +62,6 @@ class PSGConfig(GradientMatchingConfig):
                 raise UserError(f"method.{key} must be >= 1, got {getattr(self, key)}")
         if self.prior not in PRIORS:
             raise UserError(f"method.prior={self.prior!r} is not allowed; choose one of: {', '.join(PRIORS)}")
-        if self.init != "noise":
-            raise UserError("method.init must be noise for a private method (real images would leak membership)")
 
 
 class PSG(GradientMatchingMethod):
