@@ -43,9 +43,10 @@ def _spec(class_sizes=(48, 48, 48, 48)) -> DataSpec:
 
 
 def _ndpdc(*, seed: int = 0, forward: str = "loop", norm: str = "instancenorm", clip_norm: float = 1.0,
-           noise_multiplier: float = 1.0, group_size: float = 4.0, ipc: int = 2, class_sizes=(48, 48, 48, 48)
-           ) -> NDPDC:
-    config = NDPDCConfig(ipc=ipc, group_size=group_size, clip_norm=clip_norm, forward=forward)
+           noise_multiplier: float = 1.0, group_size: float = 4.0, ipc: int = 2, class_sizes=(48, 48, 48, 48),
+           clip_gradient: str = "exact") -> NDPDC:
+    config = NDPDCConfig(ipc=ipc, group_size=group_size, clip_norm=clip_norm, forward=forward,
+                         clip_gradient=clip_gradient)
     model = ModelConfig(width=TINY.width, depth=TINY.depth, norm=norm)
     method = build(NDPDC, config, _spec(class_sizes), seed=seed, model=model, noise_multiplier=noise_multiplier)
     method.on_fit_start()  # builds the extractor and DSA (what a Trainer would do)
@@ -308,3 +309,53 @@ def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
     assert images.shape == initial.shape and torch.isfinite(images).all()
     changed = (images != initial).flatten(1).all(1)
     assert changed.all(), f"rows never written: {torch.nonzero(~changed).flatten().tolist()}"
+
+
+def test_clip_gradient_detached_keeps_values_and_changes_only_the_radial_gradient():
+    """``detached`` equals the DPDC authors' code (norm treated as a constant); ``exact`` removes the
+    component of the gradient along each clipped row. Rows inside the ball get identical gradients."""
+    from dpdc_lightning.privacy.mechanisms import clip_rows
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    rows[:2] *= 0.01  # inside the ball: factor exactly 1 either way
+    weights = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    grads = {}
+    for constant in (False, True):
+        x = rows.clone().requires_grad_(True)
+        out = clip_rows(x, max_norm=1.0, constant_factor=constant)
+        (out * weights).sum().backward()
+        grads[constant] = (out.detach(), x.grad)
+    assert torch.equal(grads[False][0], grads[True][0])
+    exact, detached = grads[False][1], grads[True][1]
+    assert torch.allclose(exact[:2], detached[:2])
+    # Clipped rows: detached = (G/||x||) w; exact = detached minus its projection on x.
+    x, factor = rows[2:], 1.0 / rows[2:].norm(dim=1, keepdim=True)
+    unit = x * factor
+    expected = factor * weights[2:] - factor * (weights[2:] * unit).sum(1, keepdim=True) * unit
+    assert torch.allclose(detached[2:], factor * weights[2:])
+    assert torch.allclose(exact[2:], expected)
+    assert not torch.allclose(exact[2:], detached[2:])
+
+
+def test_clip_gradient_option_reaches_ndpdc_gradient(toy):
+    """method.clip_gradient changes NDPDC's image gradient, not its loss."""
+    batch = _stream(toy).sample(3, [0, 1, 2, 3])
+    results = {}
+    for mode in ("exact", "detached"):
+        method = _ndpdc(clip_gradient=mode)
+        losses = method.class_losses(batch, 3)
+        losses.sum().backward()
+        results[mode] = (losses.detach(), method.synthetic.images.grad.clone())
+    assert torch.allclose(results["exact"][0], results["detached"][0])
+    assert not torch.allclose(results["exact"][1], results["detached"][1])
+
+
+def test_clip_gradient_is_refused_for_dm_and_unknown_values():
+    from dpdc_lightning.errors import UserError
+    from dpdc_lightning.methods.dm import DMConfig
+
+    with pytest.raises(UserError, match="dm does not clip"):
+        DMConfig(clip_gradient="detached")
+    with pytest.raises(UserError, match="clip_gradient='sometimes'"):
+        NDPDCConfig(clip_gradient="sometimes")

@@ -26,6 +26,8 @@ class DMConfig(FeatureMatchingConfig):
         super().__post_init__()
         if self.batch_real < 1:
             raise UserError(f"method.batch_real must be >= 1, got {self.batch_real}")
+        if self.clip_gradient != "exact":
+            raise UserError("method.clip_gradient applies to methods that clip features (ndpdc, dosser); dm does not clip")
 
 
 class DM(FeatureMatchingMethod):

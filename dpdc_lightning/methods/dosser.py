@@ -36,7 +36,7 @@ from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, Featu
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, Subspace, principal_subspace, project
 from dpdc_lightning.models import build_network, init_weights_
-from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_mean
+from dpdc_lightning.privacy.mechanisms import noisy_clipped_mean
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chunking is exact)
@@ -169,7 +169,7 @@ class Dosser(FeatureMatchingMethod):
             target = self.bank.signal(entry, c).to(self.device)
             images = partition_and_expand(synthetic[c])[0] if self.config.pea else synthetic[c]
             augmented = self.dsa.apply(images, self._dsa_params(int(self.bank.dsa_seeds[entry, c])))
-            rows = clip_rows(project(self.extractor.embed(augmented).float(), subspace), max_norm=self.config.clip_norm)
+            rows = self.clip_synthetic(project(self.extractor.embed(augmented).float(), subspace), max_norm=self.config.clip_norm)
             losses.append(((scale * rows.mean(0) - scale * target) ** 2).sum())
         loss = torch.stack(losses).sum()
         self.optimise(loss)

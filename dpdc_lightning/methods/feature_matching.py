@@ -13,7 +13,10 @@ from dpdc_lightning.augment import DSA
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
 from dpdc_lightning.methods.extractor import AUTOCAST_MODES, FORWARD_MODES, MEMORY_FORMATS, RandomExtractor
+from dpdc_lightning.privacy.mechanisms import clip_rows
 from dpdc_lightning.seeding import derive_generator
+
+CLIP_GRADIENTS = ("exact", "detached")
 
 
 @dataclass
@@ -27,9 +30,17 @@ class FeatureMatchingConfig(MethodConfig):
     memory_format: str = "auto"
     autocast: str = "none"
     compile: bool = False
+    # Gradient through the clipping of SYNTHETIC features (methods that clip them: NDPDC, Dosser):
+    # "exact" differentiates through the factor min(1, G/||r||); "detached" treats it as a constant,
+    # as the DPDC authors' code does. Values are equal; benchmarks/results/clip_gradient_*.md
+    # compares the two.
+    clip_gradient: str = "exact"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.clip_gradient not in CLIP_GRADIENTS:
+            raise UserError(f"method.clip_gradient={self.clip_gradient!r} is not allowed; choose one of: "
+                            f"{', '.join(CLIP_GRADIENTS)}")
         for key, allowed in (("forward", FORWARD_MODES), ("memory_format", MEMORY_FORMATS),
                              ("autocast", AUTOCAST_MODES)):
             if getattr(self, key) not in allowed:
@@ -60,3 +71,8 @@ class FeatureMatchingMethod(CondensationMethod):
         params = self.dsa.sample(1, image_size=self.data.image_shape[1:],
                                  generator=derive_generator(self.seed, "dsa", step, class_index))
         return self.dsa.apply(real, params), self.dsa.apply(synthetic, params)
+
+    def clip_synthetic(self, features: Tensor, *, max_norm: float) -> Tensor:
+        """Synthetic features clipped like the private ones (same values), with the gradient
+        ``method.clip_gradient`` asks for. Not a privacy step: these rows are public."""
+        return clip_rows(features, max_norm=max_norm, constant_factor=self.config.clip_gradient == "detached")

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
-from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
+from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 
 
 @dataclass
@@ -71,7 +71,7 @@ class NDPDC(FeatureMatchingMethod):
                                                  sample_rate=self.plan.rate_of(c),
                                                  noise=self.noise_stream(step, c))
             self.spend(event, partition=c)
-            synthetic_sum = clip_rows(syn_features[i].float(), max_norm=clip).sum(0)
+            synthetic_sum = self.clip_synthetic(syn_features[i].float(), max_norm=clip).sum(0)
             losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())
         return torch.stack(losses)
 

@@ -62,12 +62,15 @@ class PrivacyEvent:
         object.__setattr__(self, "sample_rate", sample_rate)
 
 
-def clip_rows(x: Tensor, *, max_norm: float) -> Tensor:
+def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> Tensor:
     """Scale each row ``x[i]`` (flattened) to L2 norm at most ``max_norm``: ``x_i * min(1, G / ||x_i||)``.
 
     Rows already inside the ball are returned unchanged (the factor is exactly 1), zero rows
     stay zero with finite gradients, and the operation is differentiable: it is applied to
     synthetic representations that are optimised, as well as to private ones.
+    ``constant_factor=True`` treats the factor as a constant for autograd (the DPDC authors' code
+    detaches the synthetic norm); the values are identical, only gradients differ. It matters
+    for synthetic rows only: private rows are never differentiated.
     """
     max_norm = _positive_finite(max_norm, name="max_norm")
     if x.dim() == 0:
@@ -81,6 +84,8 @@ def clip_rows(x: Tensor, *, max_norm: float) -> Tensor:
                         "non-finite rows (its sensitivity bound does not hold for them)")
     norms = torch.linalg.vector_norm(flat, dim=1)
     # clamp_min keeps G / 0 finite; the clamp at 1 then leaves zero rows (and short rows) as they are.
+    if constant_factor:
+        norms = norms.detach()
     factor = (max_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
     return x * factor.reshape((-1,) + (1,) * (x.dim() - 1))
 
