@@ -65,7 +65,7 @@ def test_hash_depends_on_values_not_on_paths():
     (["method=ndpdc", "method.init=real"], "init must be noise"),
     (["method=ndpdc", "method.clip_norm=0"], "method.clip_norm must be > 0"),
     (["method=dm", "method=ndpdc"], "selected twice"),
-    (["method=ndpdc", "method.autocast=fp16"], "method.autocast='fp16' is not allowed; choose one of: none, bf16"),
+    (["method=ndpdc", "method.autocast=fp16"], "method.autocast='fp16' is not allowed; choose one of: none, bf16, tf32, auto"),
     (["method=dm", "method.memory_format=nhwc"], "method.memory_format"),
     (["method=ndpdc", "method.compile=sometimes"], "method.compile"),
 ])

@@ -2,11 +2,18 @@
 
 θ is drawn afresh every step from a generator derived from (seed, step) and never trained, so every
 process of a sharded run, and a resumed run, uses the same θ at the same step.
+
+Speed options and their "auto" values were chosen by measurement, side by side with the DPDC
+authors' loop (benchmarks/ndpdc_vs_reference_speed.py, benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
+and benchmarks/ndpdc_speed.py for the variants alone).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
+import torch._dynamo
 from torch import Tensor
 
 from dpdc_lightning.models import ModelConfig
@@ -15,7 +22,39 @@ from dpdc_lightning.seeding import derive_generator
 
 FORWARD_MODES = ("loop", "batched", "auto")
 MEMORY_FORMATS = ("contiguous", "channels_last", "auto")
-AUTOCAST_MODES = ("none", "bf16")
+# "tf32": TensorFloat-32 convolutions and matmuls on CUDA (Ampere or newer); a no-op elsewhere.
+AUTOCAST_MODES = ("none", "bf16", "tf32", "auto")
+# A compiled extractor sees at most this many batch shapes per graph (buckets, see bucket_size).
+_RECOMPILE_LIMIT = 64
+
+
+def bucket_size(n: int) -> int:
+    """``n`` rounded up to a multiple of ``max(8, 2^(bit_length(n) - 4))``: at most n/8 (or 7 rows) of
+    padding, and a handful of distinct sizes for a Poisson sample around its mean, so that a
+    compiled extractor compiles once per bucket instead of once per realised sample size."""
+    if n < 1:
+        raise ValueError(f"bucket_size needs n >= 1, got {n}")
+    quantum = max(8, 1 << max(n.bit_length() - 4, 0))
+    return -(-n // quantum) * quantum
+
+
+def resolve_autocast(autocast: str, device: torch.device) -> str:
+    """The precision an ``autocast`` value means on ``device``.
+
+    "auto": TF32 on CUDA GPUs that have it (compute capability >= 8.0): the extractor's convolutions
+    run on tensor cores, while clipping and noise stay float32/float64 (privacy/mechanisms.py).
+    On CPU "auto" is plain float32: a CPU without bf16 units (AVX2 only) emulates bf16 and was
+    slower than float32 (benchmarks/results/ndpdc_vs_reference_speed_cpu.md); a CPU with them
+    (AMX) ran 1.6-2x faster but changed the step-0 image gradient by 6 %
+    (benchmarks/results/ndpdc_speed_cpu.md), so bf16 stays an explicit opt-in there.
+    """
+    if autocast not in AUTOCAST_MODES:
+        raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {autocast!r}")
+    if autocast != "auto":
+        return autocast
+    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8:
+        return "tf32"
+    return "none"
 
 
 class RandomExtractor:
@@ -25,13 +64,14 @@ class RandomExtractor:
                  seed: int, device: torch.device, forward: str = "auto", memory_format: str = "auto",
                  autocast: str = "none", compile: bool = False) -> None:
         """``memory_format`` is the layout of the inputs ("auto": the faster one measured on this
-        device type); ``autocast="bf16"`` runs the forward in bfloat16 autocast (features are
-        returned as float32; the mechanism clips and noises in float64); ``compile`` wraps the embedding in
-        ``torch.compile``. All are speed options: features agree with the defaults up to rounding."""
+        device type); ``autocast`` the precision of the forward ("bf16": bfloat16 autocast; "tf32":
+        TF32 on CUDA; "auto": see :func:`resolve_autocast`); features always come back float32 and
+        the mechanism clips and noises in float64. ``compile`` wraps the embedding in
+        ``torch.compile`` with static shapes. All are speed options: features agree with the
+        float32 defaults up to rounding, except bf16 (and TF32), which round the convolutions."""
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}")
-        if autocast not in AUTOCAST_MODES:
-            raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {autocast!r}")
+        self.autocast = resolve_autocast(autocast, device)
         self.seed = seed
         self.net = build_network(model.name, channels=channels, num_classes=num_classes, image_size=image_size,
                                  generator=derive_generator(seed, "theta", "build"), device=device,
@@ -41,9 +81,12 @@ class RandomExtractor:
             parameter.requires_grad_(False)  # gradients are wanted for the images only
         # Batching all classes in one forward is only exact when normalisation is per sample.
         per_sample = "norm" not in model.options() or model.norm != "batchnorm"  # VGG/ResNet take a norm too
+        self.per_sample = per_sample
         if forward == "auto":
-            # On CPU one forward per class is faster: batched ran at 0.7-0.8x of loop at the paper
-            # setting (benchmarks/results/ndpdc_speed_cpu.md, 2-core Xeon, torch 2.14).
+            # CPU: one forward per class. Batched ran at 0.7-0.8x of loop on a 2-core Xeon
+            # (benchmarks/results/ndpdc_speed_cpu.md) and was no faster on a 2-core AVX2 EPYC
+            # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md). CUDA: one forward for all
+            # classes, since a GPU is starved by 50-image batches.
             forward = "batched" if device.type == "cuda" and per_sample else "loop"
         if forward == "batched" and not per_sample:
             raise ValueError(f"batched forward needs per-sample normalisation, model.norm is {model.norm}")
@@ -53,21 +96,44 @@ class RandomExtractor:
         # Only the inputs change layout: the convolutions follow them, while the weights stay
         # contiguous, so init_weights_ fills them in the same order as without this option.
         self.memory_format = memory_format
-        self.autocast = autocast
         self.device_type = device.type
-        # dynamic: Poisson samples change the batch size every step; static shapes would recompile.
-        self._embed = torch.compile(self.net.embed, dynamic=True) if compile else self.net.embed
+        # Static shapes: dynamic=True compiled for minutes on CPU (273 s measured before); with
+        # static shapes a compile takes seconds per shape once the Inductor cache is warm, and the
+        # varying Poisson batches are padded to a few bucket sizes (embed). The weights are
+        # re-drawn in place, and Dynamo treats module parameters as inputs, so a new θ never
+        # recompiles.
+        self.compiled = bool(compile)
+        self._embed = torch.compile(self.net.embed, dynamic=False) if compile else self.net.embed
 
     def resample(self, step: int) -> None:
         init_weights_(self.net, generator=derive_generator(self.seed, "theta", step))
 
+    def _precision(self) -> contextlib.AbstractContextManager:
+        if self.autocast == "bf16":
+            return torch.autocast(self.device_type, dtype=torch.bfloat16)
+        if self.autocast == "tf32" and self.device_type == "cuda":
+            cudnn = torch.backends.cudnn
+            # Only the TF32 switch changes; cudnn's other flags keep their current values.
+            return cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
+                               allow_tf32=True)
+        return contextlib.nullcontext()
+
     def embed(self, x: Tensor) -> Tensor:
+        """Float32 features of one batch. A compiled extractor pads a batch that needs no gradient
+        (a real Poisson sample, whose size changes every step) with zero images up to
+        :func:`bucket_size` and drops their rows: exact, because every layer of a per-sample-norm
+        network treats each image on its own. Synthetic batches keep their fixed size."""
         if self.memory_format == "channels_last":
             x = x.contiguous(memory_format=torch.channels_last)
-        if self.autocast == "bf16":
-            with torch.autocast(self.device_type, dtype=torch.bfloat16):
-                return self._embed(x).float()
-        return self._embed(x)
+        n = len(x)
+        pad = self.compiled and self.per_sample and n > 0 and not x.requires_grad
+        if pad and bucket_size(n) > n:
+            x = torch.cat([x, x.new_zeros((bucket_size(n) - n, *x.shape[1:]))])
+        fn = self._embed if n > 0 else self.net.embed  # an empty batch is not worth a compiled graph
+        limit = torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT) if self.compiled else contextlib.nullcontext()
+        with limit, self._precision():
+            features = fn(x)
+        return features[:n].float()
 
     def embed_groups(self, groups: list[Tensor]) -> list[Tensor]:
         """Features of several batches: one forward each ("loop") or one for all ("batched")."""
@@ -75,6 +141,13 @@ class RandomExtractor:
             return [self.embed(g) for g in groups]
         features = self.embed(torch.cat(groups))
         return list(torch.split(features, [len(g) for g in groups]))
+
+    def private_features(self, groups: list[Tensor]) -> list[Tensor]:
+        """Features of private batches. They are never differentiated (only their clipped, noised
+        sum is released), so they are computed under ``torch.inference_mode``: no autograd
+        records, no version counters."""
+        with torch.inference_mode():
+            return self.embed_groups(groups)
 
 
 def _auto_memory_format(device: torch.device) -> str:

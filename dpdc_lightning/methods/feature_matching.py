@@ -22,13 +22,14 @@ CLIP_GRADIENTS = ("exact", "detached")
 @dataclass
 class FeatureMatchingConfig(MethodConfig):
     dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
-    # Speed options of the extractor (benchmarks/results/ndpdc_speed_*.md). forward and
-    # memory_format are exact up to float rounding; autocast=bf16 changes gradients by a few
-    # percent (features come back float32; the mechanism clips and noises in float64); compile pays a
-    # warm-up of tens of seconds.
+    # Speed options of the extractor (benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
+    # ndpdc_speed_*.md). forward, memory_format and compile are exact up to float rounding;
+    # autocast=bf16 changes gradients by a few percent and tf32 by less (features come back
+    # float32; the mechanism clips and noises in float64); "auto" = TF32 on Ampere+ GPUs, float32
+    # elsewhere (methods/extractor.py resolve_autocast). compile pays a warm-up per batch shape.
     forward: str = "auto"
     memory_format: str = "auto"
-    autocast: str = "none"
+    autocast: str = "auto"
     compile: bool = False
     # Gradient through the clipping of SYNTHETIC features (methods that clip them: NDPDC, Dosser):
     # "exact" differentiates through the factor min(1, G/||r||); "detached" treats it as a constant,

@@ -61,8 +61,8 @@ class NDPDC(FeatureMatchingMethod):
             real_aug, syn_aug = self.augment_pair(real, synthetic[c], step=step, class_index=c)
             reals.append(real_aug)
             syns.append(syn_aug)
-        with torch.no_grad():
-            real_features = self.extractor.embed_groups(reals)
+        # The private path is never differentiated: inference mode, no autograd records.
+        real_features = self.extractor.private_features(reals)
         syn_features = self.extractor.embed_groups(syns)
         clip, scale = self.config.clip_norm, self.config.group_size / self.config.ipc
         losses = []
