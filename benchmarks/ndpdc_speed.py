@@ -10,8 +10,9 @@ records are N(0, 0.5^2) pixels clamped to [-1, 1]. One timed iteration is the me
 ``NDPDC.class_losses`` (fresh theta, DSA, features, clipping, Gaussian noise) + backward + SGD step.
 
 Variants change only how the extractor runs (``RandomExtractor`` options): one forward per class
-("loop") or one for all classes ("batched"), channels-last inputs, ``torch.compile`` and bfloat16
-autocast of the extractor forward (clipping and noise are not affected). Every variant sees the same
+("loop") or one for all classes ("batched"), channels-last inputs, ``torch.compile`` (static shapes) and bfloat16
+autocast or TF32 (CUDA) of the extractor forward (clipping and noise are not affected).
+Side by side with the DPDC authors' loop: benchmarks/ndpdc_vs_reference_speed.py. Every variant sees the same
 batches; the loss of the first step is compared with the loop variant's to show what a variant does
 to the numbers. Warm-up steps are excluded; the table reports the median over the timed steps. The variants run
 round-robin (one step of each in turn) so that the load of a shared machine affects all alike.
@@ -66,6 +67,8 @@ VARIANTS = {v.name: v for v in (
     Variant("batched + channels_last + bf16", "batched", memory_format="channels_last", autocast="bf16"),
     Variant("loop + torch.compile", "loop", compile=True),
     Variant("batched + torch.compile", "batched", compile=True),
+    Variant("batched + tf32", "batched", autocast="tf32"),
+    Variant("batched + tf32 + torch.compile", "batched", autocast="tf32", compile=True),
 )}
 
 
@@ -146,6 +149,8 @@ def time_variants(variants: list[Variant], *, device: torch.device, data: StandI
     for variant in variants:
         if variant.autocast == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
             failures[variant.name] = "bf16 not supported on this GPU"
+        elif variant.autocast == "tf32" and device.type != "cuda":
+            failures[variant.name] = "TF32 is a CUDA option (a no-op on this device): not timed"
         else:
             runs.append(Timed(variant, device=device, ipc=ipc, group_size=group_size))
     for step in range(warmup + steps):

@@ -2,8 +2,7 @@
 Private Dataset Condensation"; github.com/SecMLSys/Differentially-Private-Dataset-Condensation).
 
     git -C <their repo> archive HEAD | tar -x -C /tmp/dpdc_ref
-    OMP_NUM_THREADS=1 python benchmarks/ndpdc_vs_reference_speed.py --reference /tmp/dpdc_ref \
-        --reference-commit a20cf59 --steps 6 --warmup 2
+    OMP_NUM_THREADS=1 python benchmarks/ndpdc_vs_reference_speed.py --reference /tmp/dpdc_ref --reference-commit a20cf59
 
 Setting: the paper's FashionMNIST NDPDC run (1x28x28, 10 classes, IPC 50, L 50, ConvNet width 128
 depth 3 instance norm, DSA color_crop_cutout_flip_scale_rotate, noise multiplier 1, G 1), on the real
@@ -14,9 +13,8 @@ reads its ``main_dpdc.py`` at run time: ``ast`` extracts the nested ``get_images
 ``if it < args.Iteration:`` (fresh network, per-class Poisson sample, Siamese DiffAugment, real and
 synthetic embedding, clipping, noise, loss, one backward, SGD step), which is then executed as it
 is, once per timed iteration, in a namespace holding what its ``main`` would have defined
-(``args.device`` = the device asked for, i.e. patched to CPU). Two shims make the checkout import:
-an empty ``setGPU`` module (it picks a GPU on import) and ``view`` -> ``reshape`` in the network's
-``embed`` (see ``_reshaping``).
+(``args.device`` = the device asked for, i.e. patched to CPU). Shims: an empty ``setGPU`` module
+(it picks a GPU on import) and ``view`` -> ``reshape`` in the network's ``embed`` (``_reshaping``).
 
 Ours: the method's own code path per iteration: the data stream (``PrivateDataModule.sample``,
 per-class Poisson), ``NDPDC.class_losses`` (θ, DSA, features, clipping, keyed float64 noise) +
@@ -49,6 +47,7 @@ from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
 from dpdc_lightning.data.datamodule import PrivateDataModule  # noqa: E402
 from dpdc_lightning.data.datasets import load_dataset  # noqa: E402
 from dpdc_lightning.methods.base import DataSpec  # noqa: E402
+from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig  # noqa: E402
 from dpdc_lightning.models import ModelConfig  # noqa: E402
 from dpdc_lightning.privacy.accounting import PrivacyAccountant  # noqa: E402
@@ -62,6 +61,7 @@ VARIANTS = {
     "ours: loop + channels_last": {"forward": "loop", "memory_format": "channels_last"},
     "ours: loop + bf16 autocast": {"forward": "loop", "autocast": "bf16"},
     "ours: loop + compile": {"forward": "loop", "compile": True},
+    "ours: loop + channels_last + compile": {"forward": "loop", "memory_format": "channels_last", "compile": True},
     "ours: batched + compile": {"forward": "batched", "compile": True},
 }
 DEFAULT = "ours: loop fp32 (default)"
@@ -83,8 +83,8 @@ def reference_loop(directory: Path) -> tuple[types.CodeType, types.CodeType, typ
     sys.modules.setdefault("setGPU", types.ModuleType("setGPU"))  # their script imports it to pick a GPU
     sys.path.insert(0, str(directory))
     import utils  # noqa: PLC0415  (the reference checkout's module, found through sys.path)
-    as_module = lambda nodes: compile(ast.Module(body=nodes, type_ignores=[]), str(directory / "main_dpdc.py"), "exec")  # noqa: E731
-    return as_module([get_images]), as_module(body.body), utils
+    return tuple(compile(ast.Module(body=nodes, type_ignores=[]), str(directory / "main_dpdc.py"), "exec")
+                 for nodes in ([get_images], body.body)) + (utils,)
 
 
 def _reshaping(get_network):
@@ -169,18 +169,42 @@ class Ours:
 
 
 def compile_probe(args: argparse.Namespace) -> list[str]:
-    """Cold and warm compile time: two fresh processes share one initially empty Inductor cache; each
-    builds the compiled variants and times their first iteration (compilation included)."""
-    lines = []
+    """Cold and warm compile time: two fresh processes share one initially empty Inductor cache; each builds
+    the chosen compiled variants and times their first iteration (compilation included)."""
+    lines: list[str] = []
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         for label in ("cold (empty TORCHINDUCTOR_CACHE_DIR)", "warm (same cache, new process)"):
             command = [sys.executable, __file__, "--reference", str(args.reference), "--probe-only", "--device",
-                       args.device]
+                       args.device, "--variants", ",".join(n for n in args.names if VARIANTS[n].get("compile"))]
             done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
             probes = [line for line in done.stdout.splitlines() if line.startswith("probe ")]
             lines += [f"- {label}: " + ("; ".join(p[6:] for p in probes) or f"failed: {done.stderr[-300:]}")]
     return lines
+
+
+def bf16_probe(device: torch.device) -> list[str]:
+    """bf16 autocast, timed on one class's synthetic forward + backward (50 images) rather than in the
+    round-robin: on a CPU without bf16 units one full iteration took over 5 minutes (emulated)."""
+    model = ModelConfig(name="convnet", width=128, depth=3, norm="instancenorm")
+    x = torch.randn(50, 1, 28, 28, generator=torch.Generator().manual_seed(0)).to(device)
+    seconds: dict[str, list[float]] = {"none": [], "bf16": []}
+    grads = {}
+    for _ in range(2):
+        for autocast in seconds:
+            extractor = RandomExtractor(model, channels=1, num_classes=10, image_size=(28, 28), seed=0, device=device,
+                                        forward="loop", autocast=autocast)
+            extractor.resample(0)
+            images = x.clone().requires_grad_(True)
+            start = time.perf_counter()
+            extractor.embed(images).square().sum().backward()
+            seconds[autocast].append(time.perf_counter() - start)
+            grads[autocast] = images.grad
+    diff = float((grads["bf16"] - grads["none"]).norm() / grads["none"].norm())
+    return [f"- bf16 autocast, one class (50 synthetic images, forward + backward): {min(seconds['bf16']):.2f} s "
+            f"vs {min(seconds['none']):.2f} s in float32 (min of 2, alternating), i.e. "
+            f"{min(seconds['none']) / min(seconds['bf16']):.2f}x; image gradient rel. diff {diff:.1e}; "
+            f"mkldnn bf16 support: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}."]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -188,51 +212,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, required=True, help="a checkout of the DPDC authors' repository")
     parser.add_argument("--reference-commit", default=None, help="its commit, when the checkout has no .git")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--ipc", type=int, default=50)
-    parser.add_argument("--group-size", type=int, default=50)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"subset of: {', '.join(VARIANTS)}")
+    for flag, default in (("--steps", 6), ("--warmup", 2), ("--threads", None), ("--ipc", 50), ("--group-size", 50)):
+        parser.add_argument(flag, type=int, default=default)
+    parser.add_argument("--variants", default=",".join(n for n in VARIANTS if "bf16" not in n),
+                        help=f"subset of: {', '.join(VARIANTS)} (default: all but bf16, see --bf16-probe)")
+    parser.add_argument("--bf16-probe", action="store_true", help="time bf16 autocast on one class batch")
     parser.add_argument("--compile-probe", action="store_true", help="also time cold and warm compilation")
     parser.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    missing = [f for f in ("main_dpdc.py", "utils.py", "networks.py") if not (args.reference / f).is_file()]
-    if missing:
+    if missing := [f for f in ("main_dpdc.py", "utils.py", "networks.py") if not (args.reference / f).is_file()]:
         fail(f"--reference {args.reference} is not a DPDC checkout (missing {', '.join(missing)})")
-    names = [v.strip() for v in args.variants.split(",") if v.strip()]
+    names = args.names = [v.strip() for v in args.variants.split(",") if v.strip()]
     if any(n not in VARIANTS for n in names) or args.steps < 1 or args.warmup < 0:
         fail(f"unknown variants {[n for n in names if n not in VARIANTS]}, or --steps < 1 / --warmup < 0")
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: CUDA is not available on this machine")
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or torch.get_num_threads())
     device = torch.device(args.device)
     data = load_dataset("fashion_mnist")
     if args.probe_only:
-        for name in (n for n in VARIANTS if VARIANTS[n].get("compile")):
+        for name in (n for n in names if VARIANTS[n].get("compile")):
             start = time.perf_counter()
             Ours(VARIANTS[name], data, device=device, ipc=args.ipc, group_size=args.group_size).step(0)
             print(f"probe {name} first iteration {time.perf_counter() - start:.1f} s", flush=True)
         return 0
-    commit = args.reference_commit or subprocess.run(["git", "-C", str(args.reference), "rev-parse", "HEAD"],
-                                                     capture_output=True, text=True).stdout.strip() or "unknown"
+    git = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "HEAD"], capture_output=True, text=True)
+    commit = args.reference_commit or git.stdout.strip() or "unknown"
     load_start = os.getloadavg()[0]
     runs = {REFERENCE: Reference(args.reference, data.train_images, data.train_labels, device=device, ipc=args.ipc,
                                  group_size=args.group_size)}
     runs.update({n: Ours(VARIANTS[n], data, device=device, ipc=args.ipc, group_size=args.group_size) for n in names})
-    times: dict[str, list[dict]] = {name: [] for name in runs}
-    warm: dict[str, list[float]] = {name: [] for name in runs}
+    times: dict[str, list[dict]] = {name: [] for name in runs}  # timed iterations
+    warm: dict[str, list[float]] = {name: [] for name in runs}  # warm-up iterations (compilation)
     for step in range(args.warmup + args.steps):
         for name, run in runs.items():
             timing = run.step(step)
-            if step >= args.warmup:
-                times[name].append(timing)
-            else:
-                warm[name].append(timing["total"])
+            (times[name].append(timing) if step >= args.warmup else warm[name].append(timing["total"]))
             print(f"step {step} {name}: {timing['total']:.3f} s", flush=True)
     text = report(args, runs, times, warm, commit=commit, load_start=load_start, device=device)
+    if args.bf16_probe:
+        text += "\n## bf16 autocast\n\n" + "\n".join(bf16_probe(device)) + "\n"
     if args.compile_probe:
         text += "\n## Compile warm-up\n\n" + "\n".join(compile_probe(args)) + "\n"
     out = args.out or ROOT / "benchmarks" / "results" / f"ndpdc_vs_reference_speed_{device.type}.md"
