@@ -14,7 +14,7 @@ from dpdc_lightning.config import ModelConfig
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.extractor import RandomExtractor, bucket_size, resolve_autocast
+from dpdc_lightning.methods.extractor import RandomExtractor, bucket_size, cudnn_tf32, resolve_autocast
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
 from dpdc_lightning.seeding import derive_generator
 from method_helpers import build, stream
@@ -76,6 +76,11 @@ def test_precision_modes_resolve_per_device_and_bad_values_are_refused():
     x = _images(6)
     # TF32 is a CUDA feature: on a CPU it changes nothing at all.
     assert torch.equal(_extractor(autocast="tf32").embed(x), _extractor(autocast="none").embed(x))
+    before = torch.backends.cudnn.allow_tf32
+    for allowed in (True, False):  # what "tf32" and "none" do around a CUDA forward
+        with cudnn_tf32(allowed):
+            assert torch.backends.cudnn.allow_tf32 is allowed
+        assert torch.backends.cudnn.allow_tf32 is before
     with pytest.raises(ValueError, match="autocast"):
         _extractor(autocast="fp16")
     with pytest.raises(UserError, match=r"method.autocast='fp8' is not allowed; choose one of: none, bf16, tf32, auto"):

@@ -11,6 +11,7 @@ and benchmarks/ndpdc_speed.py for the variants alone).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 
 import torch
 import torch._dynamo
@@ -57,6 +58,18 @@ def resolve_autocast(autocast: str, device: torch.device) -> str:
     return "none"
 
 
+@contextlib.contextmanager
+def cudnn_tf32(allowed: bool) -> Iterator[None]:
+    """cuDNN's TF32 switch set to ``allowed`` inside the block (and only that switch; it is restored after)."""
+    cudnn = torch.backends.cudnn
+    previous = cudnn.allow_tf32
+    cudnn.allow_tf32 = allowed
+    try:
+        yield
+    finally:
+        cudnn.allow_tf32 = previous
+
+
 class RandomExtractor:
     """Holds one network whose weights are re-drawn in place by ``resample(step)``."""
 
@@ -64,8 +77,9 @@ class RandomExtractor:
                  seed: int, device: torch.device, forward: str = "auto", memory_format: str = "auto",
                  autocast: str = "none", compile: bool = False) -> None:
         """``memory_format`` is the layout of the inputs ("auto": the faster one measured on this
-        device type); ``autocast`` the precision of the forward ("bf16": bfloat16 autocast; "tf32":
-        TF32 on CUDA; "auto": see :func:`resolve_autocast`); features always come back float32 and
+        device type); ``autocast`` the precision of the forward ("none": float32, on CUDA with cuDNN's
+        TF32 switched off; "bf16": bfloat16 autocast; "tf32": TF32 on CUDA; "auto": see
+        :func:`resolve_autocast`); features always come back float32 and
         the mechanism clips and noises in float64. ``compile`` wraps the embedding in
         ``torch.compile`` with static shapes. All are speed options: features agree with the
         float32 defaults up to rounding, except bf16 (and TF32), which round the convolutions."""
@@ -111,11 +125,10 @@ class RandomExtractor:
     def _precision(self) -> contextlib.AbstractContextManager:
         if self.autocast == "bf16":
             return torch.autocast(self.device_type, dtype=torch.bfloat16)
-        if self.autocast == "tf32" and self.device_type == "cuda":
-            cudnn = torch.backends.cudnn
-            # Only the TF32 switch changes; cudnn's other flags keep their current values.
-            return cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark, deterministic=cudnn.deterministic,
-                               allow_tf32=True)
+        if self.device_type == "cuda":
+            # cuDNN allows TF32 convolutions by default: "none" turns that off for an exactly float32
+            # forward, "tf32" turns it on. (The backward runs later, under torch's global setting.)
+            return cudnn_tf32(self.autocast == "tf32")
         return contextlib.nullcontext()
 
     def embed(self, x: Tensor) -> Tensor:
