@@ -59,6 +59,13 @@ def test_padding_of_private_batches_is_exact_and_synthetic_batches_keep_their_si
     assert shapes[-1] == 5 and synthetic.grad.abs().sum() > 0
 
 
+def test_auto_layout_is_channels_last_only_for_a_compiled_cpu_extractor():
+    # Building a compiled extractor compiles nothing yet (torch.compile is lazy).
+    assert _extractor(compile=True).memory_format == "channels_last"
+    assert _extractor().memory_format == "contiguous"
+    assert _extractor(compile=True, memory_format="contiguous").memory_format == "contiguous"
+
+
 def test_private_features_record_no_graph_and_equal_plain_features():
     extractor = _extractor(forward="batched")
     groups = [_images(n, seed=n) for n in (4, 0, 6)]

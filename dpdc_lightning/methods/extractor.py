@@ -98,15 +98,15 @@ class RandomExtractor:
         self.per_sample = per_sample
         if forward == "auto":
             # CPU: one forward per class. Batched ran at 0.7-0.8x of loop on a 2-core Xeon
-            # (benchmarks/results/ndpdc_speed_cpu.md) and was no faster on a 2-core AVX2 EPYC
-            # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md). CUDA: one forward for all
-            # classes, since a GPU is starved by 50-image batches.
+            # (benchmarks/results/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
+            # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md).
+            # CUDA: one forward for all classes, since a GPU is starved by 50-image batches.
             forward = "batched" if device.type == "cuda" and per_sample else "loop"
         if forward == "batched" and not per_sample:
             raise ValueError(f"batched forward needs per-sample normalisation, model.norm is {model.norm}")
         self.forward_mode = forward
         if memory_format == "auto":
-            memory_format = _auto_memory_format(device)
+            memory_format = _auto_memory_format(device, compiled=bool(compile))
         # Only the inputs change layout: the convolutions follow them, while the weights stay
         # contiguous, so init_weights_ fills them in the same order as without this option.
         self.memory_format = memory_format
@@ -163,9 +163,11 @@ class RandomExtractor:
             return self.embed_groups(groups)
 
 
-def _auto_memory_format(device: torch.device) -> str:
-    # CPU: channels-last inputs gave no clear gain at the paper setting (1.12x of contiguous by the
-    # median of 7 steps but 0.87x by the fastest, i.e. within the noise of a shared 2-core machine;
-    # benchmarks/results/ndpdc_speed_cpu.md), so the plain layout stays. CUDA: not measured yet
-    # (benchmarks/ndpdc_speed.py --device cuda does), so the default there is unchanged too.
-    return "contiguous"
+def _auto_memory_format(device: torch.device, *, compiled: bool) -> str:
+    # CPU, eager: channels-last inputs gave no clear gain at the paper setting (0.99x of contiguous by
+    # the median, 1.12x by the fastest step on a 2-core AVX2 EPYC; 1.12x / 0.87x on a 2-core Xeon),
+    # so the plain layout stays. CPU, compiled: channels-last was faster in both statistics
+    # (1.39x vs 1.34x of the authors' loop by the median, 1.45x vs 1.38x by the fastest step;
+    # benchmarks/results/ndpdc_vs_reference_speed_cpu.md). CUDA: not measured yet
+    # (benchmarks/ndpdc_speed.py --device cuda does), so the default there is unchanged.
+    return "channels_last" if compiled and device.type == "cpu" else "contiguous"
