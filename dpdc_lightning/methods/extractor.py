@@ -166,8 +166,8 @@ class RandomExtractor:
 def _auto_memory_format(device: torch.device, *, compiled: bool) -> str:
     # CPU, eager: channels-last inputs gave no clear gain at the paper setting (0.99x of contiguous by
     # the median, 1.12x by the fastest step on a 2-core AVX2 EPYC; 1.12x / 0.87x on a 2-core Xeon),
-    # so the plain layout stays. CPU, compiled: channels-last was faster in both statistics
-    # (1.39x vs 1.34x of the authors' loop by the median, 1.45x vs 1.38x by the fastest step;
-    # benchmarks/results/ndpdc_vs_reference_speed_cpu.md). CUDA: not measured yet
+    # so the plain layout stays. CPU, compiled: channels-last was a little faster in both statistics
+    # (1.39x vs 1.36x of the authors' loop by the median, 1.46x vs 1.45x by the fastest step;
+    # benchmarks/results/ndpdc_vs_reference_speed_cpu.md) with the same gradient. CUDA: not measured yet
     # (benchmarks/ndpdc_speed.py --device cuda does), so the default there is unchanged.
     return "channels_last" if compiled and device.type == "cpu" else "contiguous"
