@@ -182,7 +182,9 @@ def test_compiled_extractor_matches_eager_features_and_gradients():
         images = _images(6).requires_grad_(True)
         extractor.embed(images).square().sum().backward()
         grads.append(images.grad)
-    torch.testing.assert_close(grads[1], grads[0], rtol=1e-3, atol=1e-5)
+    # Inductor's fused backward is not float32-exact: 1e-4..1e-3 relative at the paper setting
+    # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md); a wrong gradient would be O(1) off.
+    assert float((grads[1] - grads[0]).norm() / grads[0].norm()) < 1e-2
     compiled.resample(9)  # a new θ is an in-place re-draw: no recompilation, new features
     eager.resample(9)
     with torch.inference_mode():

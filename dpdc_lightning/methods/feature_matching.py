@@ -23,10 +23,11 @@ CLIP_GRADIENTS = ("exact", "detached")
 class FeatureMatchingConfig(MethodConfig):
     dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
     # Speed options of the extractor (benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
-    # ndpdc_speed_*.md). forward, memory_format and compile are exact up to float rounding;
-    # autocast=bf16 changes gradients by a few percent and tf32 by less (features come back
-    # float32; the mechanism clips and noises in float64); "auto" = TF32 on Ampere+ GPUs, float32
-    # elsewhere (methods/extractor.py resolve_autocast). compile pays a warm-up per batch shape.
+    # ndpdc_speed_*.md). forward and memory_format are exact up to float rounding; compile keeps
+    # features to rounding but its fused backward moves image gradients by 1e-4..1e-3 (relative);
+    # autocast=bf16 changes them by a few percent and tf32 by less (features come back float32;
+    # the mechanism clips and noises in float64); "auto" = TF32 on Ampere+ GPUs, float32 elsewhere
+    # (methods/extractor.py resolve_autocast). compile pays a warm-up once per batch-size bucket.
     forward: str = "auto"
     memory_format: str = "auto"
     autocast: str = "auto"
