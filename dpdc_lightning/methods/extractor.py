@@ -14,7 +14,6 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-import torch._dynamo
 from torch import Tensor
 
 from dpdc_lightning.models import ModelConfig
@@ -145,7 +144,10 @@ class RandomExtractor:
         if pad and bucket_size(n) > n:
             x = torch.cat([x, x.new_zeros((bucket_size(n) - n, *x.shape[1:]))])
         fn = self._embed if n > 0 else self.net.embed  # an empty batch is not worth a compiled graph
-        limit = torch._dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT) if self.compiled else contextlib.nullcontext()
+        limit = contextlib.nullcontext()
+        if self.compiled:
+            import torch._dynamo as dynamo  # noqa: PLC0415  (torch.compile has loaded it already)
+            limit = dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT)
         with limit, self._precision():
             features = fn(x)
         return features[:n].float()
