@@ -137,3 +137,27 @@ def test_engine_and_compile_settings_are_checked():
     assert stacked.resolve_engine("auto", torch.device("cuda")) == "stacked"
     assert wants_compile("auto", steps=10) is False and wants_compile("auto", steps=10_000) is True
     assert wants_compile(False, steps=10_000) is False and wants_compile("true", steps=1) is True
+
+
+def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(data, monkeypatch):
+    # torch.compile replaced by the identity: the compiled code path (one padded test shape) runs eagerly.
+    protocol = EvalProtocol(epochs=2, runs=2, batch_size=16, test_batch_size=6)  # 20 test images: 6+6+6+2
+
+    def accuracies(compile):
+        return stacked.train_and_test_direct(
+            data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+            model="convnet", num_classes=NUM_CLASSES, protocol=protocol, seed=2, model_options={"width": 8},
+            compile=compile)
+
+    plain = accuracies("false")
+    shapes: list[int] = []
+
+    def identity_compile(fn, **kwargs):
+        def call(params, buffers, x, y):
+            shapes.append(len(x))
+            return fn(params, buffers, x, y)
+        return call
+
+    monkeypatch.setattr(torch, "compile", identity_compile)
+    assert accuracies("true") == plain
+    assert set(shapes) == {16, 8, 6}  # training batches 16, 16, 8; every test batch 6 (the last one padded)

@@ -244,6 +244,11 @@ def test_runs(state: _Runs, test_images: Tensor, test_labels: Tensor, *, batch_s
     for start in range(0, len(test_images), batch_size):
         x = test_images[start:start + batch_size].detach().float().to(device)
         y = test_labels[start:start + batch_size].detach().long().to(device)
+        if state.fn.compiled and len(x) < batch_size <= len(test_images):
+            # One shape for every test batch: padding the last one (label -1 never counts as
+            # correct; eval mode treats images one by one) is cheaper than compiling a second graph.
+            x = torch.cat([x, x.new_zeros(batch_size - len(x), *x.shape[1:])])
+            y = torch.cat([y, y.new_full((batch_size - len(y),), -1)])
         correct = correct + state.correct(x, y)
     return [int(c) / len(test_images) for c in correct.cpu()]
 
