@@ -166,7 +166,7 @@ def _section(label, args, config, bundle, protocol, data, times, accuracies, loa
     ]
     if len(times["new"]) > 1:  # runs after the first reuse the compiled step: the cost once compiled
         steady = statistics.mean(times["old"][1:]) / statistics.mean(times["new"][1:])
-        lines.append(f"Without the first run (which compiles): {steady:.2f}x per run "
+        lines.append(f"Runs 2 on (the first one pays any compilation): {steady:.2f}x per run "
                      f"(old {statistics.mean(times['old'][1:]):.1f} s, new {statistics.mean(times['new'][1:]):.1f} s).")
     lines += [
         "",

@@ -30,7 +30,7 @@ import copy
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -43,7 +43,9 @@ from dpdc_lightning.seeding import derive_generator
 
 if TYPE_CHECKING:
     from dpdc_lightning.evaluation.progress import EvalProgress
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+
+# A train_eval.EvalProtocol; not imported, because train_eval imports this module.
+_Protocol = Any
 
 
 def resolve_engine(engine: str, device: torch.device) -> str:
@@ -180,7 +182,7 @@ class _Runs:
         return out
 
 
-def _stream(images: Tensor, labels: Tensor, *, protocol: EvalProtocol, seed: int, model: str, run: int):
+def _stream(images: Tensor, labels: Tensor, *, protocol: _Protocol, seed: int, model: str, run: int):
     """Run ``run``'s training batches, in order: one permutation per pass (the "shuffle"
     generator), split into batches, each augmented with one DSA call (the "dsa" generator)."""
     shuffle = derive_generator(seed, "eval", model, run, "shuffle")
@@ -200,7 +202,7 @@ def _stream(images: Tensor, labels: Tensor, *, protocol: EvalProtocol, seed: int
             yield x, y
 
 
-def train_runs(images: Tensor, labels: Tensor, *, model: str, num_classes: int, protocol: EvalProtocol,
+def train_runs(images: Tensor, labels: Tensor, *, model: str, num_classes: int, protocol: _Protocol,
                seed: int, runs: Sequence[int], model_options: dict | None = None,
                device: torch.device | str = "cpu", stacked: bool = False, compile: bool = False,
                step_function: StepFunction | None = None, progress: EvalProgress | None = None) -> _Runs:
@@ -254,7 +256,7 @@ def test_runs(state: _Runs, test_images: Tensor, test_labels: Tensor, *, batch_s
 
 
 def train_and_test_direct(images: Tensor, labels: Tensor, *, test_images: Tensor, test_labels: Tensor,
-                          model: str, num_classes: int, protocol: EvalProtocol, seed: int,
+                          model: str, num_classes: int, protocol: _Protocol, seed: int,
                           model_options: dict | None = None, device: torch.device | str = "cpu",
                           stacked: bool = False, compile: str | bool = "auto",
                           progress: EvalProgress | None = None) -> list[float]:
