@@ -106,8 +106,15 @@ class EvalConfig:
     dsa: bool = True
     pea: bool = False
     accelerator: str = "auto"
+    engine: str = "auto"  # how the runs are trained (evaluation/stacked.py ENGINES); not part of the protocol
+    compile: str = "auto"  # torch.compile of the trainer-free engines' step: auto, true or false
 
     def __post_init__(self) -> None:
+        from dpdc_lightning.evaluation.engines import COMPILE_MODES, ENGINES
+
+        self.compile = str(self.compile).lower()  # eval.compile=true arrives as the string "True"
+        _choice("eval.engine", self.engine, ENGINES)
+        _choice("eval.compile", self.compile, COMPILE_MODES)
         for key in ("epochs", "runs", "batch_size"):
             _positive(f"eval.{key}", getattr(self, key))
         _positive("eval.lr", self.lr)

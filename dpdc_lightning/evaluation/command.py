@@ -192,7 +192,8 @@ def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[A
         results = [ModelResult(model=m.name, accuracies=train_and_test(
             images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
             num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
-            accelerator=config.eval.accelerator, pea=config.eval.pea, progress=progress)) for m in models]
+            accelerator=config.eval.accelerator, pea=config.eval.pea, progress=progress, engine=config.eval.engine,
+            compile=config.eval.compile)) for m in models]
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C inside a training into a graceful stop and sys.exit(1).
         if isinstance(err, SystemExit) and err.code not in (1, 130):

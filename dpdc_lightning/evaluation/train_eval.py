@@ -36,6 +36,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from dpdc_lightning.augment.dsa import MODES as DSA_MODES
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.evaluation.stacked import check_inputs, resolve_device, resolve_engine, train_and_test_direct
 from dpdc_lightning.seeding import derive_generator
 
 if TYPE_CHECKING:
@@ -236,14 +237,29 @@ def train_and_test(
     accelerator: str = "auto",
     pea: bool = False,
     progress: EvalProgress | None = None,
+    engine: str = "auto",
+    compile: str | bool = "auto",
 ) -> list[float]:
     """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the
     real split. Returns one accuracy in [0, 1] per run.
 
     Every random draw of run ``r`` (initialisation, shuffling, DSA) comes from generators derived
     from ``(seed, "eval", model, r)``, so equal arguments give equal accuracies on one device.
+    ``engine`` (stacked.ENGINES) is how the runs are trained: a Lightning Trainer per run, or the
+    trainer-free loop of :mod:`~dpdc_lightning.evaluation.stacked` (runs one after another or
+    stacked; ``compile`` as there); auto picks the one measured fastest on the device.
     """
-    _check_inputs(images, labels, test_images, test_labels, num_classes)
+    check_inputs(images, labels, test_images, test_labels, num_classes)
+    device = resolve_device(accelerator)
+    if resolve_engine(engine, device) != "lightning":
+        if pea:
+            from dpdc_lightning.augment.pea import partition_and_expand
+
+            images, labels = partition_and_expand(images.detach().float().cpu(), labels.detach().long().cpu())
+        return train_and_test_direct(images, labels, test_images=test_images, test_labels=test_labels, model=model,
+                                     num_classes=num_classes, protocol=protocol, seed=seed, model_options=model_options,
+                                     device=device, stacked=resolve_engine(engine, device) == "stacked",
+                                     compile=compile, progress=progress)
     test_set = TensorDataset(test_images.detach().float().cpu(), test_labels.detach().long().cpu())
     test_loader = DataLoader(
         test_set,
@@ -283,7 +299,7 @@ def train_network(
 ) -> nn.Module:
     """Run ``run`` of the protocol on (images, labels) and return the trained network (eval mode,
     on the CPU): the same network :func:`train_and_test` would test, for attacks that query it."""
-    _check_inputs(images, labels, images[:1], labels[:1], num_classes)
+    check_inputs(images, labels, images[:1], labels[:1], num_classes)
     module, _ = _fit(images, labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed, run=run,
                      model_options=model_options, accelerator=accelerator, pea=pea)
     return module.network.cpu().eval()
@@ -385,23 +401,3 @@ def quiet_lightning() -> Iterator[None]:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
 
-
-def _check_inputs(
-    images: Tensor, labels: Tensor, test_images: Tensor, test_labels: Tensor, num_classes: int
-) -> None:
-    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
-        raise UserError(f"num_classes must be an integer >= 2, got {num_classes!r}")
-    for name, x, y in (("synthetic", images, labels), ("test", test_images, test_labels)):
-        if x.dim() != 4:
-            raise UserError(f"{name} images must have shape (N, C, H, W), got {tuple(x.shape)}")
-        if y.dim() != 1 or len(y) != len(x):
-            raise UserError(f"{name} labels must have shape ({len(x)},), got {tuple(y.shape)}")
-        if len(x) == 0:
-            raise UserError(f"{name} set is empty")
-        if y.min() < 0 or y.max() >= num_classes:
-            raise UserError(f"{name} labels must lie in [0, {num_classes - 1}]")
-    if test_images.shape[1:] != images.shape[1:]:
-        raise UserError(
-            f"test images are {tuple(test_images.shape[1:])}, synthetic images are "
-            f"{tuple(images.shape[1:])}; they must match"
-        )

@@ -1,0 +1,163 @@
+"""The trainer-free evaluation engines (evaluation/stacked.py) against the Lightning path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from dpdc_lightning.config import compose
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.evaluation import stacked
+from dpdc_lightning.evaluation.engines import wants_compile
+from dpdc_lightning.evaluation.progress import EvalProgress
+from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test, train_network
+
+NUM_CLASSES = 4
+# 40 images in batches of 16: three steps per pass, the last one short; 4 passes, lr decay after 3.
+PROTOCOL = EvalProtocol(epochs=3, runs=3, batch_size=16)
+MODELS = [("convnet", {"width": 8, "norm": "batchnorm"}), ("convnet", {"width": 8}), ("mlp", {})]
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(7)
+    labels = torch.arange(NUM_CLASSES).repeat(10)
+    images = torch.randn(len(labels), 1, 28, 28, generator=g) + labels.view(-1, 1, 1, 1) * 0.5
+    test_labels = torch.arange(NUM_CLASSES).repeat(5)
+    test_images = torch.randn(len(test_labels), 1, 28, 28, generator=g) + test_labels.view(-1, 1, 1, 1) * 0.5
+    return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
+
+
+def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, **kwargs) -> list[torch.nn.Module]:
+    state = stacked.train_runs(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
+                               protocol=protocol, seed=5, runs=runs, model_options=options,
+                               stacked=stacked_runs, **kwargs)
+    return state.networks()
+
+
+def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa)
+
+
+@pytest.mark.parametrize("model, options", MODELS)
+def test_sequential_engine_gives_the_lightning_weights(data, model, options):
+    # Weights, biases and batch-norm running statistics after 12 steps across an lr decay.
+    for run in (0, 2):
+        reference = train_network(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
+                                  protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu")
+        (ours,) = trained(data, model, options, [run], stacked_runs=False)
+        assert largest_difference(reference, ours) <= 1e-6
+    # ...and the comparison can tell runs apart.
+    assert largest_difference(reference, trained(data, model, options, [1], stacked_runs=False)[0]) > 1e-2
+
+
+@pytest.mark.parametrize("model, options", MODELS)
+def test_stacked_runs_equal_independent_runs(data, model, options):
+    alone = [trained(data, model, options, [r], stacked_runs=False)[0] for r in range(3)]
+    together = trained(data, model, options, [0, 1, 2], stacked_runs=True)
+    assert [largest_difference(a, b) for a, b in zip(alone, together)] == pytest.approx([0, 0, 0], abs=1e-5)
+    if options.get("norm") == "batchnorm":  # running statistics are per run, and they moved
+        stats = [n.state_dict()["features.1.running_mean"] for n in together]
+        assert not torch.equal(stats[0], stats[1]) and stats[0].abs().sum() > 0
+
+
+def test_a_runs_draws_do_not_depend_on_how_many_runs_are_trained(data):
+    model, options = MODELS[0]
+    of_three = trained(data, model, options, [0, 1, 2], stacked_runs=True)[2]
+    of_five = trained(data, model, options, [0, 1, 2, 3, 4], stacked_runs=True)[2]
+    alone = trained(data, model, options, [2], stacked_runs=False)[0]
+    assert largest_difference(of_three, of_five) <= 1e-5
+    assert largest_difference(of_three, alone) <= 1e-5
+    assert largest_difference(of_five, trained(data, model, options, [3], stacked_runs=False)[0]) > 1e-2
+
+
+def test_engines_report_the_same_accuracies(data):
+    protocol = EvalProtocol(epochs=4, runs=2, batch_size=16)
+
+    def accuracies(engine, pea=False):
+        return train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                              test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES,
+                              protocol=protocol, seed=1, model_options={"width": 8}, accelerator="cpu",
+                              engine=engine, compile="false", pea=pea)
+
+    lightning = accuracies("lightning")  # torchmetrics reports float32
+    assert accuracies("sequential") == pytest.approx(lightning, abs=1e-6)
+    assert accuracies("auto") == pytest.approx(lightning, abs=1e-6)  # sequential on a CPU
+    assert accuracies("stacked") == pytest.approx(lightning, abs=1.5 / len(data["test_labels"]))
+    assert accuracies("sequential", pea=True) == pytest.approx(accuracies("lightning", pea=True), abs=1e-6)
+
+
+def test_progress_counts_every_run_of_a_stacked_group(data):
+    calls: list[tuple] = []
+
+    class Recording(EvalProgress):
+        def start_run(self, label, epochs):
+            calls.append(("start", label, epochs))
+
+        def epoch_done(self, epochs):
+            calls.append(("epoch", epochs))
+
+        def end_run(self, accuracy=None):
+            calls.append(("end", accuracy))
+
+    progress = Recording(total_runs=3, enabled=False)
+    accuracies = stacked.train_and_test_direct(
+        data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+        model="mlp", num_classes=NUM_CLASSES, protocol=PROTOCOL, seed=0, stacked=True, compile="false",
+        progress=progress)
+    progress.close()
+    assert calls[0] == ("start", "mlp runs 1-3/3", PROTOCOL.train_epochs)
+    assert [c[1] for c in calls if c[0] == "epoch"] == list(range(1, PROTOCOL.train_epochs + 1))
+    assert [c[1] for c in calls if c[0] == "end"] == accuracies and len(accuracies) == 3
+
+
+def test_a_failing_compiler_falls_back_to_eager_with_a_warning(data, monkeypatch):
+    def broken_compile(fn, **kwargs):
+        def call(*args):
+            raise RuntimeError("no C++ compiler")
+        return call
+
+    model, options = MODELS[0]  # batch norm: the failed call must not leave its statistics behind
+    eager = trained(data, model, options, [1], stacked_runs=False)[0]
+    monkeypatch.setattr(torch, "compile", broken_compile)
+    with pytest.warns(RuntimeWarning, match="torch.compile failed"):
+        fallback = trained(data, model, options, [1], stacked_runs=False, compile=True)[0]
+    assert largest_difference(eager, fallback) == 0
+
+
+def test_engine_and_compile_settings_are_checked():
+    assert compose(["eval.engine=stacked", "eval.compile=true"]).eval.compile == "true"
+    with pytest.raises(UserError, match="eval.engine='fast' is not allowed"):
+        compose(["eval.engine=fast"])
+    with pytest.raises(UserError, match="eval.compile='maybe' is not allowed"):
+        compose(["eval.compile=maybe"])
+    assert stacked.resolve_engine("auto", torch.device("cpu")) == "sequential"
+    assert stacked.resolve_engine("auto", torch.device("cuda")) == "stacked"
+    assert wants_compile("auto", steps=10) is False and wants_compile("auto", steps=10_000) is True
+    assert wants_compile(False, steps=10_000) is False and wants_compile("true", steps=1) is True
+
+
+def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(data, monkeypatch):
+    # torch.compile replaced by the identity: the compiled code path (one padded test shape) runs eagerly.
+    protocol = EvalProtocol(epochs=2, runs=2, batch_size=16, test_batch_size=6)  # 20 test images: 6+6+6+2
+
+    def accuracies(compile):
+        return stacked.train_and_test_direct(
+            data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+            model="convnet", num_classes=NUM_CLASSES, protocol=protocol, seed=2, model_options={"width": 8},
+            compile=compile)
+
+    plain = accuracies("false")
+    shapes: list[int] = []
+
+    def identity_compile(fn, **kwargs):
+        def call(params, buffers, x, y):
+            shapes.append(len(x))
+            return fn(params, buffers, x, y)
+        return call
+
+    monkeypatch.setattr(torch, "compile", identity_compile)
+    assert accuracies("true") == plain
+    assert set(shapes) == {16, 8, 6}  # training batches 16, 16, 8; every test batch 6 (the last one padded)
