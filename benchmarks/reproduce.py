@@ -31,12 +31,10 @@ METHODS = ("dm", "ldpdc", "ndpdc", "dc", "psg", "psg_generator", "dosser")
 DATASETS = ("digits", "fashion_mnist", "mnist", "cifar10")
 
 
-class OneLineParser(argparse.ArgumentParser):
+def fail(message: str) -> NoReturn:
     """Bad input: one ``error:`` line and exit code 2 (argparse would add its usage lines)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"error: {message}", file=sys.stderr)
-        sys.exit(2)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def positive(text: str) -> int:
@@ -62,7 +60,8 @@ def select(spec: str, rows: tuple[Row, ...]) -> list[Row]:
 
 
 def parse(argv: Optional[list[str]]) -> argparse.Namespace:
-    parser = OneLineParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.error = fail  # type: ignore[method-assign]
     parser.add_argument("--scale", choices=tuple(SCALES), default="digits")
     parser.add_argument("--dataset", choices=DATASETS, default=None, help="default: the scale's dataset")
     parser.add_argument("--rows", default="all", help=f"comma list of methods ({', '.join(METHODS)}), row keys or all")
@@ -123,7 +122,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     command = " ".join([f"python benchmarks/reproduce.py --scale {scale.name} --dataset {dataset}",
                         *(f"{flag} {value}" for flag, value in options if value is not None)])
     context = dict(scale=scale, dataset=dataset, protocol=protocol, seed=args.seed, accelerator=args.accelerator,
-                   command=command)
+                   command=command, test_size=test_size)
     for row in args.selected:
         if row.key in results:
             print(f"[{row.key}] cached, skipped", flush=True)

@@ -86,8 +86,9 @@ def test_table_and_figure_show_finished_rows_and_the_banner(tmp_path):
     results = {"ndpdc_eps1": fake_result([0.70, 0.74], 0.995), "dm": fake_result([0.80, 0.80], None)}
     out = tmp_path / "reproduce.md"
     text = write_outputs(out, list(scale.rows), results, scale=scale, dataset="fashion_mnist",
-                         protocol=EvalProtocol(epochs=30, runs=2), seed=0, accelerator="cpu", command="python x")
-    assert "REDUCED PROTOCOL" in text and out.read_text().startswith(text)
+                         protocol=EvalProtocol(epochs=30, runs=2), seed=0, accelerator="cpu", command="python x",
+                         test_size=2000)
+    assert "REDUCED PROTOCOL" in text and out.read_text().startswith(text) and "first 2000 records" in text
     ndpdc = next(line for line in text.splitlines() if line.startswith("| NDPDC") and "0.995" in line)
     assert "72.00 ± 2.00" in ndpdc and "77.7 ± 0.6 (Zheng et al. (Dosser) Table 1, IPC 10, ε 1)" in ndpdc
     assert "| 61 s | 30 s | test CPU |" in ndpdc and "30 epochs x 2 runs" in ndpdc

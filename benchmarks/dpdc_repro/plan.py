@@ -108,8 +108,11 @@ def paper_rows() -> tuple[Row, ...]:
     )
 
 
-# Step costs below were measured on the development machine (2-core AMD EPYC, AVX2, shared by
-# several jobs, OMP_NUM_THREADS=1) through the package API; they only feed --dry-run's estimate.
+# Step and evaluation costs below are rough, from runs on the development machine (2-core AMD EPYC,
+# AVX2, load average 4-6 from other jobs, OMP_NUM_THREADS=1) through the package API: e.g. on
+# FashionMNIST 20 NDPDC iterations (L 50, IPC 10) took 99 s and 20 DM iterations 267 s, one evaluation
+# run of 10 / 40 epochs on 100 images 114 / 217 s with the full test split. They feed only
+# --dry-run's estimate.
 SCALES = {s.name: s for s in (
     Scale("tiny", "digits", eval_epochs=2, eval_runs=1, eval_fixed_s=3.0, eval_epoch_s=0.05,
           note="a smoke test of the pipeline on the embedded digits (a few minutes); the numbers mean nothing",
@@ -127,8 +130,8 @@ SCALES = {s.name: s for s in (
                "10000), PSG with B 32 and 10 private steps (paper B 256, 20000), evaluation 30 epochs x 2 runs "
                "(paper 1000 x 5) tested on the first 2000 of the 10000 test images",
           rows=reduced_rows(ipc=10, dm=(100, 50), group_size=50, ndpdc=100, high_eps=5.45, dc=(1, 5, 10, 32),
-                            psg=(1, 10, 10, 1, 32), dosser=(100, 300, 100, 100),
-                            step_s={"dm": 2.5, "ndpdc": 3.5, "dc": 30.0, "psg": 6.0, "dosser": 1.0})),
+                            psg=(1, 10, 10, 1, 32), dosser=(50, 150, 100, 50),
+                            step_s={"dm": 8.0, "ndpdc": 5.0, "dc": 20.0, "psg": 15.0, "dosser": 3.0})),
     Scale("paper", "fashion_mnist", eval_epochs=1000, eval_runs=5, eval_fixed_s=30.0, eval_epoch_s=2.0,
           note="the papers' protocols (GPU: many hours per row on a CPU)", rows=paper_rows()),
 )}

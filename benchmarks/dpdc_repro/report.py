@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import torch
+
 from dpdc_repro.common import accuracy_cell, device_line, runs_text
 from dpdc_repro.plan import Row, Scale
 from dpdc_repro.published import published_for
@@ -51,7 +53,7 @@ def table_row(row: Row, result: Optional[dict], *, dataset: str) -> str:
 
 
 def markdown(rows: list[Row], results: dict[str, dict], *, scale: Scale, dataset: str, protocol: EvalProtocol,
-             seed: int, accelerator: str, command: str, figure: Optional[str]) -> str:
+             seed: int, accelerator: str, command: str, figure: Optional[str], test_size: Optional[int]) -> str:
     done = [results[r.key] for r in rows if r.key in results]
     lines = [f"# Reproduction: every method on {dataset}, scale `{scale.name}`", ""]
     if scale.name != "paper" or protocol.is_reduced():
@@ -65,20 +67,22 @@ def markdown(rows: list[Row], results: dict[str, dict], *, scale: Scale, dataset
               "- ε: accounted by the package (RDP, Opacus orders, Balle et al. conversion) at the δ shown, for the "
               "row's noise multiplier (noise std / sensitivity) and private steps; σ calibrated to the row's "
               "target ε; noise from OS entropy (secure mode); Dosser's total includes its auxiliary set's share",
-              f"- evaluation: ConvNet trained from scratch on the synthetic set, tested on the real test split: "
-              f"{protocol.describe()}",
-              f"- seed {seed}; device: {device_line(accelerator)}"
-              + (f"; load average at the end {' / '.join(f'{x:.1f}' for x in os.getloadavg())}"
-                 if hasattr(os, "getloadavg") else ""),
+              "- evaluation: ConvNet trained from scratch on the synthetic set, tested on the real test split"
+              + (f" (its first {test_size} records only)" if test_size else "") + f": {protocol.describe()}",
+              f"- seed {seed}; device: {device_line(accelerator)}; {os.cpu_count()} cores, torch CPU capability "
+              f"{torch.backends.cpu.get_cpu_capability()}, shared with other jobs (load average at the end "
+              f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())})",
               "- condense wall: the whole condensation (a DP auxiliary set included); evaluate wall: all runs "
               "together; \"(continued)\": resumed after an interruption, the last part only; all rows of this "
               f"file: {minutes(sum(r['condense_s'] + r['eval_s'] for r in done))}", "",
               "## Results", "", HEADER, "|---|---|---|---|---|---|---|---|---|---|"]
     lines += [table_row(r, results.get(r.key), dataset=dataset) for r in rows]
-    lines.append("")
+    lines += ["", "Published DM numbers: DPDC's Table 1 (IPC 50) initialises DM randomly, as these rows do; Dosser's "
+              "Table 1 (IPC 10) does not say (DM's own paper starts from real images)." if dataset != "digits" else
+              "No paper reports the embedded digits set: the published column is empty by design.", ""]
     if figure:
         lines += [f"![accuracy vs ε]({figure})", "",
-                  f"`{figure}`: mean accuracy against the accounted ε, one line per method; the bars span ± one "
+                  f"`{figure}`: mean accuracy against the row's target ε (the accounted ε is in the table), one line per method; the bars span ± one "
                   "standard deviation over the evaluation runs (the figure's caption says \"seeds\": each run has "
                   "its own seed); non-private rows are dashed horizontal lines.", ""]
     return "\n".join(lines)
