@@ -68,7 +68,9 @@ def markdown(rows: list[Row], results: dict[str, dict], *, scale: Scale, dataset
               "row's noise multiplier (noise std / sensitivity) and private steps; σ calibrated to the row's "
               "target ε; noise from OS entropy (secure mode); Dosser's total includes its auxiliary set's share",
               "- evaluation: ConvNet trained from scratch on the synthetic set, tested on the real test split"
-              + (f" (its first {test_size} records only)" if test_size else "") + f": {protocol.describe()}",
+              + (f" (its first {test_size} records only)" if test_size else "") + f": {protocol.describe()}; "
+              "accuracy % is the mean ± std over these runs of ONE condensation per row (the condensation's own "
+              "randomness is not in the std)",
               f"- seed {seed}; device: {device_line(accelerator)}; {os.cpu_count()} cores, torch CPU capability "
               f"{torch.backends.cpu.get_cpu_capability()}, shared with other jobs (load average at the end "
               f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())})",
