@@ -19,10 +19,6 @@ when the package can, else restarted). Scales other than ``paper`` print a REDUC
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
-import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -34,19 +30,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # dpdc_repro (a PyPI package named "benchmarks" exists)
 
 from dpdc_lightning.cli import quiet_libraries  # noqa: E402
-from dpdc_lightning.config import ModelConfig, compose  # noqa: E402
+from dpdc_lightning.config import ModelConfig  # noqa: E402
 from dpdc_lightning.data.datasets import ImageData, load_dataset  # noqa: E402
 from dpdc_lightning.errors import UserError  # noqa: E402
-from dpdc_lightning.evaluation.results import REDUCED_BANNER, ModelResult  # noqa: E402
+from dpdc_lightning.evaluation.results import REDUCED_BANNER  # noqa: E402
 from dpdc_lightning.data.subsets import random_real_subset  # noqa: E402
 from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test  # noqa: E402
 from dpdc_lightning.export import load_bundle  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
-from dpdc_lightning.training import train  # noqa: E402
-
-CACHE_FILE = "results.json"
+from dpdc_repro.common import ResultCache, accuracy_cell, condense_run, device_line, runs_text  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -143,19 +138,8 @@ def method_overrides(row: Row, scale: Scale) -> list[str]:
 def condense(row: Row, *, scale: Scale, dataset: str, work_dir: Path, seed: int, accelerator: str) -> Path:
     """Run (or resume, or reuse) the row's condensation; returns its complete run directory."""
     run_dir = work_dir / "runs" / f"{dataset}-{scale.name}-{row.key}"
-    trainer = [f"trainer.accelerator={accelerator}", "trainer.enable_progress_bar=false"]
-    if (run_dir / "privacy.json").is_file():
-        return run_dir  # finished earlier; only its evaluation was missing
-    if (run_dir / "checkpoints" / "last.ckpt").is_file():
-        try:
-            return train(compose([f"resume={run_dir}", *trainer]))
-        except UserError as err:
-            print(f"[{row.key}] cannot resume ({err}); starting this row again", flush=True)
-    if run_dir.exists():  # an unfinished run of ours that cannot be continued
-        shutil.move(str(run_dir), str(run_dir.with_name(f"{run_dir.name}.stale-{int(time.time())}")))
-    tokens = [*method_overrides(row, scale), f"dataset={dataset}", *row.privacy, f"seed={seed}",
-              f"run_dir={run_dir}", *trainer]
-    return train(compose(tokens))
+    tokens = [*method_overrides(row, scale), f"dataset={dataset}", *row.privacy, f"seed={seed}"]
+    return condense_run(tokens, run_dir=run_dir, accelerator=accelerator, label=row.key)
 
 
 def reference_set(row: Row, *, data: ImageData, ipc: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -212,32 +196,12 @@ def selected_rows(spec: str) -> tuple[list[str], list[str]]:
 
 # ---------------------------------------------------------------- the markdown table
 
-def accuracy_cell(accuracies: list[float]) -> str:
-    return ModelResult(model="convnet", accuracies=accuracies).cell()  # mean ± population std, in %
-
-
-def runs_text(runs: int) -> str:
-    return f"{runs} run" + ("s" if runs != 1 else "")
-
-
 def epsilon_cell(row: Row, result: dict) -> str:
     if row.kind == "random_noise":
         return "0 (no data used)"
     if result.get("epsilon") is None:
         return "∞ (not private)"
     return f"{result['epsilon']:.4f} (σ/G {result['noise_multiplier']:.3g}, {result['steps']} steps)"
-
-
-def device_line(accelerator: str) -> str:
-    cpu = "unknown CPU"
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                   if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() and accelerator != "cpu" else None
-    return (f"{gpu}; " if gpu else "") + (f"{cpu}, {torch.get_num_threads()} torch threads; torch {torch.__version__}, "
-                                          f"Python {platform.python_version()}")
 
 
 def speed_section() -> list[str]:
@@ -331,35 +295,30 @@ def main(argv: Optional[list[str]] = None) -> int:
     work_dir = Path(args.work_dir or "/tmp/dpdc_tables")
     work_dir.mkdir(parents=True, exist_ok=True)
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"dpdc_tables_{args.dataset}_{scale.name}.md")
-    cache_path = work_dir / CACHE_FILE
-    cache = json.loads(cache_path.read_text()) if cache_path.is_file() else {}
-    # Everything that changes a row's numbers is in the key, so other settings never reuse it.
+    cache = ResultCache(work_dir)
+    # Everything that changes a row's numbers is in the key or the fingerprint, so other settings never reuse it.
     prefix = f"{args.dataset}/{scale.name}/seed{args.seed}/e{protocol.epochs}x{protocol.runs}"
     data = load_dataset(args.dataset)
     for key in rows:
-        cached = cache.get(f"{prefix}/{key}")
-        if cached is not None and cached.get("scale") == asdict(scale):
+        if cache.get(f"{prefix}/{key}", asdict(scale)) is not None:
             print(f"[{key}] cached, skipped", flush=True)
             continue
         print(f"[{key}] running ({scale.name} scale on {args.dataset}) ...", flush=True)
         result = run_row(ROWS[key], scale=scale, dataset=args.dataset, data=data, protocol=protocol,
                          work_dir=work_dir, seed=args.seed, accelerator=args.accelerator)
-        result.update(scale=asdict(scale), protocol=asdict(protocol))
-        cache[f"{prefix}/{key}"] = result
-        tmp = cache_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cache, indent=2) + "\n")
-        os.replace(tmp, cache_path)  # a crash mid-write never loses the rows already done
+        result.update(protocol=asdict(protocol))
+        cache.put(f"{prefix}/{key}", result, asdict(scale))
         print(f"[{key}] {accuracy_cell(result['accuracies'])} %, condense {result['condense_s']:.0f} s, "
               f"eval {result['eval_s']:.0f} s", flush=True)
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(markdown(rows, tables, cache, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
+        out.write_text(markdown(rows, tables, cache.rows, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
                                 accelerator=args.accelerator, prefix=prefix))
-    text = markdown(rows, tables, cache, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
+    text = markdown(rows, tables, cache.rows, scale=scale, dataset=args.dataset, protocol=protocol, seed=args.seed,
                     accelerator=args.accelerator, prefix=prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(text)
-    print(f"written to {out}; cache {cache_path}")
+    print(f"written to {out}; cache {cache.path}")
     return 0
 
 
