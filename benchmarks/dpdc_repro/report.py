@@ -97,7 +97,7 @@ def figure_png(rows: list[Row], results: dict[str, dict]) -> Optional[bytes]:
                 "target_epsilon": row.target_epsilon,
                 "evaluation": {"convnet": {"mean": 100 * accuracy}}}
                for row in rows if row.key in results for accuracy in results[row.key]["accuracies"]]
-    return accuracy_vs_epsilon_png(members, model="convnet")
+    return accuracy_vs_epsilon_png(members, model="convnet", spread_over="evaluation runs of one condensation")
 
 
 def write_outputs(out: Path, rows: list[Row], results: dict[str, dict], **context) -> str:

@@ -32,8 +32,9 @@ def series_of(rows: list[dict[str, Any]], *, model: str) -> dict[str, dict[Optio
     return lines
 
 
-def accuracy_vs_epsilon_png(rows: list[dict[str, Any]], *, model: str) -> Optional[bytes]:
-    """The plot as PNG bytes, or None when no member was evaluated."""
+def accuracy_vs_epsilon_png(rows: list[dict[str, Any]], *, model: str, spread_over: str = "seeds") -> Optional[bytes]:
+    """The plot as PNG bytes, or None when no member was evaluated. ``spread_over`` names what the
+    members of one point are (the caption says "mean +- std over" it)."""
     from PIL import Image, ImageDraw
 
     lines = series_of(rows, model=model)
@@ -70,7 +71,7 @@ def accuracy_vs_epsilon_png(rows: list[dict[str, Any]], *, model: str) -> Option
         draw.line([px(x), TOP + plot_h, px(x), TOP + plot_h + 4], fill="black")
         draw.text((px(x) - 8, TOP + plot_h + 8), f"{x:g}", fill="black")
     draw.text((LEFT + plot_w // 2 - 60, HEIGHT - 28), "epsilon" + (" (log scale)" if log_x else ""), fill="black")
-    draw.text((8, TOP - 28), f"{model} test accuracy (%), mean +- std over seeds", fill="black")
+    draw.text((8, TOP - 28), f"{model} test accuracy (%), mean +- std over {spread_over}", fill="black")
     for index, (label, points) in enumerate(sorted(lines.items())):
         colour = COLOURS[index % len(COLOURS)]
         finite = sorted((x, v) for x, v in points.items() if x is not None)
