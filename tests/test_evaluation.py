@@ -321,6 +321,8 @@ def test_images_file_is_evaluated_and_says_it_has_no_privacy_report(toy_set, cap
     assert "no privacy report" in payload["title"] and "no privacy report" in payload["privacy"]
     assert payload["protocol"]["dsa_mode"] == "single" and payload["protocol"]["epochs"] == 1
     assert len(payload["results"]["mlp"]["accuracies"]) == 1
+    # which engine trained the networks is recorded (a compiled step rounds differently)
+    assert payload["engine"].startswith("sequential on cpu (eval.engine=auto")
     # a second evaluation never overwrites the first: it picks the next free name
     before = first.read_bytes()
     assert cli_run(main, [f"--images={toy_set}", *IMAGES_ARGS, "augment.mode=all"]) == 0

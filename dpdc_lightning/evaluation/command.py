@@ -169,8 +169,16 @@ def _evaluate_other(baseline: bool, image_file: Optional[str], selections: dict[
 
 def _notes(config: Any, data: Any) -> dict[str, str]:
     """What a reader of the results must know besides the protocol: a test split held out from the
-    private data, and eval.pea (training on the PEA expansion, 4 images per synthetic image)."""
+    private data, the engine that trained the networks, and eval.pea (training on the PEA
+    expansion, 4 images per synthetic image)."""
+    from dpdc_lightning.evaluation.stacked import resolve_device, resolve_engine
+
     note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
+    # Engines share the protocol and every run's draws, but a compiled step rounds differently:
+    # say which one produced the numbers.
+    device = resolve_device(config.eval.accelerator)
+    note["engine"] = (f"{resolve_engine(config.eval.engine, device)} on {device.type} "
+                      f"(eval.engine={config.eval.engine}, eval.compile={config.eval.compile})")
     if config.eval.pea:
         note["pea"] = "on: each image split into 2x2 quadrants, each upsampled x2"
     return note
