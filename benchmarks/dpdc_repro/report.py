@@ -85,8 +85,8 @@ def markdown(rows: list[Row], results: dict[str, dict], *, scale: Scale, dataset
     if figure:
         lines += [f"![accuracy vs ε]({figure})", "",
                   f"`{figure}`: mean accuracy against the row's target ε (the accounted ε is in the table), one line per method; the bars span ± one "
-                  "standard deviation over the evaluation runs (the figure's caption says \"seeds\": each run has "
-                  "its own seed); non-private rows are dashed horizontal lines.", ""]
+                  "standard deviation over the evaluation runs of the row's one condensation; non-private rows are "
+                  "dashed horizontal lines.", ""]
     return "\n".join(lines)
 
 
