@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,16 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from ndpdc_speed import cpu_model  # noqa: E402
 
 
 def _old_run(images, labels, data, *, model, protocol, seed, run, test_loader):
@@ -149,7 +141,7 @@ def _section(label, args, config, bundle, protocol, data, times, accuracies, loa
         f"test split {len(data.test_labels)} images; seed {config.seed}",
         f"- protocol: {protocol.describe(args.model)}"
         + (f" — **REDUCED** (paper: 1000 epochs x 5 runs)" if reduced else ""),
-        f"- device: {_cpu_name()} — 2-core AMD EPYC (AVX2), shared; torch {torch.__version__}, "
+        f"- device: {cpu_model()} — 2-core AMD EPYC (AVX2), shared; torch {torch.__version__}, "
         f"{args.threads} thread(s); load average (1 min) {min(loads):.2f}–{max(loads):.2f} during the runs",
         f"- old: Lightning Trainer per run (`eval.engine=lightning`); new: `eval.engine={args.new}` ({engine}); "
         f"inductor cache {cache}; runs interleaved old/new",

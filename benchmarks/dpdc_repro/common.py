@@ -17,6 +17,7 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.results import ModelResult
 from dpdc_lightning.training import train
+from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path wherever dpdc_repro is
 
 CACHE_FILE = "results.json"
 
@@ -64,14 +65,6 @@ def accuracy_cell(accuracies: list[float]) -> str:
 
 def runs_text(runs: int) -> str:
     return f"{runs} run" + ("s" if runs != 1 else "")
-
-
-def cpu_model() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def device_name(accelerator: str) -> str:
