@@ -7,6 +7,7 @@ from typing import Optional
 from dpdc_lightning.data.datamodule import PrivateDataModule
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.methods.extractor import RandomExtractor
 from dpdc_lightning.models import ModelConfig
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
 
@@ -36,3 +37,14 @@ def stream(data, *, group_size: float = 4.0, seed: int = 0, steps: int = 100,
     plan = make_plan(schedule, class_sizes=data.class_sizes, method="test", noise_multiplier=None,
                      target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
     return PrivateDataModule(data, plan=plan, sampling_seed=seed)
+
+
+def small_extractor(*, width: int, step: int, **options) -> RandomExtractor:
+    """A CPU extractor (ConvNet ``width`` x 2, instance norm, 1x12x12, 3 classes, seed 7) with the θ of ``step``."""
+    import torch
+
+    model = ModelConfig(name="convnet", width=width, depth=2, norm="instancenorm")
+    extractor = RandomExtractor(model, channels=1, num_classes=3, image_size=(12, 12), seed=7,
+                                device=torch.device("cpu"), **options)
+    extractor.resample(step)
+    return extractor

@@ -3,18 +3,13 @@
 import pytest
 import torch
 
-from dpdc_lightning.config import ModelConfig
 from dpdc_lightning.methods.extractor import RandomExtractor
 from dpdc_lightning.seeding import derive_generator
-
-CPU = torch.device("cpu")
-MODEL = ModelConfig(name="convnet", width=16, depth=2, norm="instancenorm")
+from method_helpers import small_extractor
 
 
 def _extractor(**options) -> RandomExtractor:
-    extractor = RandomExtractor(MODEL, channels=1, num_classes=3, image_size=(12, 12), seed=7, device=CPU, **options)
-    extractor.resample(3)
-    return extractor
+    return small_extractor(width=16, step=3, **options)
 
 
 def _groups() -> list[torch.Tensor]:

@@ -17,16 +17,14 @@ from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.extractor import RandomExtractor, bucket_size, cudnn_tf32, resolve_autocast
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
 from dpdc_lightning.seeding import derive_generator
-from method_helpers import build, stream
+from method_helpers import build, stream, small_extractor
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(name="convnet", width=8, depth=2, norm="instancenorm")
 
 
 def _extractor(**options) -> RandomExtractor:
-    extractor = RandomExtractor(MODEL, channels=1, num_classes=3, image_size=(12, 12), seed=7, device=CPU, **options)
-    extractor.resample(2)
-    return extractor
+    return small_extractor(width=8, step=2, **options)
 
 
 def _images(n: int, *, seed: int = 0) -> torch.Tensor:
