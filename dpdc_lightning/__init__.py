@@ -14,8 +14,9 @@ answer ``--help`` without loading torch.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
+
+from dpdc_lightning.lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -41,7 +42,4 @@ def evaluate(run_dir: Any, *, models: tuple[str, ...] = ("convnet",), overrides:
     return {result.model: result for result in outcome["results"]}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

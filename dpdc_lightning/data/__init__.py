@@ -6,8 +6,7 @@ command line without importing torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dpdc_lightning.lazy import lazy_getattr
 
 _WHERE = {
     "DATASETS": "registry",
@@ -27,8 +26,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -5,8 +5,7 @@ Names are imported on first use (PEP 562): ``evaluate.py --help`` must not load 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dpdc_lightning.lazy import lazy_getattr
 
 _WHERE = {
     "REDUCED_BANNER": "results",
@@ -22,8 +21,4 @@ _WHERE = {
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+__getattr__ = lazy_getattr(__name__, _WHERE)

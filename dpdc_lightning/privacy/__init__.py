@@ -17,8 +17,7 @@ first loading torch and Opacus.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from dpdc_lightning.lazy import lazy_getattr
 
 _EXPORTS = {
     "PrivacyEvent": "mechanisms",
@@ -46,8 +45,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
