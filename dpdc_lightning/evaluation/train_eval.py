@@ -251,15 +251,15 @@ def train_and_test(
     """
     check_inputs(images, labels, test_images, test_labels, num_classes)
     device = resolve_device(accelerator)
-    if resolve_engine(engine, device) != "lightning":
-        if pea:
-            from dpdc_lightning.augment.pea import partition_and_expand
+    engine = resolve_engine(engine, device)
+    if pea:  # once, here, for every engine
+        from dpdc_lightning.augment.pea import partition_and_expand
 
-            images, labels = partition_and_expand(images.detach().float().cpu(), labels.detach().long().cpu())
+        images, labels = partition_and_expand(images.detach().float().cpu(), labels.detach().long().cpu())
+    if engine != "lightning":
         return train_and_test_direct(images, labels, test_images=test_images, test_labels=test_labels, model=model,
                                      num_classes=num_classes, protocol=protocol, seed=seed, model_options=model_options,
-                                     device=device, stacked=resolve_engine(engine, device) == "stacked",
-                                     compile=compile, progress=progress)
+                                     device=device, stacked=engine == "stacked", compile=compile, progress=progress)
     test_set = TensorDataset(test_images.detach().float().cpu(), test_labels.detach().long().cpu())
     test_loader = DataLoader(
         test_set,
@@ -274,7 +274,7 @@ def train_and_test(
         if progress is not None:
             progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
         module, trainer = _fit(images, labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed,
-                               run=run, model_options=model_options, accelerator=accelerator, pea=pea,
+                               run=run, model_options=model_options, accelerator=accelerator, pea=False,
                                progress=progress)
         with quiet_lightning():
             (metrics,) = trainer.test(module, dataloaders=test_loader, verbose=False)
