@@ -34,9 +34,10 @@ from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.callback import PrivacyCallback
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
+from dpdc_lightning.privacy.inputs import release_inputs
 from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
 from dpdc_lightning.privacy.report import build_report
-from dpdc_lightning.privacy.secret import new_secret
+from dpdc_lightning.privacy.secret import derive_secret, new_secret
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.seeding import derive_seed
 
@@ -136,16 +137,16 @@ def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, 
     if aux.source == "file":
         found = load_file(aux.path)
     elif aux.source == "public_split":
-        found = public_split(data.test_images, data.test_labels, dataset=data.name)
+        found = public_split(data.test_images, data.test_labels, dataset=data.name, held_out=data.test_is_private)
     elif run_dir is not None and (run_dir / AUXILIARY_FILE).is_file():
         saved = torch.load(run_dir / AUXILIARY_FILE, map_location="cpu", weights_only=True)
         found = AuxiliarySet(saved["images"], saved["labels"], saved["description"])
     else:
         if plan.auxiliary is None:
             raise ValueError("method.aux.source=dp but the privacy plan paid for no auxiliary run")
-        # Its own secret, derived from the run's: its samples and noise are independent of the main stage's.
+        # Its own 256-bit secret, derived from the run's: samples and noise independent of the main stage's.
         made = Condensation(_auxiliary_run_config(config), data, plan=plan.auxiliary,
-                            noise_seed=derive_seed(noise_seed, "auxiliary")).fit()
+                            noise_seed=derive_secret(noise_seed, "auxiliary")).fit()
         found = AuxiliarySet(made.images, made.labels, f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
                                                          f"(phase 'auxiliary' of the privacy report)")
         print(f"auxiliary set: {len(made.images)} images made by {found.description}", file=sys.stderr)
@@ -178,13 +179,14 @@ class Condensation:
 
     def __init__(self, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
                  run_dir: Optional[Path] = None) -> None:
-        spec = DataSpec.of(data)
+        spec = DataSpec.of(data, plan=plan)  # the plan's class sizes: never exact private counts
         self.config, self.plan, self.run_dir = config, plan, run_dir
         self.auxiliary = resolve_auxiliary(config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir)
         self.method: CondensationMethod = METHODS[config.method.name](
             config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
             augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise,
             auxiliary=self.auxiliary)
+        self.inputs = _release_inputs(config, data, plan=plan, auxiliary=self.auxiliary)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
         self.trainer = _trainer(config, run_dir=run_dir, callbacks=[self.privacy], class_names=data.class_names)
@@ -205,7 +207,8 @@ class Condensation:
         report = build_report(method=self.config.method.name, mechanism=self.method.mechanism_summary(),
                               accountant=self.privacy.accountant if self.plan.private else None,
                               delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
-                              noise_values=self._noise_values(), config_hash=config_hash(self.config))
+                              noise_values=self._noise_values(), config_hash=config_hash(self.config),
+                              inputs=self.inputs)
         return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
 
     def _noise_values(self) -> Optional[int]:
@@ -215,6 +218,18 @@ class Condensation:
             return None
         released = len(self.plan.released_class_sizes) if self.plan.released_class_sizes else 0
         return per_step * self.plan.data_steps + released  # the class-size release draws one value per class
+
+
+def _release_inputs(config: RunConfig, data: ImageData, *, plan: PrivacyPlan,
+                    auxiliary: Optional[AuxiliarySet]) -> list[dict[str, Any]]:
+    """Every input of the release with its status, for privacy.json (privacy/inputs.py)."""
+    method_cls, aux = METHODS[config.method.name], _auxiliary_config(config)
+    test_split = "held out" if data.test_is_private else "declared public" if len(data.test_labels) else "none"
+    return release_inputs(dataset=data.name, private=method_cls.private, init=config.method.init,
+                          class_sizes_released=plan.count_noise_multiplier is not None,
+                          network=method_cls.uses_network, test_split=test_split,
+                          auxiliary=(aux.source, auxiliary.description) if auxiliary is not None else None,
+                          reproducible_noise=config.privacy.reproducible_noise, count_phase=COUNT_PHASE)
 
 
 def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None

@@ -6,7 +6,9 @@ runs one after another into one sweep folder.
 Every member is checked before the first one starts (a typo fails the whole sweep at once). A
 member that fails later is reported and the sweep goes on. The folder ends with ``summary.md``,
 ``summary.csv`` and, when evaluated, ``sweep.png`` (accuracy against ε, mean ± std over the
-members that differ only in ``seed``, one line per method and other swept setting).
+members that differ only in ``seed``, one line per method and other swept setting). summary.md
+ends with the composed ε of the members that read the same data (privacy/composition.py), printed
+at the end of the sweep.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
             started = time.monotonic()
             try:
                 run_dir = train(config)
+                # Which private data it read: members of one data set compose (the summary's total).
+                row["data"] = f"{config.dataset.name} from {config.dataset.resolved_root}"
                 row.update(_report(run_dir), seconds=round(time.monotonic() - started, 1), status="ok")
                 print(end_of_run_line(run_dir, wall_seconds=row["seconds"]))
                 if evaluate:
@@ -83,7 +87,7 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
             write_summary(folder, tokens, rows)
     finally:
         write_summary(folder, tokens, rows)
-    print((folder / SUMMARY_MD).read_text())
+    print((folder / SUMMARY_MD).read_text())  # it ends with what publishing one or several members costs
     print(f"sweep summary in {folder / SUMMARY_MD}, {folder / SUMMARY_CSV}"
           + (f", plot {folder / SWEEP_PLOT}" if (folder / SWEEP_PLOT).is_file() else ""))
     failed = [r for r in rows if r["status"] != "ok"]
@@ -111,7 +115,8 @@ def _sweep_folder(tokens: list[str]) -> Path:
 
 def _report(run_dir: Path) -> dict[str, Any]:
     report = json.loads((Path(run_dir) / "privacy.json").read_text())
-    return {"epsilon": report.get("epsilon"), "delta": report.get("delta"), "steps": report.get("steps")}
+    return {"epsilon": report.get("epsilon"), "delta": report.get("delta"), "steps": report.get("steps"),
+            "accountant": report.get("accountant"), "phases": report.get("phases", [])}
 
 
 def _evaluate(run_dir: Path) -> dict[str, dict[str, float]]:

@@ -1,6 +1,8 @@
 """A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``, ``sweep.png``.
 
 Written after every member by ``sweep.py`` and again when ``evaluate.py SWEEP_DIR`` adds evaluations.
+Wall times stay in ``sweep.json``, the owner's record: a member's time depends on its realised
+Poisson sample sizes (a timing side channel), so the tables meant for sharing leave them out.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ def summary_entries(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from dpdc_lightning.evaluation.results import protocol_line
 
     line = protocol_line(outcome["protocol"])
-    return {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs, "protocol": line} for r in outcome["results"]}
+    private_test = bool(outcome.get("private_test"))  # accuracy on a split held out from the private data
+    return {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs, "protocol": line, "private_test": private_test}
+            for r in outcome["results"]}
 
 
 def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
@@ -39,21 +43,21 @@ def write_summary(folder: Path, tokens: list[str], rows: list[dict[str, Any]]) -
     atomic_write_text(folder / SWEEP_FILE, json.dumps({"command": tokens, "members": rows}, indent=2) + "\n")
     models = sorted({m for r in rows for m in r.get("evaluation", {})})
     header = ["member", "overrides", "status", "method", "seed", "target_epsilon", "epsilon", "delta", "steps",
-              "seconds", *[f"{m}_mean" for m in models], *[f"{m}_std" for m in models], "error"]
+              *[f"{m}_mean" for m in models], *[f"{m}_std" for m in models], "error"]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
     for r in rows:
         evaluation = r.get("evaluation", {})
-        writer.writerow([r.get(k, "") if r.get(k) is not None else "" for k in header[:10]]
+        writer.writerow([r.get(k, "") if r.get(k) is not None else "" for k in header[:9]]
                         + [_num(evaluation.get(m, {}).get("mean")) for m in models]
                         + [_num(evaluation.get(m, {}).get("std")) for m in models] + [r.get("error", "")])
     atomic_write_text(folder / SUMMARY_CSV, buffer.getvalue())
     protocols = sorted({f"- {m}: {e['protocol']}" for r in rows for m, e in r.get("evaluation", {}).items()
                         if e.get("protocol")})
     lines = [f"### sweep {folder.name}: {' '.join(tokens)}", "", *protocols, *([""] if protocols else []),
-             "| member | status | method | seed | ε | δ | steps | time (s) | "
-             + "".join(f"{m} accuracy (%) | " for m in models), "|---" * (8 + len(models)) + "|"]
+             "| member | status | method | seed | ε | δ | steps | "
+             + "".join(f"{m} accuracy (%) | " for m in models), "|---" * (7 + len(models)) + "|"]
     for r in rows:
         evaluation = r.get("evaluation", {})
         cells = [f"{evaluation[m]['mean']:.2f} ± {evaluation[m]['std']:.2f}" if m in evaluation else "-"
@@ -61,7 +65,14 @@ def write_summary(folder: Path, tokens: list[str], rows: list[dict[str, Any]]) -
         eps = "∞" if r.get("status") == "ok" and r.get("epsilon") is None else _num(r.get("epsilon"), 3) or "-"
         status = r["status"] + (f": {r['error']}" if r.get("error") else "")
         lines.append(f"| {r['member']} | {status} | {r['method']} | {r['seed']} | {eps} | {_num(r.get('delta')) or '-'} "
-                     f"| {r.get('steps', '-') or '-'} | {r.get('seconds', '-')} | " + "".join(f"{c} | " for c in cells))
+                     f"| {r.get('steps', '-') or '-'} | " + "".join(f"{c} | " for c in cells))
+    if any(e.get("private_test") for r in rows for e in r.get("evaluation", {}).values()):
+        from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE
+
+        lines += ["", f"Note: some accuracies come from a test split held out from the private data: {PRIVATE_TEST_NOTE}"]
+    lines += ["", *publishing_cost_lines(rows), "",
+              f"Wall times are in {SWEEP_FILE} only, the owner's record: they depend on the realised Poisson sample "
+              "sizes (a timing side channel); do not publish them."]
     atomic_write_text(folder / SUMMARY_MD, "\n".join(lines) + "\n")
     if models:
         from dpdc_lightning.evaluation.plot import accuracy_vs_epsilon_png
@@ -69,6 +80,30 @@ def write_summary(folder: Path, tokens: list[str], rows: list[dict[str, Any]]) -
         png = accuracy_vs_epsilon_png(rows, model=models[0] if "convnet" not in models else "convnet")
         if png is not None:
             atomic_write(folder / SWEEP_PLOT, lambda tmp: tmp.write_bytes(png))
+
+
+def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """What publishing one or several finished members costs, per private data set they read: the
+    accountant's composition of every member's events (privacy/composition.py), not a sum of ε."""
+    from dpdc_lightning.privacy.composition import Release, cost_by_data
+
+    releases = [Release(name=r["member"], data=r["data"], epsilon=r.get("epsilon"), delta=r.get("delta"),
+                        accountant=r.get("accountant"), phases=r.get("phases") or [])
+                for r in rows if r.get("status") == "ok" and r.get("data")]
+    lines = ["Publishing members that read the same private data (failed members published nothing):"]
+    for cost in cost_by_data(releases):
+        count = len(cost.releases)
+        lines.append(f"- {cost.data}: {count} member{'' if count == 1 else 's'} ({', '.join(cost.releases)}). "
+                     "Publishing one costs its own ε (table)." + ("" if count == 1 else _several(cost, count)))
+    return lines if releases else []
+
+
+def _several(cost: Any, count: int) -> str:
+    together = f"publishing all {count}, or one chosen by comparing them (e.g. by accuracy), costs"
+    if cost.epsilon is None:
+        return f" {together.capitalize()} ε = ∞: {', '.join(cost.not_private)} carries no guarantee."
+    return (f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} (every member's events composed "
+            f"by the accountant; adding their ε would give {cost.sum_of_epsilons:.4f}).")
 
 
 def _num(value: Optional[float], digits: int = 4) -> str:

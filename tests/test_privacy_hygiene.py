@@ -54,8 +54,9 @@ def _one_error_line(capsys) -> str:
 
 # --------------------------------------------------------------------------- item 2: non-finite data
 
-@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
-def test_non_finite_record_is_refused_at_load_naming_the_data_set(bad):
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), 1e30, 1.0001, -1.5])
+def test_a_record_outside_the_pixel_range_is_refused_at_load_naming_the_data_set(bad):
+    """Issue 19: a finite record at 1e30 passed the load check, and the run aborted when it was sampled."""
     images = torch.zeros(8, 1, 4, 4)
     images[5, 0, 2, 3] = bad
     with pytest.raises(UserError) as info:
@@ -73,23 +74,33 @@ def test_non_finite_test_record_is_refused_too():
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
-def test_mechanism_refuses_a_non_finite_row_instead_of_releasing_nan(bad):
+def test_mechanism_releases_a_non_finite_row_as_a_zero_row_instead_of_stopping(bad):
+    """Issue 19: refusing the row stopped the run at the step that sampled it. A zero row keeps the
+    sensitivity (norm 0) and releases exactly what a zero record would, with the same noise."""
     rows = torch.ones(4, 6)
     rows[2, 1] = bad
-    with pytest.raises(UserError, match="NaN or Inf"):
-        noisy_clipped_sum(rows, max_norm=1.0, noise_multiplier=1.0, sample_rate=0.1,
-                          noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False))
-    with pytest.raises(UserError, match="NaN or Inf"):
+    zeroed = rows.clone()
+    zeroed[2] = 0.0
+
+    def release(x):
+        return noisy_clipped_sum(x, max_norm=1.0, noise_multiplier=1.0, sample_rate=0.1,
+                                 noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False))[0]
+
+    assert torch.equal(release(rows), release(zeroed)) and torch.isfinite(release(rows)).all()
+    with pytest.raises(UserError, match="NaN or Inf"):  # synthetic rows (public) are still refused loudly
         clip_rows(rows, max_norm=1.0)
 
 
-def test_ldpdc_clamp_does_not_launder_nan_past_the_mechanism():
-    """LDPDC clamps records to [-b, b] before the sum; clamp keeps NaN, so the mechanism must refuse it."""
+def test_ldpdc_clamp_keeps_nan_and_the_mechanism_zeroes_it():
+    """LDPDC clamps records to [-b, b] before the sum; clamp keeps NaN, so the mechanism must handle it."""
     rows = torch.tensor([[0.5, float("nan")], [0.1, 0.2]]).clamp(-1.0, 1.0)
     assert torch.isnan(rows).any()
-    with pytest.raises(UserError, match="NaN or Inf"):
-        noisy_clipped_sum(rows, max_norm=2 ** 0.5, noise_multiplier=1.0, sample_rate=0.5,
-                          noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False))
+    noise = dict(max_norm=2 ** 0.5, noise_multiplier=1.0, sample_rate=0.5)
+    released, _ = noisy_clipped_sum(rows, **noise, noise=noise_source(0, phase="main", step=0, partition=0,
+                                                                      reproducible=False))
+    alone, _ = noisy_clipped_sum(rows[1:], **noise, noise=noise_source(0, phase="main", step=0, partition=0,
+                                                                      reproducible=False))
+    assert torch.equal(released, alone)
 
 
 # --------------------------------------------------------------------------- item 3: budget sanity
@@ -191,7 +202,8 @@ def test_public_report_is_no_function_of_the_records_beyond_the_output():
     """Two data sets with the same (public) class sizes but different records, same noise: every
     field of the report must agree. A data hash, a record count or a statistic would differ."""
     data = load_dataset("toy")
-    other = ImageData.from_tensors(-data.train_images, data.train_labels.clone(), num_classes=4, name="toy")
+    other = ImageData.from_tensors(-data.train_images, data.train_labels.clone(), num_classes=4, name="toy",
+                                   test_images=data.test_images, test_labels=data.test_labels)  # the same public split
     config = compose(TINY)
     a, b = condense(config, data, noise_seed=3), condense(config, other, noise_seed=3)
     assert not torch.equal(a.images, b.images)  # the records did reach the output...

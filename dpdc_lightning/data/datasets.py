@@ -78,7 +78,7 @@ class ImageData:
             if images.dtype != torch.float32 or images.dim() != 4:
                 raise ValueError(f"{self.name}: {split} images must be float32 (N, C, H, W), "
                                  f"got {images.dtype} {tuple(images.shape)}")
-            _check_finite(self.name, split, images)
+            _check_range(self.name, split, images)
             if labels.dtype != torch.int64 or labels.shape != images.shape[:1]:
                 raise ValueError(f"{self.name}: {split} labels must be int64 of shape ({images.shape[0]},)")
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
@@ -124,15 +124,25 @@ class ImageData:
                          source=self.source, test_is_private=self.test_is_private)
 
 
-def _check_finite(dataset: str, split: str, images: Tensor) -> None:
-    """Refuse NaN/Inf records before any step runs. Privacy-critical: a non-finite record makes the
-    clipped sum NaN, so a run would abort at the step that first sampled it and thereby publish when
-    it was sampled. Checked here, at load time, the failure depends on no random draw. The record
-    index is for the owner's console only (this error is never written to a file)."""
-    bad = ~torch.isfinite(images.flatten(1)).all(dim=1)
+PIXEL_RANGE = (-1.0, 1.0)  # the declared domain of every record: [0, 1] pixels after the fixed 0.5/0.5
+
+
+def _check_range(dataset: str, split: str, images: Tensor) -> None:
+    """Refuse, at load time, a record with a value outside [-1, 1] (NaN and Inf included).
+
+    Privacy-critical. The guarantee is stated over records of that domain. A finite record far
+    outside it (pixels at 1e30) gives non-finite features, and a run used to abort at the step that
+    first sampled it, publishing when it was sampled. Refused here, the outcome depends on no random
+    draw and happens before the plan is fixed. Refused rather than clamped: a clamp would silently
+    condense other records than the ones given, and out-of-range pixels nearly always mean a wrong
+    normalisation ([0, 255], a data-derived mean/std) that a clamp would hide. The record index is
+    for the owner's console only (this error is never written to a file)."""
+    low, high = PIXEL_RANGE
+    bad = ~((images >= low) & (images <= high)).flatten(1).all(dim=1)  # NaN fails both comparisons
     if bool(bad.any()):
         first = int(torch.nonzero(bad)[0])
-        raise UserError(f"{dataset}: {split} record {first} (and {int(bad.sum()) - 1} more) holds NaN or Inf values; "
+        raise UserError(f"{dataset}: {split} record {first} holds NaN, Inf or values outside [{low:g}, {high:g}] (and "
+                        f"{int(bad.sum()) - 1} more); records must be pixels in [0, 1] normalised by (x - 0.5) / 0.5: "
                         "fix or drop such records before condensing")
 
 

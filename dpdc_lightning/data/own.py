@@ -13,15 +13,17 @@ integers from 0), optionally ``test_images`` / ``test_labels`` and ``class_names
 
 Pixels are then normalised with the fixed constants (0.5, 0.5): never statistics of the data.
 
-Test split: ``dataset.test_root`` (a second folder or file of the same kind, public by assumption)
-or, without it, ``dataset.test_fraction`` of every class held out from the private data by a
-generator seeded with ``dataset.split_seed``. The held-out records are not condensed; accuracy on
-them is a function of private records and therefore NOT covered by the guarantee
-(``ImageData.test_is_private``; eval.json says so).
+Test split: ``dataset.test_root`` (a second folder or file of the same kind, declared public by the
+user, and refused if it shares a record with the private data) or, without it,
+``dataset.test_fraction`` of every class held out from the private data by a generator seeded with
+``dataset.split_seed``. The held-out records are not condensed; they are private: accuracy on them
+is NOT covered by the guarantee (``ImageData.test_is_private``; eval.json says so), and no method
+may read them as public data (Dosser's ``method.aux.source=public_split`` is refused).
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Optional
 
@@ -143,7 +145,9 @@ def _read_tensor_file(path: Path, *, image_size: Optional[int], channels: Option
             if unit.shape[1] == 1 and channels == 3:
                 unit = unit.expand(-1, 3, -1, -1)
             elif unit.shape[1] == 3 and channels == 1:
-                unit = (unit * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+                # clamp: the weights sum to 1 only up to float rounding, and records must stay in [0, 1]
+                grey = (unit * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(1, keepdim=True)
+                unit = grey.clamp(0, 1)
             else:
                 raise UserError(f"{path}: '{key}' has {unit.shape[1]} channels, dataset.channels={channels}")
         if image_size is not None and tuple(unit.shape[2:]) != (image_size, image_size):
@@ -171,8 +175,28 @@ def _hold_out(labels: Tensor, *, fraction: float, seed: int) -> Tensor:
     return mask
 
 
+def _refuse_shared_records(images: Tensor, test_images: Tensor, *, root: Path, test_source: str) -> None:
+    """Refuse a test set declared public that holds a record of the private data.
+
+    Privacy-critical: such a test set is read as public (an auxiliary set, a split to evaluate on)
+    while it carries private records. Records are compared by a content hash of their decoded
+    pixels, so the same folder or file named twice (``dataset.test_root`` = ``dataset.root``), a
+    shared image file or a copied record are all caught. The position of the first shared record is
+    named for the owner's console only (this error is never written to a file)."""
+    def digest(row: Tensor) -> bytes:
+        return hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest()
+
+    private = {digest(row) for row in images}
+    for index, row in enumerate(test_images):
+        if digest(row) in private:
+            raise UserError(f"{test_source} shares records with the private data in {root} (test record {index} "
+                            "has the content of a training record): a test set declared public must hold no private "
+                            "record; remove the shared ones, or drop it to hold out a private split")
+
+
 def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tuple[str, ...],
-              test: Optional[tuple[Tensor, Tensor]], *, test_fraction: float, split_seed: int) -> ImageData:
+              test: Optional[tuple[Tensor, Tensor]], *, test_fraction: float, split_seed: int,
+              test_source: str = "") -> ImageData:
     num_classes = len(names)
     sizes = torch.bincount(labels, minlength=num_classes)
     if num_classes < 2 or int(sizes.min()) == 0:
@@ -180,6 +204,8 @@ def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tupl
         raise UserError(f"{root}: class {names[empty] if num_classes else '?'} has no records "
                         "(condensation needs at least two classes, each with records)")
     private_test = test is None
+    if not private_test:
+        _refuse_shared_records(images, test[0], root=root, test_source=test_source)
     if private_test:
         if not 0 < test_fraction < 1:
             raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
@@ -210,13 +236,15 @@ def load_imagefolder(root: Path, *, image_size: Optional[int] = None, channels: 
                             f"dataset.root has {list(names)}; they must be the same folders")
         test = (test_images, test_labels)
     return _assemble("imagefolder", root, images, labels, names, test, test_fraction=test_fraction,
-                     split_seed=split_seed)
+                     split_seed=split_seed, test_source=f"dataset.test_root={test_root}")
 
 
 def load_tensors(root: Path, *, image_size: Optional[int] = None, channels: Optional[int] = None,
                  test_root: Optional[str] = None, test_fraction: float = 0.2, split_seed: int = 0) -> ImageData:
     images, labels, test, names = _read_tensor_file(root, image_size=image_size, channels=channels)
+    test_source = f"the test_images of {root}"
     if test_root is not None:
+        test_source = f"dataset.test_root={test_root}"
         if test is not None:
             raise UserError(f"{root} already holds test_images; drop dataset.test_root or the file's test split")
         test_images, test_labels, _, _ = _read_tensor_file(Path(test_root), image_size=images.shape[-1],
@@ -227,4 +255,5 @@ def load_tensors(root: Path, *, image_size: Optional[int] = None, channels: Opti
         names = tuple(str(c) for c in range(num_classes))
     elif len(names) != num_classes:
         raise UserError(f"{root}: {len(names)} class_names for labels 0..{num_classes - 1}")
-    return _assemble("tensors", root, images, labels, names, test, test_fraction=test_fraction, split_seed=split_seed)
+    return _assemble("tensors", root, images, labels, names, test, test_fraction=test_fraction, split_seed=split_seed,
+                     test_source=test_source)

@@ -8,7 +8,8 @@ data itself unless it was paid for. ``method.aux.source`` says which it is:
 - ``public_split``: the dataset's test split, which the user thereby DECLARES public and disjoint
   from the private training records (for the embedded digits data the test split is a fixed,
   disjoint part of the same UCI collection, so it needs no download); note that the evaluator
-  tests on that split too, so accuracies then come from a split the subspaces have seen;
+  tests on that split too, so accuracies then come from a split the subspaces have seen. A split
+  held out from the user's own private data (no ``dataset.test_root``) is private and refused;
 - ``dp``: images made by one of our private methods (NDPDC or LDPDC) on the private data at a
   declared budget share ``method.aux.epsilon``; that run is a phase of the privacy plan, composed
   with the main stage in one accountant (condense.py makes it);
@@ -124,7 +125,14 @@ def load_file(path: str) -> AuxiliarySet:
                         f"public file {file.name}")
 
 
-def public_split(test_images: Tensor, test_labels: Tensor, *, dataset: str) -> AuxiliarySet:
+def public_split(test_images: Tensor, test_labels: Tensor, *, dataset: str, held_out: bool) -> AuxiliarySet:
+    """The test split as a public auxiliary set. Refused when it was ``held_out`` from the private
+    data (own data without ``dataset.test_root``): those records are private, and SER's subspaces
+    would carry them into the released images outside any accounting."""
+    if held_out:
+        raise UserError(f"method.aux.source=public_split: the test split of {dataset} was held out from your private "
+                        "data (no dataset.test_root), so it is private; use method.aux.source=file (public images), "
+                        "dp (made under DP on a budget share) or none, or set dataset.test_root to a public test set")
     if len(test_images) == 0:
         raise UserError(f"method.aux.source=public_split: the data set {dataset} has no test split to use")
     return AuxiliarySet(test_images, test_labels, f"the test split of {dataset}, declared public by the user")

@@ -81,17 +81,23 @@ def _network_on_meta(model: ModelConfig, data: "DataSpec") -> torch.nn.Module:
 
 @dataclass(frozen=True)
 class DataSpec:
-    """What a method needs to know about the private data (all of it public by assumption)."""
+    """What a method needs to know about the private data: the number of classes and the image
+    shape (public by assumption) and the class sizes of the privacy plan."""
 
     num_classes: int
     image_shape: tuple[int, int, int]
-    class_sizes: tuple[int, ...]
+    class_sizes: tuple[float, ...]
 
     @classmethod
-    def of(cls, data: Any) -> "DataSpec":
-        """The spec of an ``ImageData``."""
+    def of(cls, data: Any, *, plan: Optional[PrivacyPlan] = None) -> "DataSpec":
+        """The spec of an ``ImageData``. Without ``plan``: its exact class sizes, the input of the
+        plan (privacy/plan.py) and of nothing else. With it: the plan's sizes (public, or released
+        under DP with ``privacy.class_sizes=private``), what every method is built with, so that no
+        method can compute anything from exact private counts."""
+        # A plan stored before plans held their sizes had public ones (from_dict restores released ones).
+        sizes = plan.class_sizes if plan is not None and plan.class_sizes else data.class_sizes
         return cls(num_classes=data.num_classes, image_shape=tuple(data.train_images.shape[1:]),
-                   class_sizes=tuple(data.class_sizes))
+                   class_sizes=tuple(sizes))
 
 
 class CondensationMethod(L.LightningModule):

@@ -92,8 +92,9 @@ class PSG(GradientMatchingMethod):
         return super().configure_optimizers()
 
     def expected_batch_size(self) -> float:
-        """B = q·N from the plan's rate and the public data size (= method.batch_size unless q was capped at 1)."""
-        return self.plan.rate_of(-1) * sum(self.data.class_sizes)
+        """B = q·N from the plan (= method.batch_size unless q was capped at 1), with N the plan's size:
+        public, or released under DP with privacy.class_sizes=private; never the exact private N."""
+        return self.plan.expected_sample_size(-1)
 
     def mechanism_summary(self) -> Optional[dict[str, Any]]:
         clip = self.config.clip_norm

@@ -77,8 +77,9 @@ def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> T
         raise ValueError("clip_rows needs a tensor with a leading row dimension, got a scalar")
     # flatten(1), not reshape(n, -1): the latter is ambiguous for an empty batch.
     flat = x.flatten(1) if x.dim() > 1 else x.unsqueeze(1)
-    # A NaN/Inf row has no norm to clip to, and one such row would make the released sum NaN:
-    # refuse it (the data sets are checked at load time; this guards every other caller).
+    # A NaN/Inf row has no norm to clip to, and one such row would make a sum NaN: refuse it. The
+    # private paths never get here with one (noisy_clipped_sum and per_example zero such rows first
+    # with finite_rows); what remains are synthetic rows, functions of released values only.
     if not bool(torch.isfinite(flat).all()):
         raise UserError("clip_rows: an input row holds NaN or Inf values; the Gaussian mechanism refuses "
                         "non-finite rows (its sensitivity bound does not hold for them)")
@@ -88,6 +89,25 @@ def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> T
         norms = norms.detach()
     factor = (max_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
     return x * factor.reshape((-1,) + (1,) * (x.dim() - 1))
+
+
+NON_FINITE_ROWS = ("a sampled record whose row (pixels, features or gradient) holds NaN or Inf is replaced by a "
+                   "zero row before clipping: norm 0 <= the clip norm, so the sensitivity is unchanged and the run "
+                   "never stops for it; how many rows were replaced is not reported (an exact count would be a "
+                   "release of its own)")
+
+
+def finite_rows(rows: Tensor) -> Tensor:
+    """``rows`` (``[n, *shape]``) with every row that holds a NaN or Inf replaced by zeros.
+
+    Privacy-critical: what the mechanisms do with a private row that has no norm to clip to. Refusing
+    it would stop the run at the first step that samples it, so whether and when a run stops would
+    depend on a private record and on the secret sample. A zero row adds nothing to the sum and has
+    norm 0 <= any clip norm: the sensitivity bound holds as before. Nothing counts or reports the
+    replaced rows (:data:`NON_FINITE_ROWS` is the report's fixed statement)."""
+    flat = rows.flatten(1) if rows.dim() > 1 else rows.unsqueeze(1)
+    finite = torch.isfinite(flat).all(dim=1).reshape((-1,) + (1,) * (rows.dim() - 1))
+    return torch.where(finite, rows, torch.zeros((), dtype=rows.dtype, device=rows.device))
 
 
 def gaussian_noise_like(value: Tensor, *, std: float, noise: NoiseStream) -> Tensor:
@@ -139,17 +159,18 @@ def noisy_clipped_sum(
 ) -> tuple[Tensor, PrivacyEvent]:
     """Clip each row of ``rows`` (shape ``[n, *shape]``) to ``max_norm``, sum, add Gaussian noise.
 
-    Sensitivity ``max_norm`` (one clipped row), noise std ``max_norm * noise_multiplier``. An
+    Sensitivity ``max_norm`` (one clipped row), noise std ``max_norm * noise_multiplier``. A row
+    holding NaN or Inf counts as a zero row (:func:`finite_rows`). An
     empty Poisson sample (``n = 0``, shape ``[0, *shape]``) is a valid input: its sum is zeros of
     ``shape`` and the output is pure noise, as the mechanism requires. The release is float32 on
     ``rows``' device.
     """
     if rows.dim() == 0:
         raise ValueError("noisy_clipped_sum needs rows of shape [n, *shape], got a scalar")
-    # clip_rows refuses NaN/Inf rows before anything is summed or noised. Clip and sum in float64
-    # on the CPU: float32 rounding could leave a clipped row a few ulps above max_norm and the sum
-    # off by ~1e-7 relative; in float64 both errors are ~1e-16.
-    clipped = clip_rows(rows.to(device="cpu", dtype=torch.float64), max_norm=max_norm)
+    # A NaN/Inf row becomes a zero row (finite_rows), never an error. Clip and sum in float64 on the
+    # CPU: float32 rounding could leave a clipped row a few ulps above max_norm and the sum off by
+    # ~1e-7 relative; in float64 both errors are ~1e-16.
+    clipped = clip_rows(finite_rows(rows.to(device="cpu", dtype=torch.float64)), max_norm=max_norm)
     released, event = gaussian_sum(
         clipped.sum(dim=0),
         sensitivity=max_norm,

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, _positive_finite, clip_rows, gaussian_sum
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent, _positive_finite, clip_rows, finite_rows, gaussian_sum
 from dpdc_lightning.privacy.noise import NoiseStream
 
 
@@ -82,8 +82,9 @@ def clipped_gradient_sum(network: nn.Module, inputs: Tensor, labels: Tensor, *, 
     total = torch.zeros(sum(p.numel() for p in network.parameters()), dtype=torch.float64, device=inputs.device)
     for start in range(0, len(inputs), chunk_size):
         rows = per_example_gradients(network, inputs[start:start + chunk_size], labels[start:start + chunk_size])
-        # Clip in float64: a float32 row rounded after clipping may end a few ulps above C.
-        total += clip_rows(rows.double(), max_norm=max_norm).sum(dim=0)
+        # Clip in float64: a float32 row rounded after clipping may end a few ulps above C. A record
+        # whose gradient is not finite counts as a zero row: the run never stops for it.
+        total += clip_rows(finite_rows(rows.double()), max_norm=max_norm).sum(dim=0)
     return total
 
 

@@ -83,6 +83,10 @@ class PrivacyPlan:
     # plan of that run (PrivacyPlan.to_dict()); None when there is none.
     auxiliary_plan: Optional[dict[str, Any]] = None
     auxiliary_method: Optional[str] = None
+    # The class sizes the rates were computed from: the public sizes, or the released ones above.
+    # Once the plan exists these are the only sizes anything sees (DataSpec, normalisers, messages):
+    # with private sizes, the exact counts never leave plan_run.
+    class_sizes: tuple[float, ...] = ()
 
     @property
     def total_steps(self) -> int:
@@ -96,6 +100,15 @@ class PrivacyPlan:
     def rate_of(self, partition: int) -> float:
         """Poisson rate of one class (or of the whole set, partition -1, under global sampling)."""
         return self.sample_rates[0] if self.sampling == "global_poisson" else self.sample_rates[partition]
+
+    def expected_sample_size(self, partition: int) -> float:
+        """q x N of one partition (a class, or -1 for the whole set under global sampling): the
+        normaliser of its noisy sum. N is the plan's size (public, or released under DP), never an
+        exact private count and never the realised sample size."""
+        if not self.class_sizes:
+            raise ValueError("this plan holds no class sizes (it was stored by an older version)")
+        size = sum(self.class_sizes) if self.sampling == "global_poisson" else self.class_sizes[partition]
+        return self.rate_of(partition) * size
 
     @property
     def prior_history(self) -> list[tuple[float, float, int]]:
@@ -121,6 +134,7 @@ class PrivacyPlan:
         """Plain Python types only: JSON for plan.json, and loadable with ``weights_only=True``."""
         state = dataclasses.asdict(self)
         state["sample_rates"] = list(self.sample_rates)
+        state["class_sizes"] = list(self.class_sizes)
         if self.released_class_sizes is not None:
             state["released_class_sizes"] = list(self.released_class_sizes)
         return {"format": _FORMAT, **state}
@@ -131,6 +145,8 @@ class PrivacyPlan:
         if state.pop("format", None) != _FORMAT:
             raise UserError("the stored privacy plan has an unknown format; it was written by another version")
         state["sample_rates"] = tuple(float(rate) for rate in state["sample_rates"])
+        # Plans stored before they held their sizes: released sizes are the sizes; public ones are absent.
+        state["class_sizes"] = tuple(float(n) for n in state.get("class_sizes") or state.get("released_class_sizes") or ())
         if state.get("released_class_sizes") is not None:
             state["released_class_sizes"] = tuple(float(n) for n in state["released_class_sizes"])
         return cls(**state)
@@ -168,14 +184,14 @@ def auxiliary_history(auxiliary: Optional[PrivacyPlan]) -> list[tuple[float, flo
     return [(float(auxiliary.noise_multiplier), auxiliary.sample_rate, auxiliary.data_steps)]
 
 
-def sample_rates(schedule: StepSchedule, class_sizes: Sequence[int]) -> tuple[float, ...]:
+def sample_rates(schedule: StepSchedule, class_sizes: Sequence[float]) -> tuple[float, ...]:
     """Poisson rates from the public class sizes: L / N_c per class, or B / N for global sampling."""
     if schedule.sampling == "global_poisson":
         return (min(1.0, schedule.sample_size / sum(class_sizes)),)
     if schedule.sampling == "per_class_poisson":
         if schedule.sample_size > min(class_sizes):
             raise UserError(f"the expected sample per class ({schedule.sample_size:g}) is larger than the smallest "
-                            f"class ({min(class_sizes)} records); lower method.group_size")
+                            f"class ({min(class_sizes):g} records); lower method.group_size")
         return tuple(schedule.sample_size / size for size in class_sizes)
     return ()
 
@@ -187,14 +203,14 @@ def check_delta_size(delta: float, *, records: int, allow_large_delta: bool) -> 
     With ``allow_large_delta`` the run goes on, and the owner's console says why it should not."""
     if delta * records < 1:
         return
-    message = (f"privacy.delta={delta:g} is not below 1/N = {1 / records:.3g} (N = {records} private records): "
+    message = (f"privacy.delta={delta:g} is not below 1/N = {1 / records:.3g} (N = {records:g} private records): "
                "at such a delta a mechanism may publish whole records")
     if not allow_large_delta:
         raise UserError(f"{message}; lower privacy.delta, or set privacy.allow_large_delta=true to accept it")
     print(f"warning: {message}; accepted because privacy.allow_large_delta=true", file=sys.stderr)
 
 
-def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str,
+def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: str,
               noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
               calibrate: str, accountant: str, step_cap: Optional[int] = None,
               count_noise_multiplier: Optional[float] = None, allow_large_delta: bool = False,
@@ -217,7 +233,8 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[int], method: str
         free_steps = min(free_steps, step_cap - data_steps)
     rates = sample_rates(schedule, class_sizes)
     common = dict(private=schedule.private, sampling=schedule.sampling, sample_size=float(schedule.sample_size),
-                  sample_rates=rates, free_steps=free_steps, accountant=accountant)
+                  sample_rates=rates, free_steps=free_steps, accountant=accountant,
+                  class_sizes=tuple(float(n) for n in class_sizes))
     if not schedule.private:
         if target_epsilon is not None or noise_multiplier is not None or count_noise_multiplier is not None \
                 or auxiliary is not None:

@@ -7,6 +7,7 @@ from importlib import metadata
 from typing import Any, Optional
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.mechanisms import NON_FINITE_ROWS
 from dpdc_lightning.privacy.noise import describe as describe_noise
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
@@ -36,11 +37,13 @@ def nonnegative_epsilon(epsilon: float) -> tuple[float, bool]:
 
 def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
                  delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str,
-                 noise_values: Optional[int] = None) -> dict[str, Any]:
+                 noise_values: Optional[int] = None, inputs: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
     """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
     sensitivity, noise multiplier, noise std and sample rate (None for non-private methods);
     ``plan`` is the run's privacy plan, fixed before the data was read; ``noise_values`` is the
-    number of normal values the run drew (the ``noise`` entry bounds their truncation with it)."""
+    number of normal values the run drew (the ``noise`` entry bounds their truncation with it);
+    ``inputs`` lists every input of the release with its status (privacy/inputs.py): an entry
+    released under DP gets the ε of its phase alone."""
     report: dict[str, Any] = {"method": method}
     if mechanism is None or accountant is None:
         report.update({"epsilon": None, "delta": None,
@@ -67,13 +70,19 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
             "plan": summary,
             "noise_mode": "reproducible" if reproducible_noise else "secure",
             "class_sizes": plan.class_size_statement(),
+            "non_finite_rows": NON_FINITE_ROWS,
             "noise": describe_noise(reproducible=reproducible_noise, values_drawn=noise_values, epsilon=epsilon,
                                     delta=delta),
         })
+        alone = {phase["name"]: phase["epsilon"] for phase in phases}
+        inputs = [{**entry, "epsilon_alone": alone[entry["phase"]]} if entry.get("phase") in alone else entry
+                  for entry in inputs or []]
         if clamped:
             report["epsilon_note"] = CLAMP_NOTE
         if reproducible_noise:
             report["warning"] = ("privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
                                  "in config.yaml; the output is NOT private against anyone who knows that seed")
+    if inputs:
+        report["inputs"] = list(inputs)
     report.update({"config_sha256": config_hash, "versions": library_versions()})
     return report

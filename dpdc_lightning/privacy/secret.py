@@ -12,6 +12,7 @@ With ``privacy.reproducible_noise=true`` the public run seed is used instead (no
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -22,6 +23,19 @@ SECRET_BITS = 256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a
 def new_secret() -> int:
     """A fresh 256-bit integer from OS entropy: the run's secret for sampling and noise."""
     return int.from_bytes(os.urandom(SECRET_BITS // 8), "little")
+
+
+def derive_secret(secret: int, purpose: str) -> int:
+    """A 256-bit key for one ``purpose``, derived from the run's secret by SHAKE-256 (FIPS 202).
+
+    For a second private stage of the same run (the DP auxiliary set of Dosser's SER), whose samples
+    and noise must be independent of the main stage's yet as unguessable: the main key's 256 bits,
+    not the 63 of a torch seed (``seeding.derive_seed``). The purpose comes first and the secret
+    last, so no two (purpose, secret) pairs encode to the same bytes."""
+    if "/" in purpose:
+        raise ValueError(f"a secret's purpose must not contain '/', got {purpose!r}")
+    text = f"dpdc_lightning/derived-secret/v1/{purpose}/{int(secret)}".encode()
+    return int.from_bytes(hashlib.shake_256(text).digest(SECRET_BITS // 8), "little")
 
 
 def store_secret(run_dir: Path, seed: int) -> None:
