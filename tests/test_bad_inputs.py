@@ -8,6 +8,7 @@ import gzip
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,6 +67,11 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     return tmp_path, cache
 
 
+def _made(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def _image_folders(root: Path) -> None:
     """Own-data folders that must each fail in one line naming the culprit."""
     from PIL import Image
@@ -82,6 +88,15 @@ def _image_folders(root: Path) -> None:
     (root / "not_image" / "b" / "notes.txt").write_text("not a picture")
     png(root / "mixed" / "a" / "0.png", 8)
     png(root / "mixed" / "b" / "0.png", 9)
+    for label, level in (("a", 40), ("b", 200)):  # a valid folder of own data, and test folders that leak it
+        for index in range(3):
+            Image.new("L", (8, 8), level + 10 * index).save(_made(root / "own_images" / label / f"{index}.png"))
+    (root / "leaky_test" / "a").mkdir(parents=True)
+    (root / "leaky_test" / "a" / "copy.png").write_bytes((root / "own_images" / "a" / "1.png").read_bytes())
+    Image.new("L", (8, 8), 90).save(_made(root / "leaky_test" / "b" / "new.png"))
+    pixels = torch.randint(0, 256, (40, 8, 8), generator=torch.Generator().manual_seed(0)).to(torch.uint8)
+    np.savez(root / "own.npz", images=pixels.numpy(), labels=(torch.arange(40) % 2).numpy())
+    np.savez(root / "bright.npz", images=pixels.float().numpy() / 100, labels=(torch.arange(40) % 2).numpy())
     png(root / "truncated" / "a" / "0.png", 32)
     png(root / "truncated" / "b" / "0.png", 32)
     whole = (root / "truncated" / "b" / "0.png").read_bytes()
@@ -148,6 +163,16 @@ TRAIN_CASES = [
     ("imagefolder with mixed sizes", ["dataset=imagefolder", "dataset.root=mixed"], "image_size"),
     ("imagefolder with a truncated image", ["dataset=imagefolder", "dataset.root=truncated"], "b/0.png"),
     ("tensors file that does not exist", ["dataset=tensors", "dataset.root=nowhere.pt"], "nowhere.pt"),
+    # issue 19: a private split read as public, a public test set holding private records, pixels out of range
+    ("Dosser SER on a split held out from own data", ["method=dosser", "dataset=tensors", "dataset.root=own.npz"],
+     "method.aux.source=public_split: the test split of tensors was held out"),
+    ("test_root equal to root", ["dataset=imagefolder", "dataset.root=own_images", "dataset.test_root=own_images"],
+     "shares records with the private data"),
+    ("test_root holding a copy of a private image", ["dataset=imagefolder", "dataset.root=own_images",
+                                                     "dataset.test_root=leaky_test"], "shares records"),
+    ("tensors test_root equal to root", ["dataset=tensors", "dataset.root=own.npz", "dataset.test_root=own.npz"],
+     "shares records"),
+    ("tensors with float pixels above 1", ["dataset=tensors", "dataset.root=bright.npz"], "[0, 1]"),
 ]
 
 EVALUATE_CASES = [

@@ -38,7 +38,13 @@ from dpdc_lightning.seeding import derive_generator
 
 
 class NumericalFault(UserError):
-    """The optimisation diverged (NaN/Inf); the run stops before anything bad is saved."""
+    """The optimisation diverged (NaN/Inf); the run stops before anything bad is saved.
+
+    Privacy: whether and when a run stops must not depend on a private record. The loss and the
+    synthetic set checked here are functions of released (noisy) values and public ones only: the
+    mechanisms turn a private row that is not finite into a zero row (privacy/mechanisms.py
+    ``finite_rows``), so a noisy release is always finite, and nothing else private reaches a step's
+    loss."""
 
 
 @dataclass
