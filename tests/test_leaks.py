@@ -89,8 +89,8 @@ def test_public_sizes_keep_the_exact_normaliser(toy):
 
 def _own(data: ImageData, *, test_images: torch.Tensor) -> ImageData:
     """Own data whose test split was held out from the private data (no dataset.test_root)."""
-    return ImageData("tensors", data.train_images, data.train_labels, test_images, data.test_labels, 4,
-                     data.class_names, source="/owner/file.npz", test_is_private=True)
+    return ImageData.from_tensors(data.train_images, data.train_labels, num_classes=4, test_images=test_images,
+                                  test_labels=data.test_labels, name="tensors", test_is_private=True)
 
 
 def test_a_held_out_split_is_refused_as_public_auxiliary_data(toy):

@@ -134,8 +134,8 @@ def test_ctrl_c_before_the_first_step_keeps_nothing(tmp_path, monkeypatch, capsy
 
 # --------------------------------------------------------------------------- own data
 
-def _folder(root: Path, *, per_class: int = 12, sizes=(12,), mode: str = "L") -> Path:
-    rng = np.random.default_rng(0)
+def _folder(root: Path, *, per_class: int = 12, sizes=(12,), mode: str = "L", seed: int = 0) -> Path:
+    rng = np.random.default_rng(seed)
     for c, name in enumerate(["cat", "dog", "eel"]):
         (root / name).mkdir(parents=True)
         for i in range(per_class):
@@ -155,7 +155,8 @@ def test_imagefolder_resizes_keeps_class_names_and_holds_out_a_private_test_spli
     assert float(data.train_images.min()) >= -1 and float(data.train_images.max()) <= 1
     rgb = load_dataset("imagefolder", root=root, image_size=8, channels=3)
     assert rgb.train_images.shape[1] == 3
-    public = load_dataset("imagefolder", root=root, image_size=8, test_root=str(_folder(tmp_path / "test")))
+    # Other images than the private ones: a test root sharing a record with dataset.root is refused (issue 19).
+    public = load_dataset("imagefolder", root=root, image_size=8, test_root=str(_folder(tmp_path / "test", seed=1)))
     assert not public.test_is_private and public.class_sizes == (12, 12, 12) and len(public.test_labels) == 36
 
 
@@ -165,7 +166,8 @@ def test_tensor_files_are_read_and_checked(tmp_path, suffix):
     labels = torch.arange(30) % 3
     path = tmp_path / f"data{suffix}"
     if suffix == ".pt":
-        torch.save({"images": images, "labels": labels, "test_images": images[:6], "test_labels": labels[:6]}, path)
+        test_images = (torch.rand(6, 1, 6, 6) * 255).to(torch.uint8)  # not private records (issue 19)
+        torch.save({"images": images, "labels": labels, "test_images": test_images, "test_labels": labels[:6]}, path)
     else:
         np.savez(path, images=images.numpy(), labels=labels.numpy())
     data = load_dataset("tensors", root=path, image_size=4)

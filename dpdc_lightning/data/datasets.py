@@ -104,15 +104,17 @@ class ImageData:
     @classmethod
     def from_tensors(cls, images: Tensor, labels: Tensor, *, num_classes: int | None = None,
                      test_images: Tensor | None = None, test_labels: Tensor | None = None,
-                     name: str = "tensors") -> "ImageData":
-        """A dataset from tensors already in the normalised space (pixels in [-1, 1]); the test
-        split is optional (empty when absent: condensation does not need it)."""
+                     name: str = "tensors", test_is_private: bool = False) -> "ImageData":
+        """A dataset from tensors already in the normalised space (pixels in [-1, 1], refused
+        otherwise); the test split is optional (empty when absent: condensation does not need it).
+        A test split given here is declared public, unless ``test_is_private`` says it was held out
+        from the private data (then nothing reads it as public, and accuracy on it is flagged)."""
         num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
         if test_images is None:
             test_images, test_labels = images[:0], labels[:0]
         return cls(name=name, train_images=images, train_labels=labels, test_images=test_images,
                    test_labels=test_labels, num_classes=num_classes,
-                   class_names=tuple(str(c) for c in range(num_classes)))
+                   class_names=tuple(str(c) for c in range(num_classes)), test_is_private=test_is_private)
 
     def subset(self, indices: Tensor) -> "ImageData":
         """The same dataset restricted to the training records ``indices`` (the test split is kept):

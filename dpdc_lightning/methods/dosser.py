@@ -122,7 +122,7 @@ class Dosser(FeatureMatchingMethod):
                              "noised once and stored (Dosser sampling stage)",
                 "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
                 "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
-                "expected_sample_size": self.config.group_size,
+                "expected_sample_size": self.plan.sample_size,
                 "subspace": {"source": aux.source, "dim": self.bank.dim,
                              "auxiliary": self.auxiliary.description if self.ser else None},
                 "free_steps": "the optimisation stage reuses the stored noisy signals: post-processing"}
@@ -151,7 +151,7 @@ class Dosser(FeatureMatchingMethod):
                 rows = project(features.float(), subspace)
             signal, event = noisy_clipped_mean(rows, max_norm=self.config.clip_norm,
                                                noise_multiplier=self.noise_multiplier,
-                                               sample_rate=self.plan.rate_of(c), expected_size=self.config.group_size,
+                                               sample_rate=self.plan.rate_of(c), expected_size=self.plan.sample_size,
                                                noise=self.noise_stream(step, c))
             self.spend(event, partition=c)
             self.bank.store(step, c, signal, theta_seed=theta_seed, dsa_seed=dsa_seed)
@@ -163,7 +163,7 @@ class Dosser(FeatureMatchingMethod):
         self._load_theta(int(self.bank.theta_seeds[entry]))
         subspace = self._subspace(entry)
         synthetic = self.class_view()
-        scale = self.config.group_size
+        scale = self.plan.sample_size  # L, the normaliser the bank's signals were divided by
         losses = []
         for c in range(self.data.num_classes):
             target = self.bank.signal(entry, c).to(self.device)

@@ -73,7 +73,8 @@ class LDPDC(CondensationMethod):
             noisy_sum, event = noisy_clipped_sum(rows, max_norm=self.sensitivity(), noise_multiplier=self.noise_multiplier,
                                                  sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c))
             self.spend(event, partition=c)
-            view[c, step].copy_((noisy_sum / self.config.group_size).view(self.data.image_shape))
+            # Divided by the plan's expected sample L (= method.group_size), never the realised size.
+            view[c, step].copy_((noisy_sum / self.plan.sample_size).view(self.data.image_shape))
         return None
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
