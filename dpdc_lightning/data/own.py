@@ -196,7 +196,7 @@ def _refuse_shared_records(images: Tensor, test_images: Tensor, *, root: Path, t
 
 def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tuple[str, ...],
               test: Optional[tuple[Tensor, Tensor]], *, test_fraction: float, split_seed: int,
-              test_source: str = "") -> ImageData:
+              test_source: str) -> ImageData:
     num_classes = len(names)
     sizes = torch.bincount(labels, minlength=num_classes)
     if num_classes < 2 or int(sizes.min()) == 0:
@@ -204,14 +204,14 @@ def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tupl
         raise UserError(f"{root}: class {names[empty] if num_classes else '?'} has no records "
                         "(condensation needs at least two classes, each with records)")
     private_test = test is None
-    if not private_test:
-        _refuse_shared_records(images, test[0], root=root, test_source=test_source)
     if private_test:
         if not 0 < test_fraction < 1:
             raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
         held = _hold_out(labels, fraction=test_fraction, seed=split_seed)
         test = (images[held].contiguous(), labels[held].contiguous())
         images, labels = images[~held].contiguous(), labels[~held].contiguous()
+    else:
+        _refuse_shared_records(images, test[0], root=root, test_source=test_source)
     if test[0].shape[1:] != images.shape[1:]:
         raise UserError(f"the test images are {tuple(test[0].shape[1:])}, the training images {tuple(images.shape[1:])}; "
                         "give both the same dataset.image_size and dataset.channels")

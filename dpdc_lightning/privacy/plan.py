@@ -185,7 +185,8 @@ def auxiliary_history(auxiliary: Optional[PrivacyPlan]) -> list[tuple[float, flo
 
 
 def sample_rates(schedule: StepSchedule, class_sizes: Sequence[float]) -> tuple[float, ...]:
-    """Poisson rates from the public class sizes: L / N_c per class, or B / N for global sampling."""
+    """Poisson rates from the plan's class sizes (public, or released under DP): L / N_c per class,
+    or B / N for global sampling."""
     if schedule.sampling == "global_poisson":
         return (min(1.0, schedule.sample_size / sum(class_sizes)),)
     if schedule.sampling == "per_class_poisson":
