@@ -106,7 +106,8 @@ class PrivacyPlan:
         normaliser of its noisy sum. N is the plan's size (public, or released under DP), never an
         exact private count and never the realised sample size."""
         if not self.class_sizes:
-            raise ValueError("this plan holds no class sizes (it was stored by an older version)")
+            raise UserError("the stored privacy plan holds no class sizes (it was written by an older version); "
+                            "start a new run")
         size = sum(self.class_sizes) if self.sampling == "global_poisson" else self.class_sizes[partition]
         return self.rate_of(partition) * size
 
