@@ -29,36 +29,24 @@ may exit 2 if D' is refused alike; a bad record refused at load (before any rele
 
 from __future__ import annotations
 
-import contextlib
-import csv
 import dataclasses
 import importlib
-import io
-import json
-import logging
-import math
 import re
 import shutil
-import warnings
 from dataclasses import dataclass, field
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
 import torch
-import yaml
 from torch import Tensor
 
-import dpdc_lightning.methods  # noqa: F401  (binds gaussian_sum in every module that uses it)
-from dpdc_lightning.cli import run
-from dpdc_lightning.commands import train_main
-from dpdc_lightning.data import datamodule as datamodule_module
+from coupling import Call, MechanismTap, couple_sampling
 from dpdc_lightning.data import datasets
 from dpdc_lightning.data.datasets import ImageData, clear_dataset_cache, normalise
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy import mechanisms
-from dpdc_lightning.privacy.ledger import TEXT_OUTPUTS, Released, ledger_for
+from dpdc_lightning.privacy.ledger import ledger_for
+from run_outputs import differences, run_cli
 
 condense_module = importlib.import_module("dpdc_lightning.condense")  # the module (the package exports a function)
 
@@ -334,287 +322,28 @@ def _changed_image_data(data: ImageData, split: str, index: int, relation: str) 
                      test_is_private=data.test_is_private)
 
 
-# --------------------------------------------------------------------------- observing the mechanism
-
-@dataclass
-class Call:
-    """One call of the Gaussian mechanism: what it was asked to release, and what it released."""
-
-    key: Optional[bytes]  # the noise stream's identity (secret, phase, step, partition)
-    pre: Tensor  # the pre-noise sum, float64
-    sensitivity: float
-    noise_multiplier: float
-    sample_rate: float
-    released: Tensor
-
-
-class MechanismTap:
-    """Wraps ``gaussian_sum`` in every dpdc_lightning module that binds it. Records each call; with
-    ``reference`` (D's calls), call i releases the reference's call i instead of its own."""
-
-    def __init__(self, reference: Optional[list[Call]] = None) -> None:
-        self.reference = reference
-        self.calls: list[Call] = []
-
-    def install(self, patch: pytest.MonkeyPatch) -> None:
-        import sys
-
-        original = mechanisms.gaussian_sum
-        bound = [(module, name) for module_name, module in list(sys.modules.items())
-                 if module_name.startswith("dpdc_lightning") and module is not None
-                 for name, value in list(vars(module).items()) if value is original]
-        assert len(bound) >= 3, f"gaussian_sum is bound in too few modules: {bound}"
-
-        def tapped(clipped_sum: Tensor, *, sensitivity: float, noise_multiplier: float, sample_rate: float,
-                   noise: Any) -> tuple[Tensor, Any]:
-            released, event = original(clipped_sum, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
-                                        sample_rate=sample_rate, noise=noise)
-            index = len(self.calls)
-            self.calls.append(Call(getattr(noise, "_prefix", None), clipped_sum.detach().cpu().double().clone(),
-                                   float(sensitivity), float(noise_multiplier), float(sample_rate),
-                                   released.detach().cpu().clone()))
-            if self.reference is not None and index < len(self.reference):
-                theirs = self.reference[index].released
-                if theirs.shape == released.shape:
-                    released = theirs.to(device=released.device, dtype=released.dtype).clone()
-            return released, event
-
-        for module, name in bound:
-            patch.setattr(module, name, tapped)
-
-
-def couple_sampling(patch: pytest.MonkeyPatch, removed: dict[int, int]) -> None:
-    """Poisson sampling of D' that keeps every record's uniform from D: ``removed[partition]`` is
-    the position (in D's pool of that class, or -1: the whole set) of the removed record, whose
-    uniform is drawn and dropped."""
-    original_sample, original_generator = datamodule_module.poisson_sample, datamodule_module.derive_generator
-    current = {"partition": None}
-
-    def generator(seed: int, *keys: Any, **options: Any) -> torch.Generator:
-        if keys and keys[0] == "sample":
-            current["partition"] = int(keys[2]) if len(keys) > 2 else -1
-        return original_generator(seed, *keys, **options)
-
-    def sample(num_records: int, *, sample_rate: float, generator: torch.Generator) -> Tensor:
-        position = removed.get(current["partition"])
-        if position is None:
-            return original_sample(num_records, sample_rate=sample_rate, generator=generator)
-        picks = original_sample(num_records + 1, sample_rate=sample_rate, generator=generator)
-        picks = picks[picks != position]
-        return torch.where(picks > position, picks - 1, picks)
-
-    patch.setattr(datamodule_module, "derive_generator", generator)
-    patch.setattr(datamodule_module, "poisson_sample", sample)
-
-
 # --------------------------------------------------------------------------- one execution
 
 @dataclass
 class Outcome:
     exit_code: int
-    outputs: dict[str, Any]
-    calls: list[Call]
-
-
-class _Logs(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(level=logging.WARNING)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname}: {record.getMessage()}")
+    outputs: dict[str, Any]  # every output, flattened (run_outputs.py)
+    calls: list[Call]  # every mechanism call, in order
 
 
 def execute(tokens: list[str], *, work: Path, tap: MechanismTap, secret: int, removed: Optional[dict[int, int]] = None,
             patches: Callable[[pytest.MonkeyPatch], None] = lambda patch: None) -> Outcome:
-    """``python train.py TOKENS`` in process with ``secret`` as the run's secret; returns every output."""
-    clear_dataset_cache()
-    out, err, logs = io.StringIO(), io.StringIO(), _Logs()
-    loggers = [logging.getLogger(name) for name in ("", "lightning", "lightning.pytorch", "lightning.fabric",
-                                                    "pytorch_lightning")]
-    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    """``python train.py TOKENS`` with ``secret`` as the run's secret, ``tap`` on the mechanism and,
+    with ``removed``, Poisson sampling coupled to D's; the run folder is ``work/out``."""
+    def install(patch: pytest.MonkeyPatch) -> None:
         patch.setattr(condense_module, "new_secret", lambda: secret)
         tap.install(patch)
         if removed:
             couple_sampling(patch, removed)
         patches(patch)
-        for logger in loggers:
-            logger.addHandler(logs)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = run(train_main, tokens)
-        finally:
-            for logger in loggers:
-                logger.removeHandler(logs)
-    clear_dataset_cache()
-    stdout = out.getvalue()
-    summary = work / "out" / "summary.md"
-    if summary.is_file():  # a sweep prints its summary.md, which is compared as a file (its times dropped)
-        stdout = stdout.replace(summary.read_text(), "<summary.md>\n")
-    outputs = snapshot(work / "out", prefix=str(work))
-    outputs["exit_code"] = code
-    for name, text in (("stdout", stdout), ("stderr", err.getvalue()),
-                       ("warnings", "\n".join(f"{w.category.__name__}: {w.message}" for w in caught)),
-                       ("log", "\n".join(logs.lines))):
-        outputs[name] = text.replace(str(work), "<work>")
-    shutil.rmtree(work / "out", ignore_errors=True)
+
+    code, outputs = run_cli(tokens, folder=work / "out", work=work, patches=install)
     return Outcome(code, outputs, tap.calls)
-
-
-# --------------------------------------------------------------------------- flattening outputs
-
-TIME = re.compile(r"\b\d+(\.\d+)? s\b|\b\d+ min \d+ s\b|\b\d+ h \d+ min\b")
-
-
-def _flatten(value: Any, prefix: str, into: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(item, f"{prefix}.{key}" if prefix else str(key), into)
-    elif isinstance(value, (list, tuple)):
-        for index, item in enumerate(value):
-            _flatten(item, f"{prefix}.{index}" if prefix else str(index), into)
-        if not value:
-            into[prefix] = type(value)()
-    else:
-        into[prefix] = value.detach().clone() if isinstance(value, Tensor) else value
-
-
-def _table(rows: list[dict[str, str]], key: str) -> dict[str, Any]:
-    """Rows by member; the time column dropped."""
-    return {row.get(key, str(i)): {k: v for k, v in row.items() if k not in ("seconds", "time (s)")}
-            for i, row in enumerate(rows)}
-
-
-def _markdown_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
-    lines = text.splitlines()
-    table = [line for line in lines if line.startswith("|")]
-    header = [cell.strip() for cell in table[0].strip("|").split("|")]
-    rows = [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in table[2:]]
-    return [line for line in lines if not line.startswith("|")], rows
-
-
-def _events(path: Path) -> dict[str, Any]:
-    """TensorBoard events without wall times: ``tag@step`` -> value (hparams without their times)."""
-    from google.protobuf.json_format import MessageToDict
-    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
-    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
-
-    values: dict[str, Any] = {}
-    for event in EventFileLoader(str(path)).Load():
-        for value in event.summary.value:
-            key = f"{value.tag}@{event.step}"
-            if value.metadata.plugin_data.plugin_name == "hparams":
-                data = HParamsPluginData.FromString(value.metadata.plugin_data.content)
-                tree = MessageToDict(data)
-                for info in ("sessionStartInfo", "sessionEndInfo"):
-                    for stamp in ("startTimeSecs", "endTimeSecs"):
-                        tree.get(info, {}).pop(stamp, None)
-                _flatten(tree, key, values)
-            elif value.HasField("image"):
-                values[key] = value.image.encoded_image_string
-            elif value.HasField("tensor"):
-                values[key] = value.tensor.SerializeToString()
-            else:
-                values[key] = value.simple_value
-    return values
-
-
-def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
-    """Every file under ``folder`` as ``relative/path:field`` -> value (files listed under ``files``)."""
-    outputs: dict[str, Any] = {}
-    if not folder.exists():
-        outputs["files"] = None
-        return outputs
-    files = sorted(p for p in folder.rglob("*") if p.is_file())
-    names = []
-    for path in files:
-        rel = path.relative_to(folder).as_posix()
-        if "tfevents" in path.name:
-            rel = rel.rsplit("/", 1)[0] + "/events"  # the name holds a time, a host and a process id
-        names.append(rel)
-        flat: dict[str, Any] = {}
-        if path.suffix == ".json":
-            tree = json.loads(path.read_text().replace(prefix, "<work>"))
-            if path.name == "sweep.json":
-                tree["members"] = _table(tree["members"], "member")
-            _flatten(tree, "", flat)
-        elif path.suffix == ".yaml":
-            _flatten(yaml.safe_load(path.read_text().replace(prefix, "<work>")), "", flat)
-        elif path.suffix in (".pt", ".ckpt"):
-            _flatten(torch.load(path, map_location="cpu", weights_only=True), "", flat)
-            flat = {k: v.replace(prefix, "<work>") if isinstance(v, str) else v for k, v in flat.items()}
-        elif path.name == "summary.csv":
-            _flatten(_table(list(csv.DictReader(io.StringIO(path.read_text()))), "member"), "", flat)
-        elif path.name == "summary.md":
-            lines, rows = _markdown_rows(path.read_text().replace(prefix, "<work>"))
-            _flatten({"text": lines, **_table(rows, "member")}, "", flat)
-        elif "tfevents" in path.name:
-            flat = _events(path)
-        else:
-            flat["*"] = path.read_bytes()
-        outputs.update({f"{rel}:{key}": value for key, value in flat.items()})
-    outputs["files"] = names
-    return outputs
-
-
-# --------------------------------------------------------------------------- comparing
-
-def _same(a: Any, b: Any) -> bool:
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype and a.shape == b.shape \
-            and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
-                                          and torch.equal(a.nan_to_num(), b.nan_to_num())))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    return type(a) is type(b) and a == b
-
-
-def _in_ledger(key: str, ledger: tuple[Released, ...]) -> bool:
-    rel, _, name = key.partition(":")
-    return any((fnmatch(rel, entry.output) or fnmatch(rel, "*/" + entry.output)) and fnmatch(name, entry.field)
-               for entry in ledger if entry.output not in TEXT_OUTPUTS)
-
-
-def _text_lines(text: str, patterns: list[str]) -> list[str]:
-    text = TIME.sub("<time>", text)
-    for pattern in patterns:
-        text = re.sub(pattern, "<released>", text)
-    return text.splitlines()
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, Tensor):
-        return f"tensor{tuple(value.shape)} {value.dtype}"
-    if isinstance(value, bytes):
-        return f"{len(value)} bytes"
-    text = repr(value)
-    return text if len(text) < 160 else text[:157] + "..."
-
-
-def differences(a: dict[str, Any], b: dict[str, Any], *, ledger: tuple[Released, ...] = ()) -> list[str]:
-    """Outputs of D (``a``) and D' (``b``) that differ outside ``ledger``, one line each."""
-    found = []
-    for key in sorted(set(a) | set(b)):
-        if key in TEXT_OUTPUTS or key in ("warnings", "log"):
-            patterns = [entry.field for entry in ledger if entry.output == key]
-            lines_a, lines_b = _text_lines(a.get(key, ""), patterns), _text_lines(b.get(key, ""), patterns)
-            if lines_a != lines_b:
-                diff = [f"{x!r} | {y!r}" for x, y in zip(lines_a + [""] * len(lines_b), lines_b + [""] * len(lines_a))
-                        if x != y]
-                found.append(f"{key}: {diff[0]}")
-            continue
-        if key not in a or key not in b:
-            found.append(f"{key}: only in {'D' if key in a else 'D_prime'} ({_show(a.get(key, b.get(key)))})")
-        elif not _same(a[key], b[key]) and not _in_ledger(key, ledger):
-            found.append(f"{key}: D {_show(a[key])} | D' {_show(b[key])}" + _delta(a[key], b[key]))
-    return found
-
-
-def _delta(a: Any, b: Any) -> str:
-    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.is_floating_point():
-        return f" (max |difference| {float((a.double() - b.double()).abs().max()):.3g})"
-    return ""
 
 
 # --------------------------------------------------------------------------- one case

@@ -24,6 +24,7 @@ import torch
 import neighbouring
 from dpdc_lightning.privacy.ledger import LEDGER, TEXT_OUTPUTS
 from neighbouring import Case, matrix, run_case
+from run_outputs import in_ledger
 
 LEAK_1 = ("issue 19 leak 1, fixed on branch s19fix: with privacy.class_sizes=private PSG divides by, and "
           "privacy.json states, q x the exact N")
@@ -105,7 +106,7 @@ def test_every_ledger_entry_names_a_real_output(work_root):
             text[name] += outcome.outputs[name]
     stale = [entry for entry in LEDGER if entry.field != "epsilon_note" and not (
         re.search(entry.field, text[entry.output]) if entry.output in TEXT_OUTPUTS
-        else any(neighbouring._in_ledger(key, (entry,)) for key in keys))]
+        else any(in_ledger(key, (entry,)) for key in keys))]
     assert not stale, stale
 
 

@@ -56,13 +56,16 @@ def _all(output: str, fields: tuple[str, ...], mechanism: str, why: str) -> tupl
 
 
 _CHECKPOINT = "checkpoints/*.ckpt"
+# PrivacyPlan fields made from the released class sizes (privacy/plan.py; the rest comes from the config)
 _PLAN_FIELDS = ("sample_rates.*", "noise_multiplier", "planned_epsilon", "data_steps", "free_steps",
                 "released_class_sizes.*", "auxiliary_plan.*")
+_PLAN_SUMMARY = ("plan.sample_rate", "plan.noise_multiplier", "plan.planned_epsilon", "plan.data_steps",
+                 "plan.free_steps", "plan.class_sizes.released.*", "plan.auxiliary.*")
 _REPORT_FIELDS = ("epsilon", "epsilon_note", "steps", "noise_multiplier", "noise_std", "sample_rate",
                   # PSG: q times the number of records, which is method.batch_size unless q is capped at 1
                   "expected_batch_size",
                   "phases.*.history.*", "phases.*.steps", "phases.*.epsilon", "class_sizes.released.*",
-                  "plan.*", "noise.noise_values", "noise.truncation_tv_bound", "noise.delta_with_truncation",
+                  *_PLAN_SUMMARY, "noise.noise_values", "noise.truncation_tv_bound", "noise.delta_with_truncation",
                   # Dosser with a DP auxiliary set names the ε its run was planned to spend
                   "subspace.auxiliary")
 
@@ -81,12 +84,14 @@ LEDGER: tuple[Released, ...] = (
     *_all("privacy.json", _REPORT_FIELDS, CLASS_COUNTS, "the report of a plan made from the released class sizes"),
     *_all("config.yaml", ("privacy.planned_noise_multiplier", "privacy.planned_steps", "privacy.planned_epsilon"),
           CLASS_COUNTS, "the plan's outcome, recorded in the config"),
-    *_all(_CHECKPOINT, ("callbacks.PrivacyCallback.*", "global_step", "loops.*", "carried_state.signal_bank.shape.*",
+    *_all(_CHECKPOINT, (*(f"callbacks.PrivacyCallback.plan.{f}" for f in _PLAN_FIELDS),
+                        "callbacks.PrivacyCallback.accountant.phases.*.history.*", "global_step", "loops.*",
+                        "carried_state.signal_bank.shape.*",
                         "carried_state.signal_bank.signals", "carried_state.signal_bank.theta_seeds",
                         "carried_state.signal_bank.dsa_seeds", "carried_state.signal_bank.filled"), CLASS_COUNTS,
           "the plan and its history, and step counters when the plan sets the number of steps"),
-    *_all("tensorboard/*", ("epsilon@*", "_hparams_/*", "stage@*"), CLASS_COUNTS,
-          "ε per step and the planned ε in the hparams tab; the steps the plan sets"),
+    *_all("tensorboard/*", ("epsilon@*", "stage@*", "_hparams_/*.hparams.privacy.planned_*"), CLASS_COUNTS,
+          "ε per step, the steps the plan sets, and the plan's outcome in the hparams tab"),
     *_all("tensorboard/hparams.yaml", ("privacy.planned_noise_multiplier", "privacy.planned_steps",
                                        "privacy.planned_epsilon"), CLASS_COUNTS, "the plan's outcome, as in config.yaml"),
     *_all("sweep.json", ("members.*.epsilon", "members.*.steps"), CLASS_COUNTS, "a sweep member's ε and steps"),
