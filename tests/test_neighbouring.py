@@ -118,14 +118,19 @@ def _planted(case: Case, work_root: Path, patch: pytest.MonkeyPatch, plant, mode
 
 
 def test_harness_catches_a_report_field_computed_from_exact_counts(work_root, monkeypatch):
-    """privacy.json states the exact number of records although the class sizes are private."""
-    from dpdc_lightning.methods.ndpdc import NDPDC
+    """privacy.json states the exact number of training records although the class sizes are private."""
+    from dpdc_lightning.condense import Condensation
 
-    original = NDPDC.mechanism_summary
+    original = Condensation.fit
+
+    def fit(self, **options):
+        result = original(self, **options)
+        result.report["records"] = len(self.datamodule.data.train_labels)
+        return result
+
     case = Case("ndpdc", "tensors", "smallest_class", sizes="private", test_root=True, planted="exact-n")
-    problems = _planted(case, work_root, monkeypatch, lambda patch: patch.setattr(
-        NDPDC, "mechanism_summary", lambda self: {**original(self), "records": sum(self.data.class_sizes)}),
-        modes=("plain",))
+    problems = _planted(case, work_root, monkeypatch, lambda patch: patch.setattr(Condensation, "fit", fit),
+                        modes=("plain",))
     assert problems == ["(a) same secret: privacy.json:records: D 152 | D' 151"], problems
 
 
