@@ -502,18 +502,18 @@ def _neighbour(case: Case, prep: Prepared, split: str, index: int) -> Callable[[
     return lambda patch: None
 
 
-def _pool_changes(case: Case, verdict: Verdict, before: ImageData, after: ImageData, split: str
-                  ) -> tuple[dict[int, int], list[int]]:
+def _pool_changes(case: Case, before: ImageData, after: ImageData, split: str
+                  ) -> tuple[dict[int, int], list[int], list[str]]:
     """Where D' differs from D in what the data stream samples from: the removed position of each
-    partition, and the partitions that changed at all. A difference beyond the one record is a problem."""
+    partition, the partitions that changed at all, and every difference beyond the one record."""
     global_pool = case.method.startswith("psg")
     pools_before, pools_after = _pools(before, global_pool), _pools(after, global_pool)
-    removed, moved = {}, []
+    removed, moved, problems = {}, [], []
     for partition, pool in pools_before.items():
         how = _removal(pool, pools_after[partition])
         if how is None:
             change = f"with one record {case.relation}d" if split == "train" else "unchanged"
-            verdict.problems.append(
+            problems.append(
                 f"the training records of D' are not D's {change}: partition {partition} has {len(pool)} records in D "
                 f"and {len(pools_after[partition])} in D' ({_differing(pool, pools_after[partition])} of D's records "
                 "are not in D')")
@@ -521,7 +521,7 @@ def _pool_changes(case: Case, verdict: Verdict, before: ImageData, after: ImageD
             moved.append(partition)
             if how[0] == "removed":
                 removed[partition] = how[1]
-    return removed, moved
+    return removed, moved, problems
 
 
 def run_case(case: Case, work: Path, *, modes: Optional[tuple[str, ...]] = None) -> Verdict:
@@ -538,13 +538,14 @@ def run_case(case: Case, work: Path, *, modes: Optional[tuple[str, ...]] = None)
     with pytest.MonkeyPatch.context() as patch:
         patches(patch)
         data_prime = _load(case, work)
-    removed, moved = _pool_changes(case, verdict, prep.data, data_prime, split)
+    removed, moved, changes = _pool_changes(case, prep.data, data_prime, split)
     secret = choose_secret(case, prep, split, index)
     ref = reference(case, work, secret)
     verdict.calls = len(ref.calls)
-    if ref.exit_code != 0:
+    if ref.exit_code != 0:  # a refused configuration reads no record: where D' trains does not matter
         return _refusal(verdict, ref, work, secret, _neighbour(case, prep, split, index))
-    if verdict.problems:  # D' does not differ from D by the one record: no coupling to check
+    if changes:  # D' does not differ from D by the one record: no coupling to check
+        verdict.problems += changes
         return verdict
     _neighbour(case, prep, split, index)  # D's run rewrote D's files
     expected = [] if split == "test" else [int(prep.data.train_labels[index])] + ([-1] if case.method.startswith("psg") else [])
