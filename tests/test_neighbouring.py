@@ -5,9 +5,9 @@ and asserts (a) every output outside privacy/ledger.py is identical, (b) a recor
 reads leaves every output bit-identical, (c) each mechanism call's pre-noise sum moves by at most
 the sensitivity that scales its noise, on the same state (releases coupled to D's).
 
-The fast cases cover each method family, each kind of data and record, a sweep, and every leak the
-harness has caught; the whole matrix (every method x class sizes x Dosser auxiliary source x data
-with and without a test root) is marked slow. Cases that fail on a known leak are xfail(strict):
+The fast cases cover each method family, each kind of data and record, and every leak the harness
+has caught; the whole matrix (every method x class sizes x Dosser auxiliary source x data with and
+without a test root, and two sweeps) is marked slow. Cases that fail on a known leak are xfail(strict):
 remove the mark when the leak is fixed (the case then passes, and strict turns a pass into a failure).
 The self-tests at the end plant a bug of each kind and check that the harness reports it.
 """
