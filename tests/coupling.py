@@ -1,0 +1,92 @@
+"""Observing and coupling the Gaussian mechanism for the neighbouring-run harness (tests/neighbouring.py).
+
+:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian_sum`` wherever a dpdc_lightning module
+binds it (mechanisms.noisy_clipped_sum, per_example.private_gradient, counts.release_class_sizes):
+every call's pre-noise sum, sensitivity and event are recorded, and a tap given D's calls makes
+call i release D's value of call i. :func:`couple_sampling` makes D''s Poisson draws those of D
+without the removed record. Tests only; nothing here is reachable from the package.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import pytest
+import torch
+from torch import Tensor
+
+import dpdc_lightning.condense  # noqa: F401  (with the methods, every module that binds gaussian_sum)
+import dpdc_lightning.methods  # noqa: F401
+from dpdc_lightning.data import datamodule as datamodule_module
+from dpdc_lightning.privacy import mechanisms
+
+
+@dataclass
+class Call:
+    """One call of the Gaussian mechanism: what it was asked to release, and what it released."""
+
+    key: Optional[bytes]  # the noise stream's identity (secret, phase, step, partition)
+    pre: Tensor  # the pre-noise sum, float64
+    sensitivity: float
+    noise_multiplier: float
+    sample_rate: float
+    released: Tensor
+
+
+class MechanismTap:
+    """Wraps ``gaussian_sum`` in every dpdc_lightning module that binds it. Records each call; with
+    ``reference`` (D's calls), call i releases the reference's call i instead of its own."""
+
+    def __init__(self, reference: Optional[list[Call]] = None) -> None:
+        self.reference = reference
+        self.calls: list[Call] = []
+
+    def install(self, patch: pytest.MonkeyPatch) -> None:
+        original = mechanisms.gaussian_sum
+        bound = [(module, name) for module_name, module in list(sys.modules.items())
+                 if module_name.startswith("dpdc_lightning") and module is not None
+                 for name, value in list(vars(module).items()) if value is original]
+        assert len(bound) >= 3, f"gaussian_sum is bound in too few modules: {bound}"
+
+        def tapped(clipped_sum: Tensor, *, sensitivity: float, noise_multiplier: float, sample_rate: float,
+                   noise: Any) -> tuple[Tensor, Any]:
+            released, event = original(clipped_sum, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
+                                        sample_rate=sample_rate, noise=noise)
+            index = len(self.calls)
+            self.calls.append(Call(getattr(noise, "_prefix", None), clipped_sum.detach().cpu().double().clone(),
+                                   float(sensitivity), float(noise_multiplier), float(sample_rate),
+                                   released.detach().cpu().clone()))
+            if self.reference is not None and index < len(self.reference):
+                theirs = self.reference[index].released
+                if theirs.shape == released.shape:
+                    released = theirs.to(device=released.device, dtype=released.dtype).clone()
+            return released, event
+
+        for module, name in bound:
+            patch.setattr(module, name, tapped)
+
+
+def couple_sampling(patch: pytest.MonkeyPatch, removed: dict[int, int]) -> None:
+    """Poisson sampling of D' that keeps every record's uniform from D: ``removed[partition]`` is
+    the position (in D's pool of that class, or -1: the whole set) of the removed record, whose
+    uniform is drawn and dropped."""
+    original_sample, original_generator = datamodule_module.poisson_sample, datamodule_module.derive_generator
+    current = {"partition": None}
+
+    def generator(seed: int, *keys: Any, **options: Any) -> torch.Generator:
+        if keys and keys[0] == "sample":
+            current["partition"] = int(keys[2]) if len(keys) > 2 else -1
+        return original_generator(seed, *keys, **options)
+
+    def sample(num_records: int, *, sample_rate: float, generator: torch.Generator) -> Tensor:
+        position = removed.get(current["partition"])
+        if position is None:
+            return original_sample(num_records, sample_rate=sample_rate, generator=generator)
+        picks = original_sample(num_records + 1, sample_rate=sample_rate, generator=generator)
+        picks = picks[picks != position]
+        return torch.where(picks > position, picks - 1, picks)
+
+    patch.setattr(datamodule_module, "derive_generator", generator)
+    patch.setattr(datamodule_module, "poisson_sample", sample)

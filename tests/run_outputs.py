@@ -1,0 +1,231 @@
+"""Everything a run of ``python train.py`` shows, flattened to ``output:field`` keys, and the
+comparison of two runs against the release ledger (privacy/ledger.py). Used by tests/neighbouring.py.
+
+A run folder (or sweep folder) becomes ``relative/path:key`` entries: JSON and YAML by key, tensor
+files and checkpoints by nested key (tensors as values), TensorBoard events by ``tag@step`` (wall
+times and hparams session times dropped), summary tables by ``member.column`` (their time column
+dropped), any other file whole. stdout, stderr, warnings and log records are text (times removed
+before comparing); the exit code and the list of files are outputs too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import logging
+import math
+import re
+import shutil
+import warnings
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+import yaml
+from torch import Tensor
+
+from dpdc_lightning.cli import run
+from dpdc_lightning.commands import train_main
+from dpdc_lightning.data.datasets import clear_dataset_cache
+from dpdc_lightning.privacy.ledger import TEXT_OUTPUTS, Released
+
+
+class _Logs(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname}: {record.getMessage()}")
+
+
+def run_cli(tokens: list[str], *, folder: Path, work: Path,
+            patches: Callable[[pytest.MonkeyPatch], None]) -> tuple[int, dict[str, Any]]:
+    """``python train.py TOKENS`` in process (the CLI's own error handling included) with ``patches``
+    applied; returns the exit code and every output, ``work`` written as ``<work>``. The run folder
+    ``folder`` is read and deleted."""
+    clear_dataset_cache()
+    out, err, logs = io.StringIO(), io.StringIO(), _Logs()
+    loggers = [logging.getLogger(name) for name in ("", "lightning", "lightning.pytorch", "lightning.fabric",
+                                                    "pytorch_lightning")]
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patches(patch)
+        for logger in loggers:
+            logger.addHandler(logs)
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = run(train_main, tokens)
+        finally:
+            for logger in loggers:
+                logger.removeHandler(logs)
+    clear_dataset_cache()
+    stdout = out.getvalue()
+    summary = folder / "summary.md"
+    if summary.is_file():  # a sweep prints its summary.md, which is compared as a file (its times dropped)
+        stdout = stdout.replace(summary.read_text(), "<summary.md>\n")
+    outputs = snapshot(folder, prefix=str(work))
+    outputs["exit_code"] = code
+    for name, text in (("stdout", stdout), ("stderr", err.getvalue()),
+                       ("warnings", "\n".join(f"{w.category.__name__}: {w.message}" for w in caught)),
+                       ("log", "\n".join(logs.lines))):
+        outputs[name] = text.replace(str(work), "<work>")
+    shutil.rmtree(folder, ignore_errors=True)
+    return code, outputs
+
+
+TIME = re.compile(r"\b\d+(\.\d+)? s\b|\b\d+ min \d+ s\b|\b\d+ h \d+ min\b")
+
+
+def _flatten(value: Any, prefix: str, into: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(item, f"{prefix}.{key}" if prefix else str(key), into)
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            _flatten(item, f"{prefix}.{index}" if prefix else str(index), into)
+        if not value:
+            into[prefix] = type(value)()
+    else:
+        into[prefix] = value.detach().clone() if isinstance(value, Tensor) else value
+
+
+def _table(rows: list[dict[str, str]], key: str) -> dict[str, Any]:
+    """Rows by member; the time column dropped."""
+    return {row.get(key, str(i)): {k: v for k, v in row.items() if k not in ("seconds", "time (s)")}
+            for i, row in enumerate(rows)}
+
+
+def _markdown_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    lines = text.splitlines()
+    table = [line for line in lines if line.startswith("|")]
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    rows = [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in table[2:]]
+    return [line for line in lines if not line.startswith("|")], rows
+
+
+def _events(path: Path) -> dict[str, Any]:
+    """TensorBoard events without wall times: ``tag@step`` -> value (hparams without their times)."""
+    from google.protobuf.json_format import MessageToDict
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
+
+    values: dict[str, Any] = {}
+    for event in EventFileLoader(str(path)).Load():
+        for value in event.summary.value:
+            key = f"{value.tag}@{event.step}"
+            if value.metadata.plugin_data.plugin_name == "hparams":
+                data = HParamsPluginData.FromString(value.metadata.plugin_data.content)
+                tree = MessageToDict(data)
+                for info in ("sessionStartInfo", "sessionEndInfo"):
+                    for stamp in ("startTimeSecs", "endTimeSecs"):
+                        tree.get(info, {}).pop(stamp, None)
+                _flatten(tree, key, values)
+            elif value.HasField("image"):
+                values[key] = value.image.encoded_image_string
+            elif value.HasField("tensor"):
+                values[key] = value.tensor.SerializeToString()
+            else:
+                values[key] = value.simple_value
+    return values
+
+
+def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
+    """Every file under ``folder`` as ``relative/path:field`` -> value (files listed under ``files``)."""
+    outputs: dict[str, Any] = {}
+    if not folder.exists():
+        outputs["files"] = None
+        return outputs
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    names = []
+    for path in files:
+        rel = path.relative_to(folder).as_posix()
+        if "tfevents" in path.name:
+            rel = rel.rsplit("/", 1)[0] + "/events"  # the name holds a time, a host and a process id
+        names.append(rel)
+        flat: dict[str, Any] = {}
+        if path.suffix == ".json":
+            tree = json.loads(path.read_text().replace(prefix, "<work>"))
+            if path.name == "sweep.json":
+                tree["members"] = _table(tree["members"], "member")
+            _flatten(tree, "", flat)
+        elif path.suffix == ".yaml":
+            _flatten(yaml.safe_load(path.read_text().replace(prefix, "<work>")), "", flat)
+        elif path.suffix in (".pt", ".ckpt"):
+            _flatten(torch.load(path, map_location="cpu", weights_only=True), "", flat)
+            flat = {k: v.replace(prefix, "<work>") if isinstance(v, str) else v for k, v in flat.items()}
+        elif path.name == "summary.csv":
+            _flatten(_table(list(csv.DictReader(io.StringIO(path.read_text()))), "member"), "", flat)
+        elif path.name == "summary.md":
+            lines, rows = _markdown_rows(path.read_text().replace(prefix, "<work>"))
+            _flatten({"text": lines, **_table(rows, "member")}, "", flat)
+        elif "tfevents" in path.name:
+            flat = _events(path)
+        else:
+            flat["*"] = path.read_bytes()
+        outputs.update({f"{rel}:{key}": value for key, value in flat.items()})
+    outputs["files"] = names
+    return outputs
+
+
+# --------------------------------------------------------------------------- comparing
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype and a.shape == b.shape \
+            and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
+                                          and torch.equal(a.nan_to_num(), b.nan_to_num())))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b
+
+
+def in_ledger(key: str, ledger: tuple[Released, ...]) -> bool:
+    rel, _, name = key.partition(":")
+    return any((fnmatch(rel, entry.output) or fnmatch(rel, "*/" + entry.output)) and fnmatch(name, entry.field)
+               for entry in ledger if entry.output not in TEXT_OUTPUTS)
+
+
+def _text_lines(text: str, patterns: list[str]) -> list[str]:
+    text = TIME.sub("<time>", text)
+    for pattern in patterns:
+        text = re.sub(pattern, "<released>", text)
+    return text.splitlines()
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"tensor{tuple(value.shape)} {value.dtype}"
+    if isinstance(value, bytes):
+        return f"{len(value)} bytes"
+    text = repr(value)
+    return text if len(text) < 160 else text[:157] + "..."
+
+
+def differences(a: dict[str, Any], b: dict[str, Any], *, ledger: tuple[Released, ...] = ()) -> list[str]:
+    """Outputs of D (``a``) and D' (``b``) that differ outside ``ledger``, one line each."""
+    found = []
+    for key in sorted(set(a) | set(b)):
+        if key in TEXT_OUTPUTS or key in ("warnings", "log"):
+            patterns = [entry.field for entry in ledger if entry.output == key]
+            lines_a, lines_b = _text_lines(a.get(key, ""), patterns), _text_lines(b.get(key, ""), patterns)
+            if lines_a != lines_b:
+                diff = [f"{x!r} | {y!r}" for x, y in zip(lines_a + [""] * len(lines_b), lines_b + [""] * len(lines_a))
+                        if x != y]
+                found.append(f"{key}: {diff[0]}")
+            continue
+        if key not in a or key not in b:
+            found.append(f"{key}: only in {'D' if key in a else 'D_prime'} ({_show(a.get(key, b.get(key)))})")
+        elif not _same(a[key], b[key]) and not in_ledger(key, ledger):
+            found.append(f"{key}: D {_show(a[key])} | D' {_show(b[key])}" + _delta(a[key], b[key]))
+    return found
+
+
+def _delta(a: Any, b: Any) -> str:
+    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.is_floating_point():
+        return f" (max |difference| {float((a.double() - b.double()).abs().max()):.3g})"
+    return ""
