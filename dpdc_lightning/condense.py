@@ -68,7 +68,9 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
     ``privacy.count_epsilon`` alone (noise keyed by ``noise_seed``), and the plan is made from the
     released sizes, with that release counted towards the target."""
     privacy, method_cls = config.privacy, METHODS[config.method.name]
-    class_sizes, count_sigma = data.class_sizes, None
+    # Public sizes: the data's declared ones (the exact ones for built-in data). Private: the exact
+    # training sizes, read only by the Gaussian release below.
+    class_sizes, count_sigma = data.public_class_sizes or data.class_sizes, None
     if privacy.class_sizes == "private":
         if not method_cls.private:
             raise UserError(f"method {config.method.name} is not private: privacy.class_sizes=private does not apply")
@@ -80,7 +82,7 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
         except UserError as err:
             raise UserError(f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
                             f"raise it ({err})") from None
-        class_sizes, _ = release_class_sizes(class_sizes, noise_multiplier=count_sigma,
+        class_sizes, _ = release_class_sizes(data.class_sizes, noise_multiplier=count_sigma,
                                              noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
                                                                 reproducible=privacy.reproducible_noise))
     auxiliary = auxiliary_plan(config, class_sizes=class_sizes)

@@ -202,7 +202,8 @@ def _stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPla
         raise UserError(f"{path} is not a readable privacy plan ({err})") from None
     # Released (noisy) sizes are part of the plan itself, so only public sizes can be checked here.
     if plan.released_class_sizes is None and \
-            sample_rates(METHODS[config.method.name].schedule(config.method), data.class_sizes) != plan.sample_rates:
+            sample_rates(METHODS[config.method.name].schedule(config.method), data.public_class_sizes or data.class_sizes) \
+            != plan.sample_rates:
         raise UserError(f"the data set's class sizes changed since {run_dir} started; its plan no longer holds")
     return plan
 

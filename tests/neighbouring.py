@@ -208,6 +208,25 @@ def _own_arrays(sizes: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
     return images.clamp(0, 255).to(torch.uint8), labels
 
 
+def _inverted_on_the_same_side(image: Tensor, label: int) -> Tensor:
+    """The pixel inversion of a record, nudged (first pixel) until the hold-out of data/own.py (default
+    fraction and seed) puts it on the same side of the split as the record it replaces: the
+    replacement then changes one record of one split, as the relation means. (Each record's side is
+    its own hash, so a plain inversion could cross to the other split.)"""
+    from dpdc_lightning.data.own import _hold_out
+
+    def held_out(pixels: Tensor) -> bool:
+        return bool(_hold_out(pixels[None].float() / 127.5 - 1, torch.tensor([label]), fraction=0.2, seed=0)[0])
+
+    side, inverted = held_out(image), 255 - image
+    for nudge in range(256):
+        candidate = inverted.clone()
+        candidate.view(-1)[0] = (int(inverted.view(-1)[0]) + nudge) % 256
+        if held_out(candidate) == side:
+            return candidate
+    raise AssertionError("no replacement on the same side of the split")
+
+
 @dataclass
 class OwnData:
     """A user's data as files: train (and test root) records with stable file names."""
@@ -236,7 +255,7 @@ class OwnData:
             parts[split] = [images[keep], labels[keep], [names[i] for i in keep]]
         else:
             images = images.clone()
-            images[index] = 255 - images[index]
+            images[index] = _inverted_on_the_same_side(images[index], int(labels[index]))
             parts[split] = [images, labels, list(names)]
         return OwnData(*parts["train"], *parts["test"])
 

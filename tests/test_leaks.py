@@ -247,3 +247,28 @@ def test_privacy_json_lists_every_input_with_its_status(toy):
     held_out = condense(compose(["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=1"]),
                         _own(toy, test_images=toy.test_images), noise_seed=1).report
     assert _inputs(held_out)["test split"]["status"] == "private"
+
+
+def test_removing_one_record_moves_no_other_record_between_the_splits(tmp_path):
+    """Leak 5 (found by the neighbouring harness): a hold-out drawn as a permutation of each class
+    re-drew the whole split when one record was removed, so D' condensed other records than D minus
+    one. Each record's side must depend on that record alone."""
+    from dpdc_lightning.data.datasets import load_dataset
+
+    generator = torch.Generator().manual_seed(5)
+    images = (torch.rand(90, 1, 6, 6, generator=generator) * 255).to(torch.uint8)
+    labels = torch.arange(90) % 3
+    full = tmp_path / "full.pt"
+    torch.save({"images": images, "labels": labels}, full)
+    data = load_dataset("tensors", root=full)
+    for removed in (0, 1, 44, 89):
+        keep = torch.arange(90) != removed
+        smaller = tmp_path / f"without{removed}.pt"
+        torch.save({"images": images[keep], "labels": labels[keep]}, smaller)
+        other = load_dataset("tensors", root=smaller)
+        # Every record other than the removed one stays on its side: the training sets differ by at
+        # most that record, and so do the held-out ones.
+        for a, b in ((data.train_images, other.train_images), (data.test_images, other.test_images)):
+            rows_a, rows_b = {r.numpy().tobytes() for r in a}, {r.numpy().tobytes() for r in b}
+            assert rows_b <= rows_a and len(rows_a - rows_b) <= 1
+        assert len(data.train_images) + len(data.test_images) == 90

@@ -7,16 +7,15 @@ the sensitivity that scales its noise, on the same state (releases coupled to D'
 
 The fast cases cover each method family, each kind of data and record, and every leak the harness
 has caught; the whole matrix (every method x class sizes x Dosser auxiliary source x data with and
-without a test root, and two sweeps) is marked slow. Cases that fail on a known leak are xfail(strict):
-remove the mark when the leak is fixed (the case then passes, and strict turns a pass into a failure).
-The self-tests at the end plant a bug of each kind and check that the harness reports it.
+without a test root, and two sweeps) is marked slow. The cases marked "leak N" failed on the code
+before issue 19's fixes (1: PSG's exact N; 2: a private held-out split read as public; 3: a record
+that stops the run; 5: a held-out split redrawn when one record is removed). The self-tests at the end plant a bug of each kind and check that the harness reports it.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
 
 import pytest
 import torch
@@ -26,32 +25,10 @@ from dpdc_lightning.privacy.ledger import LEDGER, TEXT_OUTPUTS
 from neighbouring import Case, matrix, run_case
 from run_outputs import in_ledger
 
-LEAK_1 = ("issue 19 leak 1, fixed on branch s19fix: with privacy.class_sizes=private PSG divides by, and "
-          "privacy.json states, q x the exact N")
-LEAK_2 = "issue 19 leak 2, fixed on branch s19fix: Dosser aux.source=public_split reads the private held-out split"
-LEAK_3 = ("issue 19 leak 3, fixed on branch s19fix: a record with pixels at 1e30 aborts the run at the step that "
-          "samples it")
-LEAK_5 = ("issue 19 leak 5, found by the harness, not fixed: removing one record from own data without a test root "
-          "re-draws the held-out split, so D' condenses other records too")
-
-
-def known_leak(case: Case) -> Optional[str]:
-    """The leak a case fails on in the code this branch started from (None: it passes)."""
-    if case.record == "extreme":
-        return LEAK_3
-    if case.test_split_is_private and case.relation == "remove":
-        # After s19fix the configuration that reads the private split is refused; the case then passes.
-        return LEAK_2 + "; and " + LEAK_5 if case.may_be_refused else LEAK_5
-    if case.may_be_refused and case.record == "held_out":
-        return LEAK_2
-    if case.method.startswith("psg") and case.sizes == "private" and case.record != "held_out":
-        return LEAK_1  # (removing a public test record leaves N alone)
-    return None
-
 
 def param(case: Case):
-    leak = known_leak(case)
-    return pytest.param(case, id=case.id, marks=[pytest.mark.xfail(strict=True, reason=leak)] if leak else [])
+    return pytest.param(case, id=case.id)
+
 
 
 @pytest.fixture(scope="session")

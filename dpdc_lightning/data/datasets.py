@@ -71,6 +71,11 @@ class ImageData:
     # True when the test split was held out from the private data (own data without a public test
     # set): accuracy measured on it is a function of private records, NOT covered by the guarantee.
     test_is_private: bool = False
+    # The class sizes the owner's data declares public when they are not the exact training sizes:
+    # own data with a held-out split decides each record's side on its own (data/own.py), so the
+    # exact training sizes depend on the records; the plan then uses (1 - test_fraction) x the
+    # file's class sizes, a function of the declared sizes alone. None: the exact sizes are public.
+    declared_class_sizes: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         for split, images, labels in (("train", self.train_images, self.train_labels),
@@ -100,6 +105,11 @@ class ImageData:
     def class_sizes(self) -> tuple[int, ...]:
         """Number of training records per class (the N_c of the per-class sample rates)."""
         return tuple(int(n) for n in torch.bincount(self.train_labels, minlength=self.num_classes))
+
+    @property
+    def public_class_sizes(self) -> tuple[float, ...]:
+        """The class sizes a plan with public sizes uses: the declared ones, else the exact ones."""
+        return self.declared_class_sizes if self.declared_class_sizes is not None else self.class_sizes
 
     @classmethod
     def from_tensors(cls, images: Tensor, labels: Tensor, *, num_classes: int | None = None,

@@ -15,8 +15,8 @@ Pixels are then normalised with the fixed constants (0.5, 0.5): never statistics
 
 Test split: ``dataset.test_root`` (a second folder or file of the same kind, declared public by the
 user, and refused if it shares a record with the private data) or, without it,
-``dataset.test_fraction`` of every class held out from the private data by a generator seeded with
-``dataset.split_seed``. The held-out records are not condensed; they are private: accuracy on them
+about ``dataset.test_fraction`` of every class held out from the private data, each record on its
+own by a hash keyed with ``dataset.split_seed`` (:func:`_hold_out`). The held-out records are not condensed; they are private: accuracy on them
 is NOT covered by the guarantee (``ImageData.test_is_private``; eval.json says so), and no method
 may read them as public data (Dosser's ``method.aux.source=public_split`` is refused).
 """
@@ -34,7 +34,6 @@ from torch import Tensor
 
 from dpdc_lightning.data.datasets import ImageData, normalise
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.seeding import derive_generator
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pbm")
 
@@ -163,16 +162,23 @@ def _read_tensor_file(path: Path, *, image_size: Optional[int], channels: Option
     return images, labels, test, tuple(str(n) for n in names) if names is not None else None
 
 
-def _hold_out(labels: Tensor, *, fraction: float, seed: int) -> Tensor:
-    """A boolean mask of held-out records: round(fraction * N_c) of every class, at least one kept."""
-    mask = torch.zeros(len(labels), dtype=torch.bool)
-    generator = derive_generator(seed, "own-data-holdout")
-    for c in range(int(labels.max()) + 1):
-        members = torch.nonzero(labels == c).flatten()
-        count = min(len(members) - 1, max(1, round(fraction * len(members))))
-        if count > 0:
-            mask[members[torch.randperm(len(members), generator=generator)[:count]]] = True
-    return mask
+def _hold_out(images: Tensor, labels: Tensor, *, fraction: float, seed: int) -> Tensor:
+    """A boolean mask of held-out records, each record decided on its own.
+
+    Privacy-critical: a draw over the whole set (a permutation of every class) couples the records,
+    so removing one record from the file moves OTHER records between the splits, and the neighbouring
+    data set D' would condense other records than D minus one (the guarantee would then cover a group,
+    not one record). Here record i is held out iff a BLAKE2b hash keyed by ``split_seed`` of its label
+    and its pixels (quantised to 8 bits, so that float rounding of a resize on another CPU flips
+    nothing) falls below ``fraction``: removing or adding a record changes no other record's side.
+    The held-out share is ``fraction`` on average (binomial), not exactly."""
+    key = hashlib.blake2b(str(int(seed)).encode(), digest_size=32).digest()
+    levels = torch.round((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).flatten(1).numpy()
+    threshold = fraction * 2.0 ** 64
+    held = [int.from_bytes(hashlib.blake2b(int(label).to_bytes(4, "little") + row.tobytes(), key=key,
+                                           digest_size=8).digest(), "little") < threshold
+            for label, row in zip(labels.tolist(), levels)]
+    return torch.tensor(held, dtype=torch.bool)
 
 
 def _refuse_shared_records(images: Tensor, test_images: Tensor, *, root: Path, test_source: str) -> None:
@@ -204,12 +210,19 @@ def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tupl
         raise UserError(f"{root}: class {names[empty] if num_classes else '?'} has no records "
                         "(condensation needs at least two classes, each with records)")
     private_test = test is None
+    declared = None
     if private_test:
         if not 0 < test_fraction < 1:
             raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
-        held = _hold_out(labels, fraction=test_fraction, seed=split_seed)
+        held = _hold_out(images, labels, fraction=test_fraction, seed=split_seed)
+        kept = torch.bincount(labels[~held], minlength=num_classes)
+        if int(kept.min()) == 0:
+            empty = names[int(torch.nonzero(kept == 0)[0])]
+            raise UserError(f"dataset.test_fraction={test_fraction} with dataset.split_seed={split_seed} holds out every "
+                            f"record of class {empty}; lower dataset.test_fraction, or give a public dataset.test_root")
         test = (images[held].contiguous(), labels[held].contiguous())
         images, labels = images[~held].contiguous(), labels[~held].contiguous()
+        declared = tuple((1 - test_fraction) * float(n) for n in sizes)
     else:
         _refuse_shared_records(images, test[0], root=root, test_source=test_source)
     if test[0].shape[1:] != images.shape[1:]:
@@ -218,7 +231,7 @@ def _assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tupl
     if int(test[1].max()) >= num_classes:
         raise UserError(f"the test split has labels up to {int(test[1].max())} but {root} has {num_classes} classes")
     return ImageData(name, images, labels, test[0], test[1], num_classes, names, source=str(root),
-                     test_is_private=private_test)
+                     test_is_private=private_test, declared_class_sizes=declared)
 
 
 def load_imagefolder(root: Path, *, image_size: Optional[int] = None, channels: Optional[int] = None,

@@ -58,7 +58,7 @@ def _all(output: str, fields: tuple[str, ...], mechanism: str, why: str) -> tupl
 _CHECKPOINT = "checkpoints/*.ckpt"
 # PrivacyPlan fields made from the released class sizes (privacy/plan.py; the rest comes from the config)
 _PLAN_FIELDS = ("sample_rates.*", "noise_multiplier", "planned_epsilon", "data_steps", "free_steps",
-                "released_class_sizes.*", "auxiliary_plan.*")
+                "released_class_sizes.*", "class_sizes.*", "auxiliary_plan.*")
 _PLAN_SUMMARY = ("plan.sample_rate", "plan.noise_multiplier", "plan.planned_epsilon", "plan.data_steps",
                  "plan.free_steps", "plan.class_sizes.released.*", "plan.auxiliary.*")
 _REPORT_FIELDS = ("epsilon", "epsilon_note", "steps", "noise_multiplier", "noise_std", "sample_rate",
@@ -67,7 +67,9 @@ _REPORT_FIELDS = ("epsilon", "epsilon_note", "steps", "noise_multiplier", "noise
                   "phases.*.history.*", "phases.*.steps", "phases.*.epsilon", "class_sizes.released.*",
                   *_PLAN_SUMMARY, "noise.noise_values", "noise.truncation_tv_bound", "noise.delta_with_truncation",
                   # Dosser with a DP auxiliary set names the ε its run was planned to spend
-                  "subspace.auxiliary")
+                  "subspace.auxiliary",
+                  # the inputs list: a DP input's ε share and the description of a DP auxiliary set
+                  "inputs.*.epsilon_alone", "inputs.*.detail")
 
 LEDGER: tuple[Released, ...] = (
     # ---- the condensation's per-step releases and what is computed from them
