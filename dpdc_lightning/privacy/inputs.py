@@ -50,8 +50,12 @@ def release_inputs(*, dataset: str, private: bool, class_sizes_released: bool, i
                              "1); the sample rates and every normaliser come from the released sizes",
                              phase=count_phase))
     else:
-        inputs.append(_entry("class sizes", DECLARED_PUBLIC, "they set the sample rates q_c = L / N_c "
-                             "(privacy.class_sizes=public, the assumption of Zheng & Li's DPDC)"))
+        sizes = ("they set the sample rates q_c = L / N_c (privacy.class_sizes=public, the assumption of Zheng & "
+                 "Li's DPDC)")
+        if test_split == "held out":  # data/own.py: each record's side of the split is its own
+            sizes += ("; with a split held out of the private data, N_c is (1 - dataset.test_fraction) x the class "
+                      "size of the file, never the exact number of training records")
+        inputs.append(_entry("class sizes", DECLARED_PUBLIC, sizes))
     inputs.append(_entry("number of classes, class names and image shape", DECLARED_PUBLIC,
                          "the shape of the output; public by assumption for every data set"))
     source, description = auxiliary if auxiliary is not None else (None, "")
