@@ -39,6 +39,7 @@ from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import new_secret
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.seeding import derive_seed
+from dpdc_lightning.tensor_files import load_plain
 
 AUXILIARY_FILE = "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
 
@@ -138,7 +139,7 @@ def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, 
     elif aux.source == "public_split":
         found = public_split(data.test_images, data.test_labels, dataset=data.name)
     elif run_dir is not None and (run_dir / AUXILIARY_FILE).is_file():
-        saved = torch.load(run_dir / AUXILIARY_FILE, map_location="cpu", weights_only=True)
+        saved = load_plain(run_dir / AUXILIARY_FILE, what="the run's auxiliary set")
         found = AuxiliarySet(saved["images"], saved["labels"], saved["description"])
     else:
         if plan.auxiliary is None:

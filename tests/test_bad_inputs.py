@@ -153,7 +153,7 @@ TRAIN_CASES = [
 EVALUATE_CASES = [
     ("bundle without privacy.json", ["incomplete"], "incomplete"),
     ("tampered bundle", ["tampered"], "does not match"),
-    ("bundle that would unpickle code", ["pickled"], "cannot be loaded safely"),
+    ("bundle that would unpickle code", ["pickled"], "pickled Python objects"),
     ("missing bundle folder", ["nowhere"], "does not exist"),
     ("unknown evaluation model", ["finished", "model=convnet,nope"], "unknown model"),
     ("unknown baseline", ["--baseline", "oracle"], "baseline"),

@@ -352,7 +352,7 @@ def _write(path, payload):
         ("nan pixel", lambda x, y: {"images": x.index_fill(0, torch.tensor([2]), float("nan")),
                                     "labels": y}, "NaN or infinite"),
         ("pickled object", lambda x, y: {"images": x, "labels": y, "extra": Path("/")},
-         "cannot be loaded as plain tensors"),
+         "pickled Python objects"),
     ],
 )
 def test_images_file_bad_inputs_end_in_one_error_line(tmp_path, monkeypatch, capsys, label, payload, fragment):

@@ -300,7 +300,7 @@ def test_reproducible_noise_repeats_and_secure_noise_does_not(tmp_path, method):
 
 def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
     ipc = 3
-    run_dir = _train(tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}", "method.iterations=50",
+    run_dir = _train(tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}",
                      "privacy.reproducible_noise=true")
     report = json.loads((run_dir / "privacy.json").read_text())
     assert report["steps"] == ipc

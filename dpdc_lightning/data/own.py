@@ -33,6 +33,7 @@ from torch import Tensor
 from dpdc_lightning.data.datasets import ImageData, normalise
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
+from dpdc_lightning.tensor_files import load_plain
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm", ".pbm")
 
@@ -115,19 +116,9 @@ def _read_tensor_file(path: Path, *, image_size: Optional[int], channels: Option
                       ) -> tuple[Tensor, Tensor, Optional[tuple[Tensor, Tensor]], Optional[tuple[str, ...]]]:
     if not path.is_file():
         raise UserError(f"dataset.root={path} is not a file (dataset=tensors expects FILE.pt or FILE.npz)")
-    try:
-        if path.suffix == ".npz":
-            with np.load(path, allow_pickle=False) as archive:
-                payload = {key: torch.from_numpy(np.array(archive[key])) if archive[key].dtype.kind in "biuf"
-                           else [str(x) for x in archive[key]] for key in archive.files}
-        elif path.suffix in (".pt", ".pth"):
-            payload = torch.load(path, map_location="cpu", weights_only=True)
-        else:
-            raise UserError(f"{path}: dataset=tensors reads .pt or .npz files")
-    except UserError:
-        raise
-    except Exception as err:  # any failure to parse means an unusable file
-        raise UserError(f"{path} cannot be read as plain tensors: {(str(err).strip().splitlines() or [''])[0]}") from None
+    if path.suffix not in (".pt", ".pth", ".npz"):
+        raise UserError(f"{path}: dataset=tensors reads .pt or .npz files")
+    payload = load_plain(path, what="dataset file")
     if not isinstance(payload, dict) or not all(isinstance(payload.get(k), Tensor) for k in ("images", "labels")):
         raise UserError(f"{path} must hold 'images' [N, C, H, W] and 'labels' [N] (a dict in .pt, arrays in .npz)")
 

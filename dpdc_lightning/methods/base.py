@@ -38,7 +38,18 @@ from dpdc_lightning.seeding import derive_generator
 
 
 class NumericalFault(UserError):
-    """The optimisation diverged (NaN/Inf); the run stops before anything bad is saved."""
+    """The optimisation diverged (NaN/Inf in the loss, the synthetic set or its features): the run
+    stops before anything bad is saved. Raised with what went wrong; ``training_step`` adds the
+    step and the likely cause, and train() what became of the run folder. Only public quantities
+    (the synthetic set, and losses against noisy releases) are checked: whether a run stops never
+    depends on a private record."""
+
+    def __init__(self, what: str, *, step: Optional[int] = None, total: Optional[int] = None,
+                 cause: Optional[str] = None) -> None:
+        self.what, self.step, self.total, self.cause = what, step, total, cause
+        where = "" if step is None else f" at step {step + 1}" + ("" if total is None else f" of {total}")
+        likely = "" if cause is None else f" (likely cause: {cause})"
+        super().__init__(f"the run diverged{where}: {what}{likely}")
 
 
 @dataclass
@@ -48,6 +59,11 @@ class MethodConfig:
     # A private method's schema leaves out "real": real-image initialisation leaks membership
     # (Dong et al., "Privacy for Free", Table 1).
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
+    # The keys that set the method's number of steps (named where trainer.max_steps cannot cap them).
+    step_keys: ClassVar[tuple[str, ...]] = ("method.iterations",)
+    # Shared keys this method never reads, each with what to set instead: one set on the command
+    # line is refused (config.compose) rather than silently ignored.
+    ignored_keys: ClassVar[dict[str, str]] = {}
 
     name: str = ""
     ipc: int = 10
@@ -156,6 +172,18 @@ class CondensationMethod(L.LightningModule):
     @classmethod
     def free_steps(cls, config: MethodConfig) -> int:
         return 0
+
+    @classmethod
+    def step_cap_refusal(cls, config: MethodConfig) -> Optional[str]:
+        """Why ``trainer.max_steps`` cannot cap this method's steps, naming the keys to set instead;
+        None where a cap simply shortens the run."""
+        keys = " and ".join(config.step_keys)
+        if cls.free_steps(config):
+            return (f"it runs {cls.data_steps(config)} private steps, then {cls.free_steps(config)} free ones, and a "
+                    f"cap would cut the free stage first; set {keys} instead")
+        if not cls.steps_adjustable:
+            return f"its algorithm fixes the number of steps (a cap would leave images unwritten); set {keys} instead"
+        return None
 
     @classmethod
     def schedule(cls, config: MethodConfig) -> StepSchedule:
@@ -270,23 +298,29 @@ class CondensationMethod(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
         self._optimised = False
-        loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+        try:
+            loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+            # Raised before the checkpoint callbacks run, so a checkpoint on disk is never a diverged one.
+            if loss is not None and not torch.isfinite(loss):
+                raise NumericalFault(f"the loss is {loss.item()}")
+            if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
+                raise NumericalFault("the synthetic set holds NaN or Inf")
+        except NumericalFault as fault:
+            raise NumericalFault(fault.what, step=step, total=self.plan.total_steps,
+                                 cause=self.divergence_cause()) from None
         if not self._optimised:
             self._idle_optimiser_step()
         streams, self._noise_streams = self._noise_streams, []
         for stream in streams:
             self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
-        # Raised before the checkpoint callbacks run, so the last checkpoint on disk stays good.
-        if loss is not None and not torch.isfinite(loss):
-            raise NumericalFault(f"step {step}: the loss is {loss.item()}; the run stopped and its last good "
-                                 "checkpoint is kept (try a lower method.lr_img)")
-        if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
-            raise NumericalFault(f"step {step}: the synthetic set holds NaN/Inf; the run stopped and its last good "
-                                 "checkpoint is kept (try a lower method.lr_img)")
         self.completed_steps += 1
         if loss is not None:
             # Under DDP a process's loss covers its own classes only; their sum is the whole loss.
             self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
+
+    def divergence_cause(self) -> str:
+        """What most likely made the run diverge, naming the key to change."""
+        return f"the learning rate method.lr_img={self.config.lr_img:g} is too large; lower it"
 
     def optimise(self, loss: Tensor) -> None:
         """One optimiser step on the synthetic set. DDP averages gradients over ranks while each

@@ -45,8 +45,12 @@ _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chun
 @dataclass
 class DosserConfig(FeatureMatchingConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "aux")
+    step_keys: ClassVar[tuple[str, ...]] = ("method.sampling_steps", "method.optimisation_steps")
+    ignored_keys: ClassVar[dict[str, str]] = {
+        "iterations": "set method.sampling_steps (private steps) and method.optimisation_steps (free steps)"}
 
     name: str = "dosser"
+    iterations: int = 1  # not read: the stages have their own step counts (ignored_keys)
     group_size: float = 50.0  # L: expected Poisson sample per class
     clip_norm: float = 1.0  # K, in the space where features are matched (after the projection)
     sampling_steps: int = 10000  # I1: private steps

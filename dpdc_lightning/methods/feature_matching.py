@@ -7,11 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from dpdc_lightning.augment import DSA
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.methods.base import CondensationMethod, MethodConfig, NumericalFault
 from dpdc_lightning.methods.extractor import AUTOCAST_MODES, FORWARD_MODES, MEMORY_FORMATS, RandomExtractor
 from dpdc_lightning.privacy.mechanisms import clip_rows
 from dpdc_lightning.seeding import derive_generator
@@ -76,5 +77,8 @@ class FeatureMatchingMethod(CondensationMethod):
 
     def clip_synthetic(self, features: Tensor, *, max_norm: float) -> Tensor:
         """Synthetic features clipped like the private ones (same values), with the gradient
-        ``method.clip_gradient`` asks for. Not a privacy step: these rows are public."""
+        ``method.clip_gradient`` asks for. Not a privacy step: these rows are public, so a
+        non-finite row (diverged images) stops the run here, named as a divergence."""
+        if not bool(torch.isfinite(features).all()):
+            raise NumericalFault("the synthetic images' features hold NaN or Inf")
         return clip_rows(features, max_norm=max_norm, constant_factor=self.config.clip_gradient == "detached")

@@ -24,8 +24,14 @@ from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 @dataclass
 class LDPDCConfig(MethodConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
+    step_keys: ClassVar[tuple[str, ...]] = ("method.ipc",)
+    ignored_keys: ClassVar[dict[str, str]] = {
+        "iterations": "LDPDC runs exactly method.ipc steps, one per synthetic image",
+        "lr_img": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample",
+        "momentum": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample"}
 
     name: str = "ldpdc"
+    iterations: int = 1  # not read: one step per synthetic image (ignored_keys)
     ipc: int = 50
     group_size: float = 50.0  # L
     bound: float = 1.0  # b: records are clamped to [-b, b]^d

@@ -91,6 +91,11 @@ class PSG(GradientMatchingMethod):
             return torch.optim.Adam(self.synthetic.parameters(), lr=self.config.lr_generator)
         return super().configure_optimizers()
 
+    def divergence_cause(self) -> str:
+        if self.config.prior == "generator":
+            return f"the learning rate method.lr_generator={self.config.lr_generator:g} is too large; lower it"
+        return super().divergence_cause()
+
     def expected_batch_size(self) -> float:
         """B = q·N from the plan's rate and the public data size (= method.batch_size unless q was capped at 1)."""
         return self.plan.rate_of(-1) * sum(self.data.class_sizes)
