@@ -28,6 +28,7 @@ from dpdc_lightning.config import RunConfig, config_hash
 from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.data.datasets import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.memory import Need, check_fits, run_device
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
 from dpdc_lightning.methods.base import CondensationMethod
@@ -174,6 +175,21 @@ def noise_seed_for(config: RunConfig) -> int:
     return new_secret() if needs_secret(config) else config.seed
 
 
+def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
+    """What the run will hold in memory (dpdc_lightning/memory.py says what is counted)."""
+    return METHODS[config.method.name].memory_needs(config.method, data=data, plan=plan, model=config.model,
+                                                    device=run_device(config.trainer))
+
+
+def check_memory(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> None:
+    """Refuse, before any allocation, a run whose estimated memory exceeds what is available."""
+    try:
+        needs = memory_needs(config, data, plan)
+    except (RuntimeError, ValueError):  # a network that cannot take these images: the run itself says so
+        return
+    check_fits(needs, method=config.method.name, device=run_device(config.trainer))
+
+
 class Condensation:
     """The objects of one condensation, built and checked, nothing run or written yet."""
 
@@ -181,6 +197,7 @@ class Condensation:
                  run_dir: Optional[Path] = None) -> None:
         spec = DataSpec.of(data)
         self.config, self.plan, self.run_dir = config, plan, run_dir
+        check_memory(config, spec, plan)  # before anything is built (the auxiliary run included)
         self.auxiliary = resolve_auxiliary(config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir)
         self.method: CondensationMethod = METHODS[config.method.name](
             config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,

@@ -126,12 +126,25 @@ def validate(raw: DictConfig, *, method_name: Optional[str] = None) -> RunConfig
         raise UserError(f"invalid config: {_one_line(err)}") from None
     config.trainer = _validate_trainer(config.trainer)
     if config.trainer.get("max_steps") is not None:
-        refusal = METHODS[method_name].step_cap_refusal(config.method)
-        if refusal is not None:
-            raise UserError(f"trainer.max_steps does not apply to method={method_name}: {refusal}")
+        _refuse_step_cap(METHODS[method_name], config.method)
     for section in ("method", "privacy", "eval", "model"):
         check_finite(section, getattr(config, section))
     return config
+
+
+def _refuse_step_cap(method: Any, config: Any) -> None:
+    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/plan.py): for a
+    method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the run, so
+    it is refused, naming the keys that set those steps."""
+    keys = " and ".join(config.step_keys)
+    if method.free_steps(config):
+        why = (f"it runs {method.data_steps(config)} private steps, then {method.free_steps(config)} free ones, and "
+               "a cap would cut the free stage first")
+    elif not method.steps_adjustable:
+        why = "its algorithm fixes the number of steps (a cap would leave images unwritten)"
+    else:
+        return
+    raise UserError(f"trainer.max_steps does not apply to method={config.name}: {why}; set {keys} instead")
 
 
 def _validate_trainer(options: dict) -> dict:

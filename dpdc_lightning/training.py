@@ -17,13 +17,12 @@ import lightning as L
 
 from dpdc_lightning.condense import Condensation, load_data, needs_secret, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
-from dpdc_lightning.errors import Interrupted, UserError
+from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.data.datasets import ImageData
 from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
                                    new_run_dir, save_bundle)
 from dpdc_lightning.image_grid import grid_png
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.base import NumericalFault
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 from dpdc_lightning.tensor_files import load_plain

@@ -19,6 +19,7 @@ noise seed; nothing is patched onto it afterwards.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
@@ -27,7 +28,8 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.data.subsets import random_class_picks
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.memory import FLOAT, Need
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
 from dpdc_lightning.models import NETWORKS, ModelConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
@@ -35,21 +37,6 @@ from dpdc_lightning.privacy.noise import NoiseStream, noise_source
 from dpdc_lightning.privacy.per_example import refuse_batch_norm
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
-
-
-class NumericalFault(UserError):
-    """The optimisation diverged (NaN/Inf in the loss, the synthetic set or its features): the run
-    stops before anything bad is saved. Raised with what went wrong; ``training_step`` adds the
-    step and the likely cause, and train() what became of the run folder. Only public quantities
-    (the synthetic set, and losses against noisy releases) are checked: whether a run stops never
-    depends on a private record."""
-
-    def __init__(self, what: str, *, step: Optional[int] = None, total: Optional[int] = None,
-                 cause: Optional[str] = None) -> None:
-        self.what, self.step, self.total, self.cause = what, step, total, cause
-        where = "" if step is None else f" at step {step + 1}" + ("" if total is None else f" of {total}")
-        likely = "" if cause is None else f" (likely cause: {cause})"
-        super().__init__(f"the run diverged{where}: {what}{likely}")
 
 
 @dataclass
@@ -174,24 +161,20 @@ class CondensationMethod(L.LightningModule):
         return 0
 
     @classmethod
-    def step_cap_refusal(cls, config: MethodConfig) -> Optional[str]:
-        """Why ``trainer.max_steps`` cannot cap this method's steps, naming the keys to set instead;
-        None where a cap simply shortens the run."""
-        keys = " and ".join(config.step_keys)
-        if cls.free_steps(config):
-            return (f"it runs {cls.data_steps(config)} private steps, then {cls.free_steps(config)} free ones, and a "
-                    f"cap would cut the free stage first; set {keys} instead")
-        if not cls.steps_adjustable:
-            return f"its algorithm fixes the number of steps (a cap would leave images unwritten); set {keys} instead"
-        return None
-
-    @classmethod
     def schedule(cls, config: MethodConfig) -> StepSchedule:
         """What this method asks of the privacy plan; known before the method is built."""
         return StepSchedule(private=cls.private, sampling=cls.sampling, sample_size=cls.sample_size(config),
                             data_steps=cls.data_steps(config), free_steps=cls.free_steps(config),
                             default_noise_multiplier=cls.default_noise_multiplier,
                             steps_adjustable=cls.steps_adjustable)
+
+    @classmethod
+    def memory_needs(cls, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
+                     device: torch.device) -> list[Need]:
+        """What a run of this method holds in memory (dpdc_lightning/memory.py says what is counted).
+        The base: the synthetic set, its gradient, SGD's momentum and the exported copy."""
+        pixels = data.num_classes * config.ipc * math.prod(data.image_shape) * FLOAT
+        return [Need("synthetic set (values, gradient, momentum, export)", 4 * pixels, "method.ipc")]
 
     def build_synthetic(self) -> SyntheticSet:
         return PixelImages(num_classes=self.data.num_classes, ipc=self.config.ipc, image_shape=self.data.image_shape,
