@@ -49,6 +49,13 @@ print(json.dumps({{"estimate": total_bytes(needs), "before": before, "growth": a
 """
 
 
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.partition(":")[2].strip()
+    return platform.machine()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory_estimate_cpu.md"))
@@ -71,7 +78,8 @@ def main() -> None:
              f"Written by `benchmarks/memory_estimate.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
              f"({time.time() - started:.0f} s in all). Embedded digits (16x16, 10 classes), ConvNet width 128 depth 3, "
              "a few steps per setting, 1 torch thread, shared 2-core CPU.", "",
-             f"- CPU: {platform.processor() or platform.machine()}; Python {platform.python_version()}; "
+             f"- CPU: {_cpu_model()} ({os.cpu_count()} logical cores, shared with other jobs; load average "
+             f"{os.getloadavg()[0]:.1f} at the end); Python {platform.python_version()}; "
              f"torch {__import__('torch').__version__}", "",
              "Peak growth: `ru_maxrss` after `condense()` minus before (framework imported, data loaded, "
              "estimate made). The estimate leaves out the runtime and the data, which are in the baseline.", "",

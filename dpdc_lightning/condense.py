@@ -256,9 +256,13 @@ def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Ca
     settings = {"log_every_n_steps": 1, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
                 **options}
     if settings.get("enable_progress_bar", True):
-        from dpdc_lightning.progress import CondensationProgressBar
+        from dpdc_lightning.progress import CondensationProgressBar, ProgressLines, interactive
 
-        callbacks = [*callbacks, CondensationProgressBar()]
+        if interactive(sys.stdout):  # where Lightning's bars write
+            callbacks = [*callbacks, CondensationProgressBar()]
+        else:  # a log file or a pipe: plain lines, and no bar of Lightning's own
+            callbacks = [*callbacks, ProgressLines()]
+            settings["enable_progress_bar"] = False
     if run_dir is None:
         disk: dict[str, Any] = {"logger": False, "enable_checkpointing": False}
     else:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -24,6 +23,7 @@ from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, a
 from dpdc_lightning.image_grid import grid_png
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
+from dpdc_lightning.progress import say
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 from dpdc_lightning.tensor_files import load_plain
 
@@ -65,7 +65,8 @@ def train(config: RunConfig) -> Path:
         if data.test_is_private:
             lines.append("note: the test split is held out from your private data: accuracy measured on it is NOT "
                          "covered by the privacy guarantee (set dataset.test_root for a public test set)")
-        run.trainer.callbacks.append(_Announce(lines))  # printed once the run starts: a failure stays one line
+        # Printed once the run starts (a failure before stays one line), before the progress starts.
+        run.trainer.callbacks.insert(0, _Announce(lines))
         if fresh:
             _create(run_dir)
             created = True
@@ -116,7 +117,7 @@ class _Announce(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for line in self.lines:
-            print(line, file=sys.stderr)
+            say(line)  # on its own line, also while a progress bar is drawn
 
 
 def _discard(run_dir: Path) -> None:
