@@ -3,7 +3,7 @@
     python tests/ddp_equivalence.py ndpdc            # or ldpdc, dm; extra key=value overrides follow
     python tests/ddp_equivalence.py ldpdc method.ipc=3
 
-Classes are sharded over the processes (README, "Multi-GPU") and every random draw is derived from
+Classes are sharded over the processes (docs/architecture.md, "Multi-GPU") and every random draw is derived from
 (seed, purpose, step, class), so with ``privacy.reproducible_noise=true`` the two runs must agree
 up to float reordering. Both runs go through ``train.py`` in subprocesses (DDP is never started
 inside the caller's process: Lightning's launcher re-executes the script for the other rank).
