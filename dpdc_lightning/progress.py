@@ -78,6 +78,8 @@ class ProgressLines(L.Callback):
         self.stage: Optional[str] = None
 
     def _line(self, pl_module: L.LightningModule, *, force: bool) -> None:
+        if not pl_module.trainer.is_global_zero:  # one process speaks for a multi-process run
+            return
         metrics = {k: float(v) for k, v in pl_module.trainer.progress_bar_metrics.items() if k in ("loss", "epsilon")}
         done, total = int(pl_module.completed_steps), pl_module.plan.total_steps
         shown = ", ".join(f"{'ε' if k == 'epsilon' else k} {v:.4g}" for k, v in sorted(metrics.items()))
@@ -86,6 +88,8 @@ class ProgressLines(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         self.stage = pl_module.stage
+        if not trainer.is_global_zero:
+            return
         self.throttle(f"condensing: {pl_module.plan.total_steps - int(pl_module.completed_steps)} steps to run"
                       + (f", starting with {self.stage}" if pl_module.plan.free_steps else ""), force=True)
 
@@ -94,7 +98,8 @@ class ProgressLines(L.Callback):
         if stage != self.stage and int(pl_module.completed_steps) < pl_module.plan.total_steps:
             self._line(pl_module, force=True)
             self.stage = stage
-            self.throttle(f"stage: {stage}", force=True)
+            if trainer.is_global_zero:
+                self.throttle(f"stage: {stage}", force=True)
             return
         self._line(pl_module, force=False)
 

@@ -412,3 +412,24 @@ def test_messages_start_on_their_own_line_next_to_a_progress_bar(tmp_path, cli_e
     assert "Epoch 0:" in text  # a bar was drawn
     assert "\ndata: " in "\n" + text and "\nerror: the run diverged at step 2" in text, repr(text[-600:])
     assert not (tmp_path / "run").exists()
+
+
+def test_plain_progress_is_a_few_lines_a_minute(capsys):
+    """A 10-minute evaluation written to a file: one line per finished training, and in between at
+    most one every 20 s (a clock stepped by hand: 3000 epochs, one every 0.2 s)."""
+    from dpdc_lightning.evaluation.progress import EvalProgress
+    from dpdc_lightning.progress import Throttle
+
+    now = [0.0]
+    progress = EvalProgress(total_runs=2, throttle=Throttle(clock=lambda: now[0]))
+    assert not progress.bars  # capsys' stderr is not a terminal
+    for run_index in range(2):
+        progress.start_run(f"convnet run {run_index + 1}/2", 1500)
+        for epoch in range(1, 1501):
+            now[0] += 0.2
+            progress.epoch_done(epoch)
+        progress.end_run(0.9)
+    progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert "\r" not in "".join(lines) and len(lines) <= 2 + 600 / 20, lines
+    assert lines[-1] == "convnet run 2/2: 90.00 % (2 of 2 trainings done)"
