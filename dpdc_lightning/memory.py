@@ -93,7 +93,7 @@ def _network_cost(name: str, options: tuple, image_shape: tuple[int, int, int], 
         sizes = [t.numel() for t in (*inputs, output) if isinstance(t, torch.Tensor)]
         widest[0] = max(widest[0], sum(sizes) // len(output))
 
-    def saved_bytes(batch: int) -> tuple[int, int]:
+    def saved_bytes(batch: int) -> int:
         saved: dict[int, int] = {}  # by tensor: one tensor saved by two operations is held once
 
         def pack(tensor: torch.Tensor) -> torch.Tensor:
@@ -102,16 +102,17 @@ def _network_cost(name: str, options: tuple, image_shape: tuple[int, int, int], 
 
         x = torch.empty(batch, *image_shape, device="meta", requires_grad=True)
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-            out = net(x) if whole else net.embed(x)
-        return sum(saved.values()), int(net.embed(x.detach()).shape[1])
+            net(x) if whole else net.embed(x)
+        return sum(saved.values())
 
     hooks = [m.register_forward_hook(measure) for m in net.modules() if not list(m.children())]
-    two, features = saved_bytes(2)  # 2 and 4: a norm layer in training mode refuses one value per channel
+    two = saved_bytes(2)  # 2 and 4: a norm layer in training mode refuses one value per channel
     for hook in hooks:
         hook.remove()
     # Per image: the difference between two batch sizes, so that saved weights (a convolution keeps
     # its weight for the input's gradient) are not counted once per image.
-    four, _ = saved_bytes(4)
+    four = saved_bytes(4)
+    features = int(net.embed(torch.empty(2, *image_shape, device="meta")).shape[1])
     return NetworkCost(saved=(four - two) // 2, forward=widest[0] * FLOAT, features=features,
                        parameters=sum(p.numel() for p in net.parameters()))
 
@@ -150,7 +151,7 @@ def host_available() -> Optional[int]:
     return min(found) if found else None
 
 
-def _gib(n: int) -> str:
+def format_bytes(n: int) -> str:
     return f"{n / 2 ** 30:.1f} GiB" if n >= 2 ** 27 else f"{n / 2 ** 20:.0f} MiB"
 
 
@@ -166,6 +167,6 @@ def check_fits(needs: list[Need], *, method: str, device: torch.device) -> None:
         if available is None or need <= available:
             continue
         largest = sorted(members, key=lambda n: n.bytes, reverse=True)
-        parts = ", ".join(f"{n.what} {_gib(n.bytes)}" for n in largest[:3] if n.bytes)
-        raise UserError(f"method={method} would need about {_gib(need)} of memory{where} but {_gib(available)} "
-                        f"{'is' if available < 2 else 'are'} available ({parts}); lower {largest[0].keys}")
+        parts = ", ".join(f"{n.what} {format_bytes(n.bytes)}" for n in largest[:3] if n.bytes)
+        raise UserError(f"method={method} would need about {format_bytes(need)} of memory{where} but "
+                        f"{format_bytes(available)} are available ({parts}); lower {largest[0].keys}")

@@ -14,13 +14,14 @@ from pathlib import Path
 
 import lightning as L
 
-from dpdc_lightning.condense import Condensation, load_data, needs_secret, noise_seed_for, plan_run
+from dpdc_lightning.condense import Condensation, load_data, memory_needs, needs_secret, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.data.datasets import ImageData
 from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
                                    new_run_dir, save_bundle)
 from dpdc_lightning.image_grid import grid_png
+from dpdc_lightning.memory import format_bytes, total_bytes
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
 from dpdc_lightning.progress import say
@@ -180,7 +181,8 @@ def planned_config_text(config: RunConfig) -> str:
         return text + "# plan: made after the private class-size release, when the run starts\n"
     plan = plan_run(config, spec, noise_seed=config.seed)
     record_plan(config, plan)
-    text = to_yaml(config)
+    text = to_yaml(config) + (f"# memory: about {format_bytes(total_bytes(memory_needs(config, spec, plan)))} "
+                              "estimated before the run (what it counts: docs/methods.md)\n")
     if not plan.private:
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
     return text + (f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} privacy-consuming "

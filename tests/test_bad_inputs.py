@@ -275,7 +275,8 @@ def test_resume_from_a_truncated_checkpoint_names_it_and_writes_nothing(workspac
     whole = checkpoint.read_bytes()
     checkpoint.write_bytes(whole[: len(whole) // 2])
     capsys.readouterr()
-    line = _check(TRAIN, ["resume=unfinished"], "checkpoint unfinished/checkpoints/last.ckpt is truncated, corrupt or not a tensor file",
+    line = _check(TRAIN, ["resume=unfinished"],
+                  "checkpoint unfinished/checkpoints/last.ckpt is truncated, corrupt or not a tensor file",
                   workspace, capsys)
     assert "restart the run from step 0" in line  # the way out is named, and no TensorBoard file was added
 
@@ -359,7 +360,8 @@ def test_a_run_too_large_is_refused_before_allocating_across_a_process(tmp_path,
             "import dpdc_lightning.training\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "code = run(train_main, ['method=ndpdc', 'method.ipc=100000', 'run_dir=big'])\n"
-            "print('GROWTH_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\nsys.exit(code)\n") % str(ROOT)
+            "print('GROWTH_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+            "sys.exit(code)\n") % str(ROOT)
     done = _subprocess(["-c", code], tmp_path, cli_env)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: method=ndpdc would need about")

@@ -387,7 +387,8 @@ def test_images_file_that_is_not_a_torch_file_is_refused(tmp_path, monkeypatch, 
     (tmp_path / "junk.pt").write_bytes(b"not a tensor file at all")
     assert cli_run(_evaluate_entry(), ["--images", "junk.pt", *IMAGES_ARGS]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "is truncated, corrupt or not a tensor file" in err, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "is truncated, corrupt or not a tensor file" in err, err
 
 
 def test_a_new_only_write_never_replaces_and_leaves_no_partial_file(tmp_path):

@@ -274,7 +274,8 @@ def test_private_methods_refuse_real_initialisation(name):
 
 def _train(tmp_path: Path, name: str, *tokens: str) -> Path:
     overrides = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=3", "method.group_size=4",
-                 "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false", f"run_dir={tmp_path / name}"]
+                 "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+                 f"run_dir={tmp_path / name}"]
     if "method=ldpdc" not in tokens:  # LDPDC runs method.ipc steps and refuses method.iterations
         overrides.append("method.iterations=3")
     run_dir = train(compose([*overrides, *tokens]))

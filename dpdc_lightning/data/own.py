@@ -171,10 +171,11 @@ def _check_labels(root: Path, labels: Tensor, names: Optional[tuple[str, ...]]) 
     if gap < present[-1]:
         above = [v for v in present if v > gap]
         count = int((labels > gap).sum())
-        raise UserError(f"{root}: the labels in use ({', '.join(map(str, present[:8]))}"
-                        f"{', ...' if len(present) > 8 else ''}) are not numbered 0..K-1: no record has label {gap}, "
-                        f"but {count} record{'s have' if count > 1 else ' has'} label{'s' if len(above) > 1 else ''} above "
-                        f"it ({', '.join(map(str, above[:5]))}); drop records with a stray label or renumber the classes")
+        listed = ", ".join(map(str, present[:8])) + (", ..." if len(present) > 8 else "")
+        records = f"{count} record{'s have' if count > 1 else ' has'} label{'s' if len(above) > 1 else ''}"
+        raise UserError(f"{root}: the labels in use ({listed}) are not numbered 0..K-1: no record has label {gap}, "
+                        f"but {records} above it ({', '.join(map(str, above[:5]))}); drop records with a stray label "
+                        "or renumber the classes")
 
 
 def _hold_out(labels: Tensor, *, fraction: float, seed: int) -> Tensor:

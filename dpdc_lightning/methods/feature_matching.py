@@ -82,7 +82,8 @@ class FeatureMatchingMethod(CondensationMethod):
         # Per synthetic image: what autograd keeps, the gradient of the widest layer while the backward
         # passes it (half its input + output), and DSA's copies (input, sampling grid, output).
         return [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
-                Need("extractor activations of the synthetic set", synthetic * (cost.saved + cost.forward // 2 + 3 * image),
+                Need("extractor activations of the synthetic set",
+                     synthetic * (cost.saved + cost.forward // 2 + 3 * image),
                      f"method.ipc or model.width/model.depth ({model.name})", step=True),
                 Need("a real batch's forward", real + data.num_classes * batch * image,
                      "method.group_size (or method.batch_real)", step=True)]
