@@ -24,8 +24,8 @@ from dpdc_lightning.image_grid import grid_png
 from dpdc_lightning.memory import format_bytes, total_bytes
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
-from dpdc_lightning.progress import say
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
+from dpdc_lightning.progress import say
 from dpdc_lightning.tensor_files import load_plain
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
