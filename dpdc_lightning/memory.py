@@ -17,7 +17,9 @@ What is counted (float32, 4 B a value):
 - method state: Dosser's signal bank, subspace cache, auxiliary features and EMA, PSG's per-example
   gradients of one chunk.
 Step-time working sets (activations, batches) are freed before the next is built, so only the
-largest one counts; persistent state adds up.
+largest one counts; persistent state adds up. Everything is computed from the config, the image
+shape, the number of classes and the privacy plan, never from the class sizes or a record: whether
+a run is refused does not depend on private data.
 
 Not counted: the Python and torch runtime (about 0.5-1 GiB resident), the data set (already loaded
 when the check runs, so it is outside the memory reported available), allocator slack, cuDNN

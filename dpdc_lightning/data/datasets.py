@@ -78,7 +78,7 @@ class ImageData:
             if images.dtype != torch.float32 or images.dim() != 4:
                 raise ValueError(f"{self.name}: {split} images must be float32 (N, C, H, W), "
                                  f"got {images.dtype} {tuple(images.shape)}")
-            check_finite_records(self.name, split, images)
+            _check_finite(self.name, split, images)
             if labels.dtype != torch.int64 or labels.shape != images.shape[:1]:
                 raise ValueError(f"{self.name}: {split} labels must be int64 of shape ({images.shape[0]},)")
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
@@ -124,7 +124,7 @@ class ImageData:
                          source=self.source, test_is_private=self.test_is_private)
 
 
-def check_finite_records(dataset: str, split: str, images: Tensor) -> None:
+def _check_finite(dataset: str, split: str, images: Tensor) -> None:
     """Refuse NaN/Inf records before any step runs. Privacy-critical: a non-finite record makes the
     clipped sum NaN, so a run would abort at the step that first sampled it and thereby publish when
     it was sampled. Checked here, at load time, the failure depends on no random draw. The record
@@ -132,9 +132,8 @@ def check_finite_records(dataset: str, split: str, images: Tensor) -> None:
     bad = ~torch.isfinite(images.flatten(1)).all(dim=1)
     if bool(bad.any()):
         first = int(torch.nonzero(bad)[0])
-        more = int(bad.sum()) - 1
-        raise UserError(f"{dataset}: {split} record {first}{f' (and {more} more)' if more else ''} holds NaN or Inf "
-                        "values; fix or drop such records before condensing")
+        raise UserError(f"{dataset}: {split} record {first} (and {int(bad.sum()) - 1} more) holds NaN or Inf values; "
+                        "fix or drop such records before condensing")
 
 
 def normalise(unit_images: Tensor) -> Tensor:

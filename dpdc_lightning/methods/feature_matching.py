@@ -76,7 +76,9 @@ class FeatureMatchingMethod(CondensationMethod):
         cost = network_cost(model, data.image_shape, data.num_classes, whole=False)
         image = math.prod(data.image_shape) * FLOAT
         synthetic = data.num_classes * config.ipc * cls.expansion(config)
-        batch = min(poisson_high(cls.sample_size(config)), max(data.class_sizes))
+        # From the config alone, never the class sizes (private with privacy.class_sizes=private).
+        size = cls.sample_size(config)
+        batch = int(size) if cls.sampling == "per_class_fixed" else poisson_high(size)
         batched = config.forward == "batched" or (config.forward == "auto" and device.type == "cuda")
         real = batch * (cost.forward + 2 * image) * (data.num_classes if batched else 1)
         # Per synthetic image: what autograd keeps, the gradient of the widest layer while the backward
