@@ -9,6 +9,7 @@ import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from dpdc_lightning.export import atomic_write
+from dpdc_lightning.tensor_files import load_plain
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
@@ -21,4 +22,4 @@ class SafeCheckpointIO(TorchCheckpointIO):
 
     def load_checkpoint(self, path: Any, map_location: Optional[Callable] = None,
                         weights_only: Optional[bool] = None) -> dict[str, Any]:
-        return torch.load(path, map_location=map_location or "cpu", weights_only=True)
+        return load_plain(path, what="checkpoint", map_location=map_location or "cpu")

@@ -31,7 +31,8 @@ def train_main(argv: list[str]) -> int:
     from dpdc_lightning.overrides import help_text, precheck
 
     if "--help" in argv or "-h" in argv:
-        print(help_text("python train.py (or dpdc-train)", examples=TRAIN_EXAMPLES), end="")
+        print(help_text("python train.py (or dpdc-train)", examples=TRAIN_EXAMPLES,
+                        tokens=tuple(a for a in argv if not a.startswith("-") and "=" in a)), end="")
         print("\nflags: --print-config (show the config and privacy plan, run nothing), -m/--multirun (sweep "
               "comma lists), --evaluate (evaluate each bundle after training)")
         return 0

@@ -28,6 +28,7 @@ from dpdc_lightning.config import RunConfig, config_hash
 from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.data.datasets import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.memory import Need, check_fits, run_device
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
 from dpdc_lightning.methods.base import CondensationMethod
@@ -40,6 +41,7 @@ from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import derive_secret, new_secret
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.seeding import derive_seed
+from dpdc_lightning.tensor_files import load_plain
 
 AUXILIARY_FILE = "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
 
@@ -141,7 +143,7 @@ def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, 
     elif aux.source == "public_split":
         found = public_split(data.test_images, data.test_labels, dataset=data.name, held_out=data.test_is_private)
     elif run_dir is not None and (run_dir / AUXILIARY_FILE).is_file():
-        saved = torch.load(run_dir / AUXILIARY_FILE, map_location="cpu", weights_only=True)
+        saved = load_plain(run_dir / AUXILIARY_FILE, what="the run's auxiliary set")
         found = AuxiliarySet(saved["images"], saved["labels"], saved["description"])
     else:
         if plan.auxiliary is None:
@@ -176,6 +178,21 @@ def noise_seed_for(config: RunConfig) -> int:
     return new_secret() if needs_secret(config) else config.seed
 
 
+def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
+    """What the run will hold in memory (dpdc_lightning/memory.py says what is counted)."""
+    return METHODS[config.method.name].memory_needs(config.method, data=data, plan=plan, model=config.model,
+                                                    device=run_device(config.trainer))
+
+
+def check_memory(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> None:
+    """Refuse, before any allocation, a run whose estimated memory exceeds what is available."""
+    try:
+        needs = memory_needs(config, data, plan)
+    except (RuntimeError, ValueError):  # a network that cannot take these images: the run itself says so
+        return
+    check_fits(needs, method=config.method.name, device=run_device(config.trainer))
+
+
 class Condensation:
     """The objects of one condensation, built and checked, nothing run or written yet."""
 
@@ -183,6 +200,7 @@ class Condensation:
                  run_dir: Optional[Path] = None) -> None:
         spec = DataSpec.of(data, plan=plan)  # the plan's class sizes: never exact private counts
         self.config, self.plan, self.run_dir = config, plan, run_dir
+        check_memory(config, spec, plan)  # before anything is built (the auxiliary run included)
         self.auxiliary = resolve_auxiliary(config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir)
         self.method: CondensationMethod = METHODS[config.method.name](
             config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
@@ -255,9 +273,13 @@ def _trainer(config: RunConfig, *, run_dir: Optional[Path], callbacks: list[L.Ca
     settings = {"log_every_n_steps": 1, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
                 **options}
     if settings.get("enable_progress_bar", True):
-        from dpdc_lightning.progress import CondensationProgressBar
+        from dpdc_lightning.progress import CondensationProgressBar, ProgressLines, interactive
 
-        callbacks = [*callbacks, CondensationProgressBar()]
+        if interactive(sys.stdout):  # where Lightning's bars write
+            callbacks = [*callbacks, CondensationProgressBar()]
+        else:  # a log file or a pipe: plain lines, and no bar of Lightning's own
+            callbacks = [*callbacks, ProgressLines()]
+            settings["enable_progress_bar"] = False
     if run_dir is None:
         disk: dict[str, Any] = {"logger": False, "enable_checkpointing": False}
     else:

@@ -75,7 +75,12 @@ def compose(tokens: list[str], *, conf_dir: Path = CONF_DIR) -> RunConfig:
         return compose_resume(resume[-1], selections=selections,
                               dotted=[t for t in dotted if t.partition("=")[0] != "resume"])
     merged, method_name = compose_raw(tokens, conf_dir=conf_dir)
-    return validate(merged, method_name=method_name)
+    config = validate(merged, method_name=method_name)
+    ignored = config.method.ignored_keys
+    for key in (t.partition("=")[0].removeprefix("method.") for t in dotted if t.startswith("method.")):
+        if key in ignored:
+            raise UserError(f"method.{key} is not used by method={method_name}: {ignored[key]}")
+    return config
 
 
 def compose_resume(run_dir: str, *, selections: dict[str, str], dotted: list[str]) -> RunConfig:
@@ -120,9 +125,26 @@ def validate(raw: DictConfig, *, method_name: Optional[str] = None) -> RunConfig
     except OmegaConfBaseException as err:
         raise UserError(f"invalid config: {_one_line(err)}") from None
     config.trainer = _validate_trainer(config.trainer)
+    if config.trainer.get("max_steps") is not None:
+        _refuse_step_cap(METHODS[method_name], config.method)
     for section in ("method", "privacy", "eval", "model"):
         check_finite(section, getattr(config, section))
     return config
+
+
+def _refuse_step_cap(method: Any, config: Any) -> None:
+    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/plan.py): for a
+    method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the run, so
+    it is refused, naming the keys that set those steps."""
+    keys = " and ".join(config.step_keys)
+    if method.free_steps(config):
+        why = (f"it runs {method.data_steps(config)} private steps, then {method.free_steps(config)} free ones, and "
+               "a cap would cut the free stage first")
+    elif not method.steps_adjustable:
+        why = "its algorithm fixes the number of steps (a cap would leave images unwritten)"
+    else:
+        return
+    raise UserError(f"trainer.max_steps does not apply to method={config.name}: {why}; set {keys} instead")
 
 
 def _validate_trainer(options: dict) -> dict:
@@ -135,6 +157,11 @@ def _validate_trainer(options: dict) -> dict:
         if key not in parameters or key == "self":
             allowed = sorted(set(parameters) - RESERVED_TRAINER_KEYS - {"self"})
             raise UserError(f"unknown trainer option '{key}'; lightning.Trainer accepts: {', '.join(allowed)}")
+    cap = options.get("max_steps")
+    # Lightning reads 0 as "no step" and -1 as "no cap"; neither is what a cap of a private run means.
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise UserError(f"trainer.max_steps={cap} must be an integer >= 1 (it caps the method's steps; leave it out "
+                        "to run them all)")
     return dict(options)
 
 

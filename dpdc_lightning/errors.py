@@ -1,4 +1,8 @@
-"""The one exception type that reaches the user as a single line."""
+"""The exception types that reach the user as a single line."""
+
+from __future__ import annotations
+
+from typing import Optional
 
 
 class UserError(Exception):
@@ -13,3 +17,19 @@ class UserError(Exception):
 class Interrupted(Exception):
     """Ctrl-C during a run: entry points print the message (where the run stopped, how to resume)
     and exit with code 130."""
+
+
+class NumericalFault(UserError):
+    """The optimisation diverged (NaN/Inf in the loss, the synthetic set or its features): the run
+    stops before anything bad is saved. Raised with what went wrong; ``CondensationMethod.training_step`` adds
+    the step and the likely cause, and ``training.train`` what became of the run folder. Only public quantities
+    (the synthetic set, and losses against noisy releases) are checked: whether a run stops never
+    depends on a private record. The mechanisms turn a private row that is not finite into a zero row
+    (privacy/mechanisms.py ``finite_rows``), so a noisy release is always finite."""
+
+    def __init__(self, what: str, *, step: Optional[int] = None, total: Optional[int] = None,
+                 cause: Optional[str] = None) -> None:
+        self.what, self.step, self.total, self.cause = what, step, total, cause
+        where = "" if step is None else f" at step {step + 1}" + ("" if total is None else f" of {total}")
+        likely = "" if cause is None else f" (likely cause: {cause})"
+        super().__init__(f"the run diverged{where}: {what}{likely}")

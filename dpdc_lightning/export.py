@@ -21,6 +21,7 @@ from torch import Tensor
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
+from dpdc_lightning.tensor_files import load_plain
 
 BUNDLE_TENSORS = "synthetic.pt"
 PRIVACY_REPORT = "privacy.json"
@@ -137,12 +138,9 @@ def load_bundle(run_dir: str | Path) -> Bundle:
     except (OSError, ValueError) as err:
         raise UserError(f"{report_path} is not valid JSON: {err}") from None
     tensor_path = path / BUNDLE_TENSORS
-    try:
-        payload = torch.load(tensor_path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise UserError(f"{tensor_path} is missing") from None
-    except Exception as err:  # weights_only refuses pickled code; any failure means an unusable file
-        raise UserError(f"{tensor_path} cannot be loaded safely: {str(err).splitlines()[0]}") from None
+    if not tensor_path.is_file():
+        raise UserError(f"{tensor_path} is missing")
+    payload = load_plain(tensor_path, what="bundle tensors")
     if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor) \
             or not isinstance(payload.get("labels"), Tensor):
         raise UserError(f"{tensor_path} must hold tensors 'images' and 'labels'")

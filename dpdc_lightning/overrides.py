@@ -212,13 +212,24 @@ def _split_commas(value: str) -> list[str]:
 
 def _keys_of(group: str, name: str, conf_dir: Path) -> str:
     section = load_yaml(conf_dir / group / f"{name}.yaml")
-    return ", ".join(f"{k}={section[k]}" for k in section if k not in ("name", "defaults"))
+
+    def flat(node: DictConfig, prefix: str = "") -> list[str]:
+        return [item for k in node if k not in ("name", "defaults")
+                for item in (flat(node[k], f"{prefix}{k}.") if isinstance(node[k], DictConfig)
+                             else [f"{prefix}{k}={node[k]}"])]
+
+    return ", ".join(flat(section))
 
 
-def help_text(command: str, *, conf_dir: Path = CONF_DIR, examples: tuple[str, ...] = ()) -> str:
-    """The ``--help`` page: groups with their choices and default, the main keys, examples."""
+def help_text(command: str, *, conf_dir: Path = CONF_DIR, examples: tuple[str, ...] = (),
+              tokens: tuple[str, ...] = ()) -> str:
+    """The ``--help`` page: groups with their choices and default, the main keys, examples. Group
+    selections among ``tokens`` (``method=dosser --help``) show the keys of the selected files."""
     base = load_yaml(conf_dir / "config.yaml")
     defaults = dict(OmegaConf.to_container(base.defaults))
+    selected = {**defaults, **{g: n for g, n in parse_overrides(list(tokens))[0].items() if g in GROUPS}}
+    for group, name in selected.items():
+        load_group(group, name, conf_dir)  # an unknown name is refused as in a run
     lines = [f"usage: {command} [GROUP=NAME ...] [KEY=VALUE ...] [flags]", "",
              "config groups (GROUP=NAME selects dpdc_lightning/conf/GROUP/NAME.yaml):"]
     for group in (*GROUPS, "experiment"):
@@ -229,9 +240,9 @@ def help_text(command: str, *, conf_dir: Path = CONF_DIR, examples: tuple[str, .
             names = sorted(set(names) | set(OWN_DATA))
         default = defaults.get(group)
         lines.append(f"  {group:<11}{', '.join(names)}" + (f"   (default {default})" if default else ""))
-    lines += ["", "main keys (KEY=VALUE; defaults shown for the default groups):"]
+    lines += ["", "main keys (KEY=VALUE; defaults of the selected groups):"]
     for group in ("method", "privacy", "eval"):
-        lines.append(f"  {group}.*: {_keys_of(group, defaults[group], conf_dir)}")
+        lines.append(f"  {group}.* ({selected[group]}): {_keys_of(group, selected[group], conf_dir)}")
     lines += ["  dataset.*: root=DIR|FILE, image_size=N, channels=1|3, test_root=DIR|FILE, test_fraction=0.2, "
               "download=false",
               "  trainer.*: any lightning.Trainer argument (accelerator, devices, precision, max_steps, ...)",

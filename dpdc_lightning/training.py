@@ -10,21 +10,23 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import lightning as L
 
-from dpdc_lightning.condense import Condensation, load_data, needs_secret, noise_seed_for, plan_run
+from dpdc_lightning.condense import Condensation, load_data, memory_needs, needs_secret, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
-from dpdc_lightning.errors import Interrupted, UserError
+from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.data.datasets import ImageData
 from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
                                    new_run_dir, save_bundle)
 from dpdc_lightning.image_grid import grid_png
+from dpdc_lightning.memory import format_bytes, total_bytes
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
+from dpdc_lightning.progress import say
+from dpdc_lightning.tensor_files import load_plain
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
 PLAN_FILE = "plan.json"
@@ -34,6 +36,8 @@ def train(config: RunConfig) -> Path:
     """Load data, fix (or reload) the plan, fit the method, export the bundle; returns the run directory."""
     data = load_data(config)
     run_dir = _run_dir(config)
+    if config.resume is not None:
+        _check_checkpoint(run_dir)
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0
     fresh = config.resume is None and not launched
     secret_needed = needs_secret(config)
@@ -62,7 +66,8 @@ def train(config: RunConfig) -> Path:
         if data.test_is_private:
             lines.append("note: the test split is held out from your private data: accuracy measured on it is NOT "
                          "covered by the privacy guarantee (set dataset.test_root for a public test set)")
-        run.trainer.callbacks.append(_Announce(lines))  # printed once the run starts: a failure stays one line
+        # Printed once the run starts (a failure before stays one line), before the progress starts.
+        run.trainer.callbacks.insert(0, _Announce(lines))
         if fresh:
             _create(run_dir)
             created = True
@@ -72,7 +77,7 @@ def train(config: RunConfig) -> Path:
                 if secret_needed:
                     store_secret(run_dir, seed)
             except OSError as err:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                _discard(run_dir)
                 raise UserError(f"cannot write to run_dir {run_dir}: {err.strerror or err}") from None
         os.environ[RUN_DIR_ENV] = str(run_dir)
     try:
@@ -84,14 +89,17 @@ def train(config: RunConfig) -> Path:
                 raise
             step = int(run.method.completed_steps)
             if created and step == 0 and _checkpoint(run_dir) is None:
-                shutil.rmtree(run_dir, ignore_errors=True)
+                _discard(run_dir)
                 raise Interrupted("interrupted before the first step; nothing was kept") from None
             raise Interrupted(f"interrupted at step {step}; resume with: python train.py resume={run_dir}") from None
+        except NumericalFault as fault:
+            raise UserError(_diverged(fault, run_dir, created=created)) from None
         except BaseException:
-            # A run that fails before its first step has spent nothing and leaves nothing behind
-            # (a leftover folder would block both a retry with the same run_dir and a resume).
-            if created and int(run.method.completed_steps) == 0 and _checkpoint(run_dir) is None:
-                shutil.rmtree(run_dir, ignore_errors=True)
+            # A run that fails with no checkpoint on disk has nothing to resume from: it leaves
+            # nothing behind (a leftover folder would block a retry with the same run_dir, and
+            # would keep the secret of a run no one can continue).
+            if created and _checkpoint(run_dir) is None:
+                _discard(run_dir)
             raise
         if run.trainer.is_global_zero:
             save_bundle(run_dir, images=result.images, labels=result.labels, report=result.report,
@@ -110,7 +118,41 @@ class _Announce(L.Callback):
 
     def on_train_start(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         for line in self.lines:
-            print(line, file=sys.stderr)
+            say(line)  # on its own line, also while a progress bar is drawn
+
+
+def _discard(run_dir: Path) -> None:
+    """Remove a run folder this process created: its secret first (rmtree's order is arbitrary, and
+    an interrupted removal must not leave the secret behind), then everything else."""
+    forget_secret(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _diverged(fault: NumericalFault, run_dir: Path, *, created: bool) -> str:
+    """The divergence message, completed with what became of the run folder. A resumed run would
+    repeat the same steps (same samples, noise, extractors) and diverge again, so the secret has no
+    use left: it is deleted; a checkpoint and the TensorBoard log stay for inspection."""
+    checkpoint = _checkpoint(run_dir)
+    if checkpoint is None and created:
+        _discard(run_dir)
+        return f"{fault}; no checkpoint had been written, so the run folder {run_dir} was removed"
+    forget_secret(run_dir)
+    kept = f"its last checkpoint {checkpoint} and TensorBoard log are kept" if checkpoint else "its folder is kept"
+    return (f"{fault}; {kept} for inspection, its secret was deleted (a resume would repeat the same steps and "
+            "diverge again): start a new run")
+
+
+def _check_checkpoint(run_dir: Path) -> None:
+    """Read the checkpoint a resume starts from before anything is written into the run (Lightning
+    would open a new TensorBoard file first, then fail on a damaged file with a traceback)."""
+    checkpoint = _checkpoint(run_dir)
+    if checkpoint is None:
+        return
+    try:
+        load_plain(checkpoint, what="checkpoint")
+    except UserError as err:
+        raise UserError(f"resume={run_dir}: {err}; delete it to restart the run from step 0 (repeated steps redraw "
+                        "the same samples and noise, so nothing is spent twice) or start a new run") from None
 
 
 def _create(run_dir: Path) -> None:
@@ -139,7 +181,8 @@ def planned_config_text(config: RunConfig) -> str:
         return text + "# plan: made after the private class-size release, when the run starts\n"
     plan = plan_run(config, spec, noise_seed=config.seed)
     record_plan(config, plan)
-    text = to_yaml(config)
+    text = to_yaml(config) + (f"# memory: about {format_bytes(total_bytes(memory_needs(config, spec, plan)))} "
+                              "estimated before the run (what it counts: docs/methods.md)\n")
     if not plan.private:
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
     return text + (f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} privacy-consuming "

@@ -3,7 +3,7 @@
     python tests/ddp_equivalence.py ndpdc            # or ldpdc, dm; extra key=value overrides follow
     python tests/ddp_equivalence.py ldpdc method.ipc=3
 
-Classes are sharded over the processes (README, "Multi-GPU") and every random draw is derived from
+Classes are sharded over the processes (docs/architecture.md, "Multi-GPU") and every random draw is derived from
 (seed, purpose, step, class), so with ``privacy.reproducible_noise=true`` the two runs must agree
 up to float reordering. Both runs go through ``train.py`` in subprocesses (DDP is never started
 inside the caller's process: Lightning's launcher re-executes the script for the other rank).
@@ -27,9 +27,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tiny runs: the toy data (4 classes of 48 records), a narrow extractor, a few steps.
-COMMON = ["dataset=toy", "model.width=16", "method.ipc=2", "method.iterations=6", "privacy.reproducible_noise=true",
+COMMON = ["dataset=toy", "model.width=16", "method.ipc=2", "privacy.reproducible_noise=true",
           "trainer.accelerator=cpu", "trainer.enable_progress_bar=false"]
-PER_METHOD = {"ndpdc": ["method.group_size=8"], "ldpdc": ["method.group_size=8"], "dm": ["method.batch_real=8"]}
+# LDPDC runs method.ipc steps and refuses method.iterations.
+PER_METHOD = {"ndpdc": ["method.group_size=8", "method.iterations=6"], "ldpdc": ["method.group_size=8"],
+              "dm": ["method.batch_real=8", "method.iterations=6"]}
 LAYOUTS = {"1 process": ["trainer.devices=1"], "2 processes": ["trainer.devices=2", "trainer.strategy=ddp"]}
 # Variables that would make train.py believe it is a DDP child of some other run.
 INHERITED_RANK_VARS = ("DPDC_RUN_DIR", "LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "GLOBAL_RANK", "MASTER_ADDR", "MASTER_PORT")

@@ -63,6 +63,7 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     (tmp_path / "empty").mkdir()
     (tmp_path / "exists").mkdir()
     _image_folders(tmp_path)
+    _tensor_files(tmp_path)
     cache = tmp_path_factory.mktemp("cache")  # dataset staging goes outside the watched folder
     return tmp_path, cache
 
@@ -101,6 +102,24 @@ def _image_folders(root: Path) -> None:
     png(root / "truncated" / "b" / "0.png", 32)
     whole = (root / "truncated" / "b" / "0.png").read_bytes()
     (root / "truncated" / "b" / "0.png").write_bytes(whole[: len(whole) // 2])
+
+
+def _tensor_files(root: Path) -> None:
+    """dataset=tensors files with one newcomer's mistake each (issue 20)."""
+    import pickle
+
+    images, labels = torch.rand(60, 1, 8, 8), torch.arange(60) % 3
+    nan = images.clone()
+    nan[7, 0, 3, 3] = float("nan")
+    torch.save({"images": nan, "labels": labels}, root / "nan_pixel.pt")
+    torch.save({"images": torch.rand(60, 12, 12, 3), "labels": labels}, root / "channels_last.pt")
+    stray = labels.clone()
+    stray[5] = 9
+    torch.save({"images": images, "labels": stray}, root / "stray_label.pt")
+    torch.save({"images": images, "labels": labels, "class_names": ["a", "b"]}, root / "too_few_names.pt")
+    torch.save({"images": images, "labels": labels, "note": Path("/")}, root / "pickled_object.pt")
+    # A plain pickle: torch warns about its protocol, then advises weights_only=False; neither may show.
+    (root / "plain_pickle.pt").write_bytes(pickle.dumps({"images": images.numpy(), "path": Path("/")}, protocol=4))
 
 
 TRAIN_CASES = [
@@ -173,12 +192,34 @@ TRAIN_CASES = [
     ("tensors test_root equal to root", ["dataset=tensors", "dataset.root=own.npz", "dataset.test_root=own.npz"],
      "shares records"),
     ("tensors with float pixels above 1", ["dataset=tensors", "dataset.root=bright.npz"], "[0, 1]"),
+    # issue 20: the last failures a newcomer hit
+    ("memory estimate above the memory available", ["method=ndpdc", "method.ipc=100000", "run_dir=big"],
+     "would need about"),
+    ("Dosser capped by trainer.max_steps", ["method=dosser", "trainer.max_steps=5"],
+     "set method.sampling_steps and method.optimisation_steps"),
+    ("Dosser's unused method.iterations", ["method=dosser", "method.iterations=5"], "method.sampling_steps"),
+    ("LDPDC capped by trainer.max_steps", ["method=ldpdc", "trainer.max_steps=3"], "set method.ipc"),
+    ("LDPDC's unused learning rate", ["method=ldpdc", "method.lr_img=2"], "does not optimise"),
+    ("trainer.max_steps=0", ["method=ndpdc", "trainer.max_steps=0"], "must be an integer >= 1"),
+    ("negative trainer.max_steps", ["method=ndpdc", "trainer.max_steps=-5"], "must be an integer >= 1"),
+    ("tensors file with a NaN pixel", ["dataset=tensors", "dataset.root=nan_pixel.pt"],
+     "'images' record 7 holds NaN or Inf pixels (1 record in all)"),
+    ("tensors file in channels-last layout", ["dataset=tensors", "dataset.root=channels_last.pt"],
+     "channels last [N, H, W, C]"),
+    ("tensors file with a stray label", ["dataset=tensors", "dataset.root=stray_label.pt"],
+     "no record has label 3, but 1 record has label above it (9)"),
+    ("tensors file with labels beyond its class names", ["dataset=tensors", "dataset.root=too_few_names.pt"],
+     "label 2 (20 records with labels >= 2) has no class name"),
+    ("tensors file holding a pickled object", ["dataset=tensors", "dataset.root=pickled_object.pt"],
+     "holds pickled Python objects (a pathlib.PosixPath)"),
+    ("tensors file that is a plain pickle", ["dataset=tensors", "dataset.root=plain_pickle.pt"],
+     "holds pickled Python objects"),
 ]
 
 EVALUATE_CASES = [
     ("bundle without privacy.json", ["incomplete"], "incomplete"),
     ("tampered bundle", ["tampered"], "does not match"),
-    ("bundle that would unpickle code", ["pickled"], "cannot be loaded safely"),
+    ("bundle that would unpickle code", ["pickled"], "pickled Python objects"),
     ("missing bundle folder", ["nowhere"], "does not exist"),
     ("unknown evaluation model", ["finished", "model=convnet,nope"], "unknown model"),
     ("unknown baseline", ["--baseline", "oracle"], "baseline"),
@@ -194,7 +235,10 @@ EXPORT_CASES = [
 ]
 
 
-def _check(main, argv, fragment, workspace, capsys):
+def _check(main, argv, fragment, workspace, capsys, *, started: bool = False) -> str:
+    """One ``error:`` line naming ``fragment``, exit code 2, no traceback, no new or removed file.
+    ``started``: the run got as far as its first step, so the progress lines printed before the
+    error may precede it (the error is then the last line and the only ``error:`` one)."""
     folder, cache = workspace
     if any(a.startswith("dataset=") for a in argv) and main is TRAIN:
         argv = argv + [f"dataset.cache_dir={cache}"]
@@ -203,10 +247,12 @@ def _check(main, argv, fragment, workspace, capsys):
     captured = capsys.readouterr()
     lines = [line for line in captured.err.strip().splitlines() if line.strip()]
     assert code == 2, captured.err
-    assert len(lines) == 1 and lines[0].startswith("error:"), captured.err
-    assert fragment.lower() in lines[0].lower()
-    assert "Traceback" not in captured.err + captured.out
+    assert lines and lines[-1].startswith("error:"), captured.err
+    assert (sum(line.startswith("error:") for line in lines) == 1) if started else len(lines) == 1, captured.err
+    assert fragment.lower() in lines[-1].lower(), lines[-1]
+    assert "Traceback" not in captured.err + captured.out and "weights_only" not in captured.err
     assert _files(folder) == before, "a failed command left files behind"
+    return lines[-1]
 
 
 @pytest.mark.parametrize("label, argv, fragment", TRAIN_CASES, ids=[c[0] for c in TRAIN_CASES])
@@ -235,3 +281,183 @@ def test_gpu_evaluation_without_a_gpu_is_one_line(workspace, capsys):
 def test_suite_is_large_enough():
     assert len(TRAIN_CASES) + len(EVALUATE_CASES) >= 25
 
+
+
+# --------------------------------------------------------------------------- issue 20: a newcomer's failures
+
+TINY = ["model.width=8", "model.depth=2", "method.ipc=2"]
+
+
+def test_resume_from_a_truncated_checkpoint_names_it_and_writes_nothing(workspace, capsys):
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.training import train
+
+    folder, _ = workspace
+    run_dir = train(compose(["method=ndpdc", "dataset=toy", *TINY, "method.group_size=4", "method.iterations=2",
+                             "method.checkpoint_every=1", "privacy.reproducible_noise=true",
+                             "trainer.enable_progress_bar=false", "run_dir=unfinished"]))
+    (run_dir / "privacy.json").unlink()  # as if it had died after its last checkpoint
+    checkpoint = run_dir / "checkpoints" / "last.ckpt"
+    whole = checkpoint.read_bytes()
+    checkpoint.write_bytes(whole[: len(whole) // 2])
+    capsys.readouterr()
+    line = _check(TRAIN, ["resume=unfinished"],
+                  "checkpoint unfinished/checkpoints/last.ckpt is truncated, corrupt or not a tensor file",
+                  workspace, capsys)
+    assert "restart the run from step 0" in line  # the way out is named, and no TensorBoard file was added
+
+
+@pytest.mark.parametrize("method, what", [("dm", "the loss is nan"), ("ndpdc", "features hold NaN or Inf")])
+def test_a_divergent_run_names_the_step_and_the_learning_rate_and_leaves_nothing(method, what, workspace, capsys):
+    """No checkpoint had been written: nothing is worth keeping, so the folder goes, its secret first.
+    The messages must be true: no 'last good checkpoint is kept', no blame on an input row."""
+    line = _check(TRAIN, [f"method={method}", *TINY, "method.lr_img=1e38", "method.iterations=5", "run_dir=diverged"],
+                  what, workspace, capsys, started=True)
+    assert "diverged at step 2 of 5" in line and "method.lr_img=1e+38 is too large" in line
+    assert "was removed" in line and "kept" not in line and "input row" not in line
+
+
+def test_a_divergent_run_after_a_checkpoint_keeps_it_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert run(TRAIN, ["method=dm", *TINY, "method.lr_img=1e30", "method.iterations=10", "method.checkpoint_every=1",
+                       "run_dir=diverged"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: the run diverged at step 2 of 10: the loss is nan"), line
+    assert "its last checkpoint diverged/checkpoints/last.ckpt and TensorBoard log are kept" in line
+    assert (tmp_path / "diverged" / "checkpoints" / "last.ckpt").is_file()
+    assert not (tmp_path / "diverged" / ".private_seed").exists()
+
+
+def test_a_private_divergent_run_says_what_it_did_with_its_folder_and_secret(tmp_path, monkeypatch, capsys):
+    """NDPDC with secure noise: whichever step it diverges at, the message matches the disk, and the
+    secret never outlives the run."""
+    monkeypatch.chdir(tmp_path)
+    assert run(TRAIN, ["method=ndpdc", *TINY, "method.lr_img=1e20", "method.iterations=10", "method.checkpoint_every=1",
+                       "run_dir=diverged"]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("error: the run diverged at step") and "method.lr_img=1e+20" in line, line
+    assert not (tmp_path / "diverged" / ".private_seed").exists()
+    kept = (tmp_path / "diverged").exists()
+    assert ("secret was deleted" in line) == kept and ("was removed" in line) == (not kept)
+
+
+def test_help_for_a_method_shows_that_methods_keys(capsys):
+    assert run(TRAIN, ["method=dosser", "--help"]) == 0
+    keys = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("method.*"))
+    assert "(dosser)" in keys and "sampling_steps=" in keys and "optimisation_steps=" in keys
+    assert "batch_real" not in keys and "iterations=" not in keys.replace("aux.iterations=", "")
+    assert run(TRAIN, ["method=nope", "--help"]) == 2 and capsys.readouterr().err.startswith("error: unknown method")
+
+
+def test_the_memory_estimate_passes_default_runs_and_refuses_an_absurd_one():
+    from dpdc_lightning.condense import load_data, memory_needs, plan_run
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.errors import UserError
+    from dpdc_lightning.memory import check_fits, total_bytes
+    from dpdc_lightning.methods import METHODS, DataSpec
+
+    for method in METHODS:
+        config = compose([f"method={method}"])
+        spec = DataSpec.of(load_data(config))
+        needs = memory_needs(config, spec, plan_run(config, spec, noise_seed=0))
+        assert 0 < total_bytes(needs) < 2 ** 30, method  # the digits defaults fit any machine that runs the suite
+        check_fits(needs, method=method, device=torch.device("cpu"))
+    absurd = compose(["method=ndpdc", "method.ipc=100000"])
+    spec = DataSpec.of(load_data(absurd))
+    needs = memory_needs(absurd, spec, plan_run(absurd, spec, noise_seed=0))
+    assert total_bytes(needs) > 100 * 2 ** 30  # 10^6 synthetic images through the extractor at once
+    with pytest.raises(UserError, match=r"GiB are available .*lower method.ipc"):
+        check_fits(needs, method="ndpdc", device=torch.device("cpu"))
+
+
+def _subprocess(args: list[str], cwd: Path, env: dict, **kwargs):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, *args], cwd=cwd, env={**env, "OMP_NUM_THREADS": "1"},
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def test_a_run_too_large_is_refused_before_allocating_across_a_process(tmp_path, cli_env):
+    """exit code 2 and one line from a real process, whose peak memory never grew by the synthetic
+    set it refused (1 GiB of pixels alone)."""
+    code = ("import resource, sys\nsys.path.insert(0, %r)\n"
+            "from dpdc_lightning.cli import run\nfrom dpdc_lightning.commands import train_main\nimport train\n"
+            "import dpdc_lightning.training\n"
+            "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "code = run(train_main, ['method=ndpdc', 'method.ipc=100000', 'run_dir=big'])\n"
+            "print('GROWTH_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
+            "sys.exit(code)\n") % str(ROOT)
+    done = _subprocess(["-c", code], tmp_path, cli_env)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: method=ndpdc would need about")
+    assert int(done.stdout.split("GROWTH_KB")[1]) < 256 * 1024 and not (tmp_path / "big").exists()
+
+
+def test_output_that_is_not_a_terminal_is_plain_lines(tmp_path, cli_env):
+    """`make demo` into a file: no carriage returns, the data line on its own, a few lines in all."""
+    done = _subprocess([str(ROOT / "train.py"), "method=ndpdc", *TINY, "method.iterations=30", "run_dir=run",
+                        "--evaluate", "eval.epochs=2", "eval.runs=2", "model=mlp"], tmp_path, cli_env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    output = done.stdout + done.stderr
+    assert "\r" not in output and "Traceback" not in output
+    lines = done.stderr.splitlines()
+    assert "data: digits from no files (embedded data set digits)" in lines
+    assert [line for line in lines if line.startswith(("condensing:", "step 30/30"))] == [
+        "condensing: 30 steps to run", next(line for line in lines if line.startswith("step 30/30"))]
+    assert len(lines) <= 10, lines  # condensing, data, a step line or two, evaluating, one per training
+
+
+def test_messages_start_on_their_own_line_next_to_a_progress_bar(tmp_path, cli_env):
+    """On a terminal (a pseudo-terminal here) the bar is drawn, and the error that stops the run
+    starts on a fresh line instead of at the end of the bar."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import subprocess
+    import sys
+    import termios
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), "method=dm", *TINY, "method.lr_img=1e38",
+                                "run_dir=run"], cwd=tmp_path, env={**cli_env, "OMP_NUM_THREADS": "1"},
+                               stdout=follower, stderr=follower)
+    os.close(follower)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the process closed its end
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(leader)
+    assert process.wait(timeout=300) == 2
+    text = output.decode()
+    assert "Epoch 0:" in text  # a bar was drawn
+    assert "\ndata: " in "\n" + text and "\nerror: the run diverged at step 2" in text, repr(text[-600:])
+    assert not (tmp_path / "run").exists()
+
+
+def test_plain_progress_is_a_few_lines_a_minute(capsys):
+    """A 10-minute evaluation written to a file: one line per finished training, and in between at
+    most one every 20 s (a clock stepped by hand: 3000 epochs, one every 0.2 s)."""
+    from dpdc_lightning.evaluation.progress import EvalProgress
+    from dpdc_lightning.progress import Throttle
+
+    now = [0.0]
+    progress = EvalProgress(total_runs=2, throttle=Throttle(clock=lambda: now[0]))
+    assert not progress.bars  # capsys' stderr is not a terminal
+    for run_index in range(2):
+        progress.start_run(f"convnet run {run_index + 1}/2", 1500)
+        for epoch in range(1, 1501):
+            now[0] += 0.2
+            progress.epoch_done(epoch)
+        progress.end_run(0.9)
+    progress.close()
+    lines = capsys.readouterr().err.splitlines()
+    assert "\r" not in "".join(lines) and len(lines) <= 2 + 600 / 20, lines
+    assert lines[-1] == "convnet run 2/2: 90.00 % (2 of 2 trainings done)"

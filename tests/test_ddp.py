@@ -1,4 +1,4 @@
-"""Class sharding over DDP processes (README, architecture: "Multi-GPU").
+"""Class sharding over DDP processes (docs/architecture.md: "Multi-GPU").
 
 Fast tests simulate the ranks inside this process (no process group): each simulated rank runs a
 method on the classes it owns, and what DDP would do (average the gradients; sum LDPDC's rows) is

@@ -274,8 +274,10 @@ def test_private_methods_refuse_real_initialisation(name):
 
 def _train(tmp_path: Path, name: str, *tokens: str) -> Path:
     overrides = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=3", "method.group_size=4",
-                 "method.iterations=3", "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
+                 "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
                  f"run_dir={tmp_path / name}"]
+    if "method=ldpdc" not in tokens:  # LDPDC runs method.ipc steps and refuses method.iterations
+        overrides.append("method.iterations=3")
     run_dir = train(compose([*overrides, *tokens]))
     assert run_dir == tmp_path / name  # each in-process run writes its own folder, never an earlier one
     return run_dir
@@ -300,7 +302,7 @@ def test_reproducible_noise_repeats_and_secure_noise_does_not(tmp_path, method):
 
 def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
     ipc = 3
-    run_dir = _train(tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}", "method.iterations=50",
+    run_dir = _train(tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}",
                      "privacy.reproducible_noise=true")
     report = json.loads((run_dir / "privacy.json").read_text())
     assert report["steps"] == ipc

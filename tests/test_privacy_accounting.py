@@ -19,7 +19,8 @@ from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 
 DELTA = 1e-5
 
-# Reference values (README, "Privacy guarantee"): (q, sigma, steps, epsilon) with delta 1e-5; Zheng & Li's DPDC tables round these up.
+# Reference values (docs/privacy.md, "Reference values"): (q, sigma, steps, epsilon) with delta 1e-5;
+# Zheng & Li's DPDC tables round these up.
 REFERENCE = [
     (50 / 5421, 1.0, 10000, 6.1144),
     (50 / 6000, 1.0, 10000, 5.4427),

@@ -10,7 +10,7 @@ by the condensation methods); a draw with ``batch_size == len(x)`` gives each im
 transform (used when training evaluation networks on the synthetic set).
 
 Two modes, after the reference implementation's ``ParamDiffAug.aug_mode`` (Zhao & Bilen's
-DatasetCondensation code; README "Evaluation protocol vs the reference"):
+DatasetCondensation code; docs/evaluation.md):
 
 * ``single`` (the reference's 'S', its default and what its papers' numbers use): every draw picks
   ONE family of the strategy uniformly at random ("color" = brightness, saturation and contrast

@@ -237,11 +237,9 @@ def load_image_file(path: Path, data: Any) -> tuple[Any, Any]:
 
     if not path.is_file():
         raise UserError(f"--images file {path} does not exist")
-    try:
-        payload = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # weights_only refuses pickled objects; any failure is an unusable file
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        raise UserError(f"{path} cannot be loaded as plain tensors (torch.load weights_only): {first}") from None
+    from dpdc_lightning.tensor_files import load_plain
+
+    payload = load_plain(path, what="--images file")
     if not isinstance(payload, dict):
         raise UserError(f"{path} must hold a dict with tensors 'images' and 'labels', got {type(payload).__name__}")
     missing = [key for key in ("images", "labels") if not isinstance(payload.get(key), Tensor)]

@@ -1,5 +1,7 @@
-"""Progress of an evaluation on stderr: one bar for the current training (epochs) and one for the
-whole evaluation (trainings done of all planned), so an hour-long protocol is never silent."""
+"""Progress of an evaluation on stderr, so an hour-long protocol is never silent: on a terminal one
+bar for the current training (epochs) and one for the whole evaluation (trainings done of all
+planned); in a log file or a pipe plain lines instead (dpdc_lightning/progress.py): one per finished
+training and at most one every 20 s in between."""
 
 from __future__ import annotations
 
@@ -8,24 +10,32 @@ from typing import Any, Optional
 
 import lightning
 
+from dpdc_lightning.progress import Throttle, interactive
+
 
 class EvalProgress:
     """``overall(total)`` once, then ``start_run(label, epochs)`` / ``epoch_done(n)`` / ``end_run()``
     per training. Disabled (no output) with ``enabled=False``."""
 
-    def __init__(self, *, total_runs: int, enabled: bool = True) -> None:
+    def __init__(self, *, total_runs: int, enabled: bool = True, throttle: Optional[Throttle] = None) -> None:
         from tqdm.auto import tqdm
 
-        self._tqdm, self.enabled = tqdm, enabled
+        self._tqdm, self.enabled, self.total_runs = tqdm, enabled, total_runs
+        self.bars = enabled and interactive(sys.stderr)
+        self._lines = throttle or Throttle() if enabled and not self.bars else None
         self._overall = tqdm(total=total_runs, desc="evaluation", unit="training", position=0, file=sys.stderr,
-                             disable=not enabled, dynamic_ncols=True)
+                             disable=not self.bars, dynamic_ncols=True)
         self._run: Optional[Any] = None
+        self._label, self._epochs, self._done = "", 0, 0
 
     def start_run(self, label: str, epochs: int) -> None:
+        self._label, self._epochs = label, epochs
         self._run = self._tqdm(total=epochs, desc=label, unit="epoch", position=1, leave=False, file=sys.stderr,
-                               disable=not self.enabled, dynamic_ncols=True)
+                               disable=not self.bars, dynamic_ncols=True)
 
     def epoch_done(self, epochs: int) -> None:
+        if self._lines is not None and 0 < epochs < self._epochs:
+            self._lines(f"{self._label}: epoch {epochs}/{self._epochs}")
         if self._run is not None:
             self._run.n = min(epochs, self._run.total)
             self._run.refresh()
@@ -34,6 +44,10 @@ class EvalProgress:
         if self._run is not None:
             self._run.close()
             self._run = None
+        self._done += 1
+        if self._lines is not None:
+            result = "" if accuracy is None else f" {100 * accuracy:.2f} %"
+            self._lines(f"{self._label}:{result} ({self._done} of {self.total_runs} trainings done)", force=True)
         if accuracy is not None:
             self._overall.set_postfix_str(f"last {100 * accuracy:.2f} %")
         self._overall.update(1)

@@ -2,7 +2,7 @@
 
 Zhao & Bilen's protocol (DESIGN section 6), as their reference code runs it (``evaluate_synset``
 and ``epoch`` in VICO-UoE/DatasetCondensation ``utils.py``, which the DPDC authors' code keeps; see
-README "Evaluation protocol vs the reference"): SGD (lr 0.01, momentum 0.9, weight decay 5e-4),
+docs/evaluation.md): SGD (lr 0.01, momentum 0.9, weight decay 5e-4),
 batch 256 reshuffled every pass, ``Epoch`` = 1000 epochs run as ``range(Epoch + 1)`` = 1001
 passes, DSA on the normalised images (one family per batch in single mode, parameters per image),
 lr x 0.1 after pass ``Epoch // 2 + 1`` with a freshly created optimiser (momentum buffers dropped),

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
+from dpdc_lightning.tensor_files import load_plain
 
 SOURCES = ("none", "file", "public_split", "dp")
 DP_METHODS = ("ndpdc", "ldpdc")
@@ -99,18 +99,9 @@ def load_file(path: str) -> AuxiliarySet:
     file = Path(path)
     if not file.is_file():
         raise UserError(f"method.aux.path={path}: no such file")
-    try:
-        if file.suffix == ".npz":
-            with np.load(file, allow_pickle=False) as arrays:
-                payload = {key: torch.from_numpy(np.array(arrays[key])) for key in arrays.files}
-        elif file.suffix == ".pt":
-            payload = torch.load(file, map_location="cpu", weights_only=True)
-        else:
-            raise UserError(f"method.aux.path={path}: expected a .pt or .npz file")
-    except UserError:
-        raise
-    except Exception as err:  # any unreadable file is one user error
-        raise UserError(f"method.aux.path={path} cannot be read: {(str(err).strip().splitlines() or [''])[0]}") from None
+    if file.suffix not in (".pt", ".npz"):
+        raise UserError(f"method.aux.path={path}: expected a .pt or .npz file")
+    payload = load_plain(file, what="auxiliary file (method.aux.path)")
     if isinstance(payload, Tensor):
         payload = {"images": payload}
     if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor):

@@ -19,6 +19,7 @@ noise seed; nothing is patched onto it afterwards.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
@@ -27,7 +28,8 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.data.subsets import random_class_picks
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.memory import FLOAT, Need
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
 from dpdc_lightning.models import NETWORKS, ModelConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
@@ -37,16 +39,6 @@ from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
 
 
-class NumericalFault(UserError):
-    """The optimisation diverged (NaN/Inf); the run stops before anything bad is saved.
-
-    Privacy: whether and when a run stops must not depend on a private record. The loss and the
-    synthetic set checked here are functions of released (noisy) values and public ones only: the
-    mechanisms turn a private row that is not finite into a zero row (privacy/mechanisms.py
-    ``finite_rows``), so a noisy release is always finite, and nothing else private reaches a step's
-    loss."""
-
-
 @dataclass
 class MethodConfig:
     """Fields every method has; a method's own schema subclasses this."""
@@ -54,6 +46,11 @@ class MethodConfig:
     # A private method's schema leaves out "real": real-image initialisation leaks membership
     # (Dong et al., "Privacy for Free", Table 1).
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
+    # The keys that set the method's number of steps (named where trainer.max_steps cannot cap them).
+    step_keys: ClassVar[tuple[str, ...]] = ("method.iterations",)
+    # Shared keys this method never reads, each with what to set instead: one set on the command
+    # line is refused (config.compose) rather than silently ignored.
+    ignored_keys: ClassVar[dict[str, str]] = {}
 
     name: str = ""
     ipc: int = 10
@@ -183,6 +180,14 @@ class CondensationMethod(L.LightningModule):
                             default_noise_multiplier=cls.default_noise_multiplier,
                             steps_adjustable=cls.steps_adjustable)
 
+    @classmethod
+    def memory_needs(cls, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
+                     device: torch.device) -> list[Need]:
+        """What a run of this method holds in memory (dpdc_lightning/memory.py says what is counted).
+        The base: the synthetic set, its gradient, SGD's momentum and the exported copy."""
+        pixels = data.num_classes * config.ipc * math.prod(data.image_shape) * FLOAT
+        return [Need("synthetic set (values, gradient, momentum, export)", 4 * pixels, "method.ipc")]
+
     def build_synthetic(self) -> SyntheticSet:
         return PixelImages(num_classes=self.data.num_classes, ipc=self.config.ipc, image_shape=self.data.image_shape,
                            generator=derive_generator(self.seed, "init"))
@@ -288,23 +293,29 @@ class CondensationMethod(L.LightningModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         step = int(batch["step"])
         self._optimised = False
-        loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+        try:
+            loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+            # Raised before the checkpoint callbacks run, so a checkpoint on disk is never a diverged one.
+            if loss is not None and not torch.isfinite(loss):
+                raise NumericalFault(f"the loss is {loss.item()}")
+            if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
+                raise NumericalFault("the synthetic set holds NaN or Inf")
+        except NumericalFault as fault:
+            raise NumericalFault(fault.what, step=step, total=self.plan.total_steps,
+                                 cause=self.divergence_cause()) from None
         if not self._optimised:
             self._idle_optimiser_step()
         streams, self._noise_streams = self._noise_streams, []
         for stream in streams:
             self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
-        # Raised before the checkpoint callbacks run, so the last checkpoint on disk stays good.
-        if loss is not None and not torch.isfinite(loss):
-            raise NumericalFault(f"step {step}: the loss is {loss.item()}; the run stopped and its last good "
-                                 "checkpoint is kept (try a lower method.lr_img)")
-        if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
-            raise NumericalFault(f"step {step}: the synthetic set holds NaN/Inf; the run stopped and its last good "
-                                 "checkpoint is kept (try a lower method.lr_img)")
         self.completed_steps += 1
         if loss is not None:
             # Under DDP a process's loss covers its own classes only; their sum is the whole loss.
             self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
+
+    def divergence_cause(self) -> str:
+        """What most likely made the run diverge, naming the key to change."""
+        return f"the learning rate method.lr_img={self.config.lr_img:g} is too large; lower it"
 
     def optimise(self, loss: Tensor) -> None:
         """One optimiser step on the synthetic set. DDP averages gradients over ranks while each

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.memory import NetworkCost
 from dpdc_lightning.methods.gradient_matching import (GradientMatchingConfig, GradientMatchingMethod,
                                                       layerwise_distance)
 from dpdc_lightning.seeding import derive_generator
@@ -49,6 +50,10 @@ class DC(GradientMatchingMethod):
     @classmethod
     def data_steps(cls, config: DCConfig) -> int:
         return config.iterations * config.loops()[0]
+
+    @classmethod
+    def real_batch_bytes(cls, config: DCConfig, *, cost: NetworkCost, image: int) -> int:
+        return config.batch_real * (cost.saved + 3 * image)  # one class's real batch, augmented
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
         outer, inner = self.config.loops()

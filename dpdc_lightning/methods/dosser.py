@@ -23,6 +23,7 @@ iteration over all classes instead of one per class.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -31,12 +32,15 @@ from torch import Tensor
 
 from dpdc_lightning.augment.pea import partition_and_expand
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.memory import FLOAT, Need, network_cost
 from dpdc_lightning.methods.auxiliary import AuxiliaryConfig
+from dpdc_lightning.methods.base import DataSpec
 from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, Subspace, principal_subspace, project
-from dpdc_lightning.models import build_network, init_weights_
+from dpdc_lightning.models import ModelConfig, build_network, init_weights_
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_mean
+from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chunking is exact)
@@ -45,8 +49,12 @@ _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chun
 @dataclass
 class DosserConfig(FeatureMatchingConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "aux")
+    step_keys: ClassVar[tuple[str, ...]] = ("method.sampling_steps", "method.optimisation_steps")
+    ignored_keys: ClassVar[dict[str, str]] = {
+        "iterations": "set method.sampling_steps (private steps) and method.optimisation_steps (free steps)"}
 
     name: str = "dosser"
+    iterations: int = 1  # not read: the stages have their own step counts (ignored_keys)
     group_size: float = 50.0  # L: expected Poisson sample per class
     clip_norm: float = 1.0  # K, in the space where features are matched (after the projection)
     sampling_steps: int = 10000  # I1: private steps
@@ -91,6 +99,31 @@ class Dosser(FeatureMatchingMethod):
     @classmethod
     def free_steps(cls, config: DosserConfig) -> int:
         return config.optimisation_steps
+
+    @classmethod
+    def expansion(cls, config: DosserConfig) -> int:
+        return 4 if config.pea else 1  # PEA's default factor 2: 2 x 2 tiles of every image
+
+    @classmethod
+    def memory_needs(cls, config: DosserConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
+                     device: torch.device) -> list[Need]:
+        """Feature matching's needs plus the bank, the subspaces kept, the auxiliary set's
+        features (host memory) and the EMA of the images."""
+        cost = network_cost(model, data.image_shape, data.num_classes, whole=False)
+        dim = config.subspace_dim if config.aux.source != "none" else cost.features
+        steps, classes = plan.data_steps, data.num_classes
+        image = math.prod(data.image_shape) * FLOAT
+        needs = [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
+                 Need("signal bank", steps * classes * (dim * FLOAT + 9) + 8 * steps, "method.sampling_steps",
+                      host=True)]
+        if config.aux.source != "none":
+            kept = min(config.subspace_cache, steps) * cost.features * (dim + 1) * FLOAT
+            aux = config.aux.size * (image + 2 * cost.features * FLOAT)  # images, features and their centred copy
+            needs += [Need("subspace cache", kept, "method.subspace_cache or method.subspace_dim", host=True),
+                      Need("auxiliary set and its features", aux, "method.aux.size", host=True)]
+        if config.ema is not None:
+            needs.append(Need("EMA of the images", classes * config.ipc * image, "method.ipc"))
+        return needs
 
     def __init__(self, config: DosserConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)

@@ -4,16 +4,21 @@ options, the extractor's construction, and the Siamese augmentation of a class p
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from dpdc_lightning.augment import DSA
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.memory import FLOAT, Need, network_cost, poisson_high
+from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
 from dpdc_lightning.methods.extractor import AUTOCAST_MODES, FORWARD_MODES, MEMORY_FORMATS, RandomExtractor
+from dpdc_lightning.models import ModelConfig
 from dpdc_lightning.privacy.mechanisms import clip_rows
+from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
 CLIP_GRADIENTS = ("exact", "detached")
@@ -58,6 +63,33 @@ class FeatureMatchingMethod(CondensationMethod):
                 raise UserError("method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
                                 "choose method.forward=loop or auto")
 
+    @classmethod
+    def expansion(cls, config: FeatureMatchingConfig) -> int:
+        """Images the extractor sees per stored synthetic image (Dosser's PEA makes 4 of each)."""
+        return 1
+
+    @classmethod
+    def memory_needs(cls, config: FeatureMatchingConfig, *, data: DataSpec, plan: PrivacyPlan,
+                     model: ModelConfig, device: torch.device) -> list[Need]:
+        """The base's needs, the synthetic set's graph through the extractor (every class before one
+        backward) and the forward of one real batch (per class, or all classes when batched)."""
+        cost = network_cost(model, data.image_shape, data.num_classes, whole=False)
+        image = math.prod(data.image_shape) * FLOAT
+        synthetic = data.num_classes * config.ipc * cls.expansion(config)
+        # From the config alone, never the class sizes (private with privacy.class_sizes=private).
+        size = cls.sample_size(config)
+        batch = int(size) if cls.sampling == "per_class_fixed" else poisson_high(size)
+        batched = config.forward == "batched" or (config.forward == "auto" and device.type == "cuda")
+        real = batch * (cost.forward + 2 * image) * (data.num_classes if batched else 1)
+        # Per synthetic image: what autograd keeps, the gradient of the widest layer while the backward
+        # passes it (half its input + output), and DSA's copies (input, sampling grid, output).
+        return [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
+                Need("extractor activations of the synthetic set",
+                     synthetic * (cost.saved + cost.forward // 2 + 3 * image),
+                     f"method.ipc or model.width/model.depth ({model.name})", step=True),
+                Need("a real batch's forward", real + data.num_classes * batch * image,
+                     "method.group_size (or method.batch_real)", step=True)]
+
     def on_fit_start(self) -> None:
         # Here, not in setup(): the module is on its device only from now on.
         config = self.config
@@ -76,5 +108,8 @@ class FeatureMatchingMethod(CondensationMethod):
 
     def clip_synthetic(self, features: Tensor, *, max_norm: float) -> Tensor:
         """Synthetic features clipped like the private ones (same values), with the gradient
-        ``method.clip_gradient`` asks for. Not a privacy step: these rows are public."""
+        ``method.clip_gradient`` asks for. Not a privacy step: these rows are public, so a
+        non-finite row (diverged images) stops the run here, named as a divergence."""
+        if not bool(torch.isfinite(features).all()):
+            raise NumericalFault("the synthetic images' features hold NaN or Inf")
         return clip_rows(features, max_norm=max_norm, constant_factor=self.config.clip_gradient == "detached")

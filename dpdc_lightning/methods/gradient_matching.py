@@ -10,6 +10,7 @@ distance Σ_layers Σ_rows (1 − cos); between outer steps θ is trained J epoc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -19,8 +20,10 @@ from torch import Tensor, nn
 
 from dpdc_lightning.augment import DSA
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
-from dpdc_lightning.models import build_network, init_weights_
+from dpdc_lightning.memory import FLOAT, Need, NetworkCost, network_cost
+from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
+from dpdc_lightning.models import ModelConfig, build_network, init_weights_
+from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
 # (outer T, inner J) per images per class, as in the reference code of both papers. An IPC between
@@ -110,6 +113,30 @@ class GradientMatchingMethod(CondensationMethod):
 
     config_class = GradientMatchingConfig
     inner_augment: bool = False  # DSA in the inner training (DC/DSA yes, PSG no)
+
+    @classmethod
+    def memory_needs(cls, config: GradientMatchingConfig, *, data: DataSpec, plan: PrivacyPlan,
+                     model: ModelConfig, device: torch.device) -> list[Need]:
+        """The base's needs, the inner network, and the larger of: the synthetic set's graph through
+        the gradient (create_graph keeps the first backward's graph: about three times a forward's),
+        with the real batch's part (:meth:`real_batch_bytes`); the inner training on S."""
+        cost = network_cost(model, data.image_shape, data.num_classes, whole=True)
+        image = math.prod(data.image_shape) * FLOAT
+        augmented = 3 * image if getattr(config, "dsa_strategy", "") else 0
+        synthetic = data.num_classes * config.ipc * (3 * cost.saved + augmented)
+        width = f"model.width/model.depth ({model.name})"
+        return [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
+                Need("inner network and its gradient", 2 * cost.parameters * FLOAT, width),
+                Need("gradient-matching graph of the synthetic set and a real batch",
+                     synthetic + cls.real_batch_bytes(config, cost=cost, image=image), f"method.ipc or {width}",
+                     step=True),
+                Need("inner training batch", config.batch_train * (cost.saved + augmented), "method.batch_train",
+                     step=True)]
+
+    @classmethod
+    def real_batch_bytes(cls, config: GradientMatchingConfig, *, cost: NetworkCost, image: int) -> int:
+        """Memory of the real side of one step's gradient."""
+        raise NotImplementedError
 
     def on_fit_start(self) -> None:
         # Here, not in __init__: the module is on its device only from now on.

@@ -17,15 +17,24 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.memory import FLOAT, Need, poisson_high
+from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
+from dpdc_lightning.models import ModelConfig
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
+from dpdc_lightning.privacy.plan import PrivacyPlan
 
 
 @dataclass
 class LDPDCConfig(MethodConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
+    step_keys: ClassVar[tuple[str, ...]] = ("method.ipc",)
+    ignored_keys: ClassVar[dict[str, str]] = {
+        "iterations": "LDPDC runs exactly method.ipc steps, one per synthetic image",
+        "lr_img": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample",
+        "momentum": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample"}
 
     name: str = "ldpdc"
+    iterations: int = 1  # not read: one step per synthetic image (ignored_keys)
     ipc: int = 50
     group_size: float = 50.0  # L
     bound: float = 1.0  # b: records are clamped to [-b, b]^d
@@ -53,6 +62,15 @@ class LDPDC(CondensationMethod):
     @classmethod
     def sample_size(cls, config: LDPDCConfig) -> float:
         return config.group_size
+
+    @classmethod
+    def memory_needs(cls, config: LDPDCConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
+                     device: torch.device) -> list[Need]:
+        """The images and their exported copy (no gradient, no optimiser), and one class's sample
+        clamped in float32 and summed in float64."""
+        image = math.prod(data.image_shape) * FLOAT
+        return [Need("synthetic set (values, export)", 2 * data.num_classes * config.ipc * image, "method.ipc"),
+                Need("a real batch", poisson_high(config.group_size) * 4 * image, "method.group_size", step=True)]
 
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.memory import FLOAT, NetworkCost, poisson_high
 from dpdc_lightning.methods.generator_prior import generated_images
 from dpdc_lightning.methods.gradient_matching import (GradientMatchingConfig, GradientMatchingMethod,
                                                       layerwise_distance)
@@ -90,6 +91,18 @@ class PSG(GradientMatchingMethod):
         if self.config.prior == "generator":
             return torch.optim.Adam(self.synthetic.parameters(), lr=self.config.lr_generator)
         return super().configure_optimizers()
+
+    @classmethod
+    def real_batch_bytes(cls, config: PSGConfig, *, cost: NetworkCost, image: int) -> int:
+        """One chunk of per-example gradients (vmap: the chunk's activations and one flat gradient
+        per record, clipped copy included) and the float64 clipped sum."""
+        chunk = min(config.chunk_size, poisson_high(config.batch_size))
+        return chunk * (cost.saved + image + 2 * cost.parameters * FLOAT) + 2 * cost.parameters * FLOAT
+
+    def divergence_cause(self) -> str:
+        if self.config.prior == "generator":
+            return f"the learning rate method.lr_generator={self.config.lr_generator:g} is too large; lower it"
+        return super().divergence_cause()
 
     def expected_batch_size(self) -> float:
         """B = q·N from the plan (= method.batch_size unless q was capped at 1), with N the plan's size:

@@ -1,7 +1,7 @@
 """Budget calibration: the noise multiplier for a target ε, or the number of steps a noise allows.
 
 Both answers are checked with :mod:`.analysis` before they are returned, so a calibrated run
-never exceeds its target ε (README, "Privacy guarantee"). Every argument is validated first, before any
+never exceeds its target ε (docs/privacy.md). Every argument is validated first, before any
 computation, so callers can check a budget before loading data.
 """
 
