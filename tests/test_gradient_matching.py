@@ -188,6 +188,22 @@ def test_loop_sizes_follow_the_reference_table():
     assert DC.data_steps(DCConfig(ipc=20, iterations=5)) == 5 * 20
 
 
+@pytest.mark.parametrize("ipc", [1, 10, 50])
+def test_generator_prior_takes_the_authors_loop_sizes_and_the_table_on_request(ipc):
+    """main_prior.py (Private-Set) runs T 2, J 10 at any IPC; its main.py (pixels) the per-IPC table."""
+    table = loop_sizes(ipc)
+    assert PSGConfig(ipc=ipc).loops() == table
+    assert PSGConfig(ipc=ipc, prior="generator").loops() == (2, 10)
+    assert PSGConfig(ipc=ipc, prior="generator", loop_sizes="table").loops() == table
+    assert PSGConfig(ipc=ipc, prior="generator", inner_loop=7).loops() == (2, 7)
+    assert PSGConfig(ipc=ipc, prior="generator", loop_sizes="table", outer_loop=3).loops() == (3, table[1])
+    prior = compose(["method=psg", f"method.ipc={ipc}", "method.prior=generator", "method.iterations=5",
+                     "method.batches=10"]).method
+    assert PSG.data_steps(prior) == 5 * 2 * 10  # what the privacy plan composes
+    with pytest.raises(UserError, match="loop_sizes"):
+        PSGConfig(ipc=ipc, loop_sizes="paper")
+
+
 # --------------------------------------------------------------------------- batch norm, processes
 
 
