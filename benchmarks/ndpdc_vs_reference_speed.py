@@ -101,11 +101,11 @@ def _reshaping(get_network):
 
 class Reference:
     def __init__(self, directory: Path, images: torch.Tensor, labels: torch.Tensor, *, device: torch.device,
-                 ipc: int, group_size: int) -> None:
+                 ipc: int, group_size: int, sigma: float = 1.0, max_norm: float = 1.0) -> None:
         get_images, self.body, utils = reference_loop(directory)
         args = argparse.Namespace(device=device.type, model="ConvNet", ipc=ipc, group_size=group_size, lr_img=1.0,
                                   dsa_strategy="color_crop_cutout_flip_scale_rotate", dsa=True,
-                                  dsa_param=utils.ParamDiffAug(), max_norm=1.0, sigma=1.0, Iteration=10 ** 9)
+                                  dsa_param=utils.ParamDiffAug(), max_norm=max_norm, sigma=sigma, Iteration=10 ** 9)
         image_syn = torch.randn(10 * ipc, 1, 28, 28, device=device, requires_grad=True)
         self.ns = {"torch": torch, "np": np, "time": time, "args": args, "channel": 1, "im_size": (28, 28),
                    "num_classes": 10, "images_all": images.to(device), "image_syn": image_syn,

@@ -283,6 +283,26 @@ def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
     assert plan.prior_history == [(aux.noise_multiplier, aux.sample_rate, 10000)]
 
 
+def test_the_paper_preset_evaluates_the_pea_expansion_as_the_authors(tmp_path, monkeypatch):
+    """The authors' dosser.py trains every evaluation network on the PEA expansion whenever PEA is on
+    (their --PEA defaults to on); the preset records eval.pea in the run's config, so `evaluate.py RUN`
+    evaluates the expansion with no override."""
+    import evaluate as evaluate_entry
+
+    config = compose(["experiment=dosser_paper"])
+    assert config.method.pea and config.eval.pea and config.method.ema == 0.99
+    assert (config.eval.epochs, config.eval.runs, config.eval.dsa, config.augment.mode) == (1000, 5, True, "single")
+    assert compose(["experiment=dosser_paper", "eval.pea=false"]).eval.pea is False  # the command line still wins
+    run_dir = tmp_path / "run"
+    train(compose([*SMALL, "method.sampling_steps=2", "method.optimisation_steps=2", "method.aux.source=public_split",
+                   "method.pea=true", "eval.pea=true", f"run_dir={run_dir}"]))
+    monkeypatch.chdir(tmp_path)
+    args = [str(run_dir), "model=mlp", "eval.epochs=1", "eval.runs=1", "eval.accelerator=cpu"]
+    assert cli_run(evaluate_entry.main, args) == 0
+    payload = json.loads((run_dir / "eval.json").read_text())
+    assert payload["pea"] is True and "PEA expansion" in next(iter(payload["by_protocol"]))
+
+
 @pytest.mark.parametrize("pea", [False, True])
 def test_eval_json_records_whether_pea_was_used(tmp_path, monkeypatch, pea):
     import evaluate as evaluate_entry

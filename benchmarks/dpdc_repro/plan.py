@@ -101,8 +101,9 @@ def paper_rows() -> tuple[Row, ...]:
         Row("dc", "dc", "DC/DSA", "IPC 10, 1000 rounds x (10, 50), real batch 256", ("experiment=dc_paper",),
             None, 20.0, 10000),
         Row("psg", "psg", "PSG", "IPC 10, R 200, K 10, B 256, C 0.1, σ calibrated to ε 1", psg, 1.0, 14.0, 20000),
-        Row("psg_generator", "psg_generator", "PSG + generator prior", "as PSG, S = G(z, y), Adam 0.01",
-            (*psg, "method.prior=generator"), 1.0, 14.0, 20000),
+        Row("psg_generator", "psg_generator", "PSG + generator prior", "as PSG with S = G(z, y), Adam 0.01, and "
+            "the authors' prior loops T 2, J 10 (main_prior.py): R 200 x T 2 x K 10 private steps",
+            (*psg, "method.prior=generator"), 1.0, 14.0, 4000),
         Row("dosser", "dosser_pea", "Dosser + PEA", "IPC 50, I1 10000, I2 200000, SER d 500 (DP aux, ε 0.2), PEA",
             ("experiment=dosser_paper",), 1.0, 0.5, 210000, eval_pea=True),
     )

@@ -15,6 +15,14 @@ on the layer-wise distance. After the K batches of every outer step but the last
 epochs on S (SGD lr_net, batch 256, no augmentation: the paper uses none). Privacy-consuming
 steps: R·T·K, each one sampled Gaussian mechanism at (σ, q); σ is calibrated to
 ``privacy.target_epsilon`` for all of them up front (privacy/plan.py).
+
+Loop sizes (T, J) follow the authors' code (DingfanChen/Private-Set, 8277ee2) unless set: pixels take
+the per-IPC table of ``main.py`` and of the supplement §C.3 (IPC 10: T 10, J 50); the generator prior
+takes ``main_prior.py``'s T 2, J 10 at any IPC (5x fewer private steps per round at IPC 10; the
+supplement states no separate values for it). ``method.loop_sizes=table`` gives the prior the table.
+Where the prior path deliberately differs from ``main_prior.py``: the generator's layers (ours fit any
+image size, theirs only 28x28; same width 64, latent 10, Adam 0.01, identity output); exactly R rounds
+(their loop runs R + 1 while accounting for R); the noisy sum divided by the expected B.
 """
 
 from __future__ import annotations
@@ -35,6 +43,10 @@ from dpdc_lightning.privacy.per_example import private_gradient
 from dpdc_lightning.seeding import derive_generator
 
 PRIORS = ("none", "generator")
+LOOP_CHOICES = ("auto", "table")
+# (T, J) of the authors' generator-prior script (main_prior.py of DingfanChen/Private-Set: outer_loop 2,
+# inner_loop 10 whatever the IPC); their pixel script takes the per-IPC table (gradient_matching.py).
+PRIOR_LOOP_SIZES = (2, 10)
 
 
 @dataclass
@@ -50,6 +62,7 @@ class PSGConfig(GradientMatchingConfig):
     lr_generator: float = 0.01  # Adam on φ (prior=generator)
     latent_dim: int = 10
     generator_width: int = 64
+    loop_sizes: str = "auto"  # (T, J) when outer_loop/inner_loop are null: auto = as the authors, table = per-IPC table
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -63,6 +76,17 @@ class PSGConfig(GradientMatchingConfig):
                 raise UserError(f"method.{key} must be >= 1, got {getattr(self, key)}")
         if self.prior not in PRIORS:
             raise UserError(f"method.prior={self.prior!r} is not allowed; choose one of: {', '.join(PRIORS)}")
+        if self.loop_sizes not in LOOP_CHOICES:
+            raise UserError(f"method.loop_sizes={self.loop_sizes!r} is not allowed; choose one of: "
+                            f"{', '.join(LOOP_CHOICES)}")
+
+    def loops(self) -> tuple[int, int]:
+        """(T, J): ``outer_loop``/``inner_loop`` when set; else, with ``loop_sizes=auto``, what the authors'
+        scripts use: the per-IPC table for pixels and (2, 10) for the generator prior; ``table``: the table."""
+        if self.prior == "generator" and self.loop_sizes == "auto":
+            outer, inner = PRIOR_LOOP_SIZES
+            return self.outer_loop or outer, self.inner_loop or inner
+        return super().loops()
 
 
 class PSG(GradientMatchingMethod):
