@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dpdc_lightning.models import ModelConfig  # noqa: E402
-from dpdc_lightning.data.poisson import poisson_sample  # noqa: E402
+from dpdc_lightning.privacy.sampling import poisson_sample  # noqa: E402
 from dpdc_lightning.methods.base import DataSpec  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig  # noqa: E402

@@ -33,6 +33,7 @@ from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
+from dpdc_lightning.privacy.budget import report_mechanism
 from dpdc_lightning.privacy.callback import PrivacyCallback
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
 from dpdc_lightning.privacy.inputs import release_inputs
@@ -72,7 +73,7 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
     privacy, method_cls = config.privacy, METHODS[config.method.name]
     # Public sizes: the data's declared ones (the exact ones for built-in data). Private: the exact
     # training sizes, read only by the Gaussian release below.
-    class_sizes, count_sigma = data.public_class_sizes or data.class_sizes, None
+    class_sizes, count_event = data.public_class_sizes or data.class_sizes, None
     if privacy.class_sizes == "private":
         if not method_cls.private:
             raise UserError(f"method {config.method.name} is not private: privacy.class_sizes=private does not apply")
@@ -84,14 +85,14 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
         except UserError as err:
             raise UserError(f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
                             f"raise it ({err})") from None
-        class_sizes, _ = release_class_sizes(data.class_sizes, noise_multiplier=count_sigma,
+        class_sizes, count_event = release_class_sizes(data.class_sizes, noise_multiplier=count_sigma,
                                              noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
                                                                 reproducible=privacy.reproducible_noise))
     auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
     return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
                      noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
                      delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                     step_cap=config.trainer.get("max_steps"), count_noise_multiplier=count_sigma,
+                     step_cap=config.trainer.get("max_steps"), count_event=count_event,
                      allow_large_delta=privacy.allow_large_delta, auxiliary=auxiliary,
                      auxiliary_method=config.method.aux.method if auxiliary is not None else None)
 
@@ -224,7 +225,7 @@ class Condensation:
         self.trainer.fit(self.method, datamodule=self.datamodule, ckpt_path=checkpoint)
         images, labels = self.method.synthetic_set()
         privacy = self.config.privacy
-        report = build_report(method=self.config.method.name, mechanism=self.method.mechanism_summary(),
+        report = build_report(method=self.config.method.name, mechanism=report_mechanism(self.privacy.budget),
                               accountant=self.privacy.accountant if self.plan.private else None,
                               delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
                               noise_values=self._noise_values(), config_hash=config_hash(self.config),

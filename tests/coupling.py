@@ -51,9 +51,9 @@ class MechanismTap:
         assert len(bound) >= 3, f"gaussian_sum is bound in too few modules: {bound}"
 
         def tapped(clipped_sum: Tensor, *, sensitivity: float, noise_multiplier: float, sample_rate: float,
-                   noise: Any) -> tuple[Tensor, Any]:
+                   noise: Any, **described: Any) -> tuple[Tensor, Any]:
             released, event = original(clipped_sum, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
-                                        sample_rate=sample_rate, noise=noise)
+                                        sample_rate=sample_rate, noise=noise, **described)
             index = len(self.calls)
             self.calls.append(Call(getattr(noise, "_prefix", None), clipped_sum.detach().cpu().double().clone(),
                                    float(sensitivity), float(noise_multiplier), float(sample_rate),

@@ -280,7 +280,9 @@ def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
     total = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000),
                                   (plan.noise_multiplier, plan.sample_rate, 10000)], delta=1e-5)
     assert plan.planned_epsilon == total and 0.99 < total <= 1.0
-    assert plan.prior_history == [(aux.noise_multiplier, aux.sample_rate, 10000)]
+    [(phase, event, runs)] = plan.prior_events()
+    assert (phase, event.noise_multiplier, event.sample_rate, runs) == ("auxiliary", aux.noise_multiplier,
+                                                                        aux.sample_rate, 10000)
 
 
 def test_the_paper_preset_evaluates_the_pea_expansion_as_the_authors(tmp_path, monkeypatch):

@@ -134,8 +134,6 @@ def test_the_psg_step_divides_by_q_times_n_and_spends_one_event(monkeypatch):
     method = build(PSG, PSGConfig(ipc=2, batch_size=16, iterations=1), spec, model=ModelConfig(width=4, depth=2),
                    noise_multiplier=2.0)
     assert method.expected_batch_size() == pytest.approx(16.0) and method.plan.sample_rate == pytest.approx(16 / 192)
-    summary = method.mechanism_summary()
-    assert summary["sensitivity"] == 0.1 and summary["noise_std"] == pytest.approx(0.2)
     seen = {}
     import dpdc_lightning.methods.psg as psg_module
 
@@ -152,6 +150,8 @@ def test_the_psg_step_divides_by_q_times_n_and_spends_one_event(monkeypatch):
     assert seen["noise_multiplier"] == 2.0 and seen["sample_rate"] == pytest.approx(16 / 192)
     events = method.pop_events()
     assert len(events) == 1 and events[0][0] == -1
+    event = events[0][1]  # the report states these, from the event spent
+    assert event.sensitivity == 0.1 and event.noise_std == pytest.approx(0.2) and event.expected_size == 16.0
 
 
 # --------------------------------------------------------------------------- distance, loops

@@ -18,8 +18,8 @@ _WHERE = {
     "default_cache_dir": "datasets",
     "load_dataset": "datasets",
     "normalise": "datasets",
-    "poisson_sample": "poisson",
-    "sample_without_replacement": "poisson",
+    "poisson_sample": "dpdc_lightning.privacy.sampling",
+    "sample_without_replacement": "dpdc_lightning.privacy.sampling",
     "random_class_picks": "subsets",
     "random_real_subset": "subsets",
 }

@@ -51,6 +51,8 @@ class MethodConfig:
     # Shared keys this method never reads, each with what to set instead: one set on the command
     # line is refused (config.compose) rather than silently ignored.
     ignored_keys: ClassVar[dict[str, str]] = {}
+    # The noise multiplier the plan uses when privacy.noise_multiplier is null (None: not private).
+    default_noise_multiplier: ClassVar[Optional[float]] = None
 
     name: str = ""
     ipc: int = 10
@@ -115,7 +117,6 @@ class CondensationMethod(L.LightningModule):
     config_class: ClassVar[type[MethodConfig]] = MethodConfig
     private: ClassVar[bool] = False
     sampling: ClassVar[str] = "per_class_poisson"
-    default_noise_multiplier: ClassVar[Optional[float]] = None
     steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
     uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
     uses_network: ClassVar[bool] = True  # False for a method that never builds model.* (LDPDC)
@@ -177,7 +178,7 @@ class CondensationMethod(L.LightningModule):
         """What this method asks of the privacy plan; known before the method is built."""
         return StepSchedule(private=cls.private, sampling=cls.sampling, sample_size=cls.sample_size(config),
                             data_steps=cls.data_steps(config), free_steps=cls.free_steps(config),
-                            default_noise_multiplier=cls.default_noise_multiplier,
+                            default_noise_multiplier=config.default_noise_multiplier,
                             steps_adjustable=cls.steps_adjustable)
 
     @classmethod
@@ -191,10 +192,6 @@ class CondensationMethod(L.LightningModule):
     def build_synthetic(self) -> SyntheticSet:
         return PixelImages(num_classes=self.data.num_classes, ipc=self.config.ipc, image_shape=self.data.image_shape,
                            generator=derive_generator(self.seed, "init"))
-
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        """One step's mechanism for the report: sensitivity, noise multiplier and std, sample rate."""
-        return None
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
         """One data step on one sampled batch; returns the loss to log (or None)."""

@@ -48,6 +48,8 @@ _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chun
 
 @dataclass
 class DosserConfig(FeatureMatchingConfig):
+    # privacy.noise_multiplier=null means this (noise std / L2 sensitivity; the papers' σ with unit sensitivity)
+    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "aux")
     step_keys: ClassVar[tuple[str, ...]] = ("method.sampling_steps", "method.optimisation_steps")
     ignored_keys: ClassVar[dict[str, str]] = {
@@ -85,7 +87,6 @@ class Dosser(FeatureMatchingMethod):
     config_class = DosserConfig
     private = True
     sampling = "per_class_poisson"
-    default_noise_multiplier = 1.0
     uses_auxiliary = True
 
     @classmethod
@@ -148,18 +149,6 @@ class Dosser(FeatureMatchingMethod):
         if config.ema is not None:
             self.register_buffer("ema_images", self.synthetic.images.detach().clone())
 
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        clip = self.config.clip_norm
-        aux = self.config.aux
-        return {"mechanism": "Poisson-subsampled Gaussian sum of (projected, then) clipped features per class, "
-                             "noised once and stored (Dosser sampling stage)",
-                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
-                "expected_sample_size": self.plan.sample_size,
-                "subspace": {"source": aux.source, "dim": self.bank.dim,
-                             "auxiliary": self.auxiliary.description if self.ser else None},
-                "free_steps": "the optimisation stage reuses the stored noisy signals: post-processing"}
-
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.config.init == "aux":
             self._init_from_auxiliary()
@@ -185,7 +174,8 @@ class Dosser(FeatureMatchingMethod):
             signal, event = noisy_clipped_mean(rows, max_norm=self.config.clip_norm,
                                                noise_multiplier=self.noise_multiplier,
                                                sample_rate=self.plan.rate_of(c), expected_size=self.plan.sample_size,
-                                               noise=self.noise_stream(step, c))
+                                               noise=self.noise_stream(step, c),
+                                               rows_are="features projected onto the SER subspace" if self.ser else "features")
             self.spend(event, partition=c)
             self.bank.store(step, c, signal, theta_seed=theta_seed, dsa_seed=dsa_seed)
         self.log("stage", 0.0, batch_size=1)

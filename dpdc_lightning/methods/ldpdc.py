@@ -26,6 +26,8 @@ from dpdc_lightning.privacy.plan import PrivacyPlan
 
 @dataclass
 class LDPDCConfig(MethodConfig):
+    # privacy.noise_multiplier=null means this (noise std / L2 sensitivity; the papers' σ with unit sensitivity)
+    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
     step_keys: ClassVar[tuple[str, ...]] = ("method.ipc",)
     ignored_keys: ClassVar[dict[str, str]] = {
@@ -51,7 +53,6 @@ class LDPDC(CondensationMethod):
     config_class = LDPDCConfig
     private = True
     sampling = "per_class_poisson"
-    default_noise_multiplier = 1.0
     steps_adjustable = False
     uses_network = False
 
@@ -75,11 +76,6 @@ class LDPDC(CondensationMethod):
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))
 
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        return {"mechanism": "Poisson-subsampled Gaussian sum of clamped records, per class (DPDC Alg. 1)",
-                "sensitivity": self.sensitivity(), "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * self.sensitivity(), "sample_rate": self.plan.sample_rate}
-
     def configure_optimizers(self) -> None:
         return None
 
@@ -89,7 +85,9 @@ class LDPDC(CondensationMethod):
         for c, real in zip(batch["classes"], batch["images"]):
             rows = real.clamp(-b, b).flatten(1).float()
             noisy_sum, event = noisy_clipped_sum(rows, max_norm=self.sensitivity(), noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c))
+                                                 sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c),
+                                                 rows_are=f"records clamped to [-{b:g}, {b:g}]^d",
+                                                 expected_size=self.plan.sample_size)
             self.spend(event, partition=c)
             # Divided by the plan's expected sample L (= method.group_size), never the realised size.
             view[c, step].copy_((noisy_sum / self.plan.sample_size).view(self.data.image_shape))

@@ -23,6 +23,8 @@ from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 
 @dataclass
 class NDPDCConfig(FeatureMatchingConfig):
+    # privacy.noise_multiplier=null means this (noise std / L2 sensitivity; the papers' σ with unit sensitivity)
+    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
 
     name: str = "ndpdc"
@@ -41,17 +43,10 @@ class NDPDC(FeatureMatchingMethod):
     config_class = NDPDCConfig
     private = True
     sampling = "per_class_poisson"
-    default_noise_multiplier = 1.0
 
     @classmethod
     def sample_size(cls, config: NDPDCConfig) -> float:
         return config.group_size
-
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        clip = self.config.clip_norm
-        return {"mechanism": "Poisson-subsampled Gaussian sum of clipped features, per class (DPDC Alg. 2)",
-                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate}
 
     def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
         self.extractor.resample(step)
@@ -69,7 +64,7 @@ class NDPDC(FeatureMatchingMethod):
         for i, c in enumerate(batch["classes"]):
             noisy_sum, event = noisy_clipped_sum(real_features[i].float(), max_norm=clip, noise_multiplier=self.noise_multiplier,
                                                  sample_rate=self.plan.rate_of(c),
-                                                 noise=self.noise_stream(step, c))
+                                                 noise=self.noise_stream(step, c), rows_are="features")
             self.spend(event, partition=c)
             synthetic_sum = self.clip_synthetic(syn_features[i].float(), max_norm=clip).sum(0)
             losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())

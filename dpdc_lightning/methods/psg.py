@@ -51,6 +51,8 @@ PRIOR_LOOP_SIZES = (2, 10)
 
 @dataclass
 class PSGConfig(GradientMatchingConfig):
+    # privacy.noise_multiplier=null means this (noise std / L2 sensitivity; the papers' σ with unit sensitivity)
+    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
 
     name: str = "psg"
@@ -93,7 +95,6 @@ class PSG(GradientMatchingMethod):
     config_class = PSGConfig
     private = True
     sampling = "global_poisson"
-    default_noise_multiplier = 1.0
 
     @classmethod
     def sample_size(cls, config: PSGConfig) -> float:
@@ -132,14 +133,6 @@ class PSG(GradientMatchingMethod):
         """B = q·N from the plan (= method.batch_size unless q was capped at 1), with N the plan's size:
         public, or released under DP with privacy.class_sizes=private; never the exact private N."""
         return self.plan.expected_sample_size(-1)
-
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        clip = self.config.clip_norm
-        return {"mechanism": "Poisson-subsampled Gaussian sum of per-example gradients clipped to C (all parameters "
-                             "flattened), over the whole data set, divided by the expected batch size (PSG Alg. 1)",
-                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
-                "expected_batch_size": self.expected_batch_size()}
 
     def round_position(self, step: int) -> tuple[int, int, int]:
         """(round r, outer step t, batch k) of a data step."""

@@ -66,8 +66,6 @@ _REPORT_FIELDS = ("epsilon", "epsilon_note", "steps", "noise_multiplier", "noise
                   "expected_batch_size",
                   "phases.*.history.*", "phases.*.steps", "phases.*.epsilon", "class_sizes.released.*",
                   *_PLAN_SUMMARY, "noise.noise_values", "noise.truncation_tv_bound", "noise.delta_with_truncation",
-                  # Dosser with a DP auxiliary set names the ε its run was planned to spend
-                  "subspace.auxiliary",
                   # the inputs list: a DP input's ε share and the description of a DP auxiliary set
                   "inputs.*.epsilon_alone", "inputs.*.detail")
 
@@ -87,7 +85,8 @@ LEDGER: tuple[Released, ...] = (
     *_all("config.yaml", ("privacy.planned_noise_multiplier", "privacy.planned_steps", "privacy.planned_epsilon"),
           CLASS_COUNTS, "the plan's outcome, recorded in the config"),
     *_all(_CHECKPOINT, (*(f"callbacks.PrivacyCallback.plan.{f}" for f in _PLAN_FIELDS),
-                        "callbacks.PrivacyCallback.accountant.phases.*.history.*", "global_step", "loops.*",
+                        "callbacks.PrivacyCallback.accountant.phases.*.history.*",
+                        "callbacks.PrivacyCallback.mechanism.*", "global_step", "loops.*",
                         "carried_state.signal_bank.shape.*",
                         "carried_state.signal_bank.signals", "carried_state.signal_bank.theta_seeds",
                         "carried_state.signal_bank.dsa_seeds", "carried_state.signal_bank.filled"), CLASS_COUNTS,
