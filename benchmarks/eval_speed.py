@@ -79,10 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
     from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
-    from dpdc_lightning.condense import load_data
+    from dpdc_lightning.engine.planning import load_data
     from dpdc_lightning.config import validate
     from dpdc_lightning.evaluation.train_eval import EvalProtocol
-    from dpdc_lightning.export import CONFIG_FILE, load_bundle
+    from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
     from dpdc_lightning.seeding import derive_generator
 
     torch.set_num_threads(args.threads)

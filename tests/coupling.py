@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import Tensor
 
-import dpdc_lightning.condense  # noqa: F401  (with the methods, every module that binds gaussian_sum)
+import dpdc_lightning.engine.condense  # noqa: F401  (with the methods, every module that binds gaussian_sum)
 import dpdc_lightning.methods  # noqa: F401
-from dpdc_lightning.data import datamodule as datamodule_module
+from dpdc_lightning.engine import datamodule as datamodule_module
 from dpdc_lightning.privacy import mechanisms
 
 

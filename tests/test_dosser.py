@@ -13,20 +13,23 @@ import pytest
 import torch
 
 import dpdc_lightning.methods.base as base_module
-from dpdc_lightning.checkpoint_io import SafeCheckpointIO
+from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.cli import run as cli_run
-from dpdc_lightning.condense import Condensation, condense, plan_run
+from dpdc_lightning.engine.condense import Condensation, condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.auxiliary import AuxiliaryConfig, AuxiliarySet
-from dpdc_lightning.methods.dosser import Dosser, DosserConfig
+from dpdc_lightning.methods.auxiliary import AuxiliarySet
+from dpdc_lightning.config.methods import AuxiliaryConfig
+from dpdc_lightning.methods.dosser import Dosser
+from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, principal_subspace, project
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from method_helpers import plan_for, stream
 
 SMALL = ["method=dosser", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",

@@ -12,22 +12,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpdc_lightning.condense import condense
+from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import compose
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.dc import DC, DCConfig
-from dpdc_lightning.methods.gradient_matching import InnerNetwork, layerwise_distance, loop_sizes
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
-from dpdc_lightning.methods.psg import PSG, PSGConfig
-from dpdc_lightning.models import ModelConfig, build_network
+from dpdc_lightning.methods.dc import DC
+from dpdc_lightning.config.methods import DCConfig
+from dpdc_lightning.methods.gradient_matching import InnerNetwork, layerwise_distance
+from dpdc_lightning.config.methods import loop_sizes
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
+from dpdc_lightning.methods.psg import PSG
+from dpdc_lightning.config.methods import PSGConfig
+from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.models import build_network
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.noise import SeededNoise
 from dpdc_lightning.privacy.per_example import (clipped_gradient_sum, per_example_gradients, private_gradient,
                                                 refuse_batch_norm)
 from dpdc_lightning.seeding import derive_generator
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from method_helpers import build
 
 TINY_RUN = ["dataset=toy", "model.width=4", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
@@ -319,7 +324,7 @@ def test_killed_gradient_matching_run_resumes_to_the_uninterrupted_result(tmp_pa
 
 @pytest.mark.parametrize("experiment, target, steps", [("psg_eps10", 10.0, 1000 * 10 * 10), ("psg_eps1", 1.0, 200 * 10 * 10)])
 def test_psg_presets_calibrate_sigma_for_r_t_k_steps_at_q_b_over_n(experiment, target, steps):
-    from dpdc_lightning.condense import plan_run
+    from dpdc_lightning.engine.planning import plan_run
 
     fashion = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
     plan = plan_run(compose([f"experiment={experiment}"]), fashion)

@@ -20,12 +20,15 @@ from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.dm import DM, DMConfig
+from dpdc_lightning.methods.dm import DM
+from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
-from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
+from dpdc_lightning.methods.ldpdc import LDPDC
+from dpdc_lightning.config.methods import LDPDCConfig
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from method_helpers import build, stream
 
 SHAPE = (1, 28, 28)
@@ -356,7 +359,7 @@ def test_clip_gradient_option_reaches_ndpdc_gradient(toy):
 
 def test_clip_gradient_is_refused_for_dm_and_unknown_values():
     from dpdc_lightning.errors import UserError
-    from dpdc_lightning.methods.dm import DMConfig
+    from dpdc_lightning.config.methods import DMConfig
 
     with pytest.raises(UserError, match="dm does not clip"):
         DMConfig(clip_gradient="detached")

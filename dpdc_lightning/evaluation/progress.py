@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import lightning
 
-from dpdc_lightning.progress import Throttle, interactive
+from dpdc_lightning.engine.progress import Throttle, interactive
 
 
 class EvalProgress:

@@ -10,33 +10,14 @@ multiplier (the paper's σ with G = 1; the public reference forgets the factor G
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
+from dpdc_lightning.config.methods import NDPDCConfig
+from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
-
-
-@dataclass
-class NDPDCConfig(FeatureMatchingConfig):
-    # privacy.noise_multiplier=null means this (noise std / L2 sensitivity; the papers' σ with unit sensitivity)
-    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
-    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
-
-    name: str = "ndpdc"
-    group_size: float = 50.0  # L: expected Poisson sample per class
-    clip_norm: float = 1.0  # G
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.group_size > 0:
-            raise UserError(f"method.group_size must be > 0, got {self.group_size}")
-        if not self.clip_norm > 0:
-            raise UserError(f"method.clip_norm must be > 0, got {self.clip_norm}")
 
 
 class NDPDC(FeatureMatchingMethod):
