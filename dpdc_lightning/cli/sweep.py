@@ -29,7 +29,8 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from dpdc_lightning.cli.sweep_summary import SUMMARY_CSV, SUMMARY_MD, SWEEP_PLOT, read_rows, write_row
-from dpdc_lightning.config.composition import compose, hydra_errors, hydra_overrides, refuse_retired, selected
+from dpdc_lightning.config.composition import (compose, compose_raw, hydra_errors, hydra_overrides, refuse_retired,
+                                               selected)
 from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
 from dpdc_lightning.errors import Interrupted, UserError
@@ -79,6 +80,7 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
         raise UserError("run_dir, runs_root and resume cannot be swept")
     if len(members) > MAX_MEMBERS:
         raise UserError(f"the sweep has {len(members)} members; at most {MAX_MEMBERS} per sweep")
+    compose_raw([*members[0], *hydra_tokens], keep_hydra=True)  # the launcher and its options exist
     for member in members:  # all checked before anything runs or is written
         try:
             compose([t for t in member if t.partition("=")[0] not in ("run_dir", "runs_root")])

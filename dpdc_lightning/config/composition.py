@@ -106,7 +106,10 @@ def _missing(err: Exception) -> str:
     if not found:
         return one_line(err)
     group, name = found.group(1).split("/")[-1], found.group(2)
-    options = group_options(group) + (_registered_datasets() if group == "dataset" else [])
+    if found.group(1).startswith("hydra/"):  # a Hydra group: its options are plugins (launchers, sweepers)
+        options = list(getattr(err, "options", None) or [])
+    else:
+        options = group_options(group) + (_registered_datasets() if group == "dataset" else [])
     return f"unknown {group} '{name}'; choose one of: {', '.join(sorted(set(options)))}"
 
 
@@ -123,9 +126,14 @@ def _hydra_message(err: Exception, tokens: Sequence[str]) -> str:
         token = re.search(r"argument '([^']+)'", text)
         return (f"{token.group(1) if token else 'an argument'} is a comma list: to sweep over its values add --multirun "
                 "(-m); for a list value write key=[a,b]")
-    if "Error parsing override" in text:
+    override = getattr(err, "override", None)
+    if "Error parsing override" in text or override is not None:
         token = re.search(r"override '([^']*)'", text)
-        return f"cannot parse argument '{token.group(1) if token else text}': expected key=value (e.g. method=ndpdc, seed=3)"
+        token = override if override is not None else token.group(1) if token else text
+        detail = [line for line in text.splitlines()
+                  if line.strip() and not line.startswith(("Error parsing override", "See https"))]
+        return (f"cannot parse argument '{token}'" + (f" ({detail[0].strip()})" if detail else "")
+                + ": expected key=value (e.g. method=ndpdc, seed=3)")
     if "Could not override" in text or "not in struct" in text or (cause is not None and "not in struct" in str(cause)):
         key = re.search(r"Could not (?:override|append to config\. An item is already at) '([^']+)'", text)
         key = key.group(1) if key else (getattr(cause, "full_key", None) or "?")

@@ -25,13 +25,7 @@ class DM(FeatureMatchingMethod):
         return config.batch_real
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
-        self.extractor.resample(step)
-        synthetic = self.class_view()
-        reals, syns = [], []
-        for c, real in zip(batch["classes"], batch["images"]):
-            real_aug, syn_aug = self.augment_pair(real, synthetic[c], step=step, class_index=c)
-            reals.append(real_aug)
-            syns.append(syn_aug)
+        reals, syns = self.augmented_pairs(batch, step)
         with torch.no_grad():
             real_features = self.extractor.embed_groups(reals)
         syn_features = self.extractor.embed_groups(syns)

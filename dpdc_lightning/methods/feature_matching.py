@@ -70,6 +70,15 @@ class FeatureMatchingMethod(CondensationMethod):
                                          compile=config.compile)
         self.dsa = DSA(self.config.dsa_strategy, mode=self.augment_mode)
 
+    def augmented_pairs(self, batch: dict[str, Any], step: int) -> tuple[list[Tensor], list[Tensor]]:
+        """The step's extractor drawn, then each class's real batch and synthetic images under one
+        Siamese DSA draw: (real batches, synthetic batches), in the batch's class order."""
+        self.extractor.resample(step)
+        synthetic = self.class_view()
+        pairs = [self.augment_pair(real, synthetic[c], step=step, class_index=c)
+                 for c, real in zip(batch["classes"], batch["images"])]
+        return [real for real, _ in pairs], [syn for _, syn in pairs]
+
     def augment_pair(self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int) -> tuple[Tensor, Tensor]:
         """One DSA draw applied to both batches of a class (Siamese)."""
         params = self.dsa.sample(1, image_size=self.data.image_shape[1:],

@@ -30,13 +30,7 @@ class NDPDC(FeatureMatchingMethod):
         return config.group_size
 
     def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
-        self.extractor.resample(step)
-        synthetic = self.class_view()
-        reals, syns = [], []
-        for c, real in zip(batch["classes"], batch["images"]):
-            real_aug, syn_aug = self.augment_pair(real, synthetic[c], step=step, class_index=c)
-            reals.append(real_aug)
-            syns.append(syn_aug)
+        reals, syns = self.augmented_pairs(batch, step)
         # The private path is never differentiated: inference mode, no autograd records.
         real_features = self.extractor.private_features(reals)
         syn_features = self.extractor.embed_groups(syns)
