@@ -137,7 +137,7 @@ def _hydra_message(err: Exception, tokens: Sequence[str]) -> str:
     if "Could not override" in text or "not in struct" in text or (cause is not None and "not in struct" in str(cause)):
         key = re.search(r"Could not (?:override|append to config\. An item is already at) '([^']+)'", text)
         key = key.group(1) if key else (getattr(cause, "full_key", None) or "?")
-        return _unknown_key(key)
+        return _unknown_key(key, tokens)
     if "Multiple values for" in text:
         group = re.search(r"Multiple values for (\w+)", text)
         return f"group '{group.group(1) if group else '?'}' is selected twice"
@@ -146,11 +146,25 @@ def _hydra_message(err: Exception, tokens: Sequence[str]) -> str:
     return f"invalid override: {first}" + (f" ({detail})" if detail and detail not in first else "")
 
 
-def _unknown_key(key: str) -> str:
-    parent, _, leaf = key.rpartition(".")
+def _unknown_key(key: str, tokens: Sequence[str]) -> str:
+    from dataclasses import fields, is_dataclass
+
+    from dpdc_lightning.config.methods import METHOD_SCHEMAS
+
+    parent = key.rpartition(".")[0]
     if not parent:
         return f"unknown key '{key}'; the config has: {', '.join(TOP_KEYS)}"
-    return f"unknown key {key}; to add a key the schema does not have write +{key}=... (only trainer.* takes any)"
+    schema: object = RunConfig
+    if parent.split(".")[0] == "method":
+        schema = METHOD_SCHEMAS.get(selected(tokens, "method") or "dm", RunConfig)
+        parent = parent.partition(".")[2]
+    for part in [p for p in parent.split(".") if p]:
+        types = {f.name: f.type for f in fields(schema)} if is_dataclass(schema) else {}
+        found = {f.name: f.default_factory for f in fields(schema) if callable(f.default_factory)} \
+            if is_dataclass(schema) else {}
+        schema = found.get(part, None) or types.get(part)
+    known = ", ".join(f.name for f in fields(schema)) if is_dataclass(schema) else ""
+    return f"unknown key {key}" + (f"; {key.rpartition('.')[0]} has: {known}" if known else "")
 
 
 def compose_resume(run_dir: str, tokens: Sequence[str]) -> RunConfig:
