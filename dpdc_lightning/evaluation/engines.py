@@ -4,12 +4,11 @@ while the command line is parsed). The engines themselves are in ``train_eval`` 
 
 from __future__ import annotations
 
+from dpdc_lightning.config.schema import COMPILE_MODES, EVAL_ENGINES as ENGINES  # noqa: F401 (the config's lists)
 from dpdc_lightning.errors import UserError
 
-# auto: the engine measured fastest on the device (benchmarks/results/eval_speed_cpu.md): stacked on
-# a CUDA GPU, sequential elsewhere. The protocol, and every run's draws, are the same for all four.
-ENGINES: tuple[str, ...] = ("auto", "lightning", "sequential", "stacked")
-COMPILE_MODES: tuple[str, ...] = ("auto", "true", "false")
+# ENGINES, auto: the engine measured fastest on the device (benchmarks/results/eval_speed_cpu.md):
+# stacked on a CUDA GPU, sequential elsewhere. The protocol, and every run's draws, are the same for all four.
 # eval.compile=auto compiles when a run has at least this many optimiser steps: compiling costs
 # seconds (tens with a cold inductor cache) and a compiled ConvNet step saves ~0.2 s on a CPU core.
 COMPILE_MIN_STEPS = 200
