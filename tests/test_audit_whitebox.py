@@ -141,6 +141,27 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     assert scaled["one_run"]["epsilon"] > correct["claimed_epsilon"]
 
 
+@pytest.mark.parametrize("name", ["ndpdc", "psg"])
+def test_image_canaries_are_real_images_through_the_methods_maths(name):
+    """One public test image per partition, its row computed like every record's: it reaches the clip
+    norm at every step, and the audit runs end to end with one canary per partition."""
+    from dpdc_lightning.audit.whitebox import Canaries, whitebox_audit
+
+    transcript = tiny_transcript(name)
+    canaries = Canaries(transcript, kind="image", per_partition=1)
+    for step in (0, 2):
+        view = transcript.at(step)
+        for part in transcript.partitions:
+            rows, directions = canaries.at(view, part)
+            image, label = canaries.images[part]
+            assert rows.shape[0] == 1 and torch.equal(rows, view.rows_of(part, image, label))
+            assert float(rows.norm()) >= transcript.mechanism.sensitivity
+            assert float(directions.norm()) == pytest.approx(1.0)
+    [report] = whitebox_audit(transcript, WhiteboxConfig(trials=4, canary="image"))
+    assert report["canaries_per_trial"] == len(transcript.partitions)
+    assert 0 <= report["clopper_pearson"]["epsilon"] <= report["claimed_epsilon"]
+
+
 def test_planted_bugs_cannot_be_reached_from_a_run(repo_root, cli_env):
     import re
 
@@ -194,3 +215,22 @@ def test_selftest_catches_every_planted_bug_and_passes_the_correct_mechanisms():
     reports = run_selftest(WhiteboxConfig())
     assert len(reports) == 10
     assert passed(reports), [(r["method"], r["release"], r["clopper_pearson"]["epsilon"]) for r in reports]
+
+
+def test_release_audit_finds_the_records_dm_init_real_copies():
+    """DM with init=real starts from ipc records per class and moves them little in one step: the
+    nearest-release attack finds them, and the one-run bound on a target condensation is positive."""
+    from dpdc_lightning.audit.release import release_audit
+    from dpdc_lightning.audit.settings import ReleaseConfig
+    from dpdc_lightning.condense import condense
+
+    config = compose(["method=dm", "dataset=toy", "method.init=real", "method.iterations=1", "method.ipc=4",
+                      "model.width=8", "model.depth=2", "trainer.enable_progress_bar=false"])
+    data = load_dataset("toy")
+    bundle = condense(config, data)
+    report = release_audit(bundle.images, bundle.labels, config, data, ReleaseConfig(extractors=1))
+    assert report["initialisation_strength"]["pixel"]["auc"] > 0.95
+    assert "epsilon" not in str(report["bundle_strength"])  # training vs test records: strength only
+    [target] = report["targets"]
+    assert target["accounted_epsilon"] is None and target["bounds"]["pixel"]["correct"] >= 15
+    assert target["bounds"]["pixel"]["epsilon"] > 1.0 and not report["violations"]

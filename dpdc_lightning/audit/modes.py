@@ -86,8 +86,9 @@ def release_main(argv: list[str]) -> int:
                   f"advantage={entry['advantage']:.4f} (the records init=real copied vs test records)")
     for target in report["targets"]:
         for name, b in target["bounds"].items():
+            claim = target["accounted_epsilon"]
             print(f"target{target['index']}  {name:8s} one-run lower bound {b['epsilon']:.4f} ({b['correct']}/"
-                  f"{b['guesses']} right; accounted {target['accounted_epsilon']})")
+                  f"{b['guesses']} right; accounted ε {'∞ (not private)' if claim is None else f'{claim:.4f}'})")
     return _finish(report, out, "release")
 
 

@@ -5,9 +5,9 @@ mechanism and with each bug of :mod:`.planted`. A bug is caught when the Clopper
 (confidence 0.975, so also at 95 %) exceeds the claimed ε; the correct mechanism must stay below.
 All five releases of a method share the canaries, coins and secrets, so they differ only by the bug.
 
-The configurations are small (digits preset, 100 steps; PSG with K = 10 batches of expected size 64
-on a width-16 ConvNet, whose ε is that of any network: the audit's cost grows with the gradient's
-length). Exit code 0 when every bug is caught and no correct mechanism is flagged, else 1.
+The configurations are small (NDPDC: the digits preset at 100 steps, q = 5/127; PSG: 10 outer steps
+x K = 5 batches of expected size 64, q = 64/1438, on a width-16 ConvNet, whose ε is that of any
+network while the audit's cost grows with the gradient's length). Exit code 0 when every bug is caught and no correct mechanism is flagged, else 1.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dpdc_lightning.audit.whitebox import whitebox_audit
 CLAIMED_EPSILON = 2.0
 CONFIGURATIONS: dict[str, list[str]] = {
     "ndpdc": ["method=ndpdc", "method.iterations=100"],
-    "psg": ["method=psg", "method.batch_size=64", "method.batches=10", "model.width=16"],
+    "psg": ["method=psg", "method.batch_size=64", "method.batches=5", "model.width=16"],
 }
 
 

@@ -63,7 +63,7 @@ class WhiteboxConfig:
     """``audit.*`` of ``audit.py whitebox`` (and ``selftest``); docs/audit.md explains each."""
 
     trials: int = 48            # runs of the mechanism, each with a fresh secret
-    canaries: int = 640         # canaries per trial, spread evenly over the partitions (classes)
+    canaries: int = 1280        # canaries per trial, spread evenly over the partitions (classes)
     canary: str = "row"         # row: orthogonal worst-case rows; image: one real image per partition
     others: int = 16            # real records per class in the auditor's pool (known to the auditor)
     calibration: float = 0.25   # share of the trials that choose the statistic, threshold and guesses

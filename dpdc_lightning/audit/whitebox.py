@@ -94,17 +94,23 @@ def sample_pool(size: int, *, sample_rate: float, secret: int, step: int, partit
     return poisson_sample(size, sample_rate=sample_rate, generator=derive_generator(secret, "sample", step, partition))
 
 
-def per_partition(settings: WhiteboxConfig, partitions: int) -> int:
+ROW_BUDGET = 2 ** 25  # float64 values of canary rows one mechanism call may hold (256 MB)
+
+
+def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
+    """Canaries per partition: ``audit.canaries`` spread over the partitions, at most one per
+    dimension (orthogonal) and at most what fits the memory budget of one call (long PSG gradients)."""
     if settings.canary == "image":
         return 1
-    return max(1, settings.canaries // partitions)
+    return max(1, min(settings.canaries // partitions, ROW_BUDGET // dim))
 
 
 def run_trials(transcript: Transcript, settings: WhiteboxConfig, *, releases: dict[str, Release],
                progress: Callable[[str], None] = lambda message: None) -> dict[str, Samples]:
     """``settings.trials`` runs of every release in ``releases`` on the same canaries and coins."""
     parts, trials, mech = transcript.partitions, settings.trials, transcript.mechanism
-    m = per_partition(settings, len(parts))
+    first = transcript.at(0)
+    m = per_partition(settings, len(parts), first.pool_rows[parts[0]].shape[1])
     canaries = Canaries(transcript, kind=settings.canary, per_partition=m)
     coins = torch.rand(trials, len(parts), m, generator=derive_generator(settings.seed, "whitebox", "coins")) < 0.5
     secrets = [derive_seed(settings.seed, "whitebox", "secret", k) for k in range(trials)]
@@ -114,7 +120,7 @@ def run_trials(transcript: Transcript, settings: WhiteboxConfig, *, releases: di
     for step in range(transcript.steps):
         if step % max(1, transcript.steps // 10) == 0:
             progress(f"white-box: step {step + 1}/{transcript.steps}")
-        view = transcript.at(step)
+        view = first if step == 0 else transcript.at(step)
         for p, part in enumerate(parts):
             others = view.pool_rows[part]
             known = clip_rows(others.double(), max_norm=mech.sensitivity)  # what the auditor knows
