@@ -50,10 +50,10 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
     seen = []
     if name == "ldpdc":
         method.condensation_step({"step": step, "classes": [part], "images": [images[pick]]}, step)
-        theirs = method.class_view()[part, step].flatten().double() * method.config.group_size
+        theirs = method.class_view()[part, step].flatten().double() * transcript.plan.sample_size
     elif name == "dosser":
         method.condensation_step({"step": step, "classes": [part], "images": [images[pick]]}, step)
-        theirs = method.bank.signal(step, part).double() * method.config.group_size
+        theirs = method.bank.signal(step, part).double() * transcript.plan.sample_size
     elif name == "ndpdc":
         import dpdc_lightning.methods.ndpdc as module
 
@@ -187,9 +187,13 @@ def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
     assert out.stdout.strip().endswith("NO-TORCH 0")
     for mode in ("whitebox", "release", "mia", "selftest", "metrics"):
         assert f"\n  {mode} " in out.stdout
-    script = subprocess.run([sys.executable, "audit.py", "--help"], cwd=repo_root, env=cli_env, capture_output=True,
-                            text=True)
-    assert script.returncode == 0 and "Which mode answers which question" in script.stdout
+    commands = [[sys.executable, "audit.py", "--help"]]
+    installed = Path(sys.executable).parent / "dpdc-audit"
+    if installed.exists():  # the console script of `pip install -e .`
+        commands.append([str(installed), "--help"])
+    for command in commands:
+        script = subprocess.run(command, cwd=repo_root, env=cli_env, capture_output=True, text=True)
+        assert script.returncode == 0 and "Which mode answers which question" in script.stdout, command
 
 
 @pytest.mark.parametrize("args", [["whitebox"], ["whitebox", "method=dm"], ["whitebox", "nope-dir"],

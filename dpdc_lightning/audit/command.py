@@ -15,9 +15,8 @@ import math
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from dpdc_lightning.audit.files import finite, run_config
 from dpdc_lightning.errors import UserError
 
 METRICS_USAGE = ("usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
@@ -81,19 +80,6 @@ def audit_main(argv: list[str]) -> int:
     return audit_run(Path(positional[0]), [a for a in argv if "=" in a])
 
 
-def run_config(run_dir: Path):
-    """The validated configuration a run was made with (its config.yaml)."""
-    from dpdc_lightning.config import validate
-    from dpdc_lightning.export import CONFIG_FILE
-
-    if not run_dir.is_dir():
-        raise UserError(f"run directory {run_dir} does not exist")
-    try:
-        return validate(OmegaConf.load(run_dir / CONFIG_FILE))
-    except (OSError, OmegaConfBaseException) as err:
-        raise UserError(f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}") from None
-
-
 def audit_run(run_dir: Path, tokens: list[str]) -> int:
     from dpdc_lightning.audit.settings import load_settings
     from dpdc_lightning.condense import load_data
@@ -150,17 +136,6 @@ def _write_outputs(names: dict[str, Path], output) -> None:
         for path in written:
             path.unlink(missing_ok=True)
         raise UserError(f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun") from None
-
-
-def finite(value):
-    """Strict JSON has no Infinity/NaN: such floats become the strings "inf", "-inf", "nan"."""
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
-        return str(float(value))
-    return value
 
 
 def _json_default(value):

@@ -22,7 +22,6 @@ Dong et al. and Carlini et al. but not a theorem. The one-run bound of Steinke, 
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 

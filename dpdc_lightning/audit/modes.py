@@ -7,11 +7,11 @@ with exit code 1 when a planted bug is missed or a correct mechanism flagged.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from dpdc_lightning.audit.files import json_target, run_config, write_json
 from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig, audit_tokens, load_settings
 from dpdc_lightning.errors import UserError
 
@@ -28,8 +28,6 @@ def _run_config(arguments: list[str], usage: str) -> tuple[Any, Optional[Path]]:
     from dpdc_lightning.config import compose
 
     if len(arguments) == 1 and "=" not in arguments[0]:
-        from dpdc_lightning.audit.command import run_config
-
         return run_config(Path(arguments[0])), Path(arguments[0])
     if any("=" not in a for a in arguments):
         raise UserError(f"give one run directory or config overrides, not both; {usage}")
@@ -42,13 +40,12 @@ def whitebox_main(argv: list[str]) -> int:
     if not arguments:
         raise UserError(f"give a run directory or a configuration to audit; {WHITEBOX_USAGE}")
     config, run_dir = _run_config(arguments, WHITEBOX_USAGE)
-    out = _json_target(settings.out, run_dir, "audit_whitebox")
+    out = json_target(settings.out, run_dir, "audit_whitebox")
     from dpdc_lightning.audit.transcripts import Transcript
     from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
     from dpdc_lightning.condense import load_data
 
     transcript = Transcript(config, load_data(config), others=settings.others, seed=settings.seed)
-    say(f"{config.method.name}: {settings.trials} runs x {transcript.steps} steps, {settings.canaries} canaries a run")
     [report] = whitebox_audit(transcript, settings, progress=say)
     report["configuration"] = arguments
     print(summary_line(report))
@@ -61,12 +58,11 @@ def release_main(argv: list[str]) -> int:
     if len(arguments) != 1 or "=" in arguments[0]:
         raise UserError(f"give exactly one run directory; {RELEASE_USAGE}")
     run_dir = Path(arguments[0])
-    from dpdc_lightning.audit.command import run_config
     from dpdc_lightning.export import load_bundle
 
     bundle = load_bundle(run_dir)
     config = run_config(run_dir)
-    out = _json_target(None, run_dir, "audit_release")
+    out = json_target(None, run_dir, "audit_release")
     from dpdc_lightning.audit.release import release_audit
     from dpdc_lightning.condense import load_data
 
@@ -101,11 +97,11 @@ def selftest_main(argv: list[str]) -> int:
     if unknown:
         raise UserError(f"selftest takes method names ({', '.join(CONFIGURATIONS)}) and audit.key=value, "
                         f"got {unknown[0]!r}")
-    out = _json_target(settings.out, None, "")
+    out = json_target(settings.out, None, "")
     reports = run_selftest(settings, methods=arguments or None, progress=say)
     print_table(reports)
     if out is not None:
-        _write_json(out, {"reports": reports})
+        write_json(out, {"reports": reports})
     if passed(reports):
         print("self-test passed: every planted bug caught, no correct mechanism flagged")
         return 0
@@ -113,38 +109,9 @@ def selftest_main(argv: list[str]) -> int:
     return 1
 
 
-def _json_target(out: Optional[str], run_dir: Optional[Path], stem: str) -> Optional[Path]:
-    """Where the report goes: ``audit.out`` if given (never replaced), else beside the run."""
-    if out is not None:
-        path = Path(out)
-        if path.exists():
-            raise UserError(f"audit.out={out} exists; give a new file name")
-        if not path.parent.is_dir():
-            raise UserError(f"audit.out={out}: folder {path.parent} does not exist")
-        return path
-    if run_dir is None:
-        return None
-    for k in range(1, 1000):
-        path = run_dir / f"{stem}{'' if k == 1 else f'-{k}'}.json"
-        if not path.exists():
-            return path
-    raise UserError(f"{run_dir} already holds 999 {stem} files; move some away")
-
-
-def _write_json(path: Path, report: dict[str, Any]) -> None:
-    from dpdc_lightning.audit.command import finite
-    from dpdc_lightning.export import atomic_write
-
-    text = json.dumps(finite(report), indent=2, allow_nan=False, default=float) + "\n"
-    try:
-        atomic_write(path, lambda tmp: tmp.write_text(text), replace=False)
-    except FileExistsError:
-        raise UserError(f"{path} appeared while auditing; nothing written, rerun") from None
-
-
 def _finish(report: dict[str, Any], out: Optional[Path], what: str) -> int:
     if out is not None:
-        _write_json(out, report)
+        write_json(out, report)
         print(f"results written to {out}")
     if report["violations"]:
         print("\n" + "!" * 78 + f"\nAUDIT FAILED ({what}): an empirical lower bound exceeds the accounted epsilon. "

@@ -18,6 +18,13 @@ from dpdc_lightning.errors import UserError
 DEFAULTS = CONF_DIR / "audit" / "default.yaml"
 
 
+def check_confidence_and_delta(confidence: float, delta: Optional[float]) -> None:
+    if not 0 < confidence < 1:
+        raise UserError(f"audit.confidence must be in (0, 1), got {confidence}")
+    if delta is not None and not 0 <= delta < 1:
+        raise UserError(f"audit.delta must be in [0, 1), got {delta}")
+
+
 @dataclass
 class AuditConfig:
     shadows: int = 4
@@ -42,10 +49,7 @@ class AuditConfig:
                 raise UserError(f"audit.{key} must be >= 1, got {getattr(self, key)}")
         if self.records is not None and self.records < 4:
             raise UserError(f"audit.records must be >= 4 or null (all), got {self.records}")
-        if not 0 < self.confidence < 1:
-            raise UserError(f"audit.confidence must be in (0, 1), got {self.confidence}")
-        if self.delta is not None and not 0 <= self.delta < 1:
-            raise UserError(f"audit.delta must be in [0, 1), got {self.delta}")
+        check_confidence_and_delta(self.confidence, self.delta)
         if not 0 < self.one_run_guesses <= 1:
             raise UserError(f"audit.one_run_guesses must be in (0, 1], got {self.one_run_guesses}")
         if self.canaries < 0 or self.canary_guesses < 0:
@@ -78,10 +82,9 @@ class WhiteboxConfig:
                 raise UserError(f"audit.{key} must be >= {2 if key == 'trials' else 1}, got {getattr(self, key)}")
         if self.canary not in ("row", "image"):
             raise UserError(f"audit.canary must be row or image, got {self.canary!r}")
-        if not 0 < self.calibration < 1 or not 0 < self.confidence < 1:
-            raise UserError("audit.calibration and audit.confidence must be in (0, 1)")
-        if self.delta is not None and not 0 <= self.delta < 1:
-            raise UserError(f"audit.delta must be in [0, 1), got {self.delta}")
+        if not 0 < self.calibration < 1:
+            raise UserError(f"audit.calibration must be in (0, 1), got {self.calibration}")
+        check_confidence_and_delta(self.confidence, self.delta)
 
 
 @dataclass
@@ -100,10 +103,7 @@ class ReleaseConfig:
             raise UserError("audit.targets and audit.extractors must be >= 0")
         if self.guesses is not None and self.guesses < 1:
             raise UserError(f"audit.guesses must be >= 1 or null, got {self.guesses}")
-        if not 0 < self.confidence < 1:
-            raise UserError(f"audit.confidence must be in (0, 1), got {self.confidence}")
-        if self.delta is not None and not 0 <= self.delta < 1:
-            raise UserError(f"audit.delta must be in [0, 1), got {self.delta}")
+        check_confidence_and_delta(self.confidence, self.delta)
 
 
 def audit_tokens(argv: list[str]) -> tuple[list[str], list[str]]:
