@@ -196,7 +196,7 @@ def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
 
 @pytest.mark.parametrize("args", [["whitebox"], ["whitebox", "method=dm"], ["whitebox", "nope-dir"],
                                   ["whitebox", "method=ndpdc", "audit.canary=bogus"],
-                                  ["whitebox", "method=ldpdc", "audit.canaries=4000"],
+                                  ["whitebox", "method=ldpdc", "audit.calibration=1.5"],
                                   ["whitebox", "method=ndpdc", "audit.trials=1"], ["release"],
                                   ["release", "method=ndpdc"], ["selftest", "dm"], ["whitebox", "--json"]])
 def test_bad_audit_arguments_fail_in_one_line(args, capsys, tmp_path, monkeypatch):

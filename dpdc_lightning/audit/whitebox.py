@@ -102,7 +102,7 @@ def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
     dimension (orthogonal) and at most what fits the memory budget of one call (long PSG gradients)."""
     if settings.canary == "image":
         return 1
-    return max(1, min(settings.canaries // partitions, ROW_BUDGET // dim))
+    return max(1, min(settings.canaries // partitions, dim, ROW_BUDGET // dim))
 
 
 def run_trials(transcript: Transcript, settings: WhiteboxConfig, *, releases: dict[str, Release],
