@@ -14,7 +14,8 @@ sys.path.insert(0, str(ROOT))
 # corruption") and the reverse returned zero features (torch 2.15). One cache per ISA setting, for
 # this process and the commands it starts; an explicit TORCHINDUCTOR_CACHE_DIR wins.
 _ISA = "-".join(os.environ.get(name, "native") for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"))
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dpdc_inductor_{getattr(os, 'getuid', lambda: 0)()}_{_ISA}"))
+_USER = getattr(os, "getuid", lambda: 0)()
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dpdc_inductor_{_USER}_{_ISA}"))
 
 
 @pytest.fixture
