@@ -1,14 +1,19 @@
-# The two commands of the README. Each creates .venv when missing and installs the project into it.
+# The two commands of the README. Each creates .venv when missing and installs the project into it,
+# every dependency at the exact version of constraints.txt (the lock, for CPython 3.11-3.12 on
+# x86_64 Linux; elsewhere pip skips its lines and takes the newest versions pyproject.toml allows).
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LOCK := constraints.txt
+UV_VERSION := 0.13.9
 
-.PHONY: demo test test-slow
+.PHONY: demo test test-slow test-latest lock
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	@$(PY) -c 'import platform, sys; sys.version_info[:2] in ((3, 11), (3, 12)) and platform.machine() == "x86_64" and sys.platform == "linux" or print("warning: $(LOCK) pins CPython 3.11-3.12 on x86_64 Linux; this Python gets the newest versions pyproject.toml allows", file=sys.stderr)'
+	$(PY) -m pip install --quiet --constraint $(LOCK) -e '.[dev]'
 	touch $(STAMP)
 
 # Condense the embedded digits data with NDPDC, then evaluate the bundle (reduced protocol).
@@ -21,3 +26,20 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Early warning: the fast suite on the newest releases pyproject.toml allows, unlocked, in .venv-latest.
+test-latest:
+	test -x .venv-latest/bin/python || $(PYTHON) -m venv .venv-latest
+	.venv-latest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	@.venv-latest/bin/python -c 'from importlib.metadata import version as v; print("test-latest:", ", ".join(f"{p} {v(p)}" for p in ("torch", "lightning", "opacus", "numpy")))'
+	.venv-latest/bin/python -m pytest -q
+
+# Regenerate constraints.txt after changing the dependencies in pyproject.toml (needs PyPI). uv
+# resolves one set of versions from PyPI for every environment of [tool.uv] in pyproject.toml,
+# keeping the pins already in constraints.txt where it can; `make lock UPGRADE=--upgrade` takes
+# the newest release of everything instead.
+lock:
+	.venv-lock/bin/uv --version 2>/dev/null | grep -q ' $(UV_VERSION)' || \
+	  { $(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install --quiet uv==$(UV_VERSION); }
+	.venv-lock/bin/uv pip compile pyproject.toml --extra dev --universal --fork-strategy fewest $(UPGRADE) \
+	  --default-index https://pypi.org/simple --custom-compile-command 'make lock' --quiet -o $(LOCK)

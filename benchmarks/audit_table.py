@@ -26,9 +26,11 @@ def rows(label: str, report: dict) -> list[str]:
     out = []
     for name, entry in [(f"target{t}", e) for t, e in enumerate(report["targets"])] + [("bundle", report["bundle"])]:
         for attack, m in entry["attacks"].items():
+            # Bundle attacks (training vs test records) are attack strength only: no ε bound, no claim.
+            bound = _f(m["epsilon_lower_bound"]["epsilon"]) if "epsilon_lower_bound" in m else "n/a (strength)"
+            claim = _f(entry["accounted_epsilon"]) if "accounted_epsilon" in entry else "n/a"
             out.append(f"| {label} | {name} | {attack} | {_f(m['auc'])} | {_f(m['tpr_at_fpr']['0.001'])} | "
-                       f"{_f(m['tpr_at_fpr']['0.01'])} | {_f(m['advantage'])} | "
-                       f"{_f(m['epsilon_lower_bound']['epsilon'])} | {_f(entry['accounted_epsilon'])} | {scale} | {conf} |")
+                       f"{_f(m['tpr_at_fpr']['0.01'])} | {_f(m['advantage'])} | {bound} | {claim} | {scale} | {conf} |")
         if "one_run_bound" in entry:
             o = entry["one_run_bound"]
             out.append(f"| {label} | {name} | one-run (Steinke), {o['correct']}/{o['guesses']} right | | | | | "

@@ -1,5 +1,6 @@
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,14 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+# torch.compile's Inductor cache does not tell kernels built under ATEN_CPU_CAPABILITY=avx2 from
+# native AVX-512 ones: after a run with AVX2 forced, the next native run crashed ("double free or
+# corruption") and the reverse returned zero features (torch 2.15). One cache per ISA setting, for
+# this process and the commands it starts; an explicit TORCHINDUCTOR_CACHE_DIR wins.
+_ISA = "-".join(os.environ.get(name, "native") for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"))
+_USER = getattr(os, "getuid", lambda: 0)()
+os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dpdc_inductor_{_USER}_{_ISA}"))
 
 
 @pytest.fixture
@@ -25,8 +34,9 @@ def cli_env() -> dict:
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     """Tests use tiny tensors: one intra-op thread is faster than two spinning against other jobs
-    on a 2-core machine (10-50x measured). Restored after each module."""
+    on a 2-core machine (10-50x measured). Restored after each module. DPDC_TEST_THREADS=2 runs
+    them with two, to check the tolerances against another reduction order."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(int(os.environ.get("DPDC_TEST_THREADS", "1")))
     yield
     torch.set_num_threads(threads)

@@ -66,7 +66,7 @@ def _same_epsilon(a: Optional[float], b: Optional[float]) -> bool:
     return math.isclose(a, b, rel_tol=1e-12, abs_tol=0.0)
 
 
-def compare(method: str, extra: list[str], *, atol: float, timeout_s: float) -> tuple[bool, str]:
+def compare(method: str, extra: list[str], *, rel: float, timeout_s: float) -> tuple[bool, str]:
     """Runs both layouts; returns (equivalent, one-line summary)."""
     overrides = [f"method={method}", *COMMON, *PER_METHOD.get(method, []), *extra]
     bundles, times = {}, {}
@@ -78,12 +78,13 @@ def compare(method: str, extra: list[str], *, atol: float, timeout_s: float) -> 
     (images_1, labels_1, eps_1), (images_2, labels_2, eps_2) = bundles.values()
     same_shape = images_1.shape == images_2.shape and torch.equal(labels_1, labels_2)
     max_diff = (images_1 - images_2).abs().max().item() if same_shape else math.inf
+    atol = rel * images_1.abs().max().item()  # relative to the pixels' scale (NDPDC's reach about 6)
     close = same_shape and torch.allclose(images_1, images_2, rtol=0.0, atol=atol)
     same_eps = _same_epsilon(eps_1, eps_2)
     ok = close and same_eps
     timing = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in times.items())
     summary = (f"ddp-equivalence {method}: {'OK' if ok else 'MISMATCH'}; max |images diff| = {max_diff:.3g} "
-               f"(atol {atol:g}); epsilon {eps_1} vs {eps_2}; wall time {timing}")
+               f"(atol {atol:.3g}); epsilon {eps_1} vs {eps_2}; wall time {timing}")
     return ok, summary
 
 
@@ -91,11 +92,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("method", help="method name, e.g. ndpdc, ldpdc, dm")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for both runs")
-    parser.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance on the pixels")
+    # Each class is computed by one process with the same operations as alone, and the rank gradients
+    # are scaled by powers of two (exact), so the runs agree bit for bit (measured: 0 for ndpdc); a
+    # few eps32 of the largest pixel leave room for another reduction order, a wrong step moves O(1).
+    parser.add_argument("--rel", type=float, default=16 * torch.finfo(torch.float32).eps,
+                        help="allowed max |pixel difference| as a fraction of the largest |pixel|")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per training run")
     args = parser.parse_args(argv)
     try:
-        ok, summary = compare(args.method, args.overrides, atol=args.atol, timeout_s=args.timeout)
+        ok, summary = compare(args.method, args.overrides, rel=args.rel, timeout_s=args.timeout)
     except (RuntimeError, subprocess.TimeoutExpired) as err:
         print(f"ddp-equivalence {args.method}: FAILED to run: {err}")
         return 1

@@ -292,3 +292,39 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(tmp_path
     assert "AUDIT FAILED" in out and "2.0000 > accounted epsilon 1.0000" in out
     names = {p.name for p in run_dir.iterdir()}
     assert {"audit.json", "audit_roc.png", "audit_neighbours.png", "audit-2.json", "audit_roc-2.png"} <= names
+
+
+def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
+    """Training vs test records of the release are different records: even a perfect separation (which a
+    mechanism of true ε 0 can show, by the sets alone) yields AUC 1 and no bound, no violation, no exit 1."""
+    from dpdc_lightning.audit import runner
+    from dpdc_lightning.audit.settings import AuditConfig
+    from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.data.datasets import load_dataset
+    from dpdc_lightning.engine.bundle import Bundle
+
+    data = load_dataset("toy")
+    n, n_test = len(data.train_labels), len(data.test_labels)
+    gen = torch.Generator().manual_seed(0)
+    keep = keep_matrix(4, n, generator=gen)
+
+    def shadow(members):
+        return ShadowResult(members=members, epsilon=1.0, train_phi=torch.randn(n, generator=gen),
+                            test_phi=torch.randn(n_test, generator=gen), test_accuracy=0.5)
+
+    monkeypatch.setattr(runner, "run_shadows", lambda plan, shadows, targets: (
+        [shadow(keep[k]) for k in range(4)], [shadow(torch.rand(n, generator=gen) < 0.5)]))
+    monkeypatch.setattr(ShadowPlan, "score", lambda self, images, labels, members, epsilon, seed: ShadowResult(
+        members=members, epsilon=epsilon, train_phi=torch.full((n,), 5.0), test_phi=torch.full((n_test,), -5.0),
+        test_accuracy=1.0))
+    monkeypatch.setattr(runner.visual, "visual_report", lambda *a, **k: ({}, None))
+    monkeypatch.setattr(runner.visual, "neighbour_pairs_png", lambda *a, **k: b"")
+    config = compose(["method=ndpdc", "dataset=toy", "privacy.target_epsilon=1", "trainer.enable_progress_bar=false"])
+    bundle = Bundle(path=None, images=data.train_images[:4], labels=data.train_labels[:4], report={"epsilon": 1.0})
+    out = runner.run_audit(bundle, config, data, AuditConfig(canaries=0, analysis=False))
+    for attack, m in out.report["bundle"]["attacks"].items():
+        assert m["auc"] == 1.0 and m["advantage"] == 1.0, attack
+        assert "epsilon_lower_bound" not in m
+    assert "accounted_epsilon" not in out.report["bundle"] and out.violations == []
+    assert out.report["bounds_checked"] == 4  # 3 attacks + the one-run bound of the one target; none for the bundle

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -11,6 +13,7 @@ from dpdc_lightning.evaluation import stacked
 from dpdc_lightning.evaluation.engines import wants_compile
 from dpdc_lightning.evaluation.progress import EvalProgress
 from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test, train_network
+from rounding import EPS32, float32_rounding
 
 NUM_CLASSES = 4
 # 40 images in batches of 16: three steps per pass, the last one short; 4 passes, lr decay after 3.
@@ -35,10 +38,28 @@ def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, **kw
     return state.networks()
 
 
+# Two engines (Lightning's torch.optim.SGD or SGD written out on the tensors, one run or vmapped
+# grouped kernels) round each step's mean-loss gradient differently. Allowed: one eps32 of the
+# weights' norm per image per step, 16 images x 12 steps (measured: under 0.4 eps32 in total, AVX2
+# and AVX-512, 1 and 2 threads). The smallest planted bug, dropping weight decay, moves the weights
+# by 1.8e-4 of their norm, 8 times the tolerance.
+STEPS = PROTOCOL.train_epochs * math.ceil(NUM_CLASSES * 10 / PROTOCOL.batch_size)
+WEIGHTS = float32_rounding(PROTOCOL.batch_size * STEPS)
+
+
 def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys()
     return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa)
+
+
+def relative_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    """‖a − b‖ / ‖b‖ over every weight, bias and batch-norm statistic, as one vector."""
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    floats = [k for k in sa if sa[k].is_floating_point()]
+    difference = torch.cat([(sa[k].double() - sb[k].double()).flatten() for k in floats])
+    return float(difference.norm() / torch.cat([sb[k].double().flatten() for k in floats]).norm())
 
 
 @pytest.mark.parametrize("model, options", MODELS)
@@ -48,7 +69,7 @@ def test_sequential_engine_gives_the_lightning_weights(data, model, options):
         reference = train_network(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
                                   protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu")
         (ours,) = trained(data, model, options, [run], stacked_runs=False)
-        assert largest_difference(reference, ours) <= 1e-6
+        assert relative_difference(ours, reference) <= WEIGHTS
     # ...and the comparison can tell runs apart.
     assert largest_difference(reference, trained(data, model, options, [1], stacked_runs=False)[0]) > 1e-2
 
@@ -57,7 +78,7 @@ def test_sequential_engine_gives_the_lightning_weights(data, model, options):
 def test_stacked_runs_equal_independent_runs(data, model, options):
     alone = [trained(data, model, options, [r], stacked_runs=False)[0] for r in range(3)]
     together = trained(data, model, options, [0, 1, 2], stacked_runs=True)
-    assert [largest_difference(a, b) for a, b in zip(alone, together)] == pytest.approx([0, 0, 0], abs=1e-5)
+    assert max(relative_difference(b, a) for a, b in zip(alone, together)) <= WEIGHTS
     if options.get("norm") == "batchnorm":  # running statistics are per run, and they moved
         stats = [n.state_dict()["features.1.running_mean"] for n in together]
         assert not torch.equal(stats[0], stats[1]) and stats[0].abs().sum() > 0
@@ -68,8 +89,8 @@ def test_a_runs_draws_do_not_depend_on_how_many_runs_are_trained(data):
     of_three = trained(data, model, options, [0, 1, 2], stacked_runs=True)[2]
     of_five = trained(data, model, options, [0, 1, 2, 3, 4], stacked_runs=True)[2]
     alone = trained(data, model, options, [2], stacked_runs=False)[0]
-    assert largest_difference(of_three, of_five) <= 1e-5
-    assert largest_difference(of_three, alone) <= 1e-5
+    assert relative_difference(of_three, of_five) <= WEIGHTS
+    assert relative_difference(of_three, alone) <= WEIGHTS
     assert largest_difference(of_five, trained(data, model, options, [3], stacked_runs=False)[0]) > 1e-2
 
 
@@ -82,11 +103,29 @@ def test_engines_report_the_same_accuracies(data):
                               protocol=protocol, seed=1, model_options={"width": 8}, accelerator="cpu",
                               engine=engine, compile="false", pea=pea)
 
-    lightning = accuracies("lightning")  # torchmetrics reports float32
-    assert accuracies("sequential") == pytest.approx(lightning, abs=1e-6)
-    assert accuracies("auto") == pytest.approx(lightning, abs=1e-6)  # sequential on a CPU
-    assert accuracies("stacked") == pytest.approx(lightning, abs=1.5 / len(data["test_labels"]))
-    assert accuracies("sequential", pea=True) == pytest.approx(accuracies("lightning", pea=True), abs=1e-6)
+    def near_ties(pea=False) -> list[int]:
+        # Test records whose two largest logits (Lightning's network) lie within 1e-3 of the logits'
+        # scale, 40x the weights' tolerance: only their predictions may flip under rounding.
+        counts = []
+        for run in range(protocol.runs):
+            network = train_network(data["images"], data["labels"], model="convnet", num_classes=NUM_CLASSES,
+                                    protocol=protocol, seed=1, run=run, model_options={"width": 8},
+                                    accelerator="cpu", pea=pea)
+            with torch.no_grad():
+                logits = network(data["test_images"])
+            top = logits.topk(2, dim=1).values
+            counts.append(int((top[:, 0] - top[:, 1] <= 1e-3 * logits.abs().max()).sum()))
+        return counts
+
+    def agree(ours, reference, ties):
+        # Equal counts of correct records but near-ties; torchmetrics reports float32 (within eps32).
+        return all(abs(a - b) <= t / len(data["test_labels"]) + EPS32 for a, b, t in zip(ours, reference, ties))
+
+    lightning, ties = accuracies("lightning"), near_ties()
+    assert agree(accuracies("sequential"), lightning, ties)
+    assert agree(accuracies("auto"), lightning, ties)  # sequential on a CPU
+    assert agree(accuracies("stacked"), lightning, ties)
+    assert agree(accuracies("sequential", pea=True), accuracies("lightning", pea=True), near_ties(pea=True))
 
 
 def test_progress_counts_every_run_of_a_stacked_group(data):

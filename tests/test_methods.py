@@ -30,6 +30,7 @@ from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.engine.training import train
 from method_helpers import build, stream
+from rounding import assert_close_normwise, float32_rounding
 
 SHAPE = (1, 28, 28)
 D = math.prod(SHAPE)
@@ -97,9 +98,12 @@ def test_ndpdc_batched_forward_equals_loop(toy):
         losses.sum().backward()
         results.append((losses.detach(), method.synthetic.images.grad.clone()))
     (loss_loop, grad_loop), (loss_batched, grad_batched) = results
-    assert torch.allclose(loss_loop, loss_batched, rtol=1e-4, atol=1e-5)
+    # One forward per class or one for all: other kernels, so float32 rounding, norm-wise (the
+    # longest reduction is instance norm over a 28x28 map); a class mixed into another's loss or
+    # gradient moves them by O(1).
+    assert_close_normwise(loss_batched, loss_loop, rel=float32_rounding(28 * 28), what="class losses")
     assert grad_loop.abs().sum() > 0
-    assert torch.allclose(grad_loop, grad_batched, rtol=1e-3, atol=1e-6 * grad_loop.abs().max().item())
+    assert_close_normwise(grad_batched, grad_loop, rel=float32_rounding(28 * 28), what="image gradient")
 
 
 def test_extractor_speed_options_reach_the_extractor():

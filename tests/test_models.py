@@ -11,6 +11,7 @@ from torch import nn
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.models import NETWORKS, ConvNet, build_network, init_weights_
 from dpdc_lightning.models.convnet import NORMS, POOLINGS
+from rounding import assert_close_normwise, float32_rounding
 
 NUM_CLASSES = 10
 INPUTS = [(1, (28, 28)), (3, (32, 32))]
@@ -117,23 +118,26 @@ def test_convnet_pooling_sets_feature_dim(pooling):
 
 
 @pytest.mark.parametrize(
-    ("name", "image_size", "options"),
+    ("name", "image_size", "options", "longest_reduction"),
     [
-        ("convnet", (32, 32), {"width": 8}),
-        ("convnet", (32, 32), {"width": 8, "norm": "layernorm"}),
-        ("convnet", (32, 32), {"width": 8, "norm": "groupnorm"}),
-        ("convnet", (32, 32), {"width": 8, "norm": "none"}),
-        ("vgg11", (32, 32), {}),
-        ("resnet18", (12, 12), {}),
+        ("convnet", (32, 32), {"width": 8}, 32 * 32),  # instance norm over a 32x32 map
+        ("convnet", (32, 32), {"width": 8, "norm": "layernorm"}, 8 * 32 * 32),  # layer norm over C·H·W
+        ("convnet", (32, 32), {"width": 8, "norm": "groupnorm"}, 8 * 32 * 32),
+        ("convnet", (32, 32), {"width": 8, "norm": "none"}, 8 * 4 * 4),  # the classifier's 128 inputs
+        ("vgg11", (32, 32), {}, 3 * 3 * 512),  # a 3x3 convolution over 512 channels
+        ("resnet18", (12, 12), {}, 3 * 3 * 512),
     ],
 )
-def test_output_of_a_sample_does_not_depend_on_the_batch(name, image_size, options):
+def test_output_of_a_sample_does_not_depend_on_the_batch(name, image_size, options, longest_reduction):
     net = _build(name, 3, image_size, **options).train()
     x = _inputs(2, 3, image_size)
     together = net(x)
     assert together.shape == (2, NUM_CLASSES) and torch.isfinite(together).all()
     for i in range(2):
-        torch.testing.assert_close(together[i : i + 1], net(x[i : i + 1]), rtol=1e-4, atol=1e-5)
+        # A batch of 2 and a batch of 1 run different kernels: float32 rounding of the logits,
+        # norm-wise; a layer that mixes the batch moves them by O(1) (the control test below).
+        assert_close_normwise(net(x[i : i + 1]), together[i : i + 1], rel=float32_rounding(longest_reduction),
+                              what=f"{name} sample {i}")
 
 
 def test_batchnorm_in_training_mixes_the_batch():
@@ -156,8 +160,11 @@ def test_convnet_supports_per_example_gradients_with_vmap():
     grads = torch.func.vmap(torch.func.grad(loss), in_dims=(None, 0, 0))(params, x, y)
     for i in range(3):
         single = torch.func.grad(loss)(params, x[i], y[i])
-        for key in params:
-            torch.testing.assert_close(grads[key][i], single[key], rtol=1e-4, atol=1e-6)
+        # vmap's batched kernels against one sample alone: float32 rounding of the whole gradient,
+        # norm-wise (a single coordinate may cancel); weight gradients sum over 16x16 pixels.
+        assert_close_normwise(torch.cat([grads[k][i].flatten() for k in params]),
+                              torch.cat([single[k].flatten() for k in params]), rel=float32_rounding(16 * 16),
+                              what=f"sample {i}")
 
 
 @pytest.mark.parametrize("name", ["convnet", "mlp", "lenet"])

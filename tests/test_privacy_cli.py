@@ -31,7 +31,10 @@ def _last_line(text: str) -> str:
 def test_epsilon_of_the_dpdc_default_via_python_dash_m():
     result = _run_module("epsilon", *DPDC_DEFAULT)
     assert result.returncode == 0, result.stderr
-    assert _last_line(result.stdout) == "5.4427"
+    printed = float(_last_line(result.stdout))
+    exact = epsilon_from_history([(1.0, 50 / 6000, 10000)], delta=1e-5)  # 5.44266 with Opacus 1.5-1.6
+    assert exact <= printed < exact + 1e-4  # rounded up to 4 decimals...
+    assert abs(printed - 5.4427) <= 1e-4  # ...it is the DPDC paper's ε to its printed precision
     assert len(result.stdout.strip().splitlines()) > 1  # an explanation precedes the answer
 
 
@@ -62,7 +65,8 @@ def test_calibrate_last_line_round_trips(capsys):
 def test_max_steps_last_line_is_the_step_count(capsys):
     arguments = ["--target-epsilon", "5.4427", "--sample-rate", "50/6000", "--noise-multiplier", "1", "--delta", "1e-5"]
     assert main(["max-steps", *arguments]) == 0
-    assert _last_line(capsys.readouterr().out) == "10000"
+    # The paper's 10000 steps, give or take the one step that ε's fourth decimal can hide (a step adds 3.0e-4).
+    assert abs(int(_last_line(capsys.readouterr().out)) - 10000) <= 1
 
 
 @pytest.mark.parametrize(

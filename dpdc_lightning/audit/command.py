@@ -1,8 +1,11 @@
-"""``python audit.py RUN_DIR [audit.*=...]`` and ``python -m dpdc_lightning.audit metrics ...``.
+"""``python audit.py MODE ...``: the modes and which question each answers (``--help``), the
+classifier-based ``mia`` audit, and ``metrics``. The ``whitebox``, ``release`` and ``selftest``
+modes live in :mod:`.modes`. Nothing here imports torch before a mode runs: ``--help`` is instant.
 
-An audit writes ``audit.json``, ``audit_roc.png`` and ``audit_neighbours.png`` next to the bundle;
-an earlier audit is never overwritten (the next is ``audit-2.json``, ``audit_roc-2.png``, ...). It
-ends with exit code 1 and a loud message when an empirical lower bound exceeds an accounted ε.
+The ``mia`` audit writes ``audit.json``, ``audit_roc.png`` and ``audit_neighbours.png`` next to the
+bundle; an earlier audit is never overwritten (the next is ``audit-2.json``, ``audit_roc-2.png``,
+...). Every mode ends with exit code 1 and a loud message when a rigorous empirical lower bound
+exceeds an accounted ε.
 """
 
 from __future__ import annotations
@@ -12,42 +15,79 @@ import math
 from pathlib import Path
 
 import numpy as np
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
+from dpdc_lightning.audit.files import finite, run_config
 from dpdc_lightning.errors import UserError
 
 METRICS_USAGE = ("usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
                  "[--delta D] [--confidence C]")
-USAGE = "usage: python audit.py RUN_DIR [audit.key=value ...] | metrics --scores S.npy --members M.npy ..."
+USAGE = "usage: python audit.py MODE ... (python audit.py --help lists the modes)"
+MODES = ("whitebox", "release", "mia", "selftest", "metrics")
+HELP = """usage: python audit.py MODE [ARGUMENTS] [audit.key=value ...]   (also dpdc-audit, python -m dpdc_lightning.audit)
+
+Which mode answers which question (docs/audit.md explains how to read the numbers):
+  whitebox RUN_DIR | CONFIG   Is the implementation as private as its accounted epsilon? Runs the method's own
+                              mechanism many times with canaries (known secret, full transcript) and gives
+                              epsilon lower bounds: Clopper-Pearson over runs, one run (Steinke et al.), and a
+                              Gaussian-DP estimate. CONFIG = overrides as for train.py (method=ndpdc ...).
+  release RUN_DIR             What do the published images reveal? Nearest-release attacks in pixel and feature
+                              space: strength on the bundle, one-run epsilon bound on target condensations.
+  mia RUN_DIR                 What does a classifier trained on the release reveal? Shadows, loss threshold,
+                              LiRA, canaries, visual privacy (python audit.py RUN_DIR is the same).
+  selftest [ndpdc|psg]        Does the white-box audit catch planted privacy bugs (noise x0.1, no clipping,
+                              reused noise, a doubled record) and pass the correct mechanisms?
+  metrics --scores S.npy --members M.npy [--delta D] [--confidence C]
+                              AUC, TPR at low FPR, advantage and epsilon bound of your own attack's scores.
+
+examples:
+  python audit.py whitebox method=ndpdc privacy.target_epsilon=4
+  python audit.py whitebox runs/<run> audit.trials=96
+  python audit.py release runs/<run>
+  python audit.py runs/<run> audit.shadows=16 audit.epochs=100
+  python audit.py selftest
+
+settings (audit.key=value):
+  whitebox/selftest: trials, canaries, canary (row|image), others, calibration, confidence, delta, seed, out
+  release: targets, extractors, guesses, confidence, delta, seed
+  mia: dpdc_lightning/conf/audit/default.yaml
+Exit code 1 when a rigorous lower bound exceeds the accounted epsilon (or the self-test fails), 2 on bad input.
+"""
 
 
 def audit_main(argv: list[str]) -> int:
-    """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``); the
-    ``metrics`` sub-command imports neither torch nor Lightning, so scoring a file is instant."""
-    if argv and argv[0] == "metrics":
-        return metrics_main(argv[1:])
-    positional = [a for a in argv if "=" not in a]
-    flags = [a for a in positional if a.startswith("-")]
+    """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``). ``--help``
+    and ``metrics`` import neither torch nor Lightning, so they answer at once."""
+    if "--help" in argv or "-h" in argv:
+        print(HELP, end="")
+        return 0
+    if not argv:
+        raise UserError(f"give a mode; {USAGE}")
+    mode, rest = argv[0], argv[1:]
+    if mode == "metrics":
+        return metrics_main(rest)
+    flags = [a for a in argv if a.startswith("-")]
     if flags:
         raise UserError(f"unknown flag {flags[0]}; {USAGE}")
+    if mode in ("whitebox", "release", "selftest"):
+        from dpdc_lightning.audit import modes
+
+        return getattr(modes, f"{mode}_main")(rest)
+    if mode == "mia":
+        argv = rest
+    positional = [a for a in argv if "=" not in a]
     if len(positional) != 1:
-        raise UserError(f"give exactly one run directory; {USAGE}")
+        raise UserError(f"give exactly one run directory (or a mode: {', '.join(MODES)}); {USAGE}")
     return audit_run(Path(positional[0]), [a for a in argv if "=" in a])
 
 
 def audit_run(run_dir: Path, tokens: list[str]) -> int:
     from dpdc_lightning.audit.settings import load_settings
-    from dpdc_lightning.config import validate
+    from dpdc_lightning.engine.bundle import load_bundle
     from dpdc_lightning.engine.planning import load_data
-    from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
 
     settings = load_settings(tokens)
     bundle = load_bundle(run_dir)
-    try:
-        config = validate(OmegaConf.load(run_dir / CONFIG_FILE))
-    except (OSError, OmegaConfBaseException) as err:
-        raise UserError(f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}") from None
+    config = run_config(run_dir)
     data = load_data(config)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
         raise UserError(f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
@@ -90,23 +130,12 @@ def _write_outputs(names: dict[str, Path], output) -> None:
         for key, payload in (("roc", output.roc_png), ("neighbours", output.neighbours_png)):
             atomic_write(names[key], lambda tmp, data=payload: tmp.write_bytes(data), replace=False)
             written.append(names[key])
-        text = json.dumps(_finite(output.report), indent=2, allow_nan=False, default=_json_default) + "\n"
+        text = json.dumps(finite(output.report), indent=2, allow_nan=False, default=_json_default) + "\n"
         atomic_write(names["json"], lambda tmp: tmp.write_text(text), replace=False)  # last: marks a complete audit
     except FileExistsError as err:
         for path in written:
             path.unlink(missing_ok=True)
         raise UserError(f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun") from None
-
-
-def _finite(value):
-    """Strict JSON has no Infinity/NaN: such floats become the strings "inf", "-inf", "nan"."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
-        return str(float(value))
-    return value
 
 
 def _json_default(value):
@@ -120,11 +149,14 @@ def _print_summary(report: dict, path: Path) -> None:
         return "null" if x is None else (f"{x:.4f}" if isinstance(x, float) and math.isfinite(x) else str(x))
 
     print(f"audit ({report['protocol']['reduced']}; confidence {report['confidence_per_bound']:.4f} per bound)")
-    for name, entry in [(f"target{t}", e) for t, e in enumerate(report["targets"])] + [("bundle", report["bundle"])]:
+    for name, entry in [(f"target{t}", e) for t, e in enumerate(report["targets"])]:
         for attack, m in entry["attacks"].items():
             print(f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
                   f"advantage={fmt(m['advantage'])} eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
                   f"(accounted {fmt(entry['accounted_epsilon'])})")
+    for attack, m in report["bundle"]["attacks"].items():
+        print(f"  bundle   {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
+              f"advantage={fmt(m['advantage'])} (attack strength: training vs test records, no epsilon bound)")
     if "canary" in report:
         c = report["canary"]
         print(f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "

@@ -22,7 +22,6 @@ Dong et al. and Carlini et al. but not a theorem. The one-run bound of Steinke, 
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from typing import Optional, Sequence
 
@@ -95,27 +94,43 @@ def rates_at(scores: Sequence[float], members: Sequence[int], threshold: float) 
 
 def clopper_pearson_upper(k: int, n: int, *, confidence: float) -> float:
     """One-sided upper bound on a binomial rate from ``k`` of ``n``: P(rate <= bound) >= confidence."""
-    _check_confidence(confidence)
-    if not 0 <= k <= n or n < 1:
-        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    return 1.0 if k == n else float(beta.ppf(confidence, k + 1, n - k))
+    _check_counts(k, n)
+    return float(clopper_pearson_upper_many(np.asarray(k), np.asarray(n), confidence=confidence))
 
 
 def clopper_pearson_lower(k: int, n: int, *, confidence: float) -> float:
     """One-sided lower bound on a binomial rate from ``k`` of ``n``."""
+    _check_counts(k, n)
+    return float(clopper_pearson_lower_many(np.asarray(k), np.asarray(n), confidence=confidence))
+
+
+def clopper_pearson_upper_many(k: np.ndarray, n: np.ndarray, *, confidence: float) -> np.ndarray:
+    """:func:`clopper_pearson_upper` elementwise over arrays of counts (no checks of the counts)."""
     _check_confidence(confidence)
-    if not 0 <= k <= n or n < 1:
-        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
-    return 0.0 if k == 0 else float(beta.ppf(1 - confidence, k, n - k + 1))
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    return np.where(k >= n, 1.0, beta.ppf(confidence, k + 1, np.maximum(n - k, 1)))
+
+
+def clopper_pearson_lower_many(k: np.ndarray, n: np.ndarray, *, confidence: float) -> np.ndarray:
+    """:func:`clopper_pearson_lower` elementwise over arrays of counts (no checks of the counts)."""
+    _check_confidence(confidence)
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    return np.where(k <= 0, 0.0, beta.ppf(1 - confidence, np.maximum(k, 1), n - k + 1))
 
 
 def epsilon_from_rates(fpr: float, fnr: float, *, delta: float) -> float:
     """max(ln((1−δ−FPR)/FNR), ln((1−δ−FNR)/FPR)), floored at 0 (rates of 0 give +inf)."""
-    best = 0.0
-    for num, den in ((1 - delta - fpr, fnr), (1 - delta - fnr, fpr)):
-        if num <= 0:
-            continue
-        best = max(best, math.inf if den <= 0 else math.log(num / den))
+    return float(epsilon_from_rates_many(np.asarray(fpr), np.asarray(fnr), delta=delta))
+
+
+def epsilon_from_rates_many(fpr: np.ndarray, fnr: np.ndarray, *, delta: float) -> np.ndarray:
+    """:func:`epsilon_from_rates` elementwise over arrays of rates."""
+    fpr, fnr = np.asarray(fpr, dtype=np.float64), np.asarray(fnr, dtype=np.float64)
+    best = np.zeros(np.broadcast(fpr, fnr).shape)
+    with np.errstate(divide="ignore"):
+        for num, den in ((1 - delta - fpr, fnr), (1 - delta - fnr, fpr)):
+            value = np.where(den <= 0, np.inf, np.log(np.maximum(num, 1e-300) / np.where(den <= 0, 1.0, den)))
+            best = np.maximum(best, np.where(num <= 0, 0.0, value))
     return best
 
 
@@ -123,9 +138,16 @@ def certified_epsilon(fp: int, negatives: int, fn: int, positives: int, *, delta
                       confidence: float) -> float:
     """ε lower bound at one FIXED threshold: upper Clopper–Pearson bounds on FPR and FNR, each at
     1 − (1 − confidence)/2 (union bound), plugged into :func:`epsilon_from_rates`."""
+    return float(certified_epsilon_many(np.asarray(fp), np.asarray(negatives), np.asarray(fn), np.asarray(positives),
+                                        delta=delta, confidence=confidence))
+
+
+def certified_epsilon_many(fp: np.ndarray, negatives: np.ndarray, fn: np.ndarray, positives: np.ndarray, *,
+                           delta: float, confidence: float) -> np.ndarray:
+    """:func:`certified_epsilon` elementwise (e.g. at every candidate threshold at once)."""
     per_rate = 1 - (1 - confidence) / 2
-    return epsilon_from_rates(clopper_pearson_upper(fp, negatives, confidence=per_rate),
-                              clopper_pearson_upper(fn, positives, confidence=per_rate), delta=delta)
+    return epsilon_from_rates_many(clopper_pearson_upper_many(fp, negatives, confidence=per_rate),
+                                   clopper_pearson_upper_many(fn, positives, confidence=per_rate), delta=delta)
 
 
 @dataclass(frozen=True)
@@ -201,6 +223,14 @@ def epsilon_lower_bound_bonferroni(scores: Sequence[float], members: Sequence[in
     return best
 
 
+def attack_strength(scores: Sequence[float], members: Sequence[int]) -> dict:
+    """AUC, TPR at the FPR points and advantage: how strong an attack is, with NO ε bound. The only
+    summary for attacks whose members and non-members are DIFFERENT records (training vs test
+    records): two record sets can be told apart by the sets alone, even by a mechanism of true ε 0."""
+    return {"auc": auc(scores, members), "tpr_at_fpr": {str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
+            "advantage": advantage(scores, members)}
+
+
 @dataclass(frozen=True)
 class AttackMetrics:
     auc: float
@@ -220,6 +250,11 @@ def summarise(scores: Sequence[float], members: Sequence[int], *, delta: float, 
                          tpr_at_fpr={str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
                          advantage=advantage(scores, members),
                          bound=epsilon_lower_bound(scores, members, delta=delta, confidence=confidence, seed=seed))
+
+
+def _check_counts(k: int, n: int) -> None:
+    if not 0 <= k <= n or n < 1:
+        raise ValueError(f"need 0 <= k <= n and n >= 1, got k={k}, n={n}")
 
 
 def _check_confidence(confidence: float) -> None:

@@ -7,7 +7,7 @@ config hash must not move when audit defaults do), so they live here and not in 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Optional
+from typing import Any, Optional
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -16,6 +16,13 @@ from dpdc_lightning.config import CONF_DIR
 from dpdc_lightning.errors import UserError
 
 DEFAULTS = CONF_DIR / "audit" / "default.yaml"
+
+
+def check_confidence_and_delta(confidence: float, delta: Optional[float]) -> None:
+    if not 0 < confidence < 1:
+        raise UserError(f"audit.confidence must be in (0, 1), got {confidence}")
+    if delta is not None and not 0 <= delta < 1:
+        raise UserError(f"audit.delta must be in [0, 1), got {delta}")
 
 
 @dataclass
@@ -42,10 +49,7 @@ class AuditConfig:
                 raise UserError(f"audit.{key} must be >= 1, got {getattr(self, key)}")
         if self.records is not None and self.records < 4:
             raise UserError(f"audit.records must be >= 4 or null (all), got {self.records}")
-        if not 0 < self.confidence < 1:
-            raise UserError(f"audit.confidence must be in (0, 1), got {self.confidence}")
-        if self.delta is not None and not 0 <= self.delta < 1:
-            raise UserError(f"audit.delta must be in [0, 1), got {self.delta}")
+        check_confidence_and_delta(self.confidence, self.delta)
         if not 0 < self.one_run_guesses <= 1:
             raise UserError(f"audit.one_run_guesses must be in (0, 1], got {self.one_run_guesses}")
         if self.canaries < 0 or self.canary_guesses < 0:
@@ -58,15 +62,66 @@ class AuditConfig:
         return asdict(self)
 
 
-def load_settings(tokens: list[str]) -> AuditConfig:
-    """Defaults from conf/audit/default.yaml, then ``audit.key=value`` tokens."""
+@dataclass
+class WhiteboxConfig:
+    """``audit.*`` of ``audit.py whitebox`` (and ``selftest``); docs/audit.md explains each."""
+
+    trials: int = 48            # runs of the mechanism, each with a fresh secret
+    canaries: int = 1280        # canaries per trial, spread evenly over the partitions (classes)
+    canary: str = "row"         # row: orthogonal worst-case rows; image: one real image per partition
+    others: int = 16            # real records per class in the auditor's pool (known to the auditor)
+    calibration: float = 0.25   # share of the trials that choose the statistic, threshold and guesses
+    confidence: float = 0.95
+    delta: Optional[float] = None
+    seed: int = 0
+    out: Optional[str] = None   # also write the report as JSON here
+
+    def __post_init__(self) -> None:
+        for key in ("trials", "canaries", "others"):
+            if getattr(self, key) < (2 if key == "trials" else 1):
+                raise UserError(f"audit.{key} must be >= {2 if key == 'trials' else 1}, got {getattr(self, key)}")
+        if self.canary not in ("row", "image"):
+            raise UserError(f"audit.canary must be row or image, got {self.canary!r}")
+        if not 0 < self.calibration < 1:
+            raise UserError(f"audit.calibration must be in (0, 1), got {self.calibration}")
+        check_confidence_and_delta(self.confidence, self.delta)
+
+
+@dataclass
+class ReleaseConfig:
+    """``audit.*`` of ``audit.py release``."""
+
+    targets: int = 1            # condensations on records kept with probability 1/2 (one-run bounds)
+    extractors: int = 4         # fresh random extractors of the method's network family
+    guesses: Optional[int] = None  # records guessed "in" per target (null: as many as released images)
+    confidence: float = 0.95
+    delta: Optional[float] = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.targets < 0 or self.extractors < 0:
+            raise UserError("audit.targets and audit.extractors must be >= 0")
+        if self.guesses is not None and self.guesses < 1:
+            raise UserError(f"audit.guesses must be >= 1 or null, got {self.guesses}")
+        check_confidence_and_delta(self.confidence, self.delta)
+
+
+def audit_tokens(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(``audit.*`` tokens, the other arguments)."""
+    return [a for a in argv if a.startswith("audit.")], [a for a in argv if not a.startswith("audit.")]
+
+
+def load_settings(tokens: list[str], schema: type = AuditConfig) -> Any:
+    """Defaults (conf/audit/default.yaml for the shadow audit, the schema's own for the other
+    modes), then ``audit.key=value`` tokens."""
     for token in tokens:
         key, sep, _ = token.partition("=")
         if not sep or not key.startswith("audit."):
-            raise UserError(f"cannot use argument '{token}': the audit takes RUN_DIR and audit.key=value overrides")
+            raise UserError(f"cannot use argument '{token}': the audit takes audit.key=value overrides")
     try:
         overrides = OmegaConf.from_dotlist(tokens).get("audit", {}) if tokens else {}
-        merged = OmegaConf.merge(OmegaConf.structured(AuditConfig), OmegaConf.load(DEFAULTS), overrides)
+        defaults = OmegaConf.load(DEFAULTS) if schema is AuditConfig else {}
+        merged = OmegaConf.merge(OmegaConf.structured(schema), defaults, overrides)
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         message = (getattr(err, "msg", None) or str(err)).strip().splitlines()[0]

@@ -74,7 +74,8 @@ def clipped_gradient_sum(network: nn.Module, inputs: Tensor, labels: Tensor, *, 
 
     L2 sensitivity under add/remove-one: ``max_norm`` (each record adds one row of norm <= C and
     nothing else, batch norm excluded by :func:`refuse_batch_norm`). ``chunk_size`` records at a
-    time; the result does not depend on it beyond float64 rounding of the sum."""
+    time; the result depends on it only through float32 rounding: the batched kernels of another
+    chunk size round each per-example gradient differently (a few eps32 of its norm)."""
     max_norm = _positive_finite(max_norm, name="max_norm")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")

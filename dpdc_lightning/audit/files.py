@@ -1,0 +1,66 @@
+"""The files an audit reads and writes: the configuration of a run, strict JSON, never replacing a file."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dpdc_lightning.errors import UserError
+
+
+def run_config(run_dir: Path):
+    """The validated configuration a run was made with (its config.yaml)."""
+    from dpdc_lightning.config import validate
+    from dpdc_lightning.engine.bundle import CONFIG_FILE
+
+    if not run_dir.is_dir():
+        raise UserError(f"run directory {run_dir} does not exist")
+    try:
+        return validate(OmegaConf.load(run_dir / CONFIG_FILE))
+    except (OSError, OmegaConfBaseException) as err:
+        raise UserError(f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}") from None
+
+
+def finite(value):
+    """Strict JSON has no Infinity/NaN: such floats become the strings "inf", "-inf", "nan"."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return str(float(value))
+    return value
+
+
+def json_target(out: Optional[str], run_dir: Optional[Path], stem: str) -> Optional[Path]:
+    """Where the report goes: ``audit.out`` if given (never replaced), else beside the run."""
+    if out is not None:
+        path = Path(out)
+        if path.exists():
+            raise UserError(f"audit.out={out} exists; give a new file name")
+        if not path.parent.is_dir():
+            raise UserError(f"audit.out={out}: folder {path.parent} does not exist")
+        return path
+    if run_dir is None:
+        return None
+    for k in range(1, 1000):
+        path = run_dir / f"{stem}{'' if k == 1 else f'-{k}'}.json"
+        if not path.exists():
+            return path
+    raise UserError(f"{run_dir} already holds 999 {stem} files; move some away")
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    from dpdc_lightning.engine.bundle import atomic_write
+
+    text = json.dumps(finite(report), indent=2, allow_nan=False, default=float) + "\n"
+    try:
+        atomic_write(path, lambda tmp: tmp.write_text(text), replace=False)
+    except FileExistsError:
+        raise UserError(f"{path} appeared while auditing; nothing written, rerun") from None

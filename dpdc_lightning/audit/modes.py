@@ -1,0 +1,123 @@
+"""The ``whitebox``, ``release`` and ``selftest`` modes of ``python audit.py`` (dispatch: command.py).
+
+Each prints a short summary and ends with exit code 1 and a loud message when a rigorous lower bound
+exceeds the accounted ε (a bug, or with probability <= 1 − confidence a false alarm); the self-test
+with exit code 1 when a planted bug is missed or a correct mechanism flagged.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from dpdc_lightning.audit.files import json_target, run_config, write_json
+from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig, audit_tokens, load_settings
+from dpdc_lightning.errors import UserError
+
+WHITEBOX_USAGE = "usage: python audit.py whitebox (RUN_DIR | group=name key=value ...) [audit.key=value ...]"
+RELEASE_USAGE = "usage: python audit.py release RUN_DIR [audit.key=value ...]"
+
+
+def say(message: str) -> None:
+    print(f"audit: {message}", file=sys.stderr, flush=True)
+
+
+def _run_config(arguments: list[str], usage: str) -> tuple[Any, Optional[Path]]:
+    """The configuration to audit: a run directory's config.yaml, or config overrides as train.py takes."""
+    from dpdc_lightning.config import compose
+
+    if len(arguments) == 1 and "=" not in arguments[0]:
+        return run_config(Path(arguments[0])), Path(arguments[0])
+    if any("=" not in a for a in arguments):
+        raise UserError(f"give one run directory or config overrides, not both; {usage}")
+    return compose([*arguments, "trainer.enable_progress_bar=false"]), None
+
+
+def whitebox_main(argv: list[str]) -> int:
+    tokens, arguments = audit_tokens(argv)
+    settings = load_settings(tokens, WhiteboxConfig)
+    if not arguments:
+        raise UserError(f"give a run directory or a configuration to audit; {WHITEBOX_USAGE}")
+    config, run_dir = _run_config(arguments, WHITEBOX_USAGE)
+    out = json_target(settings.out, run_dir, "audit_whitebox")
+    from dpdc_lightning.audit.transcripts import Transcript
+    from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
+    from dpdc_lightning.engine.planning import load_data
+
+    transcript = Transcript(config, load_data(config), others=settings.others, seed=settings.seed)
+    [report] = whitebox_audit(transcript, settings, progress=say)
+    report["configuration"] = arguments
+    print(summary_line(report))
+    return _finish(report, out, "white-box")
+
+
+def release_main(argv: list[str]) -> int:
+    tokens, arguments = audit_tokens(argv)
+    settings = load_settings(tokens, ReleaseConfig)
+    if len(arguments) != 1 or "=" in arguments[0]:
+        raise UserError(f"give exactly one run directory; {RELEASE_USAGE}")
+    run_dir = Path(arguments[0])
+    from dpdc_lightning.engine.bundle import load_bundle
+
+    bundle = load_bundle(run_dir)
+    config = run_config(run_dir)
+    out = json_target(None, run_dir, "audit_release")
+    from dpdc_lightning.audit.release import release_audit
+    from dpdc_lightning.engine.planning import load_data
+
+    data = load_data(config)
+    if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
+        raise UserError(f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
+                        f"{config.dataset.name} {tuple(data.train_images.shape[1:])}")
+    report = release_audit(bundle.images, bundle.labels, config, data, settings, progress=say)
+    report["accounted_epsilon"] = bundle.report.get("epsilon")
+    for name, entry in report["bundle_strength"].items():
+        if name != "note":
+            print(f"bundle   {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
+                  f"advantage={entry['advantage']:.4f} (attack strength: training vs test records)")
+    for name, entry in report.get("initialisation_strength", {}).items():
+        if name != "note":
+            print(f"init     {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
+                  f"advantage={entry['advantage']:.4f} (the records init=real copied vs test records)")
+    for target in report["targets"]:
+        for name, b in target["bounds"].items():
+            claim = target["accounted_epsilon"]
+            print(f"target{target['index']}  {name:8s} one-run lower bound {b['epsilon']:.4f} ({b['correct']}/"
+                  f"{b['guesses']} right; accounted ε {'∞ (not private)' if claim is None else f'{claim:.4f}'})")
+    return _finish(report, out, "release")
+
+
+def selftest_main(argv: list[str]) -> int:
+    tokens, arguments = audit_tokens(argv)
+    settings = load_settings(tokens, WhiteboxConfig)
+    from dpdc_lightning.audit.selftest import CONFIGURATIONS, passed, print_table, run_selftest
+
+    unknown = [a for a in arguments if a not in CONFIGURATIONS]
+    if unknown:
+        raise UserError(f"selftest takes method names ({', '.join(CONFIGURATIONS)}) and audit.key=value, "
+                        f"got {unknown[0]!r}")
+    out = json_target(settings.out, None, "")
+    reports = run_selftest(settings, methods=arguments or None, progress=say)
+    print_table(reports)
+    if out is not None:
+        write_json(out, {"reports": reports})
+    if passed(reports):
+        print("self-test passed: every planted bug caught, no correct mechanism flagged")
+        return 0
+    print("SELF-TEST FAILED: see the verdicts above")
+    return 1
+
+
+def _finish(report: dict[str, Any], out: Optional[Path], what: str) -> int:
+    if out is not None:
+        write_json(out, report)
+        print(f"results written to {out}")
+    if report["violations"]:
+        print("\n" + "!" * 78 + f"\nAUDIT FAILED ({what}): an empirical lower bound exceeds the accounted epsilon. "
+              "This means a\nbug in the mechanism or its accounting (or a 1 - confidence false alarm):")
+        for line in report["violations"]:
+            print(f"  {line}")
+        print("!" * 78)
+        return 1
+    return 0
