@@ -1,4 +1,4 @@
-"""The memory estimate (dpdc_lightning/memory.py) against the peak a run reaches, on the CPU.
+"""The memory estimate (dpdc_lightning/methods/memory.py) against the peak a run reaches, on the CPU.
 
 Each setting runs in a fresh process: the framework is imported, the data loaded and the estimate
 made; then ``condense`` runs a few steps and the growth of the process's peak resident memory

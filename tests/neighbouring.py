@@ -423,7 +423,7 @@ def reference(case: Case, work: Path, secret: int = SECRET) -> Outcome:
 def choose_secret(case: Case, prep: Prepared, split: str, index: int) -> int:
     """The first secret (SECRET, SECRET + 1, ...) whose Poisson samples in D include the record,
     so that (c) is never vacuous; found with the run's own plan and data stream (privacy/plan.py,
-    data/datamodule.py). Any secret does for a record no mechanism samples."""
+    engine/datamodule.py). Any secret does for a record no mechanism samples."""
     if split == "test" or not case.private:
         return next((secret for config, secret in _REFERENCES if config == case.config_key), SECRET)
     from dpdc_lightning.engine.planning import plan_run

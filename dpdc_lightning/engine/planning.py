@@ -131,7 +131,7 @@ def noise_seed_for(config: RunConfig) -> int:
 
 
 def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
-    """What the run will hold in memory (dpdc_lightning/memory.py says what is counted)."""
+    """What the run will hold in memory (methods/memory.py says what is counted)."""
     return METHODS[config.method.name].memory_needs(config.method, data=data, plan=plan, model=config.model,
                                                     device=run_device(config.trainer))
 

@@ -12,7 +12,7 @@ data itself unless it was paid for. ``method.aux.source`` says which it is:
   held out from the user's own private data (no ``dataset.test_root``) is private and refused;
 - ``dp``: images made by one of our private methods (NDPDC or LDPDC) on the private data at a
   declared budget share ``method.aux.epsilon``; that run is a phase of the privacy plan, composed
-  with the main stage in one accountant (condense.py makes it);
+  with the main stage in one accountant (engine/condense.py makes it);
 - ``none``: no SER (DOS only).
 """
 
