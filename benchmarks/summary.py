@@ -7,10 +7,10 @@ and device, the published number and the gap. Generated, never edited by hand:
 Inputs, all written by scripts (the page is a function of them; ``tests/test_summary.py`` checks that
 regenerating it gives the committed file):
 
-- ``reproduce_<dataset>_<scale>.md``: the results table of ``benchmarks/reproduce.py`` (every method, one
-  condensation per row). Its rows are read by the column names of ``dpdc_repro.report.HEADER``, so a
-  change of that table's format fails here loudly instead of being misread. (Its results cache, the
-  ``results.json`` of the work dir, is not committed; the table is what was kept.)
+- ``reproduce_<dataset>_<scale>.json``: the rows of ``benchmarks/reproduce.py`` (every method, one
+  condensation per row), which it writes beside its table. Tables written before it did so have only the
+  ``.md``; their rows are read by the column names of ``dpdc_repro.report.HEADER``, so a change of that
+  table's format fails here loudly instead of being misread.
 - ``clip_gradient_<dataset>_cpu.json`` (``benchmarks/clip_gradient_table.py``): NDPDC at ε 1 over several
   condensation seeds, both ``method.clip_gradient`` modes; the page uses the default mode's runs.
 - ``ndpdc_vs_reference_<dataset>_cpu.json`` (``benchmarks/ndpdc_vs_reference.py``): NDPDC against the
@@ -33,15 +33,15 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dpdc_repro.published import Published, published_for  # noqa: E402
-from dpdc_repro.report import HEADER  # noqa: E402
+from dpdc_repro.report import HEADER, steps_cell  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = {  # reproduce.py's row label -> (method key of published.py, name on the page)
     "DM": ("dm", "DM"), "DC/DSA": ("dc", "DC/DSA"), "LDPDC": ("ldpdc", "LDPDC"), "NDPDC": ("ndpdc", "NDPDC"),
     "PSG": ("psg", "PSG"), "PSG + generator prior": ("psg_generator", "PSG + generator"),
-    "Dosser (DOS + SER)": ("dosser", "Dosser"),
+    "Dosser (DOS + SER)": ("dosser", "Dosser"), "Dosser + PEA": ("dosser_pea", "Dosser + PEA"),
 }
-ORDER = ["dm", "dc", "ldpdc", "ndpdc", "psg", "psg_generator", "dosser"]
+ORDER = ["dm", "dc", "ldpdc", "ndpdc", "psg", "psg_generator", "dosser", "dosser_pea"]
 PAPER_DATASETS = ("mnist", "fashion_mnist", "cifar10")  # datasets the papers report
 PAPERS = [
     "Zheng & Li, \"Differentially Private Dataset Condensation\" (DPDC: LDPDC, NDPDC; Tables 1, 2, 8)",
@@ -114,6 +114,26 @@ def read_reproduce(path: Path) -> list[Entry]:
     return entries
 
 
+def read_reproduce_json(path: Path) -> list[Entry]:
+    """The ``.json`` that ``reproduce.py`` writes beside its table (tables written before it did have none)."""
+    record = json.loads(path.read_text())
+    subset = record.get("test_size")
+    entries = []
+    try:
+        for row in record["rows"]:
+            accuracies = [100 * a for a in row["accuracies"]]
+            evaluation = (f"{row['protocol']['epochs']} epochs x {row['protocol']['runs']} runs"
+                          + (", PEA" if row.get("eval_pea") else "")
+                          + (f", first {subset} test images" if subset else ", full test split"))
+            entries.append(Entry(row["method"], record["dataset"], int(row["ipc"]), row.get("epsilon"),
+                                 statistics.fmean(accuracies), statistics.pstdev(accuracies), len(accuracies), 1,
+                                 steps_cell(row), evaluation, bool(record["reduced"]), row["device"],
+                                 path.with_suffix(".md").name, note=row["setting"]))
+    except (KeyError, TypeError, ValueError, statistics.StatisticsError) as err:
+        raise FormatError(f"{path.name}: not a benchmarks/reproduce.py record ({err})") from err
+    return entries
+
+
 def read_clip(path: Path) -> list[Entry]:
     record = json.loads(path.read_text())
     try:
@@ -166,7 +186,8 @@ def _protocol(entry: Entry) -> str:
 def page(results: Path) -> str:
     entries: list[Entry] = []
     for path in sorted(results.glob("reproduce_*.md")):
-        entries += read_reproduce(path)
+        entries += (read_reproduce_json(path.with_suffix(".json")) if path.with_suffix(".json").is_file()
+                    else read_reproduce(path))
     for path in sorted(results.glob("clip_gradient_*.json")):
         entries += read_clip(path)
     names = {key: name for key, name in METHODS.values()}

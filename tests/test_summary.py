@@ -114,3 +114,25 @@ def test_committed_clip_table_is_what_the_script_writes(tmp_path):
                               "--md", str(tmp_path / "clip_gradient_fashion_mnist_cpu.md")])
     for name in ("clip_gradient_fashion_mnist_cpu.json", "clip_gradient_fashion_mnist_cpu.md"):
         assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"{name} is out of date"
+
+
+def test_reproduce_json_is_read_in_place_of_its_table(tmp_path):
+    """What reproduce.py writes beside its table (report.write_outputs) is what the page reads; the json wins."""
+    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_repro.plan import SCALES
+    from dpdc_repro.report import write_outputs
+
+    scale = SCALES["cpu"]
+    result = {"accuracies": [0.70, 0.74], "epsilon": 0.995, "delta": 1e-5, "noise_multiplier": 1.0, "data_steps": 100,
+              "free_steps": 0, "ipc": 10, "condense_s": 61.0, "eval_s": 30.0, "device": "json CPU",
+              "protocol": {"epochs": 30, "runs": 2}, "run_dir": "/tmp/x"}
+    out = tmp_path / "reproduce_fashion_mnist_cpu.md"
+    write_outputs(out, list(scale.rows), {"ndpdc_eps1": result}, scale=scale, dataset="fashion_mnist",
+                  protocol=EvalProtocol(epochs=30, runs=2), seed=0, accelerator="cpu", command="python x",
+                  test_size=2000)
+    stored = json.loads(out.with_suffix(".json").read_text())
+    assert stored["reduced"] and [r["key"] for r in stored["rows"]] == ["ndpdc_eps1"] and "run_dir" not in stored["rows"][0]
+    out.write_text(out.read_text().replace("72.00 ± 2.00", "10.00 ± 0.00"))  # the table disagrees: json is read
+    ndpdc = next(line for line in summary.page(tmp_path).splitlines() if line.startswith("| NDPDC"))
+    assert "**72.00** ± 2.00 (1 condensation, 2 runs)" in ndpdc and "json CPU" in ndpdc and "| -5.70 |" in ndpdc
+    assert "first 2000 test images" in ndpdc and "**REDUCED**" in ndpdc
