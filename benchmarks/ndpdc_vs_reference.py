@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         result = images.with_name(images.stem + ".eval.json")
         if result.is_file():
             reference[run] = accuracies(json.loads(result.read_text()))
+        if images.is_file():
             seconds[run] = float(torch.load(images, weights_only=True)["seconds"])
     ours = collect_ours(args.ours, args)
     text = report(args, plan, reference, seconds, ours)
@@ -262,7 +263,9 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
         lines += [f"- ours exact − detached, paired by seed ({', '.join(f'{k}: {d:+.2f}' for k, d in zip(paired, diffs))}): "
                   f"mean {statistics.fmean(diffs):+.2f} points, paired t = {test.statistic:.2f}, p = {test.pvalue:.2f}"]
     lines += ["", f"Condensation wall time ({args.iterations} iterations, 1 thread, shared machine):", ""]
-    lines += [f"- reference run {k}: {s:.0f} s (loop body only)" for k, s in seconds.items()]
+    lines += [f"- reference run {k}: {s:.0f} s (loop body only)"
+              + ("" if k in reference else "; not evaluated yet (stopped for time): not in the table above; "
+                 "rerun the command without `--table-only` to evaluate it") for k, s in seconds.items()]
     lines += [f"- ours {line}" for line in times]
     return "\n".join(lines) + "\n"
 
