@@ -3,16 +3,20 @@ Condensation"; github.com/SecMLSys/Differentially-Private-Dataset-Condensation),
 the same evaluator.
 
     git -C <their repo> archive a20cf59 | tar -x -C /tmp/dpdc_ref
-    bash benchmarks/clip_gradient.sh /tmp/clip auto "2 3 4 5"        # our bundles (exact and detached)
+    bash benchmarks/clip_gradient.sh /tmp/clip auto "2 3"        # our bundles (exact and detached)
+    python benchmarks/clip_gradient_table.py --ours /tmp/clip       # + seeds 0, 1 recorded earlier
     OMP_NUM_THREADS=1 python benchmarks/ndpdc_vs_reference.py --reference /tmp/dpdc_ref \\
-        --reference-commit a20cf59 --ours /tmp/clip --work /tmp/ndpdc_ref_runs --runs 4
+        --reference-commit a20cf59 --ours /tmp/clip --work /tmp/ndpdc_ref_runs --runs 4 \\
+        --ours-json benchmarks/results/clip_gradient_fashion_mnist_cpu.json
 
 Reference side: nothing of its code is stored here. ``ndpdc_vs_reference_speed.Reference`` executes
 the loop body of their ``main_dpdc.py`` as it is (read with ``ast`` from the checkout, device CPU) for
 ``--iterations`` steps, at our bundles' noise multiplier (read from their ``plan.json``), G 1, L 50,
 IPC 10, and the images after the last step are saved as ``ref_r<k>.pt``. Each such set is evaluated
 with ``evaluate.py --images`` (``seed=k``), the command our bundles are evaluated with; the bundles of
-``--ours`` (``<mode>_s<seed>/``, made by ``clip_gradient.sh``) are read from their ``eval.json``.
+``--ours`` (``<mode>_s<seed>/``, made by ``clip_gradient.sh``) are read from their ``eval.json``, and with
+``--ours-json`` the seeds recorded by ``clip_gradient_table.py`` are added. The table goes to ``--out`` and its
+numbers to the ``.json`` beside it (read by ``benchmarks/summary.py``).
 Everything is cached in ``--work``: a killed run resumes from its last checkpoint (every 20 steps).
 
 Their code's known defects and how they bear on this comparison: (1) the noise is ``sigma * randn``,
@@ -108,6 +112,15 @@ def accuracies(document: dict) -> list[float]:
 
 def collect_ours(ours: Path, args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
     found: dict[str, dict[int, list[float]]] = {mode: {} for mode in MODES}
+    if args.ours_json is not None:  # seeds measured from earlier OUT_DIRs (clip_gradient_table.py's record)
+        record = json.loads(args.ours_json.read_text())
+        if (record["eval_epochs"], record["eval_runs"], record["steps"]) != (args.eval_epochs, args.eval_runs,
+                                                                              args.iterations):
+            fail(f"--ours-json {args.ours_json}: protocol differs from --eval-epochs/--eval-runs/--iterations")
+        for seed, modes in record["seeds"].items():
+            for mode in MODES:
+                if mode in modes:
+                    found[mode][int(seed)] = list(modes[mode]["accuracies"])
     for mode in MODES:
         for run_dir in sorted(ours.glob(f"{mode}_s*")):
             eval_json = run_dir / "eval.json"
@@ -142,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference", type=Path, required=True, help="a checkout of the DPDC authors' repository")
     parser.add_argument("--reference-commit", required=True)
     parser.add_argument("--ours", type=Path, required=True, help="OUT_DIR of benchmarks/clip_gradient.sh")
+    parser.add_argument("--ours-json", type=Path, help="clip_gradient_table.py's record of earlier seeds (its --json)")
     parser.add_argument("--work", type=Path, required=True, help="cache for the reference runs and their evaluations")
     for flag, default in (("--runs", 4), ("--iterations", 200), ("--ipc", 10), ("--group-size", 50),
                           ("--eval-epochs", 300), ("--eval-runs", 3)):
@@ -167,12 +181,36 @@ def main(argv: list[str] | None = None) -> int:
         result = images.with_name(images.stem + ".eval.json")
         if result.is_file():
             reference[run] = accuracies(json.loads(result.read_text()))
+        if images.is_file():
             seconds[run] = float(torch.load(images, weights_only=True)["seconds"])
     ours = collect_ours(args.ours, args)
     text = report(args, plan, reference, seconds, ours)
     args.out.write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(record(args, plan, reference, seconds, ours), indent=1) + "\n")
     print(text)
     return 0
+
+
+def record(args, plan: dict, reference, seconds, ours) -> dict:
+    """The table's numbers, machine-readable (benchmarks/summary.py reads them)."""
+    means = {name: [statistics.fmean(a) for a in sets.values()]
+             for name, sets in (("reference", reference), *((m, ours[m]) for m in MODES))}
+    tests = {}
+    for mode in MODES:
+        if len(means[mode]) > 1 and len(means["reference"]) > 1:
+            test = stats.ttest_ind(means[mode], means["reference"], equal_var=False)
+            tests[f"{mode}_minus_reference"] = {
+                "diff": statistics.fmean(means[mode]) - statistics.fmean(means["reference"]),
+                "welch_t": float(test.statistic), "p": float(test.pvalue),
+                "ci95": [float(x) for x in test.confidence_interval(0.95)]}
+    return {"method": "ndpdc", "dataset": "fashion_mnist", "ipc": args.ipc, "group_size": args.group_size,
+            "steps": args.iterations, "noise_multiplier": plan["noise_multiplier"],
+            "epsilon": plan["planned_epsilon"], "delta": plan["delta"], "reference_commit": args.reference_commit,
+            "eval_epochs": args.eval_epochs, "eval_runs": args.eval_runs, "reduced": True,
+            "reference": {str(k): [round(a, 4) for a in v] for k, v in reference.items()},
+            "reference_seconds": {str(k): v for k, v in seconds.items()},
+            "ours": {mode: {str(k): [round(a, 4) for a in v] for k, v in ours[mode].items()} for mode in MODES},
+            "tests": tests}
 
 
 def report(args, plan: dict, reference, seconds, ours) -> str:
@@ -190,7 +228,9 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
         f"{plan['planned_epsilon']:.4f} at δ {plan['delta']:g}, RDP, {args.iterations} steps), {args.iterations} iterations, ConvNet 128x3 instance norm, DSA "
         "color_crop_cutout_flip_scale_rotate one family per class draw, SGD lr 1 momentum 0.5, noise init",
         "- ours: `benchmarks/clip_gradient.sh` bundles, `method.clip_gradient=detached` (the authors' gradient: the "
-        "clip factor of synthetic features held constant) and `exact` (our default); secure noise, fresh per run",
+        "clip factor of synthetic features held constant) and `exact` (our default); secure noise, fresh per run"
+        + (f"; seeds not in `--ours` from `{args.ours_json.name}` (measured earlier, same protocol)"
+           if args.ours_json is not None else ""),
         f"- evaluation (every set): `evaluate.py` (faithful evaluator, `eval.engine=auto`), ConvNet, "
         f"{args.eval_epochs} epochs x {args.eval_runs} runs, DSA single, full 10000-image test split; "
         "reference set k evaluated with `seed=k`, our bundle of seed k with its own seed k",
@@ -207,6 +247,14 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
     for mode in MODES:
         if ours[mode] and reference:
             lines.append(f"- ours {mode} − reference: {welch(ours[mode], reference)}")
+    tests = record(args, plan, reference, seconds, ours)["tests"]
+    if "exact_minus_reference" in tests:
+        test = tests["exact_minus_reference"]
+        verdict = ("they agree within noise" if test["p"] >= 0.05 else
+                   "they differ beyond noise (Welch p < 0.05): see the notes below")
+        lines += ["", f"**Conclusion (our default `exact` against the authors' code):** {test['diff']:+.2f} points "
+                  f"(95 % interval {test['ci95'][0]:+.2f} to {test['ci95'][1]:+.2f}), Welch p = {test['p']:.2f}: "
+                  f"{verdict}.", ""]
     paired = sorted(set(ours["exact"]) & set(ours["detached"]))
     if len(paired) > 1:
         diffs = [statistics.fmean(ours["exact"][k]) - statistics.fmean(ours["detached"][k]) for k in paired]
@@ -215,7 +263,9 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
         lines += [f"- ours exact − detached, paired by seed ({', '.join(f'{k}: {d:+.2f}' for k, d in zip(paired, diffs))}): "
                   f"mean {statistics.fmean(diffs):+.2f} points, paired t = {test.statistic:.2f}, p = {test.pvalue:.2f}"]
     lines += ["", f"Condensation wall time ({args.iterations} iterations, 1 thread, shared machine):", ""]
-    lines += [f"- reference run {k}: {s:.0f} s (loop body only)" for k, s in seconds.items()]
+    lines += [f"- reference run {k}: {s:.0f} s (loop body only)"
+              + ("" if k in reference else "; not evaluated yet (stopped for time): not in the table above; "
+                 "rerun the command without `--table-only` to evaluate it") for k, s in seconds.items()]
     lines += [f"- ours {line}" for line in times]
     return "\n".join(lines) + "\n"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Optional
@@ -100,6 +101,16 @@ def figure_png(rows: list[Row], results: dict[str, dict]) -> Optional[bytes]:
     return accuracy_vs_epsilon_png(members, model="convnet", spread_over="evaluation runs of one condensation")
 
 
+def record(rows: list[Row], results: dict[str, dict], *, scale: Scale, dataset: str, protocol: EvalProtocol,
+           test_size: Optional[int], **_) -> dict:
+    """The table's rows, machine-readable (``benchmarks/summary.py`` reads them); accuracies are fractions."""
+    return {"dataset": dataset, "scale": scale.name, "reduced": scale.name != "paper" or protocol.is_reduced(),
+            "test_size": test_size,
+            "rows": [{"key": r.key, "method": r.method, "label": r.label, "setting": r.setting, "eval_pea": r.eval_pea,
+                      **{k: v for k, v in results[r.key].items() if k not in ("run_dir", "fingerprint")}}
+                     for r in rows if r.key in results]}
+
+
 def write_outputs(out: Path, rows: list[Row], results: dict[str, dict], **context) -> str:
     png = figure_png(rows, results)
     figure = out.with_suffix(".png")
@@ -108,4 +119,5 @@ def write_outputs(out: Path, rows: list[Row], results: dict[str, dict], **contex
         figure.write_bytes(png)
     text = markdown(rows, results, figure=figure.name if png is not None else None, **context)
     out.write_text(text + "\n")
+    out.with_suffix(".json").write_text(json.dumps(record(rows, results, **context), indent=1) + "\n")
     return text
