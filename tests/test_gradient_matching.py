@@ -32,7 +32,6 @@ from dpdc_lightning.privacy.noise import SeededNoise
 from dpdc_lightning.privacy.per_example import (clipped_gradient_sum, per_example_gradients, private_gradient,
                                                 refuse_batch_norm)
 from dpdc_lightning.seeding import derive_generator
-from dpdc_lightning.engine.training import train
 from method_helpers import build
 
 TINY_RUN = ["dataset=toy", "model.width=4", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
@@ -229,14 +228,6 @@ def test_batch_norm_is_refused_structurally_for_every_private_method():
     build(DC, DCConfig(ipc=2), spec, model=ModelConfig(width=8, depth=2, norm="batchnorm"))  # not private: allowed
     with pytest.raises(UserError, match="batch-norm"):  # the mechanism checks the network it is given, too
         clipped_gradient_sum(_net("batchnorm"), *_batch(2), max_norm=1.0)
-
-
-def test_global_sampling_refuses_several_processes_before_writing_anything(tmp_path):
-    config = compose(["method=psg", *TINY_RUN, "trainer.accelerator=cpu", "trainer.devices=2", "trainer.strategy=ddp",
-                      f"run_dir={tmp_path / 'run'}"])
-    with pytest.raises(UserError, match="trainer.devices=1"):
-        train(config)
-    assert not (tmp_path / "run").exists()
 
 
 # --------------------------------------------------------------------------- runs

@@ -5,7 +5,10 @@ Privacy-critical. Every rate and the number of steps come from the run's Privacy
 a Poisson sample of each class (each record included independently with probability
 q_c = plan.rate_of(c); Zheng & Li, "Differentially Private Dataset Condensation", Alg. 1-2), or a
 Poisson sample of the whole set (q = B / N), or, for non-private baselines only, a fixed-size
-sample without replacement. Free steps (after the data steps) yield no data at all. Every draw
+sample without replacement. Under DDP, per-class sampling gives each process its own classes; the
+global sample is drawn identically on every process and each keeps its share (every
+``world_size``-th record from its rank on; the shares are disjoint and cover the sample). Free
+steps (after the data steps) yield no data, only the process's classes. Every draw
 uses a generator derived from (sampling seed, step, class): the sampling seed is the run's secret
 unless noise is reproducible, so the sample is secret, and a draw depends neither on how classes
 are sharded over processes nor on where a run was resumed. The stream ends after the plan's last
@@ -36,12 +39,13 @@ def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
 
 
 class _SampleStream(IterableDataset):
-    def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int) -> None:
-        self.module, self.classes, self.start, self.stop = module, classes, start, stop
+    def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int,
+                 shard: tuple[int, int] = (0, 1)) -> None:
+        self.module, self.classes, self.start, self.stop, self.shard = module, classes, start, stop, shard
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for step in range(self.start, self.stop):
-            yield self.module.sample(step, self.classes)
+            yield self.module.sample(step, self.classes, shard=self.shard)
 
     def __len__(self) -> int:
         # Absolute, not remaining: on resume Lightning counts batches on from the restored batch
@@ -64,13 +68,17 @@ class PrivateDataModule(L.LightningDataModule):
     def class_images(self, class_index: int) -> Tensor:
         return self._class_images[class_index]
 
-    def sample(self, step: int, classes: list[int]) -> dict[str, Any]:
+    def sample(self, step: int, classes: list[int], *, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+        """The batch of ``step`` for a process owning ``classes``; ``shard`` = (rank, world size)
+        picks that process's share of a global sample."""
         plan = self.plan
         if not plan.is_data_step(step):
-            return {"step": step, "free": True}
+            return {"step": step, "free": True, "classes": classes}
         if plan.sampling == "global_poisson":
             picks = poisson_sample(len(self._all_labels), sample_rate=plan.rate_of(-1),
                                    generator=derive_generator(self._sampling_seed, "sample", step))
+            rank, world_size = shard
+            picks = picks[rank::world_size]  # drawn whole on every process (same key), then shared out
             picks = picks.to(self._all_images.device)
             return {"step": step, "images": self._all_images.index_select(0, picks),
                     "labels": self._all_labels.index_select(0, picks)}
@@ -88,10 +96,12 @@ class PrivateDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        classes = owned_classes(self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size)
+        classes = ([] if self.plan.sampling == "global_poisson" else
+                   owned_classes(self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size))
         # Keep the private tensors on the compute device: indexing there avoids a copy per step.
         device = trainer.strategy.root_device
         self._class_images = [x.to(device) for x in self._class_images]
         self._all_images, self._all_labels = self._all_images.to(device), self._all_labels.to(device)
         start = int(trainer.lightning_module.completed_steps)
-        return DataLoader(_SampleStream(self, classes, start, self.plan.total_steps), batch_size=None, num_workers=0)
+        stream = _SampleStream(self, classes, start, self.plan.total_steps, shard=(trainer.global_rank, trainer.world_size))
+        return DataLoader(stream, batch_size=None, num_workers=0)

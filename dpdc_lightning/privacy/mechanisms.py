@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -172,6 +172,34 @@ def gaussian_sum(
     values = gaussian_noise_like(clipped_sum, std=event.noise_std, noise=noise)
     released = clipped_sum.to(device="cpu", dtype=torch.float64) + values
     return released.to(device=clipped_sum.device, dtype=torch.float32), event
+
+
+def gaussian_sum_over_processes(
+    local_clipped_sum: Tensor,
+    *,
+    reduce_sum: Callable[[Tensor], Tensor],
+    sensitivity: float,
+    noise_multiplier: float,
+    sample_rate: float,
+    noise: NoiseStream,
+    mechanism: str = "Gaussian sum",
+    expected_size: Optional[float] = None,
+) -> tuple[Tensor, PrivacyEvent]:
+    """The Gaussian sum of a sample sharded over processes: all-reduce, THEN noise once.
+
+    Each process holds the clipped sum of its share of ONE sample (the shares are disjoint and
+    together the whole sample). ``reduce_sum`` (a sum over processes, e.g. the trainer strategy's
+    all-reduce) gives every process the clipped sum of the whole sample, whose sensitivity is
+    ``sensitivity`` as in one process; :func:`gaussian_sum` then adds N(0, (σ·sensitivity)² I) once,
+    from ``noise``, the run's keyed stream of this (step, partition), so every process draws the
+    same values and holds the same release. Noising each share before the reduce would add the
+    noise of every process: W independent draws give W times the variance the accountant assumed
+    (a wasteful release), W copies of one draw give W² times. The reduce runs in float64, on a copy
+    (all-reduce works in place), so its result depends only on float64 rounding of the shares' order.
+    """
+    total = reduce_sum(local_clipped_sum.to(torch.float64).clone())
+    return gaussian_sum(total, sensitivity=sensitivity, noise_multiplier=noise_multiplier, sample_rate=sample_rate,
+                        noise=noise, mechanism=mechanism, expected_size=expected_size)
 
 
 def noisy_clipped_sum(
