@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes
+from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes, record_share
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.config import compose
 from dpdc_lightning.engine.planning import noise_seed_for
@@ -165,10 +165,13 @@ def test_global_poisson_mean_size_is_expected_batch(toy):
 def test_global_poisson_shares_partition_the_one_sample(toy, world_size):
     """Under DDP every process draws the same global sample and keeps a disjoint share; together
     the shares are exactly the one-process sample (so the all-reduced clipped sums are its sum)."""
-    module = _module(toy, sampling="global_poisson", sample_size=30.0, seed=5)
+    module = _module(toy, sampling="global_poisson", sample_size=30.0, seed=5, total_steps=5)
+    streams = [list(_SampleStream(module, [], 0, 5, shard=(rank, world_size))) for rank in range(world_size)]
     for step in range(5):
         whole = module.sample(step, _classes(toy))
-        shares = [module.sample(step, _classes(toy), shard=(rank, world_size)) for rank in range(world_size)]
+        shares = [stream[step] for stream in streams]
+        assert [record_share(whole, rank=r, world_size=world_size)["labels"].tolist() for r in range(world_size)] \
+            == [share["labels"].tolist() for share in shares]
         assert sum(len(share["labels"]) for share in shares) == len(whole["labels"])
         assert all(abs(len(a["labels"]) - len(b["labels"])) <= 1 for a in shares for b in shares)  # balanced
         order = torch.arange(len(whole["labels"]))

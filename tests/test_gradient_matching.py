@@ -147,7 +147,7 @@ def test_the_psg_step_divides_by_q_times_n_and_spends_one_event(monkeypatch):
 
     monkeypatch.setattr(psg_module, "private_gradient", spy)
     method.on_fit_start()
-    method.optimise = lambda loss: None  # no trainer here: the step's release is what is checked
+    method.optimise = lambda loss, **_: None  # no trainer here: the step's release is what is checked
     picks = torch.arange(40)  # a realised sample of 40, not 16
     method.condensation_step({"step": 0, "images": toy.train_images[picks], "labels": toy.train_labels[picks]}, 0)
     assert seen["expected_batch_size"] == pytest.approx(16.0) and seen["max_norm"] == 0.1

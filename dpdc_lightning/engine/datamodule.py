@@ -38,14 +38,26 @@ def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
     return list(range(rank, num_classes, world_size))
 
 
+def record_share(batch: dict[str, Any], *, rank: int, world_size: int) -> dict[str, Any]:
+    """One process's share of a global sample: every ``world_size``-th record from ``rank`` on. The
+    shares are disjoint, cover the sample and differ in size by at most one record."""
+    return {**batch, "images": batch["images"][rank::world_size], "labels": batch["labels"][rank::world_size]}
+
+
 class _SampleStream(IterableDataset):
     def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int,
                  shard: tuple[int, int] = (0, 1)) -> None:
         self.module, self.classes, self.start, self.stop, self.shard = module, classes, start, stop, shard
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        rank, world_size = self.shard
         for step in range(self.start, self.stop):
-            yield self.module.sample(step, self.classes, shard=self.shard)
+            batch = self.module.sample(step, self.classes)
+            if batch.get("free"):
+                batch["classes"] = self.classes  # what a free step works on (Dosser's optimisation stage)
+            elif "labels" in batch and world_size > 1:
+                batch = record_share(batch, rank=rank, world_size=world_size)
+            yield batch
 
     def __len__(self) -> int:
         # Absolute, not remaining: on resume Lightning counts batches on from the restored batch
@@ -68,17 +80,13 @@ class PrivateDataModule(L.LightningDataModule):
     def class_images(self, class_index: int) -> Tensor:
         return self._class_images[class_index]
 
-    def sample(self, step: int, classes: list[int], *, shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
-        """The batch of ``step`` for a process owning ``classes``; ``shard`` = (rank, world size)
-        picks that process's share of a global sample."""
+    def sample(self, step: int, classes: list[int]) -> dict[str, Any]:
         plan = self.plan
         if not plan.is_data_step(step):
-            return {"step": step, "free": True, "classes": classes}
-        if plan.sampling == "global_poisson":
+            return {"step": step, "free": True}
+        if plan.sampling == "global_poisson":  # the whole sample: the same on every process (same key)
             picks = poisson_sample(len(self._all_labels), sample_rate=plan.rate_of(-1),
                                    generator=derive_generator(self._sampling_seed, "sample", step))
-            rank, world_size = shard
-            picks = picks[rank::world_size]  # drawn whole on every process (same key), then shared out
             picks = picks.to(self._all_images.device)
             return {"step": step, "images": self._all_images.index_select(0, picks),
                     "labels": self._all_labels.index_select(0, picks)}
