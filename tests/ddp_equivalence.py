@@ -7,7 +7,8 @@ Classes are sharded over the processes (docs/architecture.md, "Multi-GPU") and e
 (seed, purpose, step, class), so with ``privacy.reproducible_noise=true`` the two runs must agree
 up to float reordering. Both runs go through ``train.py`` in subprocesses (DDP is never started
 inside the caller's process: Lightning's launcher re-executes the script for the other rank).
-Prints one summary line; exits 0 iff the synthetic sets are allclose and the ε values are equal.
+Prints one summary line; exits 0 iff the synthetic sets are allclose, the ε values are equal and
+plan.json and privacy.json agree in every field but the config hash and the images' sha256.
 """
 
 from __future__ import annotations
@@ -61,6 +62,27 @@ def run_training(overrides: list[str], *, run_dir: Path, timeout_s: float) -> fl
     return elapsed
 
 
+# privacy.json fields that may differ: the hash of the config (trainer.devices is in it) and the
+# sha256 of the image bytes (float rounding). Everything else (ε, plan, mechanism, noise, inputs) may not.
+MAY_DIFFER = {"config_sha256", "bundle.sha256"}
+
+
+def _flatten(value: object, prefix: str = "") -> dict[str, object]:
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in _flatten(item, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: value}
+
+
+def report_differences(run_1: Path, run_2: Path) -> list[str]:
+    """Fields of plan.json and privacy.json that differ between two runs, beyond ``MAY_DIFFER``."""
+    differing = []
+    for name in ("plan.json", "privacy.json"):
+        a, b = (_flatten(json.loads((run / name).read_text())) for run in (run_1, run_2))
+        differing += [f"{name}:{key}" for key in sorted(set(a) | set(b))
+                      if a.get(key) != b.get(key) and not (name == "privacy.json" and key in MAY_DIFFER)]
+    return differing
+
+
 def load_bundle(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, Optional[float]]:
     tensors = torch.load(run_dir / "synthetic.pt", weights_only=True)
     report = json.loads((run_dir / "privacy.json").read_text())
@@ -82,6 +104,7 @@ def compare(method: str, extra: list[str], *, atol: float, timeout_s: float) -> 
             run_dir = Path(tmp) / name.replace(" ", "-")
             times[name] = run_training([*overrides, *layout], run_dir=run_dir, timeout_s=timeout_s)
             bundles[name] = load_bundle(run_dir)
+        differing = report_differences(*(Path(tmp) / name.replace(" ", "-") for name in LAYOUTS))
     (images_1, labels_1, eps_1), (images_2, labels_2, eps_2) = bundles.values()
     same_shape = images_1.shape == images_2.shape and torch.equal(labels_1, labels_2)
     max_diff = (images_1 - images_2).abs().max().item() if same_shape else math.inf
@@ -90,10 +113,11 @@ def compare(method: str, extra: list[str], *, atol: float, timeout_s: float) -> 
     tolerance = atol * max(1.0, scale)
     close = same_shape and max_diff <= tolerance
     same_eps = _same_epsilon(eps_1, eps_2)
-    ok = close and same_eps
+    ok = close and same_eps and not differing
     timing = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in times.items())
     summary = (f"ddp-equivalence {method}: {'OK' if ok else 'MISMATCH'}; max |images diff| = {max_diff:.3g} "
-               f"(tolerance {tolerance:.3g} = {atol:g} x max(1, max |pixel| {scale:.3g})); epsilon {eps_1} vs {eps_2}; wall time {timing}")
+               f"(tolerance {tolerance:.3g} = {atol:g} x max(1, max |pixel| {scale:.3g})); epsilon {eps_1} vs {eps_2}; "
+               f"plan.json/privacy.json differ in {differing or 'nothing else'}; wall time {timing}")
     return ok, summary
 
 

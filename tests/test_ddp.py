@@ -272,10 +272,17 @@ def test_two_runs_in_one_process_write_their_own_directories(tmp_path):
     assert not torch.equal(images[0], images[1])  # the second run did not land in the first's directory
 
 
+# The auxiliary set made by NDPDC on the private data (its own phase): rank 0 makes it in one process
+# before the others start, and they read it from the run directory.
+DOSSER_DP_AUXILIARY = ["method.aux.source=dp", "method.aux.ipc=4", "method.aux.iterations=3", "method.aux.group_size=4",
+                       "method.aux.epsilon=0.5", "method.init=aux"]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("method, extra", [("ndpdc", []), ("ldpdc", []), ("dm", []), ("psg", []),
-                                           ("psg", ["method.prior=generator"]), ("dc", []), ("dosser", [])],
-                         ids=["ndpdc", "ldpdc", "dm", "psg", "psg-generator", "dc", "dosser"])
+                                           ("psg", ["method.prior=generator"]), ("dc", []), ("dosser", []),
+                                           ("dosser", DOSSER_DP_AUXILIARY)],
+                         ids=["ndpdc", "ldpdc", "dm", "psg", "psg-generator", "dc", "dosser", "dosser-aux-dp"])
 def test_two_process_ddp_run_equals_one_process_run(method, extra, cli_env):
     """Same images (to 1e-5 of the pixels' scale) and the same ε; PSG shares out one global sample."""
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "ddp_equivalence.py"), method, *extra,
