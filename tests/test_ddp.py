@@ -35,7 +35,7 @@ from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.models import build_network
-from dpdc_lightning.privacy.mechanisms import gaussian_sum, gaussian_sum_over_processes
+from dpdc_lightning.privacy.mechanisms import gaussian_sum
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.per_example import private_gradient
 from dpdc_lightning.seeding import derive_generator
@@ -208,8 +208,7 @@ def test_noise_once_after_the_reduce_and_what_noising_each_share_would_cost():
 
     def correct(rank, collective):
         stream = noise_source(11, phase="main", step=0, partition=-1, reproducible=True)
-        return gaussian_sum_over_processes(shares[rank], reduce_sum=_reduce(collective, rank), noise=stream,
-                                           **mechanism)[0]
+        return gaussian_sum(shares[rank], reduce_sum=_reduce(collective, rank), noise=stream, **mechanism)[0]
 
     def planted(partition_of_rank):
         def work(rank, collective):  # the removed rule: noise each share, then sum the noisy shares

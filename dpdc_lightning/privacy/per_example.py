@@ -15,7 +15,7 @@ with Discriminative Information", supplement Alg. 2; the DP-SGD step of Abadi et
   code divides by the realised Poisson batch size, a data-dependent number outside the stated
   sensitivity; this module never does.
 - over several processes, each clips its share of the ONE sample, the float64 sums are all-reduced
-  and the noise is added once to the total (:func:`.mechanisms.gaussian_sum_over_processes`).
+  and the noise is added once to the total (:func:`.mechanisms.gaussian_sum` with ``reduce_sum``).
 
 Records are processed in chunks of ``chunk_size`` so memory holds ``chunk_size`` gradient vectors,
 not the whole batch (benchmarks/results/psg_speed_cpu.md measures the trade-off).
@@ -31,8 +31,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms import (PrivacyEvent, _positive_finite, clip_rows, finite_rows,
-                                              gaussian_sum_over_processes)
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent, _positive_finite, clip_rows, finite_rows, gaussian_sum
 from dpdc_lightning.privacy.noise import NoiseStream
 
 
@@ -94,14 +93,13 @@ def clipped_gradient_sum(network: nn.Module, inputs: Tensor, labels: Tensor, *, 
 def private_gradient(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_norm: float,
                      noise_multiplier: float, sample_rate: float, expected_batch_size: float,
                      noise: NoiseStream, chunk_size: int = 64,
-                     reduce_sum: Callable[[Tensor], Tensor] = lambda total: total
-                     ) -> tuple[list[Tensor], PrivacyEvent]:
+                     reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> tuple[list[Tensor], PrivacyEvent]:
     """(Σ_i clip_C(g_i) + N(0, (σC)² I)) / B, split into tensors shaped like the network's
     parameters, and the event of the release.
 
     Over several processes, ``inputs``/``labels`` are this process's share of the one sample and
     ``reduce_sum`` sums over processes: the clipped sums are all-reduced and the noise is added
-    once, after the reduce (:func:`.mechanisms.gaussian_sum_over_processes`); every process
+    once, after the reduce (:func:`.mechanisms.gaussian_sum` with ``reduce_sum``); every process
     returns the same release.
 
     ``inputs``/``labels`` are a Poisson sample at ``sample_rate`` = q; B = ``expected_batch_size``
@@ -109,7 +107,7 @@ def private_gradient(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_
     records is still divided by B). Noise std σC with σ = ``noise_multiplier``: sensitivity C."""
     expected_batch_size = _positive_finite(expected_batch_size, name="expected_batch_size")
     clipped = clipped_gradient_sum(network, inputs, labels, max_norm=max_norm, chunk_size=chunk_size)
-    released, event = gaussian_sum_over_processes(
+    released, event = gaussian_sum(
         clipped, reduce_sum=reduce_sum, sensitivity=max_norm, noise_multiplier=noise_multiplier,
         sample_rate=sample_rate, noise=noise, expected_size=expected_batch_size,
         mechanism=f"Poisson-subsampled Gaussian sum of per-example gradients clipped to L2 norm {max_norm:g} "
