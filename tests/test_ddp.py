@@ -11,6 +11,7 @@ second DDP run in one pytest session hangs, and Lightning's launcher re-executes
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -185,8 +186,9 @@ def test_sharded_private_gradient_is_the_one_process_release_on_every_rank(world
         return noise_source(7, phase="main", step=3, partition=-1, reproducible=True)
 
     single, event = private_gradient(network, inputs, labels, noise=noise(), **options)
+    copies = [copy.deepcopy(network) for _ in range(world_size)]  # functional_call swaps a module's weights
     ranks = _in_threads(world_size, lambda rank, collective: private_gradient(
-        network, inputs[rank::world_size], labels[rank::world_size], noise=noise(),
+        copies[rank], inputs[rank::world_size], labels[rank::world_size], noise=noise(),
         reduce_sum=_reduce(collective, rank), **options))
     for released, rank_event in ranks:
         assert rank_event == event
