@@ -166,7 +166,10 @@ def test_global_poisson_shares_partition_the_one_sample(toy, world_size):
     """Under DDP every process draws the same global sample and keeps a disjoint share; together
     the shares are exactly the one-process sample (so the all-reduced clipped sums are its sum)."""
     module = _module(toy, sampling="global_poisson", sample_size=30.0, seed=5, total_steps=5)
-    streams = [list(_SampleStream(module, [], 0, 5, shard=(rank, world_size))) for rank in range(world_size)]
+    streams = []
+    for rank in range(world_size):
+        module.shard = (rank, world_size)  # what train_dataloader sets from the trainer
+        streams.append(list(_SampleStream(module, [], 0, 5)))
     for step in range(5):
         whole = module.sample(step, _classes(toy))
         shares = [stream[step] for stream in streams]

@@ -45,12 +45,11 @@ def record_share(batch: dict[str, Any], *, rank: int, world_size: int) -> dict[s
 
 
 class _SampleStream(IterableDataset):
-    def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int,
-                 shard: tuple[int, int] = (0, 1)) -> None:
-        self.module, self.classes, self.start, self.stop, self.shard = module, classes, start, stop, shard
+    def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int) -> None:
+        self.module, self.classes, self.start, self.stop = module, classes, start, stop
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        rank, world_size = self.shard
+        rank, world_size = self.module.shard
         for step in range(self.start, self.stop):
             batch = self.module.sample(step, self.classes)
             if batch.get("free"):
@@ -74,6 +73,7 @@ class PrivateDataModule(L.LightningDataModule):
         self.data = data
         self.plan = plan
         self._sampling_seed = sampling_seed
+        self.shard = (0, 1)  # (rank, world size): which share of a global sample this process keeps
         self._all_images, self._all_labels = data.train_images, data.train_labels
         self._class_images = [data.train_images[data.train_labels == c] for c in range(data.num_classes)]
 
@@ -111,5 +111,5 @@ class PrivateDataModule(L.LightningDataModule):
         self._class_images = [x.to(device) for x in self._class_images]
         self._all_images, self._all_labels = self._all_images.to(device), self._all_labels.to(device)
         start = int(trainer.lightning_module.completed_steps)
-        stream = _SampleStream(self, classes, start, self.plan.total_steps, shard=(trainer.global_rank, trainer.world_size))
-        return DataLoader(stream, batch_size=None, num_workers=0)
+        self.shard = (trainer.global_rank, trainer.world_size)
+        return DataLoader(_SampleStream(self, classes, start, self.plan.total_steps), batch_size=None, num_workers=0)
