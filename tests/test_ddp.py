@@ -288,5 +288,6 @@ def test_two_process_ddp_run_equals_one_process_run(method, extra, cli_env):
     """Same images (to 1e-5 of the pixels' scale) and the same ε; PSG shares out one global sample."""
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "ddp_equivalence.py"), method, *extra,
                            "--timeout", "240"], cwd=ROOT, env=cli_env, capture_output=True, text=True, timeout=600)
+    print(done.stdout)  # the measured difference and both ε (pytest -rP shows it)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     assert f"ddp-equivalence {method}: OK" in done.stdout
