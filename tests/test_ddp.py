@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes
+from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes, record_share
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
@@ -34,6 +34,8 @@ from dpdc_lightning.methods.ldpdc import LDPDC
 from dpdc_lightning.config.methods import LDPDCConfig
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.config.methods import NDPDCConfig
+from dpdc_lightning.methods.psg import PSG
+from dpdc_lightning.config.methods import PSGConfig
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.models import build_network
 from dpdc_lightning.privacy.mechanisms import gaussian_sum
@@ -227,6 +229,38 @@ def test_noise_once_after_the_reduce_and_what_noising_each_share_would_cost():
     assert abs(noise_variance(_in_threads(world_size, correct)) - 1.0) < 0.05
     assert abs(noise_variance(_in_threads(world_size, planted(lambda rank: rank))) - 2.0) < 0.1
     assert abs(noise_variance(_in_threads(world_size, planted(lambda rank: -1))) - 4.0) < 0.2
+
+
+def _psg_rank_gradients(data, *, rank: int, world_size: int, collective) -> list[torch.Tensor]:
+    """The image gradient one PSG rank hands to DDP at each step, on its share of the global sample."""
+    method = build(PSG, PSGConfig(ipc=2, batch_size=24, iterations=1, outer_loop=2, inner_loop=1, batches=1,
+                                  chunk_size=8), SPEC, model=TINY, noise_multiplier=1.0)
+    method.on_fit_start()
+    recorder = _GradientRecorder(method)
+    reduce = _reduce(collective, rank) if collective else (lambda tensor: tensor)
+    method.runtime = SimpleNamespace(world_size=world_size, backward=lambda loss: loss.backward(),
+                                     step_optimizer=lambda optimizer: recorder.step(), reduce_sum=reduce)
+    method._optimizer = recorder
+    stream = PrivateDataModule(data, plan=method.plan, sampling_seed=0)
+    for step in range(method.plan.data_steps):
+        whole = stream.sample(step, [])
+        method.condensation_step(record_share(whole, rank=rank, world_size=world_size), step)
+    return recorder.grads
+
+
+def test_psg_ranks_hand_ddp_the_one_process_gradient_unscaled(toy):
+    """Every PSG rank ends a step with the same release and loss, so its image gradient is the
+    one-process gradient itself (not scaled by the world size: DDP's mean of equal gradients is that
+    gradient); scaling it as a per-class loss would double the step."""
+    single = _psg_rank_gradients(toy, rank=0, world_size=1, collective=None)
+    ranks = _in_threads(2, lambda rank, collective: _psg_rank_gradients(toy, rank=rank, world_size=2,
+                                                                         collective=collective))
+    assert len(single) == 2
+    for step, expected in enumerate(single):
+        scale = expected.abs().max().item()
+        assert scale > 0 and torch.equal(ranks[0][step], ranks[1][step])
+        # Float32 per-example gradients in other chunks, summed in float64 and rounded once.
+        assert torch.allclose(ranks[0][step], expected, rtol=0, atol=1e-5 * scale)
 
 
 def test_signal_bank_receives_every_other_class_from_its_one_owner():
