@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes
+from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes, record_share
 from dpdc_lightning.data.datasets import load_dataset
 from dpdc_lightning.config import compose
 from dpdc_lightning.engine.planning import noise_seed_for
@@ -161,6 +161,28 @@ def test_global_poisson_mean_size_is_expected_batch(toy):
         assert _rows_in_pool(image[None], module.class_images(int(label)))
 
 
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_global_poisson_shares_partition_the_one_sample(toy, world_size):
+    """Under DDP every process draws the same global sample and keeps a disjoint share; together
+    the shares are exactly the one-process sample (so the all-reduced clipped sums are its sum)."""
+    module = _module(toy, sampling="global_poisson", sample_size=30.0, seed=5, total_steps=5)
+    streams = []
+    for rank in range(world_size):
+        module.shard = (rank, world_size)  # what train_dataloader sets from the trainer
+        streams.append(list(_SampleStream(module, [], 0, 5)))
+    for step in range(5):
+        whole = module.sample(step, _classes(toy))
+        shares = [stream[step] for stream in streams]
+        assert [record_share(whole, rank=r, world_size=world_size)["labels"].tolist() for r in range(world_size)] \
+            == [share["labels"].tolist() for share in shares]
+        assert sum(len(share["labels"]) for share in shares) == len(whole["labels"])
+        assert all(abs(len(a["labels"]) - len(b["labels"])) <= 1 for a in shares for b in shares)  # balanced
+        order = torch.arange(len(whole["labels"]))
+        for rank, share in enumerate(shares):
+            assert torch.equal(share["images"], whole["images"][order[rank::world_size]])
+            assert torch.equal(share["labels"], whole["labels"][order[rank::world_size]])
+
+
 @pytest.mark.parametrize("size", [1, 10, 48, 100])
 def test_per_class_fixed_gives_min_size_distinct_records(toy, size):
     module = _module(toy, sampling="per_class_fixed", sample_size=size)
@@ -217,11 +239,12 @@ def test_train_dataloader_serves_only_the_classes_of_its_rank(toy):
 
 def test_free_steps_follow_the_data_steps_and_carry_no_data(toy):
     module = _module(toy, total_steps=3, free_steps=2)
-    module.trainer = _fake_trainer(0)
+    module.trainer = _fake_trainer(0, rank=1, world_size=2)
     batches = list(module.train_dataloader())
     assert [b["step"] for b in batches] == [0, 1, 2, 3, 4]  # the stream ends at the plan's last step
     assert all("images" in b for b in batches[:3])
-    assert batches[3:] == [{"step": 3, "free": True}, {"step": 4, "free": True}]
+    # Only the classes the process owns (Dosser's optimisation stage works on those), no data.
+    assert batches[3:] == [{"step": 3, "free": True, "classes": [1, 3]}, {"step": 4, "free": True, "classes": [1, 3]}]
 
 
 def test_rates_come_from_the_plan(toy, monkeypatch):

@@ -109,13 +109,8 @@ class Condensation:
         self.module = MethodModule(self.method)
         self.trainer = build_trainer(config, plan=plan, run_dir=run_dir, callbacks=[self.privacy],
                                      class_names=data.class_names)
-        if plan.sampling == "global_poisson" and self.trainer.world_size > 1:
-            # One Poisson sample of the whole set per step: sharding it over processes (clipped sums
-            # all-reduced, noise added once) is not implemented, so it runs in one process only.
-            raise UserError(f"method {config.method.name} draws one Poisson sample of the whole data set per step "
-                            "and runs in one process; set trainer.devices=1 (multi-process runs shard classes, "
-                            "which global sampling does not have)")
-        owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
+        if plan.sampling != "global_poisson":  # a global sample is shared out by records, not classes
+            owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
 
     def fit(self, *, checkpoint: Optional[Path] = None) -> CondensedSet:
         if self.run_dir is not None and self.plan.auxiliary is not None and self.auxiliary is not None:

@@ -5,7 +5,10 @@ Privacy-critical. Every rate and the number of steps come from the run's Privacy
 a Poisson sample of each class (each record included independently with probability
 q_c = plan.rate_of(c); Zheng & Li, "Differentially Private Dataset Condensation", Alg. 1-2), or a
 Poisson sample of the whole set (q = B / N), or, for non-private baselines only, a fixed-size
-sample without replacement. Free steps (after the data steps) yield no data at all. Every draw
+sample without replacement. Under DDP, per-class sampling gives each process its own classes; the
+global sample is drawn identically on every process and each keeps its share (every
+``world_size``-th record from its rank on; the shares are disjoint and cover the sample). Free
+steps (after the data steps) yield no data, only the process's classes. Every draw
 uses a generator derived from (sampling seed, step, class): the sampling seed is the run's secret
 unless noise is reproducible, so the sample is secret, and a draw depends neither on how classes
 are sharded over processes nor on where a run was resumed. The stream ends after the plan's last
@@ -35,13 +38,25 @@ def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
     return list(range(rank, num_classes, world_size))
 
 
+def record_share(batch: dict[str, Any], *, rank: int, world_size: int) -> dict[str, Any]:
+    """One process's share of a global sample: every ``world_size``-th record from ``rank`` on. The
+    shares are disjoint, cover the sample and differ in size by at most one record."""
+    return {**batch, "images": batch["images"][rank::world_size], "labels": batch["labels"][rank::world_size]}
+
+
 class _SampleStream(IterableDataset):
     def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int) -> None:
         self.module, self.classes, self.start, self.stop = module, classes, start, stop
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
+        rank, world_size = self.module.shard
         for step in range(self.start, self.stop):
-            yield self.module.sample(step, self.classes)
+            batch = self.module.sample(step, self.classes)
+            if batch.get("free"):
+                batch["classes"] = self.classes  # what a free step works on (Dosser's optimisation stage)
+            elif "labels" in batch and world_size > 1:
+                batch = record_share(batch, rank=rank, world_size=world_size)
+            yield batch
 
     def __len__(self) -> int:
         # Absolute, not remaining: on resume Lightning counts batches on from the restored batch
@@ -58,6 +73,7 @@ class PrivateDataModule(L.LightningDataModule):
         self.data = data
         self.plan = plan
         self._sampling_seed = sampling_seed
+        self.shard = (0, 1)  # (rank, world size): which share of a global sample this process keeps
         self._all_images, self._all_labels = data.train_images, data.train_labels
         self._class_images = [data.train_images[data.train_labels == c] for c in range(data.num_classes)]
 
@@ -68,7 +84,7 @@ class PrivateDataModule(L.LightningDataModule):
         plan = self.plan
         if not plan.is_data_step(step):
             return {"step": step, "free": True}
-        if plan.sampling == "global_poisson":
+        if plan.sampling == "global_poisson":  # the whole sample: the same on every process (same key)
             picks = poisson_sample(len(self._all_labels), sample_rate=plan.rate_of(-1),
                                    generator=derive_generator(self._sampling_seed, "sample", step))
             picks = picks.to(self._all_images.device)
@@ -88,10 +104,12 @@ class PrivateDataModule(L.LightningDataModule):
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        classes = owned_classes(self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size)
+        classes = ([] if self.plan.sampling == "global_poisson" else
+                   owned_classes(self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size))
         # Keep the private tensors on the compute device: indexing there avoids a copy per step.
         device = trainer.strategy.root_device
         self._class_images = [x.to(device) for x in self._class_images]
         self._all_images, self._all_labels = self._all_images.to(device), self._all_labels.to(device)
         start = int(trainer.lightning_module.completed_steps)
+        self.shard = (trainer.global_rank, trainer.world_size)
         return DataLoader(_SampleStream(self, classes, start, self.plan.total_steps), batch_size=None, num_workers=0)

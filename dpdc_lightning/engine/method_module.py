@@ -101,8 +101,10 @@ class MethodModule(L.LightningModule):
         if not self.method.optimised:
             self._idle_optimiser_step()
         if loss is not None:
-            # Under DDP a process's loss covers its own classes only; their sum is the whole loss.
-            self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
+            # Under DDP a per-class loss covers the process's own classes only: their sum is the whole
+            # loss. Global sampling's loss is the same on every process.
+            reduce = "mean" if self.method.sampling == "global_poisson" else "sum"
+            self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx=reduce)
 
     def _idle_optimiser_step(self) -> None:
         """A step that changes no parameter (no gradients: SGD skips them, momentum included), so

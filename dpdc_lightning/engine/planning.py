@@ -98,8 +98,11 @@ def auxiliary_run_config(config: RunConfig) -> RunConfig:
                                                log_images_every=aux.iterations, checkpoint_every=aux.iterations)
     privacy = dataclasses.replace(config.privacy, target_epsilon=aux.epsilon, noise_multiplier=None,
                                   class_sizes="public", count_epsilon=None, calibrate="sigma")
+    # One process: a multi-process main run makes it before its processes start (rank 0, which keeps
+    # it in the run directory for the others); a trainer of its own would launch processes again.
+    trainer = {**config.trainer, "devices": 1, "num_nodes": 1, "strategy": "auto"}
     return dataclasses.replace(config, method=method, privacy=privacy, seed=derive_seed(config.seed, "auxiliary"),
-                               run_dir=None, resume=None)
+                               run_dir=None, resume=None, trainer=trainer)
 
 
 def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Optional[PrivacyPlan]:

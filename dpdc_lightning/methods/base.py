@@ -285,12 +285,13 @@ class CondensationMethod(torch.nn.Module):
         self.completed_steps += 1
         return loss
 
-    def optimise(self, loss: Tensor) -> None:
-        """One optimiser step on the synthetic set. DDP averages gradients over processes while each
-        class's gradient comes from one process only, so the loss is scaled by the world size first."""
+    def optimise(self, loss: Tensor, *, replicated: bool = False) -> None:
+        """One optimiser step on the synthetic set. DDP averages gradients over processes: a loss over
+        the process's own classes is scaled by the world size first (the average becomes the sum); a
+        ``replicated`` one (the same on every process: global sampling) is not (the mean of equals)."""
         optimizer = self.optimizer
         optimizer.zero_grad(set_to_none=True)
-        self.runtime.backward(loss * self.world_size)
+        self.runtime.backward(loss if replicated else loss * self.world_size)
         self.runtime.step_optimizer(optimizer)
         self.optimised = True
 

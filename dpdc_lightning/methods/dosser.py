@@ -19,6 +19,10 @@ Differences from the public reference (humansensinglab/Dosser): the bank holds n
 clean sums re-noised at every reuse; no network or PCA matrix is stored (P_i is recomputed from the
 auxiliary set, or kept in a bounded cache: ``method.subspace_cache``); one optimiser step per
 iteration over all classes instead of one per class.
+
+Over several processes classes are sharded as for NDPDC: a class's signals are released (and
+spent) by the process that owns it and shared with the others (methods/signal_bank.py); in the
+optimisation stage each process matches its own classes.
 """
 
 from __future__ import annotations
@@ -109,6 +113,7 @@ class Dosser(FeatureMatchingMethod):
         self.bank = self.carry("signal_bank", SignalBank(steps=self.plan.data_steps, classes=self.data.num_classes,
                                                          dim=config.subspace_dim if self.ser else feature_dim))
         self.subspaces = SubspaceCache(config.subspace_cache)
+        self.owned = list(range(self.data.num_classes))  # this process's classes, set by each step's batch
         if config.ema is not None:
             self.register_buffer("ema_images", self.synthetic.images.detach().clone())
 
@@ -118,11 +123,10 @@ class Dosser(FeatureMatchingMethod):
         else:
             super().setup(stage)
 
-    def on_fit_start(self) -> None:
-        if self.world_size > 1:
-            raise UserError("method=dosser runs in one process (its signal bank is kept by one process); "
-                            "use trainer.devices=1")
-        super().on_fit_start()
+    def run_step(self, batch: dict[str, Any]) -> Optional[Tensor]:
+        # The classes this process owns (all in one process); free steps carry them too.
+        self.owned = list(batch.get("classes", range(self.data.num_classes)))
+        return super().run_step(batch)
 
     # ---- the two stages ------------------------------------------------------------------------
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
@@ -141,6 +145,9 @@ class Dosser(FeatureMatchingMethod):
                                                rows_are="features projected onto the SER subspace" if self.ser else "features")
             self.spend(event, partition=c)
             self.bank.store(step, c, signal, theta_seed=theta_seed, dsa_seed=dsa_seed)
+        if self.world_size > 1:  # the other processes' releases of this step (each class spent once, by its owner)
+            self.bank.receive(step, owned=batch["classes"], reduce_sum=self.runtime.reduce_sum, device=self.device,
+                              dsa_seeds=[derive_seed(self.seed, "dsa", step, c) for c in range(self.data.num_classes)])
         self.log("stage", 0.0, batch_size=1)
         return None
 
@@ -151,7 +158,7 @@ class Dosser(FeatureMatchingMethod):
         synthetic = self.class_view()
         scale = self.plan.sample_size  # L, the normaliser the bank's signals were divided by
         losses = []
-        for c in range(self.data.num_classes):
+        for c in self.owned:  # the loss of the process's classes; optimise() makes DDP's average their sum
             target = self.bank.signal(entry, c).to(self.device)
             images = partition_and_expand(synthetic[c])[0] if self.config.pea else synthetic[c]
             augmented = self.dsa.apply(images, self._dsa_params(int(self.bank.dsa_seeds[entry, c])))

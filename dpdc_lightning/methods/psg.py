@@ -16,6 +16,11 @@ epochs on S (SGD lr_net, batch 256, no augmentation: the paper uses none). Priva
 steps: R·T·K, each one sampled Gaussian mechanism at (σ, q); σ is calibrated to
 ``privacy.target_epsilon`` for all of them up front (privacy/plan.py).
 
+Over several processes (``trainer.devices``>1) the one Poisson sample of a step is drawn identically
+on every process and shared out (engine/datamodule.py); each process clips its records' gradients,
+the clipped sums are all-reduced and the noise is added once to the total from the keyed stream
+(privacy/per_example.py), so every process holds the same g̃; θ, S and its optimiser are replicated.
+
 Loop sizes (T, J) follow the authors' code (DingfanChen/Private-Set, 8277ee2) unless set: pixels take
 the per-IPC table of ``main.py`` and of the supplement §C.3 (IPC 10: T 10, J 50); the generator prior
 takes ``main_prior.py``'s T 2, J 10 at any IPC (5x fewer private steps per round at IPC 10; the
@@ -100,12 +105,14 @@ class PSG(GradientMatchingMethod):
                                        max_norm=self.config.clip_norm, noise_multiplier=self.noise_multiplier,
                                        sample_rate=self.plan.rate_of(-1),
                                        expected_batch_size=self.expected_batch_size(),
-                                       noise=self.noise_stream(step, -1), chunk_size=self.config.chunk_size)
+                                       noise=self.noise_stream(step, -1), chunk_size=self.config.chunk_size,
+                                       reduce_sum=self.runtime.reduce_sum)
         self.spend(event, partition=-1)
+        # From here every process holds the same release, θ and S: the rest is replicated.
         synthetic = self.synthetic()
         g_syn = self.network_gradient(synthetic, self.synthetic.labels, create_graph=True)
         loss = layerwise_distance(g_syn, real)
-        self.optimise(loss)
+        self.optimise(loss, replicated=True)
         if batch_index == self.config.batches - 1 and outer_index < outer - 1:
             self.train_inner(step, inner)
         return loss.detach()

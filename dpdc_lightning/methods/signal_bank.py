@@ -11,11 +11,15 @@ Nothing else is stored: no network, no projection matrix (both are rebuilt from 
 public data). Size: steps x classes x dim float32 values plus two int64 seeds per entry, e.g.
 10000 x 10 x 500 x 4 B = 200 MB at the paper's setting with d = 500. An entry is written once; a
 second write is refused, so a step's noise can never be redrawn into the bank.
+
+Over several processes an entry (i, c) is released by the process that owns class c; the others
+receive it by a sum over processes (:meth:`SignalBank.receive`), so every process (and every
+checkpoint) holds the whole bank and the optimisation stage may use any entry.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -47,6 +51,22 @@ class SignalBank:
         self.theta_seeds[step] = int(theta_seed)
         self.dsa_seeds[step, class_index] = int(dsa_seed)
         self.filled[step, class_index] = True
+
+    def receive(self, step: int, *, owned: Sequence[int], reduce_sum: Callable[[Tensor], Tensor],
+                device: torch.device, dsa_seeds: Sequence[int]) -> None:
+        """Write the entries of step ``step`` that other processes released. Each process adds its
+        own entries (``owned``, already stored) and zeros elsewhere, with a column counting owners;
+        the sum over processes is every entry exactly (x + 0 = x), and a class with other than one
+        owner is refused. Moves noisy releases only: post-processing, nothing is spent."""
+        mine = torch.zeros(self.classes, self.dim + 1, dtype=torch.float32)
+        for c in owned:
+            mine[c, :-1], mine[c, -1] = self.signal(step, c), 1.0
+        total = reduce_sum(mine.to(device)).cpu()
+        if not torch.equal(total[:, -1], torch.ones(self.classes)):
+            raise RuntimeError(f"step {step}: classes have {total[:, -1].tolist()} owners, not one each")
+        for c in range(self.classes):
+            if c not in owned:
+                self.store(step, c, total[c, :-1], theta_seed=int(self.theta_seeds[step]), dsa_seed=dsa_seeds[c])
 
     def signal(self, step: int, class_index: int) -> Tensor:
         """The stored release of (step, class), exactly as written (a view; do not modify)."""

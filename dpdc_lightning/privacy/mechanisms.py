@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -154,6 +154,7 @@ def gaussian_sum(
     noise: NoiseStream,
     mechanism: str = "Gaussian sum",
     expected_size: Optional[float] = None,
+    reduce_sum: Optional[Callable[[Tensor], Tensor]] = None,
 ) -> tuple[Tensor, PrivacyEvent]:
     """Release ``clipped_sum + N(0, (sensitivity * noise_multiplier)^2 I)`` and its event.
 
@@ -166,9 +167,19 @@ def gaussian_sum(
     The sum and the noise are added in float64 on the CPU and the release is cast to float32 (on
     ``clipped_sum``'s device) once, so its value is the exact sum rounded a single time; the
     float64 noise keeps its 53-bit resolution and its 8.57-std truncation (:mod:`.noise`).
+
+    One sample sharded over processes: ``clipped_sum`` is this process's share (the shares are
+    disjoint and together the sample) and ``reduce_sum`` sums over processes (an all-reduce). The
+    shares are summed FIRST, in float64 on a copy (an all-reduce works in place), and the noise is
+    added ONCE to the total from ``noise``, the run's keyed stream of this (step, partition): every
+    process draws the same values and holds the same release. A record lies in one share, so the
+    total's sensitivity is ``sensitivity``, as in one process. Noising each share before the sum would add one draw per process: W independent
+    draws carry W times the variance the accountant assumed, W copies of one draw W² times.
     """
     event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate, mechanism=mechanism,
                          sensitivity=sensitivity, expected_size=expected_size)
+    if reduce_sum is not None:
+        clipped_sum = reduce_sum(clipped_sum.to(torch.float64).clone())
     values = gaussian_noise_like(clipped_sum, std=event.noise_std, noise=noise)
     released = clipped_sum.to(device="cpu", dtype=torch.float64) + values
     return released.to(device=clipped_sum.device, dtype=torch.float32), event

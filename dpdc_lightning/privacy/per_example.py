@@ -14,6 +14,8 @@ with Discriminative Information", supplement Alg. 2; the DP-SGD step of Abadi et
   divided by the EXPECTED batch size B = q·N, a public constant (post-processing). The public PSG
   code divides by the realised Poisson batch size, a data-dependent number outside the stated
   sensitivity; this module never does.
+- over several processes, each clips its share of the ONE sample, the float64 sums are all-reduced
+  and the noise is added once to the total (:func:`.mechanisms.gaussian_sum` with ``reduce_sum``).
 
 Records are processed in chunks of ``chunk_size`` so memory holds ``chunk_size`` gradient vectors,
 not the whole batch (benchmarks/results/psg_speed_cpu.md measures the trade-off).
@@ -21,7 +23,7 @@ not the whole batch (benchmarks/results/psg_speed_cpu.md measures the trade-off)
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -91,19 +93,26 @@ def clipped_gradient_sum(network: nn.Module, inputs: Tensor, labels: Tensor, *, 
 
 def private_gradient(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_norm: float,
                      noise_multiplier: float, sample_rate: float, expected_batch_size: float,
-                     noise: NoiseStream, chunk_size: int = 64) -> tuple[list[Tensor], PrivacyEvent]:
+                     noise: NoiseStream, chunk_size: int = 64,
+                     reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> tuple[list[Tensor], PrivacyEvent]:
     """(Σ_i clip_C(g_i) + N(0, (σC)² I)) / B, split into tensors shaped like the network's
     parameters, and the event of the release.
+
+    Over several processes, ``inputs``/``labels`` are this process's share of the one sample and
+    ``reduce_sum`` sums over processes: the clipped sums are all-reduced and the noise is added
+    once, after the reduce (:func:`.mechanisms.gaussian_sum` with ``reduce_sum``); every process
+    returns the same release.
 
     ``inputs``/``labels`` are a Poisson sample at ``sample_rate`` = q; B = ``expected_batch_size``
     is q·N, never the realised sample size (an empty sample releases noise / B; a sample of 2B
     records is still divided by B). Noise std σC with σ = ``noise_multiplier``: sensitivity C."""
     expected_batch_size = _positive_finite(expected_batch_size, name="expected_batch_size")
     clipped = clipped_gradient_sum(network, inputs, labels, max_norm=max_norm, chunk_size=chunk_size)
-    released, event = gaussian_sum(clipped, sensitivity=max_norm, noise_multiplier=noise_multiplier,
-                                   sample_rate=sample_rate, noise=noise, expected_size=expected_batch_size,
-                                   mechanism=f"Poisson-subsampled Gaussian sum of per-example gradients clipped to "
-                                             f"L2 norm {max_norm:g} (all parameters flattened)")
+    released, event = gaussian_sum(
+        clipped, reduce_sum=reduce_sum, sensitivity=max_norm, noise_multiplier=noise_multiplier,
+        sample_rate=sample_rate, noise=noise, expected_size=expected_batch_size,
+        mechanism=f"Poisson-subsampled Gaussian sum of per-example gradients clipped to L2 norm {max_norm:g} "
+                  "(all parameters flattened)")
     mean = released / expected_batch_size
     return unflatten_like(mean, [p for p in network.parameters()]), event
 
