@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # dpdc_repro (a PyPI package named
 
 from dpdc_lightning.cli import quiet_libraries  # noqa: E402
 from dpdc_lightning.config import ModelConfig  # noqa: E402
-from dpdc_lightning.data.datasets import ImageData, load_dataset  # noqa: E402
+from dpdc_lightning.data import ImageData, load_dataset  # noqa: E402
 from dpdc_lightning.errors import UserError  # noqa: E402
 from dpdc_lightning.evaluation.results import REDUCED_BANNER  # noqa: E402
 from dpdc_lightning.data.subsets import random_real_subset  # noqa: E402

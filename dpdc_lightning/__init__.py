@@ -26,7 +26,7 @@ _WHERE = {
     "train": "dpdc_lightning.training",
     "load_bundle": "dpdc_lightning.export",
     "register_dataset": "dpdc_lightning.data.registry",
-    "ImageData": "dpdc_lightning.data.datasets",
+    "ImageData": "dpdc_lightning.data",
 }
 
 __all__ = ["__version__", "evaluate", *sorted(_WHERE)]

@@ -26,7 +26,7 @@ from dpdc_lightning.cli import quiet_libraries
 
 from dpdc_lightning.config import RunConfig, config_hash
 from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.memory import Need, check_fits, run_device
 from dpdc_lightning.methods import METHODS, DataSpec

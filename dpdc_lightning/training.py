@@ -17,7 +17,7 @@ import lightning as L
 from dpdc_lightning.condense import Condensation, load_data, memory_needs, needs_secret, noise_seed_for, plan_run
 from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
-from dpdc_lightning.data.datasets import ImageData
+from dpdc_lightning.data import ImageData
 from dpdc_lightning.export import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, atomic_write_text, forget_if_finished,
                                    new_run_dir, save_bundle)
 from dpdc_lightning.image_grid import grid_png

@@ -12,7 +12,7 @@ import torch
 from dpdc_lightning.audit import attacks, canary, metrics
 from dpdc_lightning.audit.shadows import ShadowPlan, run_shadows
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.evaluation.train_eval import EvalProtocol
 
 

@@ -17,7 +17,7 @@ from dpdc_lightning.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.condense import Condensation, condense, plan_run
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliaryConfig, AuxiliarySet
 from dpdc_lightning.methods.dosser import Dosser, DosserConfig

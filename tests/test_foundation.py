@@ -14,7 +14,7 @@ from torch import nn
 
 from dpdc_lightning.condense import condense, plan_run
 from dpdc_lightning.config import PLAN_TRAINER_KEYS, compose
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.dm import DM

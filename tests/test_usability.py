@@ -19,7 +19,7 @@ from PIL import Image
 from dpdc_lightning.cli import run
 from dpdc_lightning.commands import train_main
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.overrides import split_sweep
 

@@ -20,7 +20,7 @@ from dpdc_lightning.audit.settings import AuditConfig
 from dpdc_lightning.audit.shadows import ShadowPlan, keep_matrix, run_shadows
 from dpdc_lightning.condense import condense
 from dpdc_lightning.config import RunConfig
-from dpdc_lightning.data.datasets import ImageData
+from dpdc_lightning.data import ImageData
 from dpdc_lightning.export import Bundle
 from dpdc_lightning.seeding import derive_generator, derive_seed
 

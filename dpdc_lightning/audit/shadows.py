@@ -23,8 +23,8 @@ from torch import Tensor, nn
 
 from dpdc_lightning.condense import condense
 from dpdc_lightning.config import RunConfig
-from dpdc_lightning.data.datasets import ImageData
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_network
+from dpdc_lightning.data import ImageData
+from dpdc_lightning.evaluation import EvalProtocol, train_network
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 

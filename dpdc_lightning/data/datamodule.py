@@ -20,7 +20,7 @@ import lightning as L
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from dpdc_lightning.data.datasets import ImageData
+from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.poisson import poisson_sample, sample_without_replacement
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
