@@ -38,7 +38,7 @@ from dpdc_lightning.data import ImageData, load_dataset  # noqa: E402
 from dpdc_lightning.errors import UserError  # noqa: E402
 from dpdc_lightning.evaluation.results import REDUCED_BANNER  # noqa: E402
 from dpdc_lightning.data.subsets import random_real_subset  # noqa: E402
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test  # noqa: E402
+from dpdc_lightning.evaluation import EvalProtocol, train_and_test  # noqa: E402
 from dpdc_lightning.export import load_bundle  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 from dpdc_repro.common import ResultCache, accuracy_cell, condense_run, device_line, runs_text  # noqa: E402

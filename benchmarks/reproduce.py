@@ -92,7 +92,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     from dpdc_lightning.cli import quiet_libraries
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.errors import UserError
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation import EvalProtocol
 
     quiet_libraries()
     scale = SCALES[args.scale]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Optional
 from dpdc_lightning.errors import UserError
 
 if TYPE_CHECKING:
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation import EvalProtocol
 
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 # privacy.* fields that train() records (never given by the user).
@@ -126,7 +126,7 @@ class EvalConfig:
 
     def protocol(self, dsa_mode: str = "single") -> "EvalProtocol":
         """The evaluation protocol; ``dsa_mode`` comes from the top-level ``augment.mode``."""
-        from dpdc_lightning.evaluation.train_eval import EvalProtocol
+        from dpdc_lightning.evaluation import EvalProtocol
 
         return EvalProtocol(epochs=self.epochs, runs=self.runs, lr=self.lr, momentum=self.momentum,
                             weight_decay=self.weight_decay, batch_size=self.batch_size, dsa=self.dsa,

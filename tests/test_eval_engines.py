@@ -1,4 +1,4 @@
-"""The trainer-free evaluation engines (evaluation/stacked.py) against the Lightning path."""
+"""The evaluation engines (evaluation/engines/) against each other, the compile decision and the step cache."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import torch
 
 from dpdc_lightning.config import compose
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.evaluation import stacked
-from dpdc_lightning.evaluation.engines import wants_compile
-from dpdc_lightning.evaluation.progress import EvalProgress
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test, train_network
+from dpdc_lightning.evaluation import EvalProgress, EvalProtocol, train_and_test, train_network
+from dpdc_lightning.evaluation.engines import cost, functional
+from dpdc_lightning.evaluation.engines.base import EvalTask, resolve_engine
+from dpdc_lightning.evaluation.engines.cost import CompilePlan
+from dpdc_lightning.evaluation.engines.sequential import SequentialEngine
+from dpdc_lightning.evaluation.engines.stacked import StackedEngine
+
+CPU = torch.device("cpu")
 
 NUM_CLASSES = 4
 # 40 images in batches of 16: three steps per pass, the last one short; 4 passes, lr decay after 3.
@@ -28,11 +32,19 @@ def data() -> dict[str, torch.Tensor]:
     return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
 
 
-def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, **kwargs) -> list[torch.nn.Module]:
-    state = stacked.train_runs(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
-                               protocol=protocol, seed=5, runs=runs, model_options=options,
-                               stacked=stacked_runs, **kwargs)
-    return state.networks()
+@pytest.fixture(autouse=True)
+def fresh_step_cache():
+    """Step functions live for the process; each test starts without any (and leaves none behind)."""
+    functional.clear_step_cache()
+    yield
+    functional.clear_step_cache()
+
+
+def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, compile=False) -> list[torch.nn.Module]:
+    task = EvalTask(images=data["images"], labels=data["labels"], model=model, num_classes=NUM_CLASSES,
+                    protocol=protocol, seed=5, model_options=options)
+    engine = (StackedEngine if stacked_runs else SequentialEngine)(CPU, compile=CompilePlan(compile, compile))
+    return engine.networks(engine.train(task, runs))
 
 
 def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
@@ -46,7 +58,8 @@ def test_sequential_engine_gives_the_lightning_weights(data, model, options):
     # Weights, biases and batch-norm running statistics after 12 steps across an lr decay.
     for run in (0, 2):
         reference = train_network(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
-                                  protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu")
+                                  protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu",
+                                  engine="lightning")
         (ours,) = trained(data, model, options, [run], stacked_runs=False)
         assert largest_difference(reference, ours) <= 1e-6
     # ...and the comparison can tell runs apart.
@@ -82,11 +95,11 @@ def test_engines_report_the_same_accuracies(data):
                               protocol=protocol, seed=1, model_options={"width": 8}, accelerator="cpu",
                               engine=engine, compile="false", pea=pea)
 
-    lightning = accuracies("lightning")  # torchmetrics reports float32
-    assert accuracies("sequential") == pytest.approx(lightning, abs=1e-6)
-    assert accuracies("auto") == pytest.approx(lightning, abs=1e-6)  # sequential on a CPU
+    lightning = accuracies("lightning")
+    assert accuracies("sequential") == lightning
+    assert accuracies("auto") == lightning  # sequential on a CPU
     assert accuracies("stacked") == pytest.approx(lightning, abs=1.5 / len(data["test_labels"]))
-    assert accuracies("sequential", pea=True) == pytest.approx(accuracies("lightning", pea=True), abs=1e-6)
+    assert accuracies("sequential", pea=True) == accuracies("lightning", pea=True)
 
 
 def test_progress_counts_every_run_of_a_stacked_group(data):
@@ -103,10 +116,10 @@ def test_progress_counts_every_run_of_a_stacked_group(data):
             calls.append(("end", accuracy))
 
     progress = Recording(total_runs=3, enabled=False)
-    accuracies = stacked.train_and_test_direct(
-        data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
-        model="mlp", num_classes=NUM_CLASSES, protocol=PROTOCOL, seed=0, stacked=True, compile="false",
-        progress=progress)
+    accuracies = train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                                test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
+                                protocol=PROTOCOL, seed=0, accelerator="cpu", engine="stacked", compile="false",
+                                progress=progress)
     progress.close()
     assert calls[0] == ("start", "mlp runs 1-3/3", PROTOCOL.train_epochs)
     assert [c[1] for c in calls if c[0] == "epoch"] == list(range(1, PROTOCOL.train_epochs + 1))
@@ -133,10 +146,10 @@ def test_engine_and_compile_settings_are_checked():
         compose(["eval.engine=fast"])
     with pytest.raises(UserError, match="eval.compile='maybe' is not allowed"):
         compose(["eval.compile=maybe"])
-    assert stacked.resolve_engine("auto", torch.device("cpu")) == "sequential"
-    assert stacked.resolve_engine("auto", torch.device("cuda")) == "stacked"
-    assert wants_compile("auto", steps=10) is False and wants_compile("auto", steps=10_000) is True
-    assert wants_compile(False, steps=10_000) is False and wants_compile("true", steps=1) is True
+    assert resolve_engine("auto", CPU) == "sequential"
+    assert resolve_engine("auto", torch.device("cuda")) == "stacked"
+    with pytest.raises(UserError, match="eval.compile='maybe' is not allowed"):
+        cost.plan_compile("maybe", device=CPU, model="convnet", pixels=1, train_images=1, test_images=1)
 
 
 def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(data, monkeypatch):
@@ -144,10 +157,10 @@ def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(da
     protocol = EvalProtocol(epochs=2, runs=2, batch_size=16, test_batch_size=6)  # 20 test images: 6+6+6+2
 
     def accuracies(compile):
-        return stacked.train_and_test_direct(
-            data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
-            model="convnet", num_classes=NUM_CLASSES, protocol=protocol, seed=2, model_options={"width": 8},
-            compile=compile)
+        return train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                              test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES,
+                              protocol=protocol, seed=2, model_options={"width": 8}, accelerator="cpu",
+                              engine="sequential", compile=compile)
 
     plain = accuracies("false")
     shapes: list[int] = []

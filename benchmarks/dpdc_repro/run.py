@@ -15,7 +15,7 @@ from dpdc_repro.plan import Row, Scale
 from dpdc_lightning.condense import plan_run
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test
+from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 from dpdc_lightning.export import load_bundle
 from dpdc_lightning.methods.base import DataSpec
 

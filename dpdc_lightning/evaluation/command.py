@@ -171,7 +171,7 @@ def _notes(config: Any, data: Any) -> dict[str, str]:
     """What a reader of the results must know besides the protocol: a test split held out from the
     private data, the engine that trained the networks, and eval.pea (training on the PEA
     expansion, 4 images per synthetic image)."""
-    from dpdc_lightning.evaluation.stacked import resolve_device, resolve_engine
+    from dpdc_lightning.evaluation import resolve_device, resolve_engine
 
     note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
     # Engines share the protocol and every run's draws, but a compiled step rounds differently:
@@ -188,7 +188,7 @@ def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[A
                 title: str, note: dict[str, str]) -> tuple[list[Any], Any]:
     from dpdc_lightning.evaluation.progress import EvalProgress
     from dpdc_lightning.evaluation.results import ModelResult, format_table
-    from dpdc_lightning.evaluation.train_eval import train_and_test
+    from dpdc_lightning.evaluation import train_and_test
 
     if images.shape[1:] != data.test_images.shape[1:]:
         raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
