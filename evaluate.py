@@ -10,7 +10,7 @@ The same command is installed as ``dpdc-evaluate`` (dpdc_lightning/evaluation/co
 import sys
 
 from dpdc_lightning.cli import run
-from dpdc_lightning.commands import evaluate_main as main
+from dpdc_lightning.cli.commands import evaluate_main as main
 
 if __name__ == "__main__":
     sys.exit(run(main))

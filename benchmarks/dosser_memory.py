@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: this checkout's package, not an installed one
     sys.path.insert(0, str(ROOT))
 
-from dpdc_lightning.condense import Condensation, plan_run  # noqa: E402
+from dpdc_lightning.engine.condense import Condensation, plan_run  # noqa: E402
 from dpdc_lightning.config import compose  # noqa: E402
 from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.methods import DataSpec  # noqa: E402

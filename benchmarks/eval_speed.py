@@ -91,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from omegaconf import OmegaConf
 
-    from dpdc_lightning.condense import load_data
+    from dpdc_lightning.engine.planning import load_data
     from dpdc_lightning.config import validate
     from dpdc_lightning.evaluation import EvalProtocol
-    from dpdc_lightning.export import CONFIG_FILE, load_bundle
+    from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
 
     torch.set_num_threads(args.threads)
     bundle = load_bundle(args.run_dir)

@@ -33,9 +33,10 @@ SETTINGS = [  # (label, overrides): digits, a few steps each, sizes where activa
 CHILD = """
 import json, resource, sys
 sys.path.insert(0, {root!r})
-from dpdc_lightning.condense import condense, load_data, memory_needs, plan_run
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.planning import load_data, memory_needs, plan_run
 from dpdc_lightning.config import compose
-from dpdc_lightning.memory import total_bytes
+from dpdc_lightning.methods.memory import total_bytes
 from dpdc_lightning.methods import DataSpec
 config = compose({tokens!r})
 data = load_data(config)

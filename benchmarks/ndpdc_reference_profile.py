@@ -33,7 +33,7 @@ def gradient_accuracy() -> None:
     squared distance to a fixed target) in float32 eager, float32 compiled and channels-last compiled,
     each compared with float64 eager: what the compiled kernels change beyond float32 rounding."""
     from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: PLC0415
-    from dpdc_lightning.models import ModelConfig  # noqa: PLC0415
+    from dpdc_lightning.config.schema import ModelConfig  # noqa: PLC0415
     from dpdc_lightning.privacy.mechanisms import clip_rows  # noqa: PLC0415
     model = ModelConfig(name="convnet", width=128, depth=3, norm="instancenorm")
     x = torch.randn(50, 1, 28, 28, generator=torch.Generator().manual_seed(1))

@@ -44,12 +44,13 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
-from dpdc_lightning.data.datamodule import PrivateDataModule  # noqa: E402
+from dpdc_lightning.engine.datamodule import PrivateDataModule  # noqa: E402
 from dpdc_lightning.data import load_dataset  # noqa: E402
-from dpdc_lightning.methods.base import DataSpec  # noqa: E402
+from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig  # noqa: E402
-from dpdc_lightning.models import ModelConfig  # noqa: E402
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig  # noqa: E402
+from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
 from dpdc_lightning.privacy.accounting import PrivacyAccountant  # noqa: E402
 from dpdc_lightning.privacy.plan import make_plan  # noqa: E402
 

@@ -34,9 +34,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpdc_lightning.methods.base import DataSpec  # noqa: E402
-from dpdc_lightning.methods.psg import PSG, PSGConfig  # noqa: E402
-from dpdc_lightning.models import ModelConfig  # noqa: E402
+from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
+from dpdc_lightning.methods.psg import PSG
+from dpdc_lightning.config.methods import PSGConfig  # noqa: E402
+from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
 from dpdc_lightning.privacy.plan import make_plan  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 

@@ -22,10 +22,10 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "compose": "dpdc_lightning.config",
-    "condense": "dpdc_lightning.condense",
-    "train": "dpdc_lightning.training",
-    "load_bundle": "dpdc_lightning.export",
-    "register_dataset": "dpdc_lightning.data.registry",
+    "condense": "dpdc_lightning.engine.condense",
+    "train": "dpdc_lightning.engine.training",
+    "load_bundle": "dpdc_lightning.engine.bundle",
+    "register_dataset": "dpdc_lightning.data",
     "ImageData": "dpdc_lightning.data",
 }
 
@@ -36,9 +36,9 @@ def evaluate(run_dir: Any, *, models: tuple[str, ...] = ("convnet",), overrides:
              progress: bool = True) -> dict[str, Any]:
     """Evaluate a bundle with the protocol of its config (``overrides`` such as ``"eval=quick"`` or
     ``"eval.runs=3"`` change it); results are appended to its eval.json. Returns {model: ModelResult}."""
-    from dpdc_lightning.evaluation.command import evaluate_bundle
+    from dpdc_lightning.cli.evaluate import evaluate_run
 
-    outcome = evaluate_bundle(run_dir, models=tuple(models), overrides=tuple(overrides), quiet=not progress)
+    outcome = evaluate_run(run_dir, models=tuple(models), overrides=tuple(overrides), quiet=not progress)
     return {result.model: result for result in outcome["results"]}
 
 

@@ -1,8 +1,10 @@
-"""The exception types that reach the user as a single line."""
+"""The exception types that reach the user as a single line, and :func:`run`, the wrapper of every
+entry point that prints them so."""
 
 from __future__ import annotations
 
-from typing import Optional
+import sys
+from typing import Callable, Optional
 
 
 class UserError(Exception):
@@ -33,3 +35,24 @@ class NumericalFault(UserError):
         where = "" if step is None else f" at step {step + 1}" + ("" if total is None else f" of {total}")
         likely = "" if cause is None else f" (likely cause: {cause})"
         super().__init__(f"the run diverged{where}: {what}{likely}")
+
+
+def run(main: Callable[[list[str]], Optional[int]], argv: Optional[list[str]] = None) -> int:
+    """``main(argv)``'s exit code; a UserError is one ``error:`` line and exit code 2, never a
+    traceback; Ctrl-C is one line and exit code 130."""
+    try:
+        return main(sys.argv[1:] if argv is None else argv) or 0
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except Interrupted as err:
+        print(str(err), file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `dpdc-train --help | head`: the reader left; not an error of ours
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

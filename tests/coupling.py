@@ -17,9 +17,9 @@ import pytest
 import torch
 from torch import Tensor
 
-import dpdc_lightning.condense  # noqa: F401  (with the methods, every module that binds gaussian_sum)
+import dpdc_lightning.engine.condense  # noqa: F401  (with the methods, every module that binds gaussian_sum)
 import dpdc_lightning.methods  # noqa: F401
-from dpdc_lightning.data import datamodule as datamodule_module
+from dpdc_lightning.engine import datamodule as datamodule_module
 from dpdc_lightning.privacy import mechanisms
 
 
@@ -51,9 +51,9 @@ class MechanismTap:
         assert len(bound) >= 3, f"gaussian_sum is bound in too few modules: {bound}"
 
         def tapped(clipped_sum: Tensor, *, sensitivity: float, noise_multiplier: float, sample_rate: float,
-                   noise: Any) -> tuple[Tensor, Any]:
+                   noise: Any, **described: Any) -> tuple[Tensor, Any]:
             released, event = original(clipped_sum, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
-                                        sample_rate=sample_rate, noise=noise)
+                                        sample_rate=sample_rate, noise=noise, **described)
             index = len(self.calls)
             self.calls.append(Call(getattr(noise, "_prefix", None), clipped_sum.detach().cpu().double().clone(),
                                    float(sensitivity), float(noise_multiplier), float(sample_rate),

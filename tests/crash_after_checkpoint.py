@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dpdc_lightning.checkpoint_io import SafeCheckpointIO  # noqa: E402
+from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO  # noqa: E402
 
 _save = SafeCheckpointIO.save_checkpoint
 _saved = 0

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Optional
 
-from dpdc_lightning.data.datamodule import PrivateDataModule
+from dpdc_lightning.engine.datamodule import PrivateDataModule
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.base import CondensationMethod, MethodConfig
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.config.methods import MethodConfig
 from dpdc_lightning.methods.extractor import RandomExtractor
-from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
 
 

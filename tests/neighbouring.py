@@ -48,7 +48,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.ledger import ledger_for
 from run_outputs import differences, run_cli
 
-condense_module = importlib.import_module("dpdc_lightning.condense")  # the module (the package exports a function)
+condense_module = importlib.import_module("dpdc_lightning.engine.planning")  # where the run secret is drawn
 
 SECRET = 0x9E3779B97F4A7C15F39CC0605CEDC8341082276BF3A27251F86C6A11D0C18E95  # both runs' secret (a test constant)
 # Float tolerance of (c): features and per-example gradients are float32, computed on batches
@@ -426,8 +426,8 @@ def choose_secret(case: Case, prep: Prepared, split: str, index: int) -> int:
     data/datamodule.py). Any secret does for a record no mechanism samples."""
     if split == "test" or not case.private:
         return next((secret for config, secret in _REFERENCES if config == case.config_key), SECRET)
-    from dpdc_lightning.condense import plan_run
-    from dpdc_lightning.data.datamodule import PrivateDataModule
+    from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.engine.datamodule import PrivateDataModule
     from dpdc_lightning.methods import DataSpec
 
     # The rates do not depend on the noise, the target or the auxiliary set: plan without them (fast).
@@ -459,7 +459,7 @@ def _config(tokens: list[str]) -> Any:
 
 
 def _load(case: Case, work: Path) -> ImageData:
-    from dpdc_lightning.condense import load_data
+    from dpdc_lightning.engine.planning import load_data
 
     clear_dataset_cache()
     try:

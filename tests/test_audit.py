@@ -191,7 +191,8 @@ def test_closed_form_dm_matches_eq8_and_bai_saranadasa_calibration():
 def test_dm_initialisation_is_redrawn_exactly():
     from dpdc_lightning.audit.analysis import dm_noise_initialisation
     from dpdc_lightning.methods import DataSpec
-    from dpdc_lightning.methods.dm import DM, DMConfig
+    from dpdc_lightning.methods.dm import DM
+    from dpdc_lightning.config.methods import DMConfig
     from method_helpers import build
 
     spec = DataSpec(num_classes=3, image_shape=(1, 4, 4), class_sizes=(20, 20, 20))
@@ -272,7 +273,7 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(tmp_path
     from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
     from dpdc_lightning.config import compose
-    from dpdc_lightning.training import train
+    from dpdc_lightning.engine.training import train
 
     run_dir = train(compose(["method=dm", "dataset=toy", "method.iterations=1", "method.ipc=1",
                              "trainer.enable_progress_bar=false", f"run_dir={tmp_path / 'run'}"]))

@@ -38,7 +38,7 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     images, labels = torch.zeros(4, 1, 16, 16), torch.arange(4)
     finished = tmp_path / "finished"
     finished.mkdir()
-    from dpdc_lightning.export import save_bundle
+    from dpdc_lightning.engine.bundle import save_bundle
 
     save_bundle(finished, images=images, labels=labels, report={"method": "dm", "epsilon": None}, grid_png=None)
     from dpdc_lightning.config import compose, to_yaml
@@ -267,7 +267,7 @@ def test_evaluate_rejects(label, argv, fragment, workspace, capsys):
 
 @pytest.mark.parametrize("label, argv, fragment", EXPORT_CASES, ids=[c[0] for c in EXPORT_CASES])
 def test_export_rejects(label, argv, fragment, workspace, capsys):
-    from dpdc_lightning.export import main
+    from dpdc_lightning.cli.export import export_main as main
 
     _check(main, argv, fragment, workspace, capsys)
 
@@ -290,7 +290,7 @@ TINY = ["model.width=8", "model.depth=2", "method.ipc=2"]
 
 def test_resume_from_a_truncated_checkpoint_names_it_and_writes_nothing(workspace, capsys):
     from dpdc_lightning.config import compose
-    from dpdc_lightning.training import train
+    from dpdc_lightning.engine.training import train
 
     folder, _ = workspace
     run_dir = train(compose(["method=ndpdc", "dataset=toy", *TINY, "method.group_size=4", "method.iterations=2",
@@ -350,10 +350,10 @@ def test_help_for_a_method_shows_that_methods_keys(capsys):
 
 
 def test_the_memory_estimate_passes_default_runs_and_refuses_an_absurd_one():
-    from dpdc_lightning.condense import load_data, memory_needs, plan_run
+    from dpdc_lightning.engine.planning import load_data, memory_needs, plan_run
     from dpdc_lightning.config import compose
     from dpdc_lightning.errors import UserError
-    from dpdc_lightning.memory import check_fits, total_bytes
+    from dpdc_lightning.methods.memory import check_fits, total_bytes
     from dpdc_lightning.methods import METHODS, DataSpec
 
     for method in METHODS:
@@ -382,8 +382,8 @@ def test_a_run_too_large_is_refused_before_allocating_across_a_process(tmp_path,
     """exit code 2 and one line from a real process, whose peak memory never grew by the synthetic
     set it refused (1 GiB of pixels alone)."""
     code = ("import resource, sys\nsys.path.insert(0, %r)\n"
-            "from dpdc_lightning.cli import run\nfrom dpdc_lightning.commands import train_main\nimport train\n"
-            "import dpdc_lightning.training\n"
+            "from dpdc_lightning.cli import run\nfrom dpdc_lightning.cli.commands import train_main\nimport train\n"
+            "import dpdc_lightning.engine.training\n"
             "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
             "code = run(train_main, ['method=ndpdc', 'method.ipc=100000', 'run_dir=big'])\n"
             "print('GROWTH_KB', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)\n"
@@ -446,7 +446,7 @@ def test_plain_progress_is_a_few_lines_a_minute(capsys):
     """A 10-minute evaluation written to a file: one line per finished training, and in between at
     most one every 20 s (a clock stepped by hand: 3000 epochs, one every 0.2 s)."""
     from dpdc_lightning.evaluation.progress import EvalProgress
-    from dpdc_lightning.progress import Throttle
+    from dpdc_lightning.engine.progress import Throttle
 
     now = [0.0]
     progress = EvalProgress(total_runs=2, throttle=Throttle(clock=lambda: now[0]))

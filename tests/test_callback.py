@@ -13,15 +13,16 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import dpdc_lightning.training as training
+import dpdc_lightning.engine.training as training
 from dpdc_lightning.config import PrivacyConfig, compose
-from dpdc_lightning.data import datamodule as datamodule_module
+from dpdc_lightning.engine import datamodule as datamodule_module
+from dpdc_lightning.engine.method_module import MethodModule
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.calibration import max_steps
-from dpdc_lightning.privacy.callback import PrivacyCallback
+from dpdc_lightning.engine.privacy_callback import PrivacyCallback
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
 
@@ -103,7 +104,7 @@ def test_the_callback_alone_refuses_a_step_beyond_the_plan(tmp_path, monkeypatch
     monkeypatch.setattr(datamodule_module.PrivateDataModule, "sample",
                         lambda self, step, classes: {"step": step, "classes": classes,
                                                      "images": [self._class_images[c][:4] for c in classes]})
-    monkeypatch.setattr(CondensationMethod, "on_train_batch_start", lambda self, batch, batch_idx: None)
+    monkeypatch.setattr(MethodModule, "on_train_batch_start", lambda self, batch, batch_idx: None)
     with pytest.raises(RuntimeError, match="beyond the plan"):
         _train(tmp_path, "attacked", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps",
                "trainer.min_steps=1000")

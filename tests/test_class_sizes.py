@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from dpdc_lightning.condense import condense, plan_run
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
@@ -16,7 +17,7 @@ from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.counts import release_class_sizes
 from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 
 SMALL = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
          "trainer.enable_progress_bar=false"]

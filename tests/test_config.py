@@ -58,7 +58,6 @@ def test_hash_depends_on_values_not_on_paths():
     (["privacy.reproducible_noise=maybe"], "reproducible_noise"),
     (["eval.runs=0"], "eval.runs must be > 0"),
     (["model.width=0"], "model.width must be > 0"),
-    (["trainer.nonsense=1"], "unknown trainer option 'nonsense'"),
     (["trainer.logger=false"], "trainer.logger is set by the framework"),
     (["method.name=ndpdc"], "method.name cannot be overridden"),
     (["justaword"], "expected key=value"),
@@ -80,3 +79,13 @@ def test_bad_input_is_one_line_user_error(tokens, fragment):
 def test_unknown_group_name_lists_the_choices():
     with pytest.raises(UserError, match="ndpdc"):
         compose(["method=nope"])
+
+
+def test_a_trainer_option_lightning_does_not_know_is_refused_by_the_engine():
+    """The config takes any trainer.* key (it imports no Lightning); the engine checks them against
+    lightning.Trainer before anything is built."""
+    from dpdc_lightning.engine.trainer import check_trainer_options
+
+    config = compose(["trainer.nonsense=1"])
+    with pytest.raises(UserError, match="unknown trainer option 'nonsense'"):
+        check_trainer_options(config.trainer)

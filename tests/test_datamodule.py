@@ -14,10 +14,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dpdc_lightning.data.datamodule import PrivateDataModule, _SampleStream, owned_classes
+from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.config import compose
-from dpdc_lightning.condense import noise_seed_for
+from dpdc_lightning.engine.planning import noise_seed_for
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import StepSchedule, make_plan
 
@@ -226,7 +226,7 @@ def test_free_steps_follow_the_data_steps_and_carry_no_data(toy):
 
 def test_rates_come_from_the_plan(toy, monkeypatch):
     """The stream samples class c at the plan's q_c (the one the accountant is told), not a rate of its own."""
-    import dpdc_lightning.data.datamodule as datamodule
+    import dpdc_lightning.engine.datamodule as datamodule
 
     seen = []
     real = datamodule.poisson_sample

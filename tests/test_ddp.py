@@ -21,14 +21,17 @@ import pytest
 import torch
 
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data.datamodule import PrivateDataModule, owned_classes
+from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.dm import DM, DMConfig
-from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
-from dpdc_lightning.training import RUN_DIR_ENV, train
+from dpdc_lightning.methods.dm import DM
+from dpdc_lightning.config.methods import DMConfig
+from dpdc_lightning.methods.ldpdc import LDPDC
+from dpdc_lightning.config.methods import LDPDCConfig
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
+from dpdc_lightning.engine.training import RUN_DIR_ENV, train
 from method_helpers import build
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,10 +72,11 @@ class _GradientRecorder:
 def _rank_gradients(name: str, data, *, rank: int, world_size: int) -> list[torch.Tensor]:
     """The gradient one rank hands to DDP at each step, with the method's own loss scaling."""
     method = _feature_matching(name)
-    method.trainer = SimpleNamespace(world_size=world_size, global_rank=rank)
     recorder = _GradientRecorder(method)
-    method.optimizers = lambda: recorder
-    method.manual_backward = lambda loss: loss.backward()
+    # What the engine gives a method on one DDP rank: the world size, the backward, the optimiser step.
+    method.runtime = SimpleNamespace(world_size=world_size, backward=lambda loss: loss.backward(),
+                                     step_optimizer=lambda optimizer: recorder.step())
+    method._optimizer = recorder
     stream = PrivateDataModule(data, plan=method.plan, sampling_seed=0)
     classes = owned_classes(SPEC.num_classes, rank=rank, world_size=world_size)
     for step in range(STEPS):
@@ -120,12 +124,13 @@ def _ldpdc_images(data, *, rank: int, world_size: int, collective: _ThreadAllRed
     """Runs LDPDC's training steps on one rank's classes; returns the images after each step."""
     method = build(LDPDC, LDPDCConfig(ipc=3, group_size=6), SPEC, noise_multiplier=1.0)
     strategy = collective.strategy(rank) if collective else None
-    method.trainer = SimpleNamespace(world_size=world_size, global_rank=rank, strategy=strategy)
+    method.runtime = SimpleNamespace(world_size=world_size,
+                                     reduce_sum=lambda t: strategy.reduce(t, reduce_op="sum") if strategy else t)
     stream = PrivateDataModule(data, plan=method.plan, sampling_seed=0)
     classes = owned_classes(SPEC.num_classes, rank=rank, world_size=world_size)
     snapshots = []
     for step in range(method.plan.total_steps):
-        method.training_step(stream.sample(step, classes), step)
+        method.run_step(stream.sample(step, classes))
         snapshots.append(method.synthetic.images.detach().clone())
     return snapshots
 

@@ -13,20 +13,23 @@ import pytest
 import torch
 
 import dpdc_lightning.methods.base as base_module
-from dpdc_lightning.checkpoint_io import SafeCheckpointIO
+from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.cli import run as cli_run
-from dpdc_lightning.condense import Condensation, condense, plan_run
+from dpdc_lightning.engine.condense import Condensation, condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.auxiliary import AuxiliaryConfig, AuxiliarySet
-from dpdc_lightning.methods.dosser import Dosser, DosserConfig
+from dpdc_lightning.methods.auxiliary import AuxiliarySet
+from dpdc_lightning.config.methods import AuxiliaryConfig
+from dpdc_lightning.methods.dosser import Dosser
+from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, principal_subspace, project
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from method_helpers import plan_for, stream
 
 SMALL = ["method=dosser", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
@@ -280,7 +283,9 @@ def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
     total = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000),
                                   (plan.noise_multiplier, plan.sample_rate, 10000)], delta=1e-5)
     assert plan.planned_epsilon == total and 0.99 < total <= 1.0
-    assert plan.prior_history == [(aux.noise_multiplier, aux.sample_rate, 10000)]
+    [(phase, event, runs)] = plan.prior_events()
+    assert (phase, event.noise_multiplier, event.sample_rate, runs) == ("auxiliary", aux.noise_multiplier,
+                                                                        aux.sample_rate, 10000)
 
 
 def test_the_paper_preset_evaluates_the_pea_expansion_as_the_authors(tmp_path, monkeypatch):

@@ -421,7 +421,7 @@ def test_images_file_that_is_not_a_torch_file_is_refused(tmp_path, monkeypatch, 
 
 def test_a_new_only_write_never_replaces_and_leaves_no_partial_file(tmp_path):
     """FILE.eval.json is created whole or not at all, and an existing one is never replaced."""
-    from dpdc_lightning.export import atomic_write, atomic_write_text
+    from dpdc_lightning.engine.bundle import atomic_write, atomic_write_text
 
     target = tmp_path / "set.eval.json"
     atomic_write_text(target, "first\n", replace=False)

@@ -12,16 +12,19 @@ import pytest
 import torch
 from torch import nn
 
-from dpdc_lightning.condense import condense, plan_run
-from dpdc_lightning.config import PLAN_TRAINER_KEYS, compose
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.config import compose
+from dpdc_lightning.config.schema import PLAN_TRAINER_KEYS
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.dm import DM
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.methods.synthetic import GeneratedImages
 from dpdc_lightning.seeding import derive_generator
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dpdc_lightning"
 SMALL = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
@@ -204,7 +207,8 @@ def test_free_steps_follow_the_private_ones_and_spend_nothing(toy, monkeypatch):
     monkeypatch.setitem(METHODS, "ndpdc", _TwoStage)
     config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "method.iterations=2"])
     captured = {}
-    monkeypatch.setattr(_TwoStage, "on_train_end", lambda self: captured.setdefault("method", self))
+    original = _TwoStage.on_fit_start
+    monkeypatch.setattr(_TwoStage, "on_fit_start", lambda self: (captured.setdefault("method", self), original(self)))
     result = condense(config, toy)
     assert captured["method"].free_seen == [2, 3, 4] and captured["method"].counter.value == 3
     assert result.plan.data_steps == 2 and result.plan.free_steps == 3
@@ -267,7 +271,7 @@ def test_a_resumed_run_reuses_its_stored_plan(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="privacy plan"):
         compose([f"resume={run_dir}", "trainer.max_steps=60", "trainer.min_steps=60"])
     # An unfinished run whose data changed since it started is refused (its rates would be stale).
-    monkeypatch.setattr("dpdc_lightning.training.load_data",
+    monkeypatch.setattr("dpdc_lightning.engine.training.load_data",
                         lambda config: load_dataset("toy").subset(torch.arange(0, 150)))
     with pytest.raises(UserError, match="class sizes changed"):
         train(compose([f"resume={run_dir}"]))

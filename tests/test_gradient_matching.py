@@ -12,22 +12,27 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dpdc_lightning.condense import condense
+from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.dc import DC, DCConfig
-from dpdc_lightning.methods.gradient_matching import InnerNetwork, layerwise_distance, loop_sizes
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
-from dpdc_lightning.methods.psg import PSG, PSGConfig
-from dpdc_lightning.models import ModelConfig, build_network
+from dpdc_lightning.methods.dc import DC
+from dpdc_lightning.config.methods import DCConfig
+from dpdc_lightning.methods.gradient_matching import InnerNetwork, layerwise_distance
+from dpdc_lightning.config.methods import loop_sizes
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
+from dpdc_lightning.methods.psg import PSG
+from dpdc_lightning.config.methods import PSGConfig
+from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.models import build_network
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.noise import SeededNoise
 from dpdc_lightning.privacy.per_example import (clipped_gradient_sum, per_example_gradients, private_gradient,
                                                 refuse_batch_norm)
 from dpdc_lightning.seeding import derive_generator
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from method_helpers import build
 
 TINY_RUN = ["dataset=toy", "model.width=4", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
@@ -134,8 +139,6 @@ def test_the_psg_step_divides_by_q_times_n_and_spends_one_event(monkeypatch):
     method = build(PSG, PSGConfig(ipc=2, batch_size=16, iterations=1), spec, model=ModelConfig(width=4, depth=2),
                    noise_multiplier=2.0)
     assert method.expected_batch_size() == pytest.approx(16.0) and method.plan.sample_rate == pytest.approx(16 / 192)
-    summary = method.mechanism_summary()
-    assert summary["sensitivity"] == 0.1 and summary["noise_std"] == pytest.approx(0.2)
     seen = {}
     import dpdc_lightning.methods.psg as psg_module
 
@@ -152,6 +155,8 @@ def test_the_psg_step_divides_by_q_times_n_and_spends_one_event(monkeypatch):
     assert seen["noise_multiplier"] == 2.0 and seen["sample_rate"] == pytest.approx(16 / 192)
     events = method.pop_events()
     assert len(events) == 1 and events[0][0] == -1
+    event = events[0][1]  # the report states these, from the event spent
+    assert event.sensitivity == 0.1 and event.noise_std == pytest.approx(0.2) and event.expected_size == 16.0
 
 
 # --------------------------------------------------------------------------- distance, loops
@@ -319,7 +324,7 @@ def test_killed_gradient_matching_run_resumes_to_the_uninterrupted_result(tmp_pa
 
 @pytest.mark.parametrize("experiment, target, steps", [("psg_eps10", 10.0, 1000 * 10 * 10), ("psg_eps1", 1.0, 200 * 10 * 10)])
 def test_psg_presets_calibrate_sigma_for_r_t_k_steps_at_q_b_over_n(experiment, target, steps):
-    from dpdc_lightning.condense import plan_run
+    from dpdc_lightning.engine.planning import plan_run
 
     fashion = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
     plan = plan_run(compose([f"experiment={experiment}"]), fashion)

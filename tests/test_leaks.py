@@ -15,11 +15,13 @@ import json
 import pytest
 import torch
 
-import dpdc_lightning.condense as condense_module
+import dpdc_lightning.engine.planning as condense_module
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 import dpdc_lightning.methods.base as base_module
 from dpdc_lightning.cli import run
-from dpdc_lightning.commands import train_main
-from dpdc_lightning.condense import Condensation, condense, plan_run
+from dpdc_lightning.cli.commands import train_main
+from dpdc_lightning.engine.condense import Condensation, condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
@@ -66,7 +68,8 @@ def test_psg_given_the_same_released_sizes_neighbours_publish_identical_reports(
     """Conditioned on the output of the class-size release (the only accounted output that may move),
     D and D' with one record removed must give the same plan, report and method view of the data."""
     released = (47.25, 45.5, 49.75, 44.0)
-    monkeypatch.setattr(condense_module, "release_class_sizes", lambda sizes, **kwargs: (released, None))
+    monkeypatch.setattr(condense_module, "release_class_sizes", lambda sizes, **kwargs: (
+        released, PrivacyEvent(noise_multiplier=kwargs["noise_multiplier"], sample_rate=1.0)))
     config = compose([*PSG, *PRIVATE_SIZES])
     full, neighbour = _without(toy, 7)
     runs = [condense(config, data, noise_seed=11) for data in (full, neighbour)]

@@ -20,12 +20,15 @@ from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.dm import DM, DMConfig
+from dpdc_lightning.methods.dm import DM
+from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
-from dpdc_lightning.methods.ldpdc import LDPDC, LDPDCConfig
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
+from dpdc_lightning.methods.ldpdc import LDPDC
+from dpdc_lightning.config.methods import LDPDCConfig
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from method_helpers import build, stream
 
 SHAPE = (1, 28, 28)
@@ -157,8 +160,9 @@ def test_ndpdc_noise_std_is_noise_multiplier_times_clip_norm(monkeypatch):
     assert abs(noise.mean().item()) < 0.05 * 6.0
     # Each (step, class) draws its own noise: no two releases are equal.
     assert len(torch.unique(noise[:, 0])) == len(noise)
-    summary = method.mechanism_summary()
-    assert summary["sensitivity"] == 3.0 and summary["noise_std"] == 6.0 and summary["noise_multiplier"] == 2.0
+    # The events the mechanism returned state what it drew: they are what privacy.json reports.
+    event = method.pop_events()[0][1]
+    assert event.sensitivity == 3.0 and event.noise_std == 6.0 and event.noise_multiplier == 2.0
 
 
 def test_ndpdc_spends_one_event_per_class_per_step_at_its_own_rate(toy):
@@ -215,12 +219,12 @@ def test_ldpdc_sensitivity_and_noise_std(monkeypatch):
     method = _ldpdc(ipc=4, bound=bound, noise_multiplier=noise_multiplier, group_size=group_size)
     sensitivity = bound * math.sqrt(D)
     assert method.sensitivity() == pytest.approx(sensitivity)
-    summary = method.mechanism_summary()
-    assert summary["sensitivity"] == pytest.approx(sensitivity)
-    assert summary["noise_std"] == pytest.approx(noise_multiplier * sensitivity)
     released = _capture(monkeypatch, ldpdc_module)
     for step in range(4):
         method.condensation_step(_empty_batch(step, [0, 1, 2, 3]), step)
+    event = method.pop_events()[0][1]  # what the report states comes from the events spent
+    assert event.sensitivity == pytest.approx(sensitivity) and event.expected_size == group_size
+    assert event.noise_std == pytest.approx(noise_multiplier * sensitivity)
     scaled = method.synthetic.images.detach() * group_size  # empty samples: every row is noise / L
     std = noise_multiplier * sensitivity
     assert abs(scaled.std().item() - std) < 0.03 * std
@@ -355,7 +359,7 @@ def test_clip_gradient_option_reaches_ndpdc_gradient(toy):
 
 def test_clip_gradient_is_refused_for_dm_and_unknown_values():
     from dpdc_lightning.errors import UserError
-    from dpdc_lightning.methods.dm import DMConfig
+    from dpdc_lightning.config.methods import DMConfig
 
     with pytest.raises(UserError, match="dm does not clip"):
         DMConfig(clip_gradient="detached")

@@ -96,7 +96,7 @@ def _planted(case: Case, work_root: Path, patch: pytest.MonkeyPatch, plant, mode
 
 def test_harness_catches_a_report_field_computed_from_exact_counts(work_root, monkeypatch):
     """privacy.json states the exact number of training records although the class sizes are private."""
-    from dpdc_lightning.condense import Condensation
+    from dpdc_lightning.engine.condense import Condensation
 
     original = Condensation.fit
 
@@ -127,7 +127,7 @@ def test_harness_catches_noise_scaled_to_an_understated_sensitivity(work_root, m
 
 def test_harness_catches_a_mechanism_reading_the_held_out_split(work_root, monkeypatch):
     """The held-out records join the sampled pools: changing one moves a release it should not touch."""
-    from dpdc_lightning.data.datamodule import PrivateDataModule
+    from dpdc_lightning.engine.datamodule import PrivateDataModule
 
     original = PrivateDataModule.sample
 

@@ -12,7 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from dpdc_lightning.condense import condense, plan_run
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.methods import DataSpec

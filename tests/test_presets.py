@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpdc_lightning.condense import plan_run
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history

@@ -13,14 +13,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from dpdc_lightning import training
+from dpdc_lightning.engine import run_folder, training
 from dpdc_lightning.cli import run
-from dpdc_lightning.condense import condense
+from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import compose
 from dpdc_lightning.data.loaders import idx
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.export import load_bundle, save_bundle
+from dpdc_lightning.engine.bundle import load_bundle, save_bundle
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
@@ -28,7 +28,7 @@ from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import StepSchedule, make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import SECRET_FILE
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
@@ -164,9 +164,9 @@ def test_calculator_never_prints_a_negative_epsilon(capsys):
 
 def test_end_of_run_line_of_a_non_private_run(tmp_path):
     (tmp_path / "privacy.json").write_text(json.dumps({"method": "dm", "epsilon": None}))
-    assert training.end_of_run_line(tmp_path) == f"bundle written to {tmp_path}: not private (ε = ∞)"
+    assert run_folder.end_of_run_line(tmp_path) == f"bundle written to {tmp_path}: not private (ε = ∞)"
     (tmp_path / "plan.json").write_text(json.dumps({"data_steps": 7}))
-    line = training.end_of_run_line(tmp_path, wall_seconds=75)
+    line = run_folder.end_of_run_line(tmp_path, wall_seconds=75)
     assert line == f"bundle written to {tmp_path}: not private (ε = ∞), 7 steps, 1 min 15 s"
 
 
@@ -250,9 +250,11 @@ def test_whole_run_prints_provenance_and_the_guarantee(tmp_path, capsys):
     report = json.loads((run_dir / "privacy.json").read_text())
     assert re.fullmatch(re.escape(f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
                                   "1 privacy-consuming step, ") + r"\d+\.\d s", last), last
-    saved = OmegaConf.load(run_dir / "config.yaml")
-    assert saved.dataset.resolved_root == "no files (embedded data set toy)"
-    assert "resolved_root" not in json.dumps(report) and "embedded" not in json.dumps(report)
+    # The folder read is the owner's record, beside the secret (mode 0600), never in config.yaml or the bundle.
+    provenance = run_dir / ".provenance.json"
+    assert json.loads(provenance.read_text()) == {"data": "no files (embedded data set toy)"}
+    assert provenance.stat().st_mode & 0o777 == 0o600
+    assert "embedded" not in (run_dir / "config.yaml").read_text() and "embedded" not in json.dumps(report)
     assert not (run_dir / SECRET_FILE).exists()
 
 
@@ -266,9 +268,7 @@ def test_resume_of_a_crashed_run_still_works(copy_of):
 
 def test_resume_refuses_data_from_another_folder(copy_of):
     run_dir = copy_of("before_bundle")
-    saved = OmegaConf.load(run_dir / "config.yaml")
-    saved.dataset.resolved_root = "/some/other/copy"
-    OmegaConf.save(saved, run_dir / "config.yaml")
+    (run_dir / ".provenance.json").write_text(json.dumps({"data": "/some/other/copy"}))
     with pytest.raises(UserError, match="cannot be resumed"):
         train(compose([f"resume={run_dir}"]))
     assert not (run_dir / "privacy.json").exists()

@@ -18,7 +18,7 @@ import torch
 
 from dpdc_lightning.config import CONF_DIR, compose
 from dpdc_lightning.methods import METHODS
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 
 METHOD_CONFIGS = sorted(path.stem for path in (CONF_DIR / "method").glob("*.yaml"))
 TINY = ["model.width=8", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]

@@ -15,7 +15,8 @@ from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.extractor import RandomExtractor, bucket_size, cudnn_tf32, resolve_autocast
-from dpdc_lightning.methods.ndpdc import NDPDC, NDPDCConfig
+from dpdc_lightning.methods.ndpdc import NDPDC
+from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.seeding import derive_generator
 from method_helpers import build, stream, small_extractor
 

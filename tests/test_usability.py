@@ -17,11 +17,11 @@ from omegaconf import OmegaConf
 from PIL import Image
 
 from dpdc_lightning.cli import run
-from dpdc_lightning.commands import train_main
+from dpdc_lightning.cli.commands import train_main
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import Interrupted, UserError
-from dpdc_lightning.overrides import split_sweep
+from dpdc_lightning.cli.sweep import split_sweep
 
 TINY = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
 QUICK_EVAL = ["eval.epochs=1", "eval.runs=1"]
@@ -35,7 +35,7 @@ def _python(code: str, cwd: Path, env: dict) -> subprocess.CompletedProcess:
 
 def test_help_lists_groups_choices_keys_and_examples_without_importing_torch(repo_root, cli_env):
     code = ("import sys, time; t = time.perf_counter()\n"
-            "from dpdc_lightning.commands import train_main, evaluate_main\n"
+            "from dpdc_lightning.cli.commands import train_main, evaluate_main\n"
             "assert train_main(['--help']) == 0 and evaluate_main(['--help']) == 0\n"
             "print('TORCH', 'torch' in sys.modules, 'lightning' in sys.modules)\n")
     done = _python(code, repo_root, cli_env)
@@ -50,7 +50,7 @@ def test_help_lists_groups_choices_keys_and_examples_without_importing_torch(rep
 @pytest.mark.parametrize("argv, fragment", [(["method.ipc=abc"], "method.ipc"), (["method=nope"], "unknown method"),
                                             (["privacy.delta=2"], "privacy.delta"), (["sed=1"], "unknown key")])
 def test_bad_override_fails_before_torch_is_imported(argv, fragment, repo_root, cli_env):
-    code = ("import sys\nfrom dpdc_lightning.cli import run\nfrom dpdc_lightning.commands import train_main\n"
+    code = ("import sys\nfrom dpdc_lightning.cli import run\nfrom dpdc_lightning.cli.commands import train_main\n"
             f"code = run(train_main, {argv!r})\nprint('TORCH', 'torch' in sys.modules, code)\n")
     done = _python(code, repo_root, cli_env)
     assert "TORCH False 2" in done.stdout, done.stdout + done.stderr
@@ -73,17 +73,17 @@ def test_print_config_states_the_plan_and_train_records_it(tmp_path, capsys):
     out = capsys.readouterr().out
     plan = re.search(r"# plan: noise multiplier σ = ([\d.]+), 4 privacy-consuming steps .*ε = ([\d.]+) at δ = 1e-05", out)
     assert plan and float(plan.group(1)) == 1.5 and 0 < float(plan.group(2)) < 3
-    printed = OmegaConf.create(out)
-    assert printed.privacy.planned_noise_multiplier == pytest.approx(float(plan.group(1)), rel=1e-3)
-    assert printed.privacy.planned_steps == 4 and printed.privacy.planned_noise_multiplier > 0
+    printed = OmegaConf.create(out)  # the config as given: the plan's outcome is in the plan, never in the config
+    assert printed.privacy.noise_multiplier == 1.5 and "planned" not in out.split("# ")[0]
     run_dir = tmp_path / "run"
     assert run(train_main, ["method=ndpdc", *TINY, "privacy.target_epsilon=3", "method.iterations=1",
                             f"run_dir={run_dir}"]) == 0
     saved = OmegaConf.load(run_dir / "config.yaml")
     report = json.loads((run_dir / "privacy.json").read_text())
-    assert saved.privacy.noise_multiplier is None  # what was asked stays
-    assert saved.privacy.planned_noise_multiplier == pytest.approx(report["noise_multiplier"])
-    assert saved.privacy.planned_epsilon == pytest.approx(report["epsilon"], rel=1e-6)
+    assert saved.privacy.noise_multiplier is None and "planned" not in saved  # what was asked, only that
+    plan_file = json.loads((run_dir / "plan.json").read_text())
+    assert plan_file["noise_multiplier"] == pytest.approx(report["noise_multiplier"])
+    assert plan_file["planned_epsilon"] == pytest.approx(report["epsilon"], rel=1e-6)
     assert report["bundle"]["class_names"] == ["bar0", "bar1", "bar2", "bar3"]
 
 
@@ -91,7 +91,7 @@ def test_print_config_states_the_plan_and_train_records_it(tmp_path, capsys):
 
 def test_ctrl_c_reports_the_step_and_the_resume_command_and_resume_finishes(tmp_path, monkeypatch):
     from dpdc_lightning.methods.ndpdc import NDPDC
-    from dpdc_lightning.training import train
+    from dpdc_lightning.engine.training import train
 
     original = NDPDC.condensation_step
 
@@ -190,7 +190,7 @@ def test_a_folder_of_own_images_is_condensed_and_evaluated_with_the_private_note
     assert "NOT covered" in capsys.readouterr().err
     report = json.loads((run_dir / "privacy.json").read_text())
     assert report["bundle"]["class_names"] == ["cat", "dog", "eel"]
-    from dpdc_lightning.commands import evaluate_main
+    from dpdc_lightning.cli.commands import evaluate_main
 
     assert run(evaluate_main, [str(run_dir), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 0
     saved = json.loads((run_dir / "eval.json").read_text())
@@ -208,7 +208,7 @@ def test_register_dataset_from_python(tmp_path):
     register_dataset("mine", mine)
     try:
         config = compose(["dataset=mine", "method=ndpdc"])
-        from dpdc_lightning.condense import load_data
+        from dpdc_lightning.engine.planning import load_data
 
         assert load_data(config).name == "mine"
         with pytest.raises(UserError, match="built in"):
@@ -221,7 +221,7 @@ def test_register_dataset_from_python(tmp_path):
 
 @pytest.fixture(scope="module")
 def two_bundles(tmp_path_factory):
-    from dpdc_lightning.training import train
+    from dpdc_lightning.engine.training import train
 
     root = tmp_path_factory.mktemp("bundles")
     dirs = []
@@ -232,7 +232,7 @@ def two_bundles(tmp_path_factory):
 
 
 def test_eval_json_is_appended_by_protocol_and_model_and_several_runs_give_one_table(two_bundles, capsys):
-    from dpdc_lightning.commands import evaluate_main
+    from dpdc_lightning.cli.commands import evaluate_main
 
     first, second = two_bundles
     assert run(evaluate_main, [str(first), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 0
@@ -250,7 +250,7 @@ def test_eval_json_is_appended_by_protocol_and_model_and_several_runs_give_one_t
 
 
 def test_ctrl_c_during_evaluation_exits_130_and_writes_nothing(two_bundles, monkeypatch, capsys):
-    from dpdc_lightning.commands import evaluate_main
+    from dpdc_lightning.cli.commands import evaluate_main
     from dpdc_lightning.evaluation import train_test
 
     def interrupted(*args, **kwargs):
@@ -277,7 +277,7 @@ def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(
     assert all(r["convnet_mean"] for r in rows[:2])
     assert "| ok |" in (folder / "summary.md").read_text() and "REDUCED PROTOCOL" in (folder / "summary.md").read_text()
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
-    from dpdc_lightning.commands import evaluate_main
+    from dpdc_lightning.cli.commands import evaluate_main
 
     assert run(evaluate_main, [str(folder), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 0  # the sweep folder
     table = capsys.readouterr().out.split("### comparison")[1]
@@ -301,7 +301,7 @@ def test_accuracy_plot_averages_seeds_per_method():
 
 
 def test_export_writes_an_image_folder_with_labels(two_bundles, tmp_path):
-    from dpdc_lightning.export import export_image_folder, load_bundle
+    from dpdc_lightning.engine.bundle import export_image_folder, load_bundle
 
     message = export_image_folder(two_bundles[0], tmp_path / "out")
     bundle = load_bundle(two_bundles[0])
@@ -316,7 +316,7 @@ def test_export_writes_an_image_folder_with_labels(two_bundles, tmp_path):
 # --------------------------------------------------------------------------- pictures
 
 def test_grid_scales_each_image_labels_rows_and_is_large():
-    from dpdc_lightning.image_grid import LABEL_WIDTH, display_scale, labelled_grid
+    from dpdc_lightning.engine.image_grid import LABEL_WIDTH, display_scale, labelled_grid
 
     images = torch.stack([torch.linspace(-6, 5, 64).view(1, 8, 8), torch.full((1, 8, 8), 3.0)])
     kept = images.clone()
@@ -331,8 +331,8 @@ def test_grid_scales_each_image_labels_rows_and_is_large():
 def test_tensorboard_drops_the_epoch_scalar_and_logs_each_image_once(monkeypatch, tmp_path):
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from dpdc_lightning.image_grid import ImageGridLogger
-    from dpdc_lightning.tensorboard import RunLogger
+    from dpdc_lightning.engine.image_grid import ImageGridLogger
+    from dpdc_lightning.engine.tensorboard import RunLogger
 
     seen = []
     monkeypatch.setattr(TensorBoardLogger, "log_metrics", lambda self, metrics, step=None: seen.append(dict(metrics)))

@@ -16,7 +16,7 @@ import torch
 from dpdc_lightning.config import compose
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.results import ModelResult
-from dpdc_lightning.training import train
+from dpdc_lightning.engine.training import train
 from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path wherever dpdc_repro is
 
 CACHE_FILE = "results.json"

@@ -3,7 +3,7 @@
 import sys
 
 from dpdc_lightning.audit.command import audit_main
-from dpdc_lightning.cli import run
+from dpdc_lightning.errors import run
 
 if __name__ == "__main__":
     sys.exit(run(audit_main))

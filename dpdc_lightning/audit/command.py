@@ -39,8 +39,8 @@ def audit_main(argv: list[str]) -> int:
 def audit_run(run_dir: Path, tokens: list[str]) -> int:
     from dpdc_lightning.audit.settings import load_settings
     from dpdc_lightning.config import validate
-    from dpdc_lightning.condense import load_data
-    from dpdc_lightning.export import CONFIG_FILE, load_bundle
+    from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
 
     settings = load_settings(tokens)
     bundle = load_bundle(run_dir)
@@ -83,7 +83,7 @@ def _fresh_names(run_dir: Path) -> dict[str, Path]:
 
 
 def _write_outputs(names: dict[str, Path], output) -> None:
-    from dpdc_lightning.export import atomic_write
+    from dpdc_lightning.engine.bundle import atomic_write
 
     written = []
     try:

@@ -18,10 +18,10 @@ from dpdc_lightning.audit import analysis, attacks, canary, metrics, visual
 from dpdc_lightning.audit.figures import roc_png
 from dpdc_lightning.audit.settings import AuditConfig
 from dpdc_lightning.audit.shadows import ShadowPlan, keep_matrix, run_shadows
-from dpdc_lightning.condense import condense
+from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.export import Bundle
+from dpdc_lightning.engine.bundle import Bundle
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 ATTACKS_TARGET = ("loss_threshold", "lira_online", "lira_offline")

@@ -21,7 +21,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor, nn
 
-from dpdc_lightning.condense import condense
+from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.evaluation import EvalProtocol, train_network

@@ -19,8 +19,8 @@ _WHERE = {
     "clear_dataset_cache": "load",
     "default_cache_dir": "load",
     "load_dataset": "load",
-    "poisson_sample": "poisson",
-    "sample_without_replacement": "poisson",
+    "poisson_sample": "dpdc_lightning.privacy.sampling",
+    "sample_without_replacement": "dpdc_lightning.privacy.sampling",
     "random_class_picks": "subsets",
     "random_real_subset": "subsets",
 }

@@ -1,14 +1,10 @@
-"""``python evaluate.py``: train fresh networks on bundles, a plain tensor file, or a baseline.
+"""Evaluation of synthetic sets on a config object: a bundle, a plain tensor file, or a baseline.
 
-    python evaluate.py RUN_DIR [RUN_DIR ...] [model=convnet,mlp,...] [eval.runs=5] [eval.epochs=1000]
-    python evaluate.py SWEEP_DIR [eval=quick]        # every bundle of a sweep, one comparison table
-    python evaluate.py --images FILE.pt dataset=NAME [model=...] [eval.*=...]
-    python evaluate.py --baseline random-real dataset=digits method.ipc=10
-
-``--images`` evaluates a set made by any tool on exactly the protocol used for bundles. Such a file
-comes without a privacy report, so its table and its ``FILE.eval.json`` say so. A bundle's results
-are appended to its ``eval.json`` under the protocol and model (never overwritten) and logged to
-its TensorBoard folder; several bundles end with one comparison table.
+``evaluate_bundle`` trains fresh networks on a bundle with the protocol of the config it is given
+(cli/evaluate.py composes it from the bundle's config.yaml and the command line), appends the
+results to the bundle's ``eval.json`` and logs them to its TensorBoard folder. ``evaluate_other``
+does the same for a file made by any tool (its table and ``FILE.eval.json`` say it comes without a
+privacy report) or the random-real baseline.
 """
 
 from __future__ import annotations
@@ -16,94 +12,33 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
+from dpdc_lightning.config import ModelConfig, RunConfig
 from dpdc_lightning.errors import Interrupted, UserError
-from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json, comparison_table  # noqa: F401
-from dpdc_lightning.overrides import help_text, parse_overrides
+from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json
 
-BASELINES = ("random-real",)
 EVAL_FILE = "eval.json"
 NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknown)"
-USAGE = ("usage: python evaluate.py RUN_DIR [RUN_DIR ...|SWEEP_DIR] [model=a,b] [eval.runs=N] "
-         "| --images FILE.pt dataset=NAME [model=a,b] [eval.*=...] "
-         "| --baseline random-real [dataset=NAME] [method.ipc=N]")
-EXAMPLES = ("python evaluate.py runs/RUN_DIR eval=quick",
-            "python evaluate.py runs/RUN_DIR model=convnet,mlp,lenet,alexnet,vgg11,resnet18",
-            "python evaluate.py runs/A runs/B runs/C eval.epochs=300 eval.runs=3   # one comparison table",
-            "python evaluate.py runs/sweep-DATE eval=quick                       # every member of a sweep",
-            "python evaluate.py --images my_set.pt dataset=digits",
-            "python evaluate.py --baseline random-real dataset=digits method.ipc=10")
 
 
-def evaluate_main(argv: list[str]) -> int:
-    if "--help" in argv or "-h" in argv:
-        print(help_text("python evaluate.py (or dpdc-evaluate) RUN_DIR [RUN_DIR ...]", examples=EXAMPLES), end="")
-        print("\nflags: --images FILE.pt, --baseline random-real, --no-progress; model=a,b,c evaluates several models")
-        return 0
-    quiet = "--no-progress" in argv
-    baseline, image_file, run_dirs, tokens = _parse([a for a in argv if a != "--no-progress"])
-    selections, dotted = parse_overrides(tokens, groups=("model", "dataset", "eval"))
-    model_names = selections.pop("model", "convnet").split(",")
-    models = [_model(name, [t for t in dotted if t.startswith("model.")]) for name in model_names]  # fail early
-    if run_dirs:
-        bundles = _expand(run_dirs)
-        outcomes = [_evaluate_bundle(path, selections, dotted, models, quiet=quiet) for path in bundles]
-        if len(bundles) > 1:
-            print(comparison_table(outcomes))
-        for name in run_dirs:  # a sweep folder's summary and plot follow its latest evaluation
-            from dpdc_lightning.sweep_summary import SWEEP_FILE, refresh_summary
+def protocol_of(config: RunConfig) -> Any:
+    """The evaluation protocol of a config (``eval.*``; the DSA mode from ``augment.mode``)."""
+    from dpdc_lightning.evaluation import EvalProtocol
 
-            if (Path(name) / SWEEP_FILE).is_file():
-                print(f"updated {refresh_summary(Path(name), outcomes)}")
-        return 0
-    return _evaluate_other(baseline, image_file, selections, dotted, models, quiet=quiet)
+    e = config.eval
+    return EvalProtocol(epochs=e.epochs, runs=e.runs, lr=e.lr, momentum=e.momentum, weight_decay=e.weight_decay,
+                        batch_size=e.batch_size, dsa=e.dsa, dsa_mode=config.augment.mode)
 
 
-def evaluate_bundle(run_dir: str | Path, *, models: tuple[str, ...] = ("convnet",), overrides: tuple[str, ...] = (),
-                    quiet: bool = False) -> dict[str, Any]:
-    """Evaluate one bundle with the protocol of its config.yaml (plus ``overrides``); the results are
-    appended to its eval.json and returned (``results``: one ModelResult per model)."""
-    selections, dotted = parse_overrides(list(overrides), groups=("dataset", "eval"))
-    specs = [_model(name, [t for t in dotted if t.startswith("model.")]) for name in models]
-    return _evaluate_bundle(Path(run_dir), selections, dotted, specs, quiet=quiet)
-
-
-def _expand(run_dirs: list[str]) -> list[Path]:
-    """Run folders as given; a sweep folder (no privacy.json, members below it) stands for its members."""
-    from dpdc_lightning.export import PRIVACY_REPORT
-
-    bundles: list[Path] = []
-    for name in run_dirs:
-        path = Path(name)
-        if path.is_dir() and not (path / PRIVACY_REPORT).exists() and not (path / "config.yaml").exists():
-            members = sorted(p.parent for p in path.glob(f"*/{PRIVACY_REPORT}"))
-            if not members:
-                raise UserError(f"{path} holds no bundle (no {PRIVACY_REPORT} in it or in its sub-folders)")
-            bundles += members
-        else:
-            bundles.append(path)
-    return bundles
-
-
-def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], models: list[Any], *,
-                     quiet: bool) -> dict[str, Any]:
-    from omegaconf import OmegaConf
-
-    from dpdc_lightning.config import validate
-    from dpdc_lightning.export import CONFIG_FILE, load_bundle
-    from dpdc_lightning.overrides import dotlist, load_group
+def evaluate_bundle(path: Path, config: RunConfig, models: Sequence[ModelConfig], *, quiet: bool = False
+                    ) -> dict[str, Any]:
+    """Evaluate the bundle in ``path`` with ``config`` (its config.yaml, with any evaluation
+    overrides); the results are appended to its eval.json and returned (``results``: one ModelResult
+    per model)."""
+    from dpdc_lightning.engine.bundle import load_bundle
 
     bundle = load_bundle(path)
-    saved = OmegaConf.load(path / CONFIG_FILE)
-    layers = []
-    if "dataset" in selections and selections["dataset"] != saved.dataset.name:
-        raise UserError(f"{path} was condensed from dataset {saved.dataset.name}; it is evaluated on that data set's "
-                        f"test split, not on {selections['dataset']} (drop dataset=, or use dataset.root=DIR to "
-                        "point at its files)")
-    if "eval" in selections:
-        layers.append(OmegaConf.create({"eval": load_group("eval", selections["eval"])}))
-    config = validate(OmegaConf.merge(saved, *layers, dotlist(dotted)))
     _check_accelerator(config.eval.accelerator)
     data = _load(config)
     epsilon = bundle.report.get("epsilon")
@@ -115,7 +50,7 @@ def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], 
     eval_path = path / EVAL_FILE
     append_eval_json(eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note)
     try:
-        from dpdc_lightning.tensorboard import log_evaluation
+        from dpdc_lightning.engine.tensorboard import log_evaluation
 
         log_evaluation(path, {r.model: [100 * a for a in r.accuracies] for r in results},
                        protocol=f"e{protocol.epochs}_r{protocol.runs}")
@@ -127,15 +62,13 @@ def _evaluate_bundle(path: Path, selections: dict[str, str], dotted: list[str], 
             "private_test": data.test_is_private}
 
 
-def _evaluate_other(baseline: bool, image_file: Optional[str], selections: dict[str, str], dotted: list[str],
-                    models: list[Any], *, quiet: bool) -> int:
-    from dpdc_lightning.config import compose
+def evaluate_other(image_file: Optional[str], config: RunConfig, models: Sequence[ModelConfig], *,
+                   quiet: bool = False) -> int:
+    """Evaluate a plain tensor file (``image_file``) or, without one, the random-real baseline."""
     from dpdc_lightning.data.subsets import random_real_subset
-    from dpdc_lightning.evaluation.results import results_to_json
-    from dpdc_lightning.export import atomic_write_text, new_run_dir
+    from dpdc_lightning.engine.bundle import atomic_write_text, new_run_dir
+    from dpdc_lightning.evaluation import results_to_json
 
-    tokens = [f"{k}={v}" for k, v in selections.items()] + dotted
-    config = compose(tokens)
     _check_accelerator(config.eval.accelerator)
     data = _load(config)
     note = _notes(config, data)
@@ -187,13 +120,12 @@ def _notes(config: Any, data: Any) -> dict[str, str]:
 def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[Any], *, quiet: bool,
                 title: str, note: dict[str, str]) -> tuple[list[Any], Any]:
     from dpdc_lightning.evaluation.progress import EvalProgress
-    from dpdc_lightning.evaluation.results import ModelResult, format_table
-    from dpdc_lightning.evaluation import train_and_test
+    from dpdc_lightning.evaluation import ModelResult, format_table, train_and_test
 
     if images.shape[1:] != data.test_images.shape[1:]:
         raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
                         f"{tuple(data.test_images.shape[1:])}")
-    protocol = config.eval.protocol(dsa_mode=config.augment.mode)
+    protocol = protocol_of(config)
     print(f"evaluating: {title}", file=sys.stderr)
     progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
     try:
@@ -278,7 +210,7 @@ def _fresh_eval_path(path: Path) -> Path:
 
 def _write_new(path: Path, text: str) -> None:
     """Create ``path`` whole or not at all, never replacing it (an evaluation started meanwhile keeps its file)."""
-    from dpdc_lightning.export import atomic_write_text
+    from dpdc_lightning.engine.bundle import atomic_write_text
 
     try:
         atomic_write_text(path, text, replace=False)
@@ -288,52 +220,7 @@ def _write_new(path: Path, text: str) -> None:
         raise UserError(f"cannot write {path}: {err.strerror or err}") from None
 
 
-def _parse(argv: list[str]) -> tuple[bool, str | None, list[str], list[str]]:
-    baseline, image_file, run_dirs, tokens = False, None, [], []
-    args = iter(argv)
-    for arg in args:
-        if arg.startswith("--baseline"):
-            value = arg.split("=", 1)[1] if "=" in arg else next(args, "")
-            if value not in BASELINES:
-                raise UserError(f"--baseline {value!r} is not known; choose one of: {', '.join(BASELINES)}")
-            baseline = True
-        elif arg == "--images" or arg.startswith("--images="):
-            value = arg.split("=", 1)[1] if "=" in arg else next(args, "")
-            if not value or value.startswith("-"):
-                raise UserError(f"--images needs a file; {USAGE}")
-            image_file = value
-        elif arg.startswith("-"):
-            raise UserError(f"unknown flag {arg}; {USAGE}")
-        elif "=" not in arg:
-            run_dirs.append(arg)
-        else:
-            tokens.append(arg)
-    if baseline + (image_file is not None) + bool(run_dirs) != 1:
-        raise UserError("give exactly one of: run directories, --images FILE.pt, --baseline random-real")
-    return baseline, image_file, run_dirs, tokens
-
-
-def _model(name: str, overrides: list[str]) -> Any:
-    """One architecture to evaluate: its conf/model file plus any ``model.*`` overrides."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from dpdc_lightning.models.config import ModelConfig
-    from dpdc_lightning.overrides import CONF_DIR
-
-    path = CONF_DIR / "model" / f"{name}.yaml"
-    if not path.is_file():
-        names = sorted(p.stem for p in (CONF_DIR / "model").glob("*.yaml"))
-        raise UserError(f"unknown model '{name}'; choose from: {', '.join(names)}")
-    patch = OmegaConf.from_dotlist(overrides).get("model", {})
-    try:
-        merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path), patch)
-        return OmegaConf.to_object(merged)
-    except OmegaConfBaseException as err:
-        raise UserError(f"invalid model override for {name}: {str(err).splitlines()[0]}") from None
-
-
-def _load(config: Any) -> Any:
-    from dpdc_lightning.condense import load_data
+def _load(config: RunConfig) -> Any:
+    from dpdc_lightning.engine.planning import load_data
 
     return load_data(config)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-from dpdc_lightning.progress import Throttle, interactive
+from dpdc_lightning.engine.progress import Throttle, interactive
 
 
 class EvalProgress:

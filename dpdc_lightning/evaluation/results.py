@@ -124,7 +124,7 @@ def append_eval_json(path: Path, *, title: str, results: list[Any], protocol: An
     ``by_protocol[protocol][model]`` lists each evaluation's seed and accuracies; ``results`` and
     ``protocol`` repeat the latest for quick reading."""
     from dpdc_lightning.errors import UserError
-    from dpdc_lightning.export import atomic_write_text
+    from dpdc_lightning.engine.bundle import atomic_write_text
 
     payload: dict[str, Any] = {}
     if path.is_file():

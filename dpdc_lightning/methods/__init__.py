@@ -1,6 +1,8 @@
 """Condensation methods, one per file, registered by the name used in ``method=NAME``."""
 
-from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
+from dpdc_lightning.config.methods import MethodConfig
+from dpdc_lightning.methods.base import CondensationMethod, Runtime
+from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.methods.dc import DC
 from dpdc_lightning.methods.dm import DM
 from dpdc_lightning.methods.dosser import Dosser
@@ -17,4 +19,4 @@ METHODS: dict[str, type[CondensationMethod]] = {
     "psg": PSG,
 }
 
-__all__ = ["METHODS", "CondensationMethod", "DataSpec", "MethodConfig"]
+__all__ = ["METHODS", "CondensationMethod", "DataSpec", "MethodConfig", "Runtime"]

@@ -29,36 +29,6 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
 from dpdc_lightning.tensor_files import load_plain
 
-SOURCES = ("none", "file", "public_split", "dp")
-DP_METHODS = ("ndpdc", "ldpdc")
-
-
-@dataclass
-class AuxiliaryConfig:
-    source: str = "none"
-    path: Optional[str] = None  # file: a .pt (dict with 'images', optional 'labels') or .npz with the same arrays
-    size: int = 1000  # at most this many images are used (a keyed subsample of a larger set)
-    # source=dp: the private run that makes the set, and the ε it may spend alone (at privacy.delta)
-    method: str = "ndpdc"
-    epsilon: float = 0.2
-    ipc: int = 50
-    iterations: int = 1000
-    group_size: float = 50.0
-
-    def __post_init__(self) -> None:
-        if self.source not in SOURCES:
-            raise UserError(f"method.aux.source={self.source!r} is not allowed; choose one of: {', '.join(SOURCES)}")
-        if self.source == "file" and not self.path:
-            raise UserError("method.aux.source=file needs method.aux.path=FILE (.pt or .npz of public images)")
-        if self.source != "file" and self.path:
-            raise UserError("method.aux.path applies only with method.aux.source=file")
-        if self.method not in DP_METHODS:
-            raise UserError(f"method.aux.method={self.method!r} is not allowed; choose one of: {', '.join(DP_METHODS)}")
-        for key in ("size", "ipc", "iterations"):
-            if getattr(self, key) < 1:
-                raise UserError(f"method.aux.{key} must be >= 1, got {getattr(self, key)}")
-        if not self.epsilon > 0 or not self.group_size > 0:
-            raise UserError("method.aux.epsilon and method.aux.group_size must be > 0")
 
 
 @dataclass(frozen=True)

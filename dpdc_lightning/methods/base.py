@@ -1,4 +1,4 @@
-"""The shared base of every condensation method: a LightningModule whose parameters make the data.
+"""The shared base of every condensation method: the maths of one step, on a plain ``nn.Module``.
 
 A subclass describes itself with class attributes and a few small hooks:
 
@@ -13,25 +13,29 @@ A subclass describes itself with class attributes and a few small hooks:
   bank): anything with ``state_dict``/``load_state_dict`` is saved in every checkpoint and restored
   on resume (submodules are saved with the module anyway).
 
-The method is built with its final privacy plan (noise multiplier, sample rates, step counts) and
-noise seed; nothing is patched onto it afterwards.
+A method never touches a trainer: what it needs from whatever runs it (the backward pass and the
+optimiser step, the number of processes, a sum over processes, logging) it asks of ``runtime``, a
+:class:`Runtime`. The default one drives steps by hand in one process; ``engine/method_module.py``
+gives Lightning's. The method is built with its final privacy plan (noise multiplier, sample rates,
+step counts) and noise seed; nothing is patched onto it afterwards.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
-import lightning as L
 import torch
 from torch import Tensor
 
+from dpdc_lightning.config.methods import MethodConfig
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.data.subsets import random_class_picks
 from dpdc_lightning.errors import NumericalFault, UserError
-from dpdc_lightning.memory import FLOAT, Need
+from dpdc_lightning.methods.memory import FLOAT, Need
+from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
-from dpdc_lightning.models import NETWORKS, ModelConfig
+from dpdc_lightning.models import NETWORKS
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.noise import NoiseStream, noise_source
 from dpdc_lightning.privacy.per_example import refuse_batch_norm
@@ -39,83 +43,40 @@ from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
 
 
-@dataclass
-class MethodConfig:
-    """Fields every method has; a method's own schema subclasses this."""
+class Runtime:
+    """What a method may ask of the engine that runs it. This one runs steps by hand: one process,
+    a plain backward pass, nothing logged."""
 
-    # A private method's schema leaves out "real": real-image initialisation leaks membership
-    # (Dong et al., "Privacy for Free", Table 1).
-    allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
-    # The keys that set the method's number of steps (named where trainer.max_steps cannot cap them).
-    step_keys: ClassVar[tuple[str, ...]] = ("method.iterations",)
-    # Shared keys this method never reads, each with what to set instead: one set on the command
-    # line is refused (config.compose) rather than silently ignored.
-    ignored_keys: ClassVar[dict[str, str]] = {}
+    world_size = 1
 
-    name: str = ""
-    ipc: int = 10
-    iterations: int = 1000
-    lr_img: float = 1.0
-    momentum: float = 0.5
-    init: str = "noise"
-    log_images_every: int = 100
-    checkpoint_every: int = 100
+    def backward(self, loss: Tensor) -> None:
+        loss.backward()
 
-    def __post_init__(self) -> None:
-        for key in ("ipc", "iterations", "log_images_every", "checkpoint_every"):
-            if getattr(self, key) < 1:
-                raise UserError(f"method.{key} must be >= 1, got {getattr(self, key)}")
-        if not self.lr_img > 0:
-            raise UserError(f"method.lr_img must be > 0, got {self.lr_img}")
-        if not 0 <= self.momentum < 1:
-            raise UserError(f"method.momentum must be in [0, 1), got {self.momentum}")
-        if self.init == "real" and self.init not in self.allowed_inits:
-            raise UserError(f"method.init must be {' or '.join(self.allowed_inits)} for a private method "
-                            "(real images would leak membership)")
-        if self.init not in self.allowed_inits:
-            raise UserError(f"method.init={self.init!r} is not allowed; choose one of: {', '.join(self.allowed_inits)}")
+    def step_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def reduce_sum(self, tensor: Tensor) -> Tensor:
+        return tensor
+
+    def log(self, name: str, value: Any, **options: Any) -> None:
+        pass
+
+    def class_images(self, class_index: int) -> Tensor:
+        raise RuntimeError("method.init=real needs the private data stream of an engine")
 
 
-def _network_on_meta(model: ModelConfig, data: "DataSpec") -> torch.nn.Module:
+def _network_on_meta(model: ModelConfig, data: DataSpec) -> torch.nn.Module:
     with torch.device("meta"):
         return NETWORKS[model.name].factory(data.image_shape[0], data.num_classes, tuple(data.image_shape[1:]),
                                             **model.options())
 
 
-@dataclass(frozen=True)
-class DataSpec:
-    """What a method needs to know about the private data: the number of classes and the image
-    shape (public by assumption) and the class sizes of the privacy plan."""
-
-    num_classes: int
-    image_shape: tuple[int, int, int]
-    class_sizes: tuple[float, ...]
-    # The sizes a plan with public class sizes is made from (ImageData.public_class_sizes): the exact
-    # ones, or those the data declares when its exact training sizes are not public (data/own.py).
-    public_class_sizes: tuple[float, ...] = ()
-
-    @classmethod
-    def of(cls, data: Any, *, plan: Optional[PrivacyPlan] = None) -> "DataSpec":
-        """The spec of an ``ImageData``. Without ``plan``: its exact class sizes, the input of the
-        plan (privacy/plan.py) and of nothing else. With it: the plan's sizes (public, or released
-        under DP with ``privacy.class_sizes=private``), what every method is built with, so that no
-        method can compute anything from exact private counts."""
-        # A plan stored before plans held their sizes had public ones (from_dict restores released ones).
-        public = tuple(getattr(data, "public_class_sizes", data.class_sizes))
-        sizes = plan.class_sizes if plan is not None and plan.class_sizes else data.class_sizes
-        if plan is not None:
-            public = tuple(plan.class_sizes) if plan.class_sizes else public
-        return cls(num_classes=data.num_classes, image_shape=tuple(data.train_images.shape[1:]),
-                   class_sizes=tuple(sizes), public_class_sizes=public)
-
-
-class CondensationMethod(L.LightningModule):
+class CondensationMethod(torch.nn.Module):
     """Base class. Subclasses set the class attributes and implement ``condensation_step``."""
 
     config_class: ClassVar[type[MethodConfig]] = MethodConfig
     private: ClassVar[bool] = False
     sampling: ClassVar[str] = "per_class_poisson"
-    default_noise_multiplier: ClassVar[Optional[float]] = None
     steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
     uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
     uses_network: ClassVar[bool] = True  # False for a method that never builds model.* (LDPDC)
@@ -135,24 +96,22 @@ class CondensationMethod(L.LightningModule):
                              f"method, {type(self).__name__} is not")
         if self.private and noise_seed is None:
             raise ValueError("a private method needs the run's noise seed")
-        self.automatic_optimization = False
         self.config = config
         self.model_config = model or ModelConfig()
         if self.private and self.uses_network:
             # Structural, before anything runs: the network as built, on the meta device (no storage).
             refuse_batch_norm(_network_on_meta(self.model_config, data), method=config.name or type(self).__name__)
-        self.data = data
-        self.plan = plan
-        self.seed = seed
-        self.augment_mode = augment_mode
+        self.data, self.plan, self.seed, self.augment_mode = data, plan, seed, augment_mode
+        self.runtime = Runtime()
         self._noise_seed = noise_seed
         self._reproducible_noise = reproducible_noise
         self._noise_streams: list[NoiseStream] = []  # handed out during the current step
         self._noise_values_per_partition = 0  # largest draw of one partition in a step, for the report
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
-        self._optimised = False  # set by optimise() within a step
         self._restored_carried: dict[str, Any] = {}
+        self._optimizer: Optional[torch.optim.Optimizer] = None
+        self.optimised = False  # set by optimise() within a step
         self.auxiliary = auxiliary
         self.synthetic = self.build_synthetic()
         # Steps done (data and free); restored from checkpoints, drives the data stream.
@@ -177,13 +136,13 @@ class CondensationMethod(L.LightningModule):
         """What this method asks of the privacy plan; known before the method is built."""
         return StepSchedule(private=cls.private, sampling=cls.sampling, sample_size=cls.sample_size(config),
                             data_steps=cls.data_steps(config), free_steps=cls.free_steps(config),
-                            default_noise_multiplier=cls.default_noise_multiplier,
+                            default_noise_multiplier=config.default_noise_multiplier,
                             steps_adjustable=cls.steps_adjustable)
 
     @classmethod
     def memory_needs(cls, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
                      device: torch.device) -> list[Need]:
-        """What a run of this method holds in memory (dpdc_lightning/memory.py says what is counted).
+        """What a run of this method holds in memory (methods/memory.py says what is counted).
         The base: the synthetic set, its gradient, SGD's momentum and the exported copy."""
         pixels = data.num_classes * config.ipc * math.prod(data.image_shape) * FLOAT
         return [Need("synthetic set (values, gradient, momentum, export)", 4 * pixels, "method.ipc")]
@@ -191,10 +150,6 @@ class CondensationMethod(L.LightningModule):
     def build_synthetic(self) -> SyntheticSet:
         return PixelImages(num_classes=self.data.num_classes, ipc=self.config.ipc, image_shape=self.data.image_shape,
                            generator=derive_generator(self.seed, "init"))
-
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        """One step's mechanism for the report: sensitivity, noise multiplier and std, sample rate."""
-        return None
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
         """One data step on one sampled batch; returns the loss to log (or None)."""
@@ -204,7 +159,32 @@ class CondensationMethod(L.LightningModule):
         """One step that reads no private data and spends nothing."""
         raise NotImplementedError(f"{type(self).__name__} declares free steps but no free_step")
 
+    def configure_optimizers(self) -> Optional[torch.optim.Optimizer]:
+        return torch.optim.SGD(self.synthetic.parameters(), lr=self.config.lr_img, momentum=self.config.momentum)
+
+    def on_fit_start(self) -> None:
+        """Called once the module is on its device, before the first step."""
+
+    def divergence_cause(self) -> str:
+        """What most likely made the run diverge, naming the key to change."""
+        return f"the learning rate method.lr_img={self.config.lr_img:g} is too large; lower it"
+
     # ---- shared machinery ----------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        return self.completed_steps.device
+
+    @property
+    def world_size(self) -> int:
+        return self.runtime.world_size
+
+    @property
+    def optimizer(self) -> Optional[torch.optim.Optimizer]:
+        """The optimiser of the synthetic set, made once (the engine hands this object to its trainer)."""
+        if self._optimizer is None:
+            self._optimizer = self.configure_optimizers()
+        return self._optimizer
+
     @property
     def stage(self) -> str:
         """What the next step does, for the progress bar: "sampling" (data) or "optimising" (free)."""
@@ -213,6 +193,9 @@ class CondensationMethod(L.LightningModule):
     @property
     def noise_multiplier(self) -> Optional[float]:
         return self.plan.noise_multiplier
+
+    def log(self, name: str, value: Any, **options: Any) -> None:
+        self.runtime.log(name, value, **options)
 
     def class_view(self) -> Tensor:
         """The synthetic images as [classes, ipc, C, H, W] (gradients flow to the parameters)."""
@@ -239,7 +222,7 @@ class CondensationMethod(L.LightningModule):
 
     def spend(self, event: PrivacyEvent, *, partition: int) -> None:
         """Record an event a mechanism returned on one disjoint part of the data (a class, or -1
-        for the whole set); the PrivacyCallback checks it against the plan."""
+        for the whole set); the engine's privacy budget checks it against the plan."""
         self._pending_events.append((partition, event))
 
     def pop_events(self) -> list[tuple[int, PrivacyEvent]]:
@@ -274,8 +257,7 @@ class CondensationMethod(L.LightningModule):
             raise UserError("method.init=real copies private images into the output; private methods need init=noise")
         if not isinstance(self.synthetic, PixelImages):
             raise UserError("method.init=real needs a pixel synthetic set")
-        datamodule = self.trainer.datamodule
-        pools = [datamodule.class_images(c) for c in range(self.data.num_classes)]
+        pools = [self.runtime.class_images(c) for c in range(self.data.num_classes)]
         # The same draw as the random-real baseline of evaluate.py: DM starts from exactly that set.
         picks = random_class_picks([len(pool) for pool in pools], ipc=self.config.ipc, seed=self.seed)
         with torch.no_grad():
@@ -283,19 +265,13 @@ class CondensationMethod(L.LightningModule):
             for c, (pool, pick) in enumerate(zip(pools, picks)):
                 view[c].copy_(pool[pick].to(view.device))
 
-    def configure_optimizers(self) -> Optional[torch.optim.Optimizer]:
-        return torch.optim.SGD(self.synthetic.parameters(), lr=self.config.lr_img, momentum=self.config.momentum)
-
-    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> Optional[int]:
-        # -1 ends the epoch before the step runs, whatever trainer.min_steps says: no step past the plan.
-        return -1 if int(batch["step"]) >= self.plan.total_steps else None
-
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+    def run_step(self, batch: dict[str, Any]) -> Optional[Tensor]:
+        """One step (data or free) and its checks; returns the loss to log (or None)."""
         step = int(batch["step"])
-        self._optimised = False
+        self.optimised = False
         try:
             loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
-            # Raised before the checkpoint callbacks run, so a checkpoint on disk is never a diverged one.
+            # Raised before the checkpoint is written, so a checkpoint on disk is never a diverged one.
             if loss is not None and not torch.isfinite(loss):
                 raise NumericalFault(f"the loss is {loss.item()}")
             if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
@@ -303,41 +279,20 @@ class CondensationMethod(L.LightningModule):
         except NumericalFault as fault:
             raise NumericalFault(fault.what, step=step, total=self.plan.total_steps,
                                  cause=self.divergence_cause()) from None
-        if not self._optimised:
-            self._idle_optimiser_step()
         streams, self._noise_streams = self._noise_streams, []
         for stream in streams:
             self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
         self.completed_steps += 1
-        if loss is not None:
-            # Under DDP a process's loss covers its own classes only; their sum is the whole loss.
-            self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
-
-    def divergence_cause(self) -> str:
-        """What most likely made the run diverge, naming the key to change."""
-        return f"the learning rate method.lr_img={self.config.lr_img:g} is too large; lower it"
+        return loss
 
     def optimise(self, loss: Tensor) -> None:
-        """One optimiser step on the synthetic set. DDP averages gradients over ranks while each
-        class's gradient comes from one rank only, so the loss is scaled by the world size first."""
-        optimizer = self.optimizers()
+        """One optimiser step on the synthetic set. DDP averages gradients over processes while each
+        class's gradient comes from one process only, so the loss is scaled by the world size first."""
+        optimizer = self.optimizer
         optimizer.zero_grad(set_to_none=True)
-        self.manual_backward(loss * self.trainer.world_size)
-        optimizer.step()
-        self._optimised = True
-
-    def _idle_optimiser_step(self) -> None:
-        """A step that changes no parameter (no gradients: SGD skips them, momentum included), so
-        that Lightning's global step, which counts optimiser steps, counts every condensation step:
-        checkpoints come every ``checkpoint_every`` steps also where a method does not optimise
-        (LDPDC, Dosser's sampling stage)."""
-        if not isinstance(self._trainer, L.Trainer):  # steps driven by hand (tests): no step counter to keep
-            return
-        optimizer = self.optimizers()
-        if isinstance(optimizer, list):  # a method without an optimiser: nothing to count
-            return
-        optimizer.zero_grad(set_to_none=True)
-        optimizer.step()
+        self.runtime.backward(loss * self.world_size)
+        self.runtime.step_optimizer(optimizer)
+        self.optimised = True
 
     def synthetic_set(self) -> tuple[Tensor, Tensor]:
         return self.synthetic.export()

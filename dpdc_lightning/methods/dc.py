@@ -12,29 +12,15 @@ on S (SGD lr_net, DSA per image). ``method.dsa_strategy=''`` is plain DC (no aug
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.memory import NetworkCost
-from dpdc_lightning.methods.gradient_matching import (GradientMatchingConfig, GradientMatchingMethod,
-                                                      layerwise_distance)
+from dpdc_lightning.config.methods import DCConfig
+from dpdc_lightning.methods.memory import NetworkCost
+from dpdc_lightning.methods.gradient_matching import (GradientMatchingMethod, layerwise_distance)
 from dpdc_lightning.seeding import derive_generator
-
-
-@dataclass
-class DCConfig(GradientMatchingConfig):
-    name: str = "dc"
-    batch_real: int = 256  # real records per class and outer step
-    dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.batch_real < 1:
-            raise UserError(f"method.batch_real must be >= 1, got {self.batch_real}")
 
 
 class DC(GradientMatchingMethod):

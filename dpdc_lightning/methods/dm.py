@@ -6,28 +6,13 @@ Non-private baseline: loss = Σ_c ‖mean_i Φ(A(x_i^c)) − mean_j Φ(A(s_j^c))
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
-
-
-@dataclass
-class DMConfig(FeatureMatchingConfig):
-    name: str = "dm"
-    batch_real: int = 256
-    init: str = "real"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.batch_real < 1:
-            raise UserError(f"method.batch_real must be >= 1, got {self.batch_real}")
-        if self.clip_gradient != "exact":
-            raise UserError("method.clip_gradient applies to methods that clip features (ndpdc, dosser); dm does not clip")
+from dpdc_lightning.config.methods import DMConfig
+from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 
 
 class DM(FeatureMatchingMethod):
@@ -40,13 +25,7 @@ class DM(FeatureMatchingMethod):
         return config.batch_real
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
-        self.extractor.resample(step)
-        synthetic = self.class_view()
-        reals, syns = [], []
-        for c, real in zip(batch["classes"], batch["images"]):
-            real_aug, syn_aug = self.augment_pair(real, synthetic[c], step=step, class_index=c)
-            reals.append(real_aug)
-            syns.append(syn_aug)
+        reals, syns = self.augmented_pairs(batch, step)
         with torch.no_grad():
             real_features = self.extractor.embed_groups(reals)
         syn_features = self.extractor.embed_groups(syns)

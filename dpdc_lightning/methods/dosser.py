@@ -24,21 +24,21 @@ iteration over all classes instead of one per class.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
+from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.augment.pea import partition_and_expand
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.memory import FLOAT, Need, network_cost
-from dpdc_lightning.methods.auxiliary import AuxiliaryConfig
-from dpdc_lightning.methods.base import DataSpec
-from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
+from dpdc_lightning.methods.memory import FLOAT, Need, network_cost
+from dpdc_lightning.methods.spec import DataSpec
+from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, Subspace, principal_subspace, project
-from dpdc_lightning.models import ModelConfig, build_network, init_weights_
+from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.models import build_network, init_weights_
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_mean
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
@@ -46,46 +46,10 @@ from dpdc_lightning.seeding import derive_generator, derive_seed
 _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chunking is exact)
 
 
-@dataclass
-class DosserConfig(FeatureMatchingConfig):
-    allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "aux")
-    step_keys: ClassVar[tuple[str, ...]] = ("method.sampling_steps", "method.optimisation_steps")
-    ignored_keys: ClassVar[dict[str, str]] = {
-        "iterations": "set method.sampling_steps (private steps) and method.optimisation_steps (free steps)"}
-
-    name: str = "dosser"
-    iterations: int = 1  # not read: the stages have their own step counts (ignored_keys)
-    group_size: float = 50.0  # L: expected Poisson sample per class
-    clip_norm: float = 1.0  # K, in the space where features are matched (after the projection)
-    sampling_steps: int = 10000  # I1: private steps
-    optimisation_steps: int = 200000  # I2: free steps
-    subspace_dim: int = 500  # d of SER (used when method.aux.source is not none)
-    subspace_cache: int = 0  # subspaces kept in memory (LRU); 0 recomputes P_i at every reuse
-    pea: bool = False
-    ema: Optional[float] = None  # decay of an exponential moving average of the images (exported when set)
-    aux: AuxiliaryConfig = field(default_factory=AuxiliaryConfig)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.group_size > 0 or not self.clip_norm > 0:
-            raise UserError("method.group_size and method.clip_norm must be > 0")
-        for key in ("sampling_steps", "optimisation_steps", "subspace_dim"):
-            if getattr(self, key) < 1:
-                raise UserError(f"method.{key} must be >= 1, got {getattr(self, key)}")
-        if self.subspace_cache < 0:
-            raise UserError(f"method.subspace_cache must be >= 0, got {self.subspace_cache}")
-        if self.ema is not None and not 0 < self.ema < 1:
-            raise UserError(f"method.ema must be in (0, 1) or null, got {self.ema}")
-        if self.init == "aux" and self.aux.source not in ("dp", "file"):
-            raise UserError("method.init=aux needs method.aux.source=dp or file (the public split is what the "
-                            "evaluator tests on, so starting from it would inflate the accuracy)")
-
-
 class Dosser(FeatureMatchingMethod):
     config_class = DosserConfig
     private = True
     sampling = "per_class_poisson"
-    default_noise_multiplier = 1.0
     uses_auxiliary = True
 
     @classmethod
@@ -148,18 +112,6 @@ class Dosser(FeatureMatchingMethod):
         if config.ema is not None:
             self.register_buffer("ema_images", self.synthetic.images.detach().clone())
 
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        clip = self.config.clip_norm
-        aux = self.config.aux
-        return {"mechanism": "Poisson-subsampled Gaussian sum of (projected, then) clipped features per class, "
-                             "noised once and stored (Dosser sampling stage)",
-                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
-                "expected_sample_size": self.plan.sample_size,
-                "subspace": {"source": aux.source, "dim": self.bank.dim,
-                             "auxiliary": self.auxiliary.description if self.ser else None},
-                "free_steps": "the optimisation stage reuses the stored noisy signals: post-processing"}
-
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.config.init == "aux":
             self._init_from_auxiliary()
@@ -167,7 +119,7 @@ class Dosser(FeatureMatchingMethod):
             super().setup(stage)
 
     def on_fit_start(self) -> None:
-        if self._trainer is not None and self.trainer.world_size > 1:
+        if self.world_size > 1:
             raise UserError("method=dosser runs in one process (its signal bank is kept by one process); "
                             "use trainer.devices=1")
         super().on_fit_start()
@@ -185,7 +137,8 @@ class Dosser(FeatureMatchingMethod):
             signal, event = noisy_clipped_mean(rows, max_norm=self.config.clip_norm,
                                                noise_multiplier=self.noise_multiplier,
                                                sample_rate=self.plan.rate_of(c), expected_size=self.plan.sample_size,
-                                               noise=self.noise_stream(step, c))
+                                               noise=self.noise_stream(step, c),
+                                               rows_are="features projected onto the SER subspace" if self.ser else "features")
             self.spend(event, partition=c)
             self.bank.store(step, c, signal, theta_seed=theta_seed, dsa_seed=dsa_seed)
         self.log("stage", 0.0, batch_size=1)

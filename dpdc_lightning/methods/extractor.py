@@ -16,14 +16,11 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
-from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.config.methods import AUTOCAST_MODES, MEMORY_FORMATS
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.models import build_network, init_weights_
 from dpdc_lightning.seeding import derive_generator
 
-FORWARD_MODES = ("loop", "batched", "auto")
-MEMORY_FORMATS = ("contiguous", "channels_last", "auto")
-# "tf32": TensorFloat-32 convolutions and matmuls on CUDA (Ampere or newer); a no-op elsewhere.
-AUTOCAST_MODES = ("none", "bf16", "tf32", "auto")
 # A compiled extractor sees at most this many batch shapes per graph (buckets, see bucket_size).
 _RECOMPILE_LIMIT = 64
 

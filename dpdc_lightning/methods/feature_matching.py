@@ -5,53 +5,23 @@ options, the extractor's construction, and the Siamese augmentation of a class p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from dpdc_lightning.config.methods import FeatureMatchingConfig
 from dpdc_lightning.augment import DSA
 from dpdc_lightning.errors import NumericalFault, UserError
-from dpdc_lightning.memory import FLOAT, Need, network_cost, poisson_high
-from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
-from dpdc_lightning.methods.extractor import AUTOCAST_MODES, FORWARD_MODES, MEMORY_FORMATS, RandomExtractor
-from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.methods.memory import FLOAT, Need, network_cost, poisson_high
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.methods.spec import DataSpec
+from dpdc_lightning.methods.extractor import RandomExtractor
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.privacy.mechanisms import clip_rows
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
-CLIP_GRADIENTS = ("exact", "detached")
-
-
-@dataclass
-class FeatureMatchingConfig(MethodConfig):
-    dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
-    # Speed options of the extractor (benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
-    # ndpdc_speed_*.md). forward and memory_format are exact up to float rounding; compile keeps
-    # features to rounding but its fused backward moves image gradients by 1e-4..1e-3 (relative);
-    # autocast=bf16 changes them by a few percent and tf32 by less (features come back float32;
-    # the mechanism clips and noises in float64); "auto" = TF32 on Ampere+ GPUs, float32 elsewhere
-    # (methods/extractor.py resolve_autocast). compile pays a warm-up once per batch-size bucket.
-    forward: str = "auto"
-    memory_format: str = "auto"
-    autocast: str = "auto"
-    compile: bool = False
-    # Gradient through the clipping of SYNTHETIC features (methods that clip them: NDPDC, Dosser):
-    # "exact" differentiates through the factor min(1, G/||r||); "detached" treats it as a constant,
-    # as the DPDC authors' code does. Values are equal. exact is the default by measurement (NDPDC,
-    # FashionMNIST, ε 1: 74.75 vs 74.49 %, benchmarks/results/clip_gradient_fashion_mnist_cpu.md).
-    clip_gradient: str = "exact"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.clip_gradient not in CLIP_GRADIENTS:
-            raise UserError(f"method.clip_gradient={self.clip_gradient!r} is not allowed; choose one of: "
-                            f"{', '.join(CLIP_GRADIENTS)}")
-        for key, allowed in (("forward", FORWARD_MODES), ("memory_format", MEMORY_FORMATS),
-                             ("autocast", AUTOCAST_MODES)):
-            if getattr(self, key) not in allowed:
-                raise UserError(f"method.{key}={getattr(self, key)!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
 class FeatureMatchingMethod(CondensationMethod):
@@ -99,6 +69,15 @@ class FeatureMatchingMethod(CondensationMethod):
                                          memory_format=config.memory_format, autocast=config.autocast,
                                          compile=config.compile)
         self.dsa = DSA(self.config.dsa_strategy, mode=self.augment_mode)
+
+    def augmented_pairs(self, batch: dict[str, Any], step: int) -> tuple[list[Tensor], list[Tensor]]:
+        """The step's extractor drawn, then each class's real batch and synthetic images under one
+        Siamese DSA draw: (real batches, synthetic batches), in the batch's class order."""
+        self.extractor.resample(step)
+        synthetic = self.class_view()
+        pairs = [self.augment_pair(real, synthetic[c], step=step, class_index=c)
+                 for c, real in zip(batch["classes"], batch["images"])]
+        return [real for real, _ in pairs], [syn for _, syn in pairs]
 
     def augment_pair(self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int) -> tuple[Tensor, Tensor]:
         """One DSA draw applied to both batches of a class (Siamese)."""

@@ -11,33 +11,23 @@ distance Σ_layers Σ_rows (1 − cos); between outer steps θ is trained J epoc
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from dpdc_lightning.config.methods import GradientMatchingConfig
 from dpdc_lightning.augment import DSA
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.memory import FLOAT, Need, NetworkCost, network_cost
-from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
-from dpdc_lightning.models import ModelConfig, build_network, init_weights_
+from dpdc_lightning.methods.memory import FLOAT, Need, NetworkCost, network_cost
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.methods.spec import DataSpec
+from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.models import build_network, init_weights_
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
-# (outer T, inner J) per images per class, as in the reference code of both papers. An IPC between
-# table entries takes the entry of the largest IPC below it (ours; the references stop there).
-LOOP_SIZES: dict[int, tuple[int, int]] = {1: (1, 1), 10: (10, 50), 20: (20, 25), 30: (30, 20), 40: (40, 15),
-                                          50: (50, 10)}
 DISTANCE_EPS = 1e-6  # added to the product of norms, as the reference distance does
-
-
-def loop_sizes(ipc: int) -> tuple[int, int]:
-    """The (outer, inner) loop sizes for ``ipc`` images per class."""
-    if ipc < 1:
-        raise UserError(f"method.ipc must be >= 1, got {ipc}")
-    return LOOP_SIZES[max(k for k in LOOP_SIZES if k <= ipc)]
 
 
 def layerwise_distance(syn: list[Tensor], real: list[Tensor]) -> Tensor:
@@ -56,32 +46,6 @@ def layerwise_distance(syn: list[Tensor], real: list[Tensor]) -> Tensor:
         cosine = (gs * gr).sum(-1) / (gs.norm(dim=-1) * gr.norm(dim=-1) + DISTANCE_EPS)
         total = total + (1 - cosine).sum()
     return total
-
-
-@dataclass
-class GradientMatchingConfig(MethodConfig):
-    iterations: int = 1000  # network re-initialisations (DC's "Iteration", PSG's R)
-    outer_loop: Optional[int] = None  # T; None: the per-IPC table
-    inner_loop: Optional[int] = None  # J; None: the per-IPC table
-    lr_img: float = 0.1
-    momentum: float = 0.5
-    lr_net: float = 0.01
-    batch_train: int = 256  # batch of the inner training on S
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for key in ("outer_loop", "inner_loop"):
-            value = getattr(self, key)
-            if value is not None and value < 1:
-                raise UserError(f"method.{key} must be >= 1 (or null for the per-IPC table), got {value}")
-        if not self.lr_net > 0:
-            raise UserError(f"method.lr_net must be > 0, got {self.lr_net}")
-        if self.batch_train < 1:
-            raise UserError(f"method.batch_train must be >= 1, got {self.batch_train}")
-
-    def loops(self) -> tuple[int, int]:
-        outer, inner = loop_sizes(self.ipc)
-        return self.outer_loop or outer, self.inner_loop or inner
 
 
 class InnerNetwork:

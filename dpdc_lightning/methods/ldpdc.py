@@ -10,48 +10,24 @@ multiplier (the paper's default σ = √d with b = 1 is z = 1). The run has exac
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.memory import FLOAT, Need, poisson_high
-from dpdc_lightning.methods.base import CondensationMethod, DataSpec, MethodConfig
-from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.config.methods import LDPDCConfig
+from dpdc_lightning.methods.memory import FLOAT, Need, poisson_high
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.methods.spec import DataSpec
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 from dpdc_lightning.privacy.plan import PrivacyPlan
-
-
-@dataclass
-class LDPDCConfig(MethodConfig):
-    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
-    step_keys: ClassVar[tuple[str, ...]] = ("method.ipc",)
-    ignored_keys: ClassVar[dict[str, str]] = {
-        "iterations": "LDPDC runs exactly method.ipc steps, one per synthetic image",
-        "lr_img": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample",
-        "momentum": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample"}
-
-    name: str = "ldpdc"
-    iterations: int = 1  # not read: one step per synthetic image (ignored_keys)
-    ipc: int = 50
-    group_size: float = 50.0  # L
-    bound: float = 1.0  # b: records are clamped to [-b, b]^d
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.group_size > 0:
-            raise UserError(f"method.group_size must be > 0, got {self.group_size}")
-        if not self.bound > 0:
-            raise UserError(f"method.bound must be > 0, got {self.bound}")
 
 
 class LDPDC(CondensationMethod):
     config_class = LDPDCConfig
     private = True
     sampling = "per_class_poisson"
-    default_noise_multiplier = 1.0
     steps_adjustable = False
     uses_network = False
 
@@ -75,11 +51,6 @@ class LDPDC(CondensationMethod):
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))
 
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        return {"mechanism": "Poisson-subsampled Gaussian sum of clamped records, per class (DPDC Alg. 1)",
-                "sensitivity": self.sensitivity(), "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * self.sensitivity(), "sample_rate": self.plan.sample_rate}
-
     def configure_optimizers(self) -> None:
         return None
 
@@ -89,24 +60,27 @@ class LDPDC(CondensationMethod):
         for c, real in zip(batch["classes"], batch["images"]):
             rows = real.clamp(-b, b).flatten(1).float()
             noisy_sum, event = noisy_clipped_sum(rows, max_norm=self.sensitivity(), noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c))
+                                                 sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c),
+                                                 rows_are=f"records clamped to [-{b:g}, {b:g}]^d",
+                                                 expected_size=self.plan.sample_size)
             self.spend(event, partition=c)
             # Divided by the plan's expected sample L (= method.group_size), never the realised size.
             view[c, step].copy_((noisy_sum / self.plan.sample_size).view(self.data.image_shape))
         return None
 
-    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        super().training_step(batch, batch_idx)
+    def run_step(self, batch: dict[str, Any]) -> Optional[Tensor]:
+        loss = super().run_step(batch)
         self._share_row(int(batch["step"]), batch["classes"])
+        return loss
 
     @torch.no_grad()
     def _share_row(self, step: int, classes: list[int]) -> None:
         """Under DDP each process wrote row ``step`` of its own classes only. Summing the row over
         processes, others' classes zeroed, gives every process the whole row at once (exactly: x + 0
         = x), so checkpoints and image logs, saved by rank 0 after each step, hold every class."""
-        if self.trainer.world_size == 1:
+        if self.world_size == 1:
             return
         rows = self.class_view()[:, step]
         mine = torch.zeros_like(rows)
         mine[classes] = rows[classes]
-        rows.copy_(self.trainer.strategy.reduce(mine, reduce_op="sum"))
+        rows.copy_(self.runtime.reduce_sum(mine))

@@ -10,57 +10,27 @@ multiplier (the paper's σ with G = 1; the public reference forgets the factor G
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.feature_matching import FeatureMatchingConfig, FeatureMatchingMethod
+from dpdc_lightning.config.methods import NDPDCConfig
+from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
-
-
-@dataclass
-class NDPDCConfig(FeatureMatchingConfig):
-    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
-
-    name: str = "ndpdc"
-    group_size: float = 50.0  # L: expected Poisson sample per class
-    clip_norm: float = 1.0  # G
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.group_size > 0:
-            raise UserError(f"method.group_size must be > 0, got {self.group_size}")
-        if not self.clip_norm > 0:
-            raise UserError(f"method.clip_norm must be > 0, got {self.clip_norm}")
 
 
 class NDPDC(FeatureMatchingMethod):
     config_class = NDPDCConfig
     private = True
     sampling = "per_class_poisson"
-    default_noise_multiplier = 1.0
 
     @classmethod
     def sample_size(cls, config: NDPDCConfig) -> float:
         return config.group_size
 
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        clip = self.config.clip_norm
-        return {"mechanism": "Poisson-subsampled Gaussian sum of clipped features, per class (DPDC Alg. 2)",
-                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate}
-
     def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
-        self.extractor.resample(step)
-        synthetic = self.class_view()
-        reals, syns = [], []
-        for c, real in zip(batch["classes"], batch["images"]):
-            real_aug, syn_aug = self.augment_pair(real, synthetic[c], step=step, class_index=c)
-            reals.append(real_aug)
-            syns.append(syn_aug)
+        reals, syns = self.augmented_pairs(batch, step)
         # The private path is never differentiated: inference mode, no autograd records.
         real_features = self.extractor.private_features(reals)
         syn_features = self.extractor.embed_groups(syns)
@@ -69,7 +39,7 @@ class NDPDC(FeatureMatchingMethod):
         for i, c in enumerate(batch["classes"]):
             noisy_sum, event = noisy_clipped_sum(real_features[i].float(), max_norm=clip, noise_multiplier=self.noise_multiplier,
                                                  sample_rate=self.plan.rate_of(c),
-                                                 noise=self.noise_stream(step, c))
+                                                 noise=self.noise_stream(step, c), rows_are="features")
             self.spend(event, partition=c)
             synthetic_sum = self.clip_synthetic(syn_features[i].float(), max_norm=clip).sum(0)
             losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())

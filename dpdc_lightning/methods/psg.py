@@ -27,73 +27,25 @@ image size, theirs only 28x28; same width 64, latent 10, Adam 0.01, identity out
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.memory import FLOAT, NetworkCost, poisson_high
+from dpdc_lightning.config.methods import PSGConfig
+from dpdc_lightning.methods.memory import FLOAT, NetworkCost, poisson_high
 from dpdc_lightning.methods.generator_prior import generated_images
-from dpdc_lightning.methods.gradient_matching import (GradientMatchingConfig, GradientMatchingMethod,
-                                                      layerwise_distance)
+from dpdc_lightning.methods.gradient_matching import (GradientMatchingMethod, layerwise_distance)
 from dpdc_lightning.methods.synthetic import SyntheticSet
 from dpdc_lightning.privacy.per_example import private_gradient
 from dpdc_lightning.seeding import derive_generator
 
-PRIORS = ("none", "generator")
-LOOP_CHOICES = ("auto", "table")
-# (T, J) of the authors' generator-prior script (main_prior.py of DingfanChen/Private-Set: outer_loop 2,
-# inner_loop 10 whatever the IPC); their pixel script takes the per-IPC table (gradient_matching.py).
-PRIOR_LOOP_SIZES = (2, 10)
-
-
-@dataclass
-class PSGConfig(GradientMatchingConfig):
-    allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
-
-    name: str = "psg"
-    batches: int = 10  # K: private batches per outer step
-    batch_size: float = 256.0  # B: EXPECTED Poisson batch over the whole set (q = B/N)
-    clip_norm: float = 0.1  # C: per-example gradient clip (L2, all parameters flattened)
-    chunk_size: int = 64  # records per vmap call (memory bound; the result does not depend on it)
-    prior: str = "none"  # none: S is pixels; generator: S = G(z, y; φ), only φ is optimised
-    lr_generator: float = 0.01  # Adam on φ (prior=generator)
-    latent_dim: int = 10
-    generator_width: int = 64
-    loop_sizes: str = "auto"  # (T, J) when outer_loop/inner_loop are null: auto = as the authors, table = per-IPC table
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.batches < 1:
-            raise UserError(f"method.batches must be >= 1, got {self.batches}")
-        for key in ("batch_size", "clip_norm", "lr_generator"):
-            if not getattr(self, key) > 0:
-                raise UserError(f"method.{key} must be > 0, got {getattr(self, key)}")
-        for key in ("chunk_size", "latent_dim", "generator_width"):
-            if getattr(self, key) < 1:
-                raise UserError(f"method.{key} must be >= 1, got {getattr(self, key)}")
-        if self.prior not in PRIORS:
-            raise UserError(f"method.prior={self.prior!r} is not allowed; choose one of: {', '.join(PRIORS)}")
-        if self.loop_sizes not in LOOP_CHOICES:
-            raise UserError(f"method.loop_sizes={self.loop_sizes!r} is not allowed; choose one of: "
-                            f"{', '.join(LOOP_CHOICES)}")
-
-    def loops(self) -> tuple[int, int]:
-        """(T, J): ``outer_loop``/``inner_loop`` when set; else, with ``loop_sizes=auto``, what the authors'
-        scripts use: the per-IPC table for pixels and (2, 10) for the generator prior; ``table``: the table."""
-        if self.prior == "generator" and self.loop_sizes == "auto":
-            outer, inner = PRIOR_LOOP_SIZES
-            return self.outer_loop or outer, self.inner_loop or inner
-        return super().loops()
 
 
 class PSG(GradientMatchingMethod):
     config_class = PSGConfig
     private = True
     sampling = "global_poisson"
-    default_noise_multiplier = 1.0
 
     @classmethod
     def sample_size(cls, config: PSGConfig) -> float:
@@ -132,14 +84,6 @@ class PSG(GradientMatchingMethod):
         """B = q·N from the plan (= method.batch_size unless q was capped at 1), with N the plan's size:
         public, or released under DP with privacy.class_sizes=private; never the exact private N."""
         return self.plan.expected_sample_size(-1)
-
-    def mechanism_summary(self) -> Optional[dict[str, Any]]:
-        clip = self.config.clip_norm
-        return {"mechanism": "Poisson-subsampled Gaussian sum of per-example gradients clipped to C (all parameters "
-                             "flattened), over the whole data set, divided by the expected batch size (PSG Alg. 1)",
-                "sensitivity": clip, "noise_multiplier": self.noise_multiplier,
-                "noise_std": self.noise_multiplier * clip, "sample_rate": self.plan.sample_rate,
-                "expected_batch_size": self.expected_batch_size()}
 
     def round_position(self, step: int) -> tuple[int, int, int]:
         """(round r, outer step t, batch k) of a data step."""

@@ -1,4 +1,4 @@
-"""Differential privacy: the DP-critical surface of the package (with data/poisson.py's sampling).
+"""Differential privacy: the DP-critical surface of the package (sampling included).
 
 - :mod:`.mechanisms` clipping and the Gaussian mechanism; the only code that noises private values
   and the source of every :class:`PrivacyEvent`. Never imports the accountant.

@@ -20,6 +20,7 @@ from dpdc_lightning.privacy.noise import NoiseStream
 
 COUNT_PHASE = "class_counts"
 COUNT_SENSITIVITY = 1.0  # one record changes one count by one
+COUNT_MECHANISM = "Gaussian on the class histogram, composed into the total"
 
 
 def release_class_sizes(class_sizes: Sequence[int], *, noise_multiplier: float,
@@ -28,5 +29,5 @@ def release_class_sizes(class_sizes: Sequence[int], *, noise_multiplier: float,
     the event the release spent."""
     counts = torch.tensor([float(n) for n in class_sizes], dtype=torch.float32)
     noisy, event = gaussian_sum(counts, sensitivity=COUNT_SENSITIVITY, noise_multiplier=noise_multiplier,
-                                sample_rate=1.0, noise=noise)
+                                sample_rate=1.0, noise=noise, mechanism=COUNT_MECHANISM)
     return tuple(max(1.0, float(n)) for n in noisy), event

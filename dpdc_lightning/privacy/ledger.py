@@ -66,8 +66,6 @@ _REPORT_FIELDS = ("epsilon", "epsilon_note", "steps", "noise_multiplier", "noise
                   "expected_batch_size",
                   "phases.*.history.*", "phases.*.steps", "phases.*.epsilon", "class_sizes.released.*",
                   *_PLAN_SUMMARY, "noise.noise_values", "noise.truncation_tv_bound", "noise.delta_with_truncation",
-                  # Dosser with a DP auxiliary set names the ε its run was planned to spend
-                  "subspace.auxiliary",
                   # the inputs list: a DP input's ε share and the description of a DP auxiliary set
                   "inputs.*.epsilon_alone", "inputs.*.detail")
 
@@ -84,18 +82,17 @@ LEDGER: tuple[Released, ...] = (
     # ---- privacy.class_sizes=private: the released sizes and the plan made from them
     *_all("plan.json", _PLAN_FIELDS, CLASS_COUNTS, "the plan is made from the released class sizes"),
     *_all("privacy.json", _REPORT_FIELDS, CLASS_COUNTS, "the report of a plan made from the released class sizes"),
-    *_all("config.yaml", ("privacy.planned_noise_multiplier", "privacy.planned_steps", "privacy.planned_epsilon"),
-          CLASS_COUNTS, "the plan's outcome, recorded in the config"),
     *_all(_CHECKPOINT, (*(f"callbacks.PrivacyCallback.plan.{f}" for f in _PLAN_FIELDS),
-                        "callbacks.PrivacyCallback.accountant.phases.*.history.*", "global_step", "loops.*",
+                        "callbacks.PrivacyCallback.accountant.phases.*.history.*",
+                        "callbacks.PrivacyCallback.mechanism.*", "global_step", "loops.*",
                         "carried_state.signal_bank.shape.*",
                         "carried_state.signal_bank.signals", "carried_state.signal_bank.theta_seeds",
                         "carried_state.signal_bank.dsa_seeds", "carried_state.signal_bank.filled"), CLASS_COUNTS,
           "the plan and its history, and step counters when the plan sets the number of steps"),
-    *_all("tensorboard/*", ("epsilon@*", "stage@*", "_hparams_/*.hparams.privacy.planned_*"), CLASS_COUNTS,
+    *_all("tensorboard/*", ("epsilon@*", "stage@*", "_hparams_/*.hparams.plan.*"), CLASS_COUNTS,
           "ε per step, the steps the plan sets, and the plan's outcome in the hparams tab"),
-    *_all("tensorboard/hparams.yaml", ("privacy.planned_noise_multiplier", "privacy.planned_steps",
-                                       "privacy.planned_epsilon"), CLASS_COUNTS, "the plan's outcome, as in config.yaml"),
+    *_all("tensorboard/hparams.yaml", ("plan.noise_multiplier", "plan.data_steps", "plan.planned_epsilon"),
+          CLASS_COUNTS, "the plan's outcome beside the config"),
     *_all("sweep.json", ("members.*.epsilon", "members.*.steps"), CLASS_COUNTS, "a sweep member's ε and steps"),
     *_all("summary.csv", ("*.epsilon", "*.steps"), CLASS_COUNTS, "a sweep member's ε and steps"),
     *_all("summary.md", ("*.ε", "*.steps"), CLASS_COUNTS, "a sweep member's ε and steps (table rows by member)"),

@@ -26,8 +26,10 @@ why it is float64 and how far it is from an exact Gaussian.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -45,14 +47,20 @@ def _positive_finite(value: float, *, name: str) -> float:
 
 @dataclass(frozen=True)
 class PrivacyEvent:
-    """One run of the Poisson-subsampled Gaussian mechanism, as the accountant needs it.
-
-    ``noise_multiplier`` is noise std / L2 sensitivity (> 0); ``sample_rate`` is the Poisson
-    inclusion probability of one record (0 < q <= 1; q = 1 means the whole data set).
+    """One run of the Poisson-subsampled Gaussian mechanism: what the accountant needs
+    (``noise_multiplier`` = noise std / L2 sensitivity > 0; ``sample_rate`` = Poisson inclusion
+    probability of one record, 0 < q <= 1, q = 1 the whole data set) and what the report states
+    about it, filled in by the mechanism that spent it: a description, the L2 ``sensitivity``, and
+    the public ``expected_size`` the noisy sum was divided by (None for a sum). ``noise_std`` is
+    derived, so the report can never state a std the mechanism did not draw.
     """
 
     noise_multiplier: float
     sample_rate: float
+    # Equal events cost the same: the description does not enter the comparison.
+    mechanism: str = dataclasses.field(default="Gaussian mechanism", compare=False)
+    sensitivity: Optional[float] = dataclasses.field(default=None, compare=False)
+    expected_size: Optional[float] = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "noise_multiplier", _positive_finite(self.noise_multiplier, name="noise_multiplier"))
@@ -60,6 +68,20 @@ class PrivacyEvent:
         if not (0.0 < sample_rate <= 1.0):
             raise UserError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
         object.__setattr__(self, "sample_rate", sample_rate)
+        if self.sensitivity is not None:
+            object.__setattr__(self, "sensitivity", _positive_finite(self.sensitivity, name="sensitivity"))
+
+    @property
+    def noise_std(self) -> Optional[float]:
+        return None if self.sensitivity is None else self.noise_multiplier * self.sensitivity
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types (plan.json, checkpoints): every field."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> "PrivacyEvent":
+        return cls(**state)
 
 
 def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> Tensor:
@@ -130,21 +152,24 @@ def gaussian_sum(
     noise_multiplier: float,
     sample_rate: float,
     noise: NoiseStream,
+    mechanism: str = "Gaussian sum",
+    expected_size: Optional[float] = None,
 ) -> tuple[Tensor, PrivacyEvent]:
     """Release ``clipped_sum + N(0, (sensitivity * noise_multiplier)^2 I)`` and its event.
 
     ``clipped_sum`` must be a sum of per-record rows each of L2 norm <= ``sensitivity``: under
     add/remove-one its L2 sensitivity is then ``sensitivity``, and the noise std is
     ``sensitivity * noise_multiplier``. The event records the noise multiplier and the
-    Poisson sample rate that produced the rows.
+    Poisson sample rate that produced the rows, with ``mechanism`` (what was summed) and the
+    ``expected_size`` a caller divides the release by, for the report.
 
     The sum and the noise are added in float64 on the CPU and the release is cast to float32 (on
     ``clipped_sum``'s device) once, so its value is the exact sum rounded a single time; the
     float64 noise keeps its 53-bit resolution and its 8.57-std truncation (:mod:`.noise`).
     """
-    event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate)
-    sensitivity = _positive_finite(sensitivity, name="sensitivity")
-    values = gaussian_noise_like(clipped_sum, std=sensitivity * event.noise_multiplier, noise=noise)
+    event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate, mechanism=mechanism,
+                         sensitivity=sensitivity, expected_size=expected_size)
+    values = gaussian_noise_like(clipped_sum, std=event.noise_std, noise=noise)
     released = clipped_sum.to(device="cpu", dtype=torch.float64) + values
     return released.to(device=clipped_sum.device, dtype=torch.float32), event
 
@@ -156,6 +181,8 @@ def noisy_clipped_sum(
     noise_multiplier: float,
     sample_rate: float,
     noise: NoiseStream,
+    rows_are: str = "rows",
+    expected_size: Optional[float] = None,
 ) -> tuple[Tensor, PrivacyEvent]:
     """Clip each row of ``rows`` (shape ``[n, *shape]``) to ``max_norm``, sum, add Gaussian noise.
 
@@ -163,7 +190,7 @@ def noisy_clipped_sum(
     holding NaN or Inf counts as a zero row (:func:`finite_rows`). An
     empty Poisson sample (``n = 0``, shape ``[0, *shape]``) is a valid input: its sum is zeros of
     ``shape`` and the output is pure noise, as the mechanism requires. The release is float32 on
-    ``rows``' device.
+    ``rows``' device. ``rows_are`` names what the rows are, for the event's description.
     """
     if rows.dim() == 0:
         raise ValueError("noisy_clipped_sum needs rows of shape [n, *shape], got a scalar")
@@ -177,6 +204,8 @@ def noisy_clipped_sum(
         noise_multiplier=noise_multiplier,
         sample_rate=sample_rate,
         noise=noise,
+        mechanism=f"Poisson-subsampled Gaussian sum of {rows_are} clipped to L2 norm {max_norm:g}",
+        expected_size=expected_size,
     )
     return released.to(rows.device), event
 
@@ -189,6 +218,7 @@ def noisy_clipped_mean(
     sample_rate: float,
     expected_size: float,
     noise: NoiseStream,
+    rows_are: str = "rows",
 ) -> tuple[Tensor, PrivacyEvent]:
     """The noisy clipped sum divided by the public EXPECTED sample size (e.g. L = q * N).
 
@@ -198,6 +228,7 @@ def noisy_clipped_mean(
     """
     expected_size = _positive_finite(expected_size, name="expected_size")
     noisy_sum, event = noisy_clipped_sum(
-        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=sample_rate, noise=noise
+        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=sample_rate, noise=noise,
+        rows_are=rows_are, expected_size=expected_size,
     )
     return noisy_sum / expected_size, event

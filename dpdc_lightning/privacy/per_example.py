@@ -100,7 +100,9 @@ def private_gradient(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_
     expected_batch_size = _positive_finite(expected_batch_size, name="expected_batch_size")
     clipped = clipped_gradient_sum(network, inputs, labels, max_norm=max_norm, chunk_size=chunk_size)
     released, event = gaussian_sum(clipped, sensitivity=max_norm, noise_multiplier=noise_multiplier,
-                                   sample_rate=sample_rate, noise=noise)
+                                   sample_rate=sample_rate, noise=noise, expected_size=expected_batch_size,
+                                   mechanism=f"Poisson-subsampled Gaussian sum of per-example gradients clipped to "
+                                             f"L2 norm {max_norm:g} (all parameters flattened)")
     mean = released / expected_batch_size
     return unflatten_like(mean, [p for p in network.parameters()]), event
 

@@ -28,7 +28,10 @@ from typing import Any, Optional, Sequence
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
+from dpdc_lightning.privacy.counts import COUNT_MECHANISM, COUNT_PHASE, COUNT_SENSITIVITY
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+
+AUXILIARY_PHASE = "auxiliary"  # a DP auxiliary set bought before the first step (Dosser SER)
 
 SAMPLING_KINDS = ("per_class_poisson", "per_class_fixed", "global_poisson")
 _FORMAT = 1
@@ -79,6 +82,9 @@ class PrivacyPlan:
     # and the released sizes the sample rates were computed from; None when sizes are public.
     count_noise_multiplier: Optional[float] = None
     released_class_sizes: Optional[tuple[float, ...]] = None
+    # The event the class-size release spent (PrivacyEvent.to_dict()), as privacy/counts.py returned
+    # it: the accountant composes this event, not one re-derived from the noise multiplier above.
+    count_event: Optional[dict[str, Any]] = None
     # A DP auxiliary set made before the first step (Dosser SER, method.aux.source=dp): the whole
     # plan of that run (PrivacyPlan.to_dict()); None when there is none.
     auxiliary_plan: Optional[dict[str, Any]] = None
@@ -111,11 +117,20 @@ class PrivacyPlan:
         size = sum(self.class_sizes) if self.sampling == "global_poisson" else self.class_sizes[partition]
         return self.rate_of(partition) * size
 
-    @property
-    def prior_history(self) -> list[tuple[float, float, int]]:
-        """What was spent before the first step: the class-size release and the auxiliary run, if any."""
-        counts = [(self.count_noise_multiplier, 1.0, 1)] if self.count_noise_multiplier else []
-        return counts + auxiliary_history(self.auxiliary)
+    def __post_init__(self) -> None:
+        count = self.count_event
+        if (count is None) != (self.count_noise_multiplier is None) or \
+                (count is not None and count["noise_multiplier"] != self.count_noise_multiplier):
+            raise ValueError("the plan's class-size release event and its noise multiplier disagree")
+
+    def prior_events(self) -> list[tuple[str, PrivacyEvent, int]]:
+        """What was spent before the first step, as (phase, event, runs): the class-size release
+        (the event it returned) and the auxiliary run (its data steps at its plan's event)."""
+        events = [(COUNT_PHASE, PrivacyEvent.from_dict(self.count_event), 1)] if self.count_event else []
+        auxiliary = self.auxiliary
+        if auxiliary is not None and auxiliary.data_steps:
+            events.append((AUXILIARY_PHASE, auxiliary.event(), auxiliary.data_steps))
+        return events
 
     @property
     def auxiliary(self) -> Optional["PrivacyPlan"]:
@@ -150,6 +165,10 @@ class PrivacyPlan:
         state["class_sizes"] = tuple(float(n) for n in state.get("class_sizes") or state.get("released_class_sizes") or ())
         if state.get("released_class_sizes") is not None:
             state["released_class_sizes"] = tuple(float(n) for n in state["released_class_sizes"])
+        if state.get("count_noise_multiplier") is not None and state.get("count_event") is None:
+            # A plan stored before it kept the release's event: the same Gaussian release, restated.
+            state["count_event"] = PrivacyEvent(noise_multiplier=state["count_noise_multiplier"], sample_rate=1.0,
+                                                mechanism=COUNT_MECHANISM, sensitivity=COUNT_SENSITIVITY).to_dict()
         return cls(**state)
 
     def summary(self) -> dict[str, Any]:
@@ -170,10 +189,10 @@ class PrivacyPlan:
         if self.count_noise_multiplier is None:
             return {"status": "public by assumption",
                     "why": "they set the sample rates q_c = L / N_c; Zheng & Li's DPDC treats them as public"}
+        event = PrivacyEvent.from_dict(self.count_event)
         return {"status": "released under differential privacy", "released": list(self.released_class_sizes),
-                "mechanism": "Gaussian on the class histogram, composed into the total",
-                "sensitivity": 1.0, "noise_multiplier": self.count_noise_multiplier,
-                "noise_std": self.count_noise_multiplier}  # std = noise multiplier x sensitivity 1
+                "mechanism": event.mechanism, "sensitivity": event.sensitivity,
+                "noise_multiplier": event.noise_multiplier, "noise_std": event.noise_std}
 
 
 def auxiliary_history(auxiliary: Optional[PrivacyPlan]) -> list[tuple[float, float, int]]:
@@ -215,7 +234,7 @@ def check_delta_size(delta: float, *, records: int, allow_large_delta: bool) -> 
 def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: str,
               noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
               calibrate: str, accountant: str, step_cap: Optional[int] = None,
-              count_noise_multiplier: Optional[float] = None, allow_large_delta: bool = False,
+              count_event: Optional[PrivacyEvent] = None, allow_large_delta: bool = False,
               auxiliary: Optional[PrivacyPlan] = None, auxiliary_method: Optional[str] = None) -> PrivacyPlan:
     """Fix the plan of a run.
 
@@ -223,12 +242,13 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: s
     - target, calibrate="sigma": the smallest noise multiplier keeping ε(data steps) <= target;
     - target, calibrate="steps": the largest number of data steps keeping ε <= target.
     ``step_cap`` (``trainer.max_steps``) caps the data steps first, then the free steps.
-    With ``count_noise_multiplier``, ``class_sizes`` are the sizes released by privacy/counts.py at
-    that noise multiplier, and that release counts towards the target together with the steps.
+    With ``count_event``, ``class_sizes`` are the sizes released by privacy/counts.py with that event,
+    and that release counts towards the target together with the steps.
     A private plan needs ``delta < 1 / N`` (N = sum of the class sizes) unless ``allow_large_delta``.
     ``auxiliary`` is the plan of a private run made before this one on the same data (its steps
     count towards the target too, composed with the others).
     """
+    count_noise_multiplier = count_event.noise_multiplier if count_event is not None else None
     data_steps, free_steps = schedule.data_steps, schedule.free_steps
     if step_cap is not None and step_cap > 0:
         data_steps = min(data_steps, step_cap)
@@ -245,7 +265,8 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: s
                            planned_epsilon=None)
     check_delta_size(delta, records=sum(class_sizes), allow_large_delta=allow_large_delta)
     q = max(rates)
-    prior = ([(count_noise_multiplier, 1.0, 1)] if count_noise_multiplier else []) + auxiliary_history(auxiliary)
+    prior = ([(count_event.noise_multiplier, count_event.sample_rate, 1)] if count_event else []) \
+        + auxiliary_history(auxiliary)
     sigma = noise_multiplier or schedule.default_noise_multiplier
     if target_epsilon is not None and calibrate == "sigma":
         if noise_multiplier is not None:
@@ -268,5 +289,6 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: s
     return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=float(sigma), delta=delta,
                        target_epsilon=target_epsilon, planned_epsilon=planned,
                        count_noise_multiplier=count_noise_multiplier, released_class_sizes=released,
+                       count_event=count_event.to_dict() if count_event is not None else None,
                        auxiliary_plan=auxiliary.to_dict() if auxiliary is not None else None,
                        auxiliary_method=auxiliary_method if auxiliary is not None else None)

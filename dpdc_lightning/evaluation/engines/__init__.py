@@ -5,8 +5,8 @@ after another through one shared step function, sequential.py) and ``stacked`` (
 ``torch.func.vmap`` step, stacked.py); ``auto`` picks by device (base.resolve_engine). All follow
 evaluation/protocol.py, so the protocol and every run's draws are the same for all of them.
 
-This module imports no torch: the configuration checks ``eval.engine`` and ``eval.compile`` against
-these names while the command line is parsed.
+This module imports no torch; the names of the engines and compile modes are the config's
+(config/schema.py), which checks ``eval.engine`` and ``eval.compile`` while the command line is parsed.
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ from typing import Any
 
 from dpdc_lightning.errors import UserError
 
-# auto: the engine measured fastest on the device (benchmarks/results/eval_speed_cpu.md): stacked on
-# a CUDA GPU, sequential elsewhere.
-ENGINES: tuple[str, ...] = ("auto", "lightning", "sequential", "stacked")
-# auto: compile when it pays back (cost.py); true / false force it.
-COMPILE_MODES: tuple[str, ...] = ("auto", "true", "false")
+# The names are the config's (one list): ENGINES' auto picks the engine measured fastest on the device
+# (base.resolve_engine); COMPILE_MODES' auto compiles when it pays back (cost.py).
+from dpdc_lightning.config.schema import COMPILE_MODES, EVAL_ENGINES as ENGINES  # noqa: F401
 
 _MODULES = {"lightning": "LightningEngine", "sequential": "SequentialEngine", "stacked": "StackedEngine"}
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.data.poisson import poisson_sample, sample_without_replacement
+from dpdc_lightning.privacy.sampling import poisson_sample, sample_without_replacement
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator

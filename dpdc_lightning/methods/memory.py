@@ -41,7 +41,7 @@ from typing import Iterable, Optional
 import torch
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.models import ModelConfig
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.models.registry import NETWORKS
 
 FLOAT = 4  # bytes of a float32

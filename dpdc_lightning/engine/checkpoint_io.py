@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional
 import torch
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from dpdc_lightning.export import atomic_write
+from dpdc_lightning.engine.bundle import atomic_write
 from dpdc_lightning.tensor_files import load_plain
 
 

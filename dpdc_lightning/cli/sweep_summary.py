@@ -1,6 +1,8 @@
 """A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``, ``sweep.png``.
 
-Written after every member by ``sweep.py`` and again when ``evaluate.py SWEEP_DIR`` adds evaluations.
+Each member leaves its row in ``.rows/`` (members may run in other processes or on other nodes,
+under Hydra's joblib or submitit launchers); :class:`SweepSummary`, a Hydra callback, writes the
+summary from them when the multirun ends, and ``evaluate.py SWEEP_DIR`` again when it adds evaluations.
 Wall times stay in ``sweep.json``, the owner's record: a member's time depends on its realised
 Poisson sample sizes (a timing side channel), so the tables meant for sharing leave them out.
 """
@@ -13,7 +15,38 @@ import json
 from pathlib import Path
 from typing import Any, Optional
 
+from hydra.experimental.callback import Callback
+from omegaconf import DictConfig
+
 SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE = "summary.md", "summary.csv", "sweep.png", "sweep.json"
+ROWS = ".rows"  # one JSON row per member while the sweep runs
+
+
+def write_row(folder: Path, row: dict[str, Any]) -> None:
+    from dpdc_lightning.engine.bundle import atomic_write_text
+
+    (Path(folder) / ROWS).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(Path(folder) / ROWS / f"{row['member']}.json", json.dumps(row, indent=2) + "\n")
+
+
+def read_rows(folder: Path) -> list[dict[str, Any]]:
+    """The members' rows, in member order (those of a finished sweep come from sweep.json)."""
+    rows = sorted(Path(folder).glob(f"{ROWS}/*.json"))
+    if rows:
+        return [json.loads(path.read_text()) for path in rows]
+    record = Path(folder) / SWEEP_FILE
+    return json.loads(record.read_text())["members"] if record.is_file() else []
+
+
+class SweepSummary(Callback):
+    """Hydra callback (conf/config.yaml ``hydra.callbacks``): at the end of a multirun, the summary
+    of the members' rows, in the sweep folder."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        folder = Path(config.hydra.sweep.dir)
+        rows = read_rows(folder)
+        if rows:
+            write_summary(folder, list(config.hydra.overrides.task), rows, final=True)
 
 
 def summary_entries(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -37,10 +70,17 @@ def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
     return folder / SUMMARY_MD
 
 
-def write_summary(folder: Path, tokens: list[str], rows: list[dict[str, Any]]) -> None:
-    from dpdc_lightning.export import atomic_write, atomic_write_text
+def write_summary(folder: Path, tokens: list[str], rows: list[dict[str, Any]], *, final: bool = False) -> None:
+    """The record and the tables; ``final``: the rows are in sweep.json now, ``.rows/`` goes."""
+    import shutil
+
+    from dpdc_lightning.engine.bundle import atomic_write, atomic_write_text
 
     atomic_write_text(folder / SWEEP_FILE, json.dumps({"command": tokens, "members": rows}, indent=2) + "\n")
+    if final:
+        shutil.rmtree(folder / ROWS, ignore_errors=True)
+        # Hydra's basic sweeper saves its whole config here; the sweep's record is sweep.json.
+        (folder / "multirun.yaml").unlink(missing_ok=True)
     models = sorted({m for r in rows for m in r.get("evaluation", {})})
     header = ["member", "overrides", "status", "method", "seed", "target_epsilon", "epsilon", "delta", "steps",
               *[f"{m}_mean" for m in models], *[f"{m}_std" for m in models], "error"]

@@ -1,0 +1,41 @@
+"""The console commands of ``pip install .``: ``dpdc-train`` (= ``python train.py``),
+``dpdc-evaluate``, ``dpdc-privacy``, ``dpdc-audit``, ``dpdc-export``. Each goes through
+:func:`dpdc_lightning.cli.run` (one ``error:`` line and exit code 2 for bad input)."""
+
+from __future__ import annotations
+
+import sys
+
+from dpdc_lightning.cli import run
+from dpdc_lightning.cli.evaluate import evaluate_main
+from dpdc_lightning.cli.export import export_main
+from dpdc_lightning.cli.train import train_main
+
+__all__ = ["audit_entry", "evaluate_entry", "evaluate_main", "export_entry", "privacy_entry", "train_entry",
+           "train_main"]
+
+
+def train_entry() -> None:
+    sys.exit(run(train_main))
+
+
+def evaluate_entry() -> None:
+    sys.exit(run(evaluate_main))
+
+
+def export_entry() -> None:
+    sys.exit(run(export_main))
+
+
+def privacy_entry() -> None:
+    """``dpdc-privacy``: the calculator of privacy/__main__.py (its own argument parser)."""
+    from dpdc_lightning.privacy.__main__ import main
+
+    sys.exit(main())
+
+
+def audit_entry() -> None:
+    """``dpdc-audit``: see dpdc_lightning/audit/command.py."""
+    from dpdc_lightning.audit.command import audit_main
+
+    sys.exit(run(audit_main))

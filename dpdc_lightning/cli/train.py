@@ -1,0 +1,114 @@
+"""``python train.py`` (``dpdc-train``): condense a private data set into a run folder.
+
+    python train.py [GROUP=NAME ...] [KEY=VALUE ...] [--cfg job] [--print-config] [-m [--evaluate]]
+
+Arguments are checked and composed (config/, on Hydra) before torch and Lightning are imported, so
+``--help`` and a mistyped argument answer within a second. ``--cfg job`` prints the composed
+config (Hydra's flag), ``--print-config`` the config and the privacy plan (σ, steps, ε); ``-m``
+sweeps (cli/sweep.py); ``resume=RUN_DIR`` continues an interrupted run, ``forget=RUN_DIR`` deletes
+an abandoned run's secret.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from dpdc_lightning.cli.parser import Parser
+from dpdc_lightning.errors import UserError
+
+USAGE = ("python train.py [group=name ...] [key=value ...] [--cfg job|hydra|all] [--print-config] "
+         "[-m|--multirun] [--evaluate] [--help]")
+EXAMPLES = (
+    "python train.py method=ndpdc                                 # embedded digits, CPU",
+    "python train.py method=ndpdc dataset=imagefolder dataset.root=my_images dataset.image_size=32",
+    "python train.py method=ndpdc privacy.target_epsilon=1 --print-config   # the plan, nothing run",
+    "python train.py method=dosser --cfg job                      # the composed config, nothing run",
+    "python train.py -m method=ndpdc privacy.target_epsilon=0.5,1,2,5 seed=0,1,2 --evaluate eval=quick",
+    "python train.py -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   # members in parallel",
+    "python train.py resume=runs/RUN_DIR        # continue an interrupted run",
+    "python train.py forget=runs/RUN_DIR        # delete an abandoned run's secret",
+)
+FLAGS = ("\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the privacy plan, "
+         "run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, joblib, submitit_local, "
+         "submitit_slurm), --evaluate (evaluate each bundle after training)")
+
+
+def train_main(argv: list[str]) -> int:
+    parser = Parser("python train.py", USAGE)
+    parser.add_argument("-m", "--multirun", action="store_true")
+    parser.add_argument("-c", "--cfg", choices=("job", "hydra", "all"))
+    parser.add_argument("--resolve", action="store_true")
+    parser.add_argument("--print-config", action="store_true")
+    parser.add_argument("--evaluate", action="store_true")
+    parser.add_argument("-sc", "--shell-completion", action="store_true")
+    args = parser.parse(argv)
+    tokens = list(args.rest)
+    if args.help:
+        from dpdc_lightning.config.help import help_text
+
+        print(help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens), end="")
+        print(FLAGS)
+        return 0
+    if args.shell_completion:  # Hydra's tab completion: python train.py -sc install=bash
+        from dpdc_lightning.cli.sweep import hydra_app
+
+        return hydra_app(["-sc", *tokens])
+    forget = [t for t in tokens if t.startswith("forget=")]
+    if forget:
+        if len(argv) != 1 or not forget[0].partition("=")[2]:
+            raise UserError("usage: python train.py forget=RUN_DIR (nothing else on the line)")
+        from dpdc_lightning.engine.run_folder import forget_run
+
+        print(forget_run(Path(forget[0].partition("=")[2])))
+        return 0
+    _forget_leftover_secret(tokens)
+    if args.multirun:
+        if args.print_config or args.cfg:
+            raise UserError("--print-config and --cfg show one run; drop --multirun (or the comma lists)")
+        from dpdc_lightning.cli.sweep import sweep
+
+        return sweep(tokens, evaluate=args.evaluate)
+    if args.cfg:
+        from dpdc_lightning.config.composition import compose_raw, compose
+
+        compose(tokens)  # the same checks as a run
+        raw, _ = compose_raw(tokens, keep_hydra=args.cfg != "job")
+        shown = raw if args.cfg == "all" else raw.hydra if args.cfg == "hydra" else raw
+        print(OmegaConf.to_yaml(shown, resolve=args.resolve), end="")
+        return 0
+    from dpdc_lightning.config import compose
+
+    config = compose(tokens)
+    if args.print_config:
+        from dpdc_lightning.engine.training import planned_config_text
+
+        print(planned_config_text(config), end="")
+        return 0
+    from dpdc_lightning.engine.run_folder import end_of_run_line
+    from dpdc_lightning.engine.training import train
+
+    started = time.monotonic()
+    run_dir = train(config)
+    if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
+        print(end_of_run_line(run_dir, wall_seconds=time.monotonic() - started))
+        if args.evaluate:
+            from dpdc_lightning.cli.evaluate import evaluate_main
+
+            evaluate_main([str(run_dir)])
+    return 0
+
+
+def _forget_leftover_secret(tokens: list[str]) -> None:
+    """``resume=`` of a finished run: a secret left by a crash after the bundle was written has no
+    use; it goes now, and the refusal says so."""
+    resume = [t.partition("=")[2] for t in tokens if t.partition("=")[0] == "resume"]
+    if resume and (Path(resume[-1]) / "privacy.json").exists():
+        from dpdc_lightning.engine.bundle import LEFTOVER_NOTE, forget_if_finished
+
+        note = f"; {LEFTOVER_NOTE}" if forget_if_finished(Path(resume[-1])) else ""
+        raise UserError(f"resume={resume[-1]}: that run finished (privacy.json exists); a finished run is never "
+                        f"continued past its budget, start a new run instead{note}")

@@ -1,0 +1,41 @@
+"""Configuration: the schemas of every config group (plain dataclasses, no torch), the YAML groups
+in ``dpdc_lightning/conf/``, and composition, overrides and sweeps on Hydra.
+
+    from dpdc_lightning.config import compose
+    config = compose(["method=ndpdc", "privacy.target_epsilon=2"])   # a validated RunConfig
+
+- :mod:`.schema` the group schemas (dataset, privacy, eval, model, augment, RunConfig);
+- :mod:`.methods` every method's schema (``METHOD_SCHEMAS``);
+- :mod:`.store` their registration in Hydra's ConfigStore;
+- :mod:`.composition` Hydra's compose API behind :func:`compose`, its errors as one ``UserError`` line;
+- :mod:`.validation` the one validator: a composed config to typed objects;
+- :mod:`.help` the ``--help`` page.
+
+Names are imported on first use (PEP 562).
+"""
+
+from __future__ import annotations
+
+from dpdc_lightning.lazy import lazy_getattr
+
+_WHERE = {
+    "CONF_DIR": "schema",
+    "GROUPS": "schema",
+    "AugmentConfig": "schema",
+    "DatasetConfig": "schema",
+    "EvalConfig": "schema",
+    "ModelConfig": "schema",
+    "PrivacyConfig": "schema",
+    "RunConfig": "schema",
+    "METHOD_SCHEMAS": "methods",
+    "MethodConfig": "methods",
+    "compose": "composition",
+    "compose_resume": "composition",
+    "validate": "validation",
+    "to_yaml": "validation",
+    "config_hash": "validation",
+}
+
+__all__ = sorted(_WHERE)
+
+__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -1,0 +1,77 @@
+"""The one validator: a composed config (Hydra's DictConfig, or a run's saved config.yaml) becomes
+the typed :class:`RunConfig`, or one ``UserError`` line.
+
+Hydra has checked keys and types against the schemas while composing (``store.py``); here each
+dataclass's ``__post_init__`` checks values, and the checks that span sections run: the selected
+method matches ``method.name``, a key the method ignores was not set, trainer keys the framework
+owns were not set, every number is finite. Checks that need the method's code or Lightning (a
+step cap the method cannot take, a trainer option Lightning does not know) belong to the engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from dpdc_lightning.config.methods import METHOD_SCHEMAS
+from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS, RunConfig, check_finite, choice
+from dpdc_lightning.errors import UserError
+
+
+def one_line(err: Exception) -> str:
+    """The first line of an OmegaConf or Hydra message, with the key it concerns."""
+    message = getattr(err, "msg", None) or str(err)
+    first = message.strip().splitlines()[0] if message.strip() else type(err).__name__
+    key = getattr(err, "full_key", None)
+    return f"{key}: {first}" if key and key not in first else first
+
+
+def validate(raw: DictConfig, *, method: Optional[str] = None, overrides: Sequence[str] = ()) -> RunConfig:
+    """``raw`` checked against the schemas; ``method`` is the method selected by group (default: the
+    config's own ``method.name``), ``overrides`` the command-line tokens (to refuse ignored keys)."""
+    name = method or OmegaConf.select(raw, "method.name")
+    choice("method", name, METHOD_SCHEMAS)
+    if OmegaConf.select(raw, "method.name") != name:
+        raise UserError("method.name cannot be overridden; select the method with method=NAME")
+    try:
+        merged = OmegaConf.merge(OmegaConf.structured(RunConfig(method=METHOD_SCHEMAS[name]())), raw)
+        config: RunConfig = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as err:
+        raise UserError(f"invalid config: {one_line(err)}") from None
+    config.trainer = _trainer_options(config.trainer)
+    for section in ("method", "privacy", "eval", "model", "dataset"):
+        check_finite(section, getattr(config, section))
+    ignored = config.method.ignored_keys
+    for key in (t.partition("=")[0].removeprefix("method.") for t in overrides if t.startswith("method.")):
+        if key in ignored:
+            raise UserError(f"method.{key} is not used by method={name}: {ignored[key]}")
+    return config
+
+
+def _trainer_options(options: Any) -> dict[str, Any]:
+    """Keys the framework sets are refused; whether Lightning knows the others, the engine checks."""
+    options = dict(options or {})
+    for key in options:
+        if key in RESERVED_TRAINER_KEYS:
+            raise UserError(f"trainer.{key} is set by the framework and cannot be overridden")
+    cap = options.get("max_steps")
+    # Lightning reads 0 as "no step" and -1 as "no cap"; neither is what a cap of a private run means.
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+        raise UserError(f"trainer.max_steps={cap} must be an integer >= 1 (it caps the method's steps; leave it out "
+                        "to run them all)")
+    return options
+
+
+def to_yaml(config: RunConfig) -> str:
+    return OmegaConf.to_yaml(OmegaConf.structured(config))
+
+
+def config_hash(config: RunConfig) -> str:
+    """sha256 of the config (without the paths, which do not change the result)."""
+    data = OmegaConf.to_container(OmegaConf.structured(config))
+    for key in ("run_dir", "runs_root", "resume"):
+        data.pop(key, None)
+    return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(data)).encode()).hexdigest()

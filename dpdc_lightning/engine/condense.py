@@ -1,0 +1,178 @@
+"""condense(): one condensation in process. Plan first, then build every object with its final values.
+
+    result = condense(compose(["method=ndpdc", "privacy.target_epsilon=2"]), data=my_image_data)
+    result.images, result.labels, result.report
+
+Without ``run_dir`` nothing touches the disk (no run directory, no TensorBoard, no checkpoint), so
+an audit can run hundreds of condensations on chosen subsets of records (``ImageData.subset``).
+``training.train`` adds the run directory, the secret file, resume and the exported bundle.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from dpdc_lightning.config import RunConfig, config_hash
+from dpdc_lightning.data import ImageData
+from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes
+from dpdc_lightning.engine.method_module import MethodModule
+from dpdc_lightning.engine.planning import (auxiliary_config, auxiliary_run_config, check_memory, load_data,
+                                            noise_seed_for, plan_run)
+from dpdc_lightning.engine.privacy_callback import PrivacyCallback
+from dpdc_lightning.engine.trainer import build_trainer, quiet_libraries
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.privacy.budget import report_mechanism
+from dpdc_lightning.privacy.counts import COUNT_PHASE
+from dpdc_lightning.privacy.inputs import release_inputs
+from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.report import build_report
+from dpdc_lightning.privacy.secret import derive_secret
+from dpdc_lightning.tensor_files import load_plain
+
+AUXILIARY_FILE = "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
+
+quiet_libraries()
+
+
+@dataclass
+class CondensedSet:
+    images: Tensor
+    labels: Tensor
+    report: dict[str, Any]
+    plan: PrivacyPlan
+
+
+def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
+                      run_dir: Optional[Path] = None) -> Optional[AuxiliarySet]:
+    """The auxiliary set of a method that takes one: a public file, the declared-public test split,
+    or (``dp``) the output of the auxiliary run the plan paid for, made here unless ``run_dir``
+    already holds it (a resumed run reuses the release, it never makes a second one)."""
+    aux = auxiliary_config(config)
+    if aux is None:
+        return None
+    if aux.source == "file":
+        found = load_file(aux.path)
+    elif aux.source == "public_split":
+        found = public_split(data.test_images, data.test_labels, dataset=data.name, held_out=data.test_is_private)
+    elif run_dir is not None and (run_dir / AUXILIARY_FILE).is_file():
+        saved = load_plain(run_dir / AUXILIARY_FILE, what="the run's auxiliary set")
+        found = AuxiliarySet(saved["images"], saved["labels"], saved["description"])
+    else:
+        if plan.auxiliary is None:
+            raise ValueError("method.aux.source=dp but the privacy plan paid for no auxiliary run")
+        # Its own 256-bit secret, derived from the run's: samples and noise independent of the main stage's.
+        made = Condensation(auxiliary_run_config(config), data, plan=plan.auxiliary,
+                            noise_seed=derive_secret(noise_seed, "auxiliary")).fit()
+        found = AuxiliarySet(made.images, made.labels, f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
+                                                         f"(phase 'auxiliary' of the privacy report)")
+        print(f"auxiliary set: {len(made.images)} images made by {found.description}", file=sys.stderr)
+    return check_shape(found, DataSpec.of(data).image_shape).limited(aux.size, seed=config.seed)
+
+
+def save_auxiliary(run_dir: Path, auxiliary: AuxiliarySet) -> None:
+    """Keep a DP auxiliary set in the run directory (written whole or not at all)."""
+    path = run_dir / AUXILIARY_FILE
+    if path.is_file():
+        return
+    temporary = path.with_suffix(".tmp")
+    torch.save({"images": auxiliary.images, "labels": auxiliary.labels, "description": auxiliary.description}, temporary)
+    os.replace(temporary, path)
+
+
+class Condensation:
+    """The objects of one condensation, built and checked, nothing run or written yet."""
+
+    def __init__(self, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
+                 run_dir: Optional[Path] = None) -> None:
+        spec = DataSpec.of(data, plan=plan)  # the plan's class sizes: never exact private counts
+        self.config, self.plan, self.run_dir = config, plan, run_dir
+        check_memory(config, spec, plan)  # before anything is built (the auxiliary run included)
+        self.auxiliary = resolve_auxiliary(config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir)
+        self.method: CondensationMethod = METHODS[config.method.name](
+            config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
+            augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise,
+            auxiliary=self.auxiliary)
+        self.inputs = _release_inputs(config, data, plan=plan, auxiliary=self.auxiliary)
+        self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
+        self.privacy = PrivacyCallback(plan)
+        self.module = MethodModule(self.method)
+        self.trainer = build_trainer(config, plan=plan, run_dir=run_dir, callbacks=[self.privacy],
+                                     class_names=data.class_names)
+        if plan.sampling == "global_poisson" and self.trainer.world_size > 1:
+            # One Poisson sample of the whole set per step: sharding it over processes (clipped sums
+            # all-reduced, noise added once) is not implemented, so it runs in one process only.
+            raise UserError(f"method {config.method.name} draws one Poisson sample of the whole data set per step "
+                            "and runs in one process; set trainer.devices=1 (multi-process runs shard classes, "
+                            "which global sampling does not have)")
+        owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
+
+    def fit(self, *, checkpoint: Optional[Path] = None) -> CondensedSet:
+        if self.run_dir is not None and self.plan.auxiliary is not None and self.auxiliary is not None:
+            save_auxiliary(self.run_dir, self.auxiliary)
+        self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=checkpoint)
+        images, labels = self.method.synthetic_set()
+        privacy = self.config.privacy
+        report = build_report(method=self.config.method.name, mechanism=report_mechanism(self.privacy.budget),
+                              accountant=self.privacy.accountant if self.plan.private else None,
+                              delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
+                              noise_values=self._noise_values(), config_hash=config_hash(self.config),
+                              inputs=self.inputs)
+        return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
+
+    def _noise_values(self) -> Optional[int]:
+        """Normal values the whole run drew (the report's truncation bound counts them)."""
+        per_step = self.method.noise_values_per_step()
+        if per_step is None:
+            return None
+        released = len(self.plan.released_class_sizes) if self.plan.released_class_sizes else 0
+        return per_step * self.plan.data_steps + released  # the class-size release draws one value per class
+
+
+def _release_inputs(config: RunConfig, data: ImageData, *, plan: PrivacyPlan,
+                    auxiliary: Optional[AuxiliarySet]) -> list[dict[str, Any]]:
+    """Every input of the release with its status, for privacy.json (privacy/inputs.py)."""
+    method_cls, aux = METHODS[config.method.name], auxiliary_config(config)
+    test_split = "held out" if data.test_is_private else "declared public" if len(data.test_labels) else "none"
+    return release_inputs(dataset=data.name, private=method_cls.private, init=config.method.init,
+                          class_sizes_released=plan.count_noise_multiplier is not None,
+                          network=method_cls.uses_network, test_split=test_split,
+                          auxiliary=(aux.source, auxiliary.description) if auxiliary is not None else None,
+                          reproducible_noise=config.privacy.reproducible_noise, count_phase=COUNT_PHASE)
+
+
+def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None
+             ) -> CondensedSet:
+    """Condense ``data`` (default: the config's dataset) in process; writes nothing to disk."""
+    data = load_data(config) if data is None else data
+    seed = noise_seed_for(config) if noise_seed is None else noise_seed
+    plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
+    run = Condensation(config, data, plan=plan, noise_seed=seed)
+    if run.trainer.world_size > 1:
+        # Lightning would re-run the calling script in each new process, and each would draw its own
+        # secret: the processes must share one plan and seed, which train() hands over on disk.
+        raise UserError("condense() runs in one process; use train() (python train.py) for trainer.devices > 1")
+    return run.fit()
+
+
+class _CallableModule(types.ModuleType):
+    """Importing this module makes Python set ``dpdc_lightning.engine.condense`` to the module itself, which
+    would shadow the function that ``from dpdc_lightning import condense`` promises: calling the
+    module calls :func:`condense`."""
+
+    def __call__(self, config: RunConfig, data: Optional[ImageData] = None, *,
+                 noise_seed: Optional[int] = None) -> CondensedSet:
+        return condense(config, data, noise_seed=noise_seed)
+
+
+sys.modules[__name__].__class__ = _CallableModule

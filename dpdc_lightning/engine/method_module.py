@@ -1,0 +1,116 @@
+"""MethodModule: the LightningModule that runs a condensation method (methods/base.py).
+
+The method states the maths of one step on a plain ``nn.Module``; this adapter gives it to a
+Lightning Trainer: manual optimisation (the backward pass and the optimiser step through Lightning,
+so DDP reduces gradients and precision plugins apply), the optimiser the method made, the number of
+processes and a sum over them, logging, the private data stream for a real-image initialisation,
+and checkpoints. A checkpoint holds the method's own state dict, with the keys it always had.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from dpdc_lightning.methods.base import CondensationMethod, Runtime
+
+
+class _LightningRuntime(Runtime):
+    def __init__(self, module: "MethodModule") -> None:
+        self.module = module
+
+    @property
+    def world_size(self) -> int:  # type: ignore[override]
+        trainer = self.module._trainer
+        return 1 if trainer is None else trainer.world_size
+
+    def backward(self, loss: Tensor) -> None:
+        self.module.manual_backward(loss)
+
+    def step_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        self.module.optimizers().step()
+
+    def reduce_sum(self, tensor: Tensor) -> Tensor:
+        return self.module.trainer.strategy.reduce(tensor, reduce_op="sum")
+
+    def log(self, name: str, value: Any, **options: Any) -> None:
+        self.module.log(name, value, **options)
+
+    def class_images(self, class_index: int) -> Tensor:
+        return self.module.trainer.datamodule.class_images(class_index)
+
+
+class MethodModule(L.LightningModule):
+    def __init__(self, method: CondensationMethod) -> None:
+        super().__init__()
+        self.method = method
+        self.automatic_optimization = False
+        method.runtime = _LightningRuntime(self)
+
+    # ---- what the engine's callbacks and data stream read --------------------------------------
+    @property
+    def plan(self) -> Any:
+        return self.method.plan
+
+    @property
+    def stage(self) -> str:
+        return self.method.stage
+
+    @property
+    def completed_steps(self) -> Tensor:
+        return self.method.completed_steps
+
+    def pop_events(self) -> list:
+        return self.method.pop_events()
+
+    def synthetic_set(self) -> tuple[Tensor, Tensor]:
+        return self.method.synthetic_set()
+
+    # ---- checkpoints keep the method's keys (synthetic.images, completed_steps, ...) -----------
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self.method.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self.method.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.method.on_save_checkpoint(checkpoint)
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self.method.on_load_checkpoint(checkpoint)
+
+    # ---- the loop --------------------------------------------------------------------------------
+    def configure_optimizers(self) -> Optional[torch.optim.Optimizer]:
+        return self.method.optimizer
+
+    def setup(self, stage: str) -> None:
+        self.method.setup(stage)
+
+    def on_fit_start(self) -> None:
+        self.method.on_fit_start()
+
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> Optional[int]:
+        # -1 ends the epoch before the step runs, whatever trainer.min_steps says: no step past the plan.
+        return -1 if int(batch["step"]) >= self.method.plan.total_steps else None
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        loss = self.method.run_step(batch)
+        if not self.method.optimised:
+            self._idle_optimiser_step()
+        if loss is not None:
+            # Under DDP a process's loss covers its own classes only; their sum is the whole loss.
+            self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx="sum")
+
+    def _idle_optimiser_step(self) -> None:
+        """A step that changes no parameter (no gradients: SGD skips them, momentum included), so
+        that Lightning's global step, which counts optimiser steps, counts every condensation step:
+        checkpoints come every ``checkpoint_every`` steps also where a method does not optimise
+        (LDPDC, Dosser's sampling stage)."""
+        optimizer = self.optimizers()
+        if isinstance(optimizer, list):  # a method without an optimiser: nothing to count
+            return
+        optimizer.zero_grad(set_to_none=True)
+        optimizer.step()

@@ -1,0 +1,147 @@
+"""The plan of a run, made before anything is built: the privacy plan (with the class-size release
+and a DP auxiliary run when the config asks for them), the secret, the memory estimate.
+
+``config`` (the user's input) goes in; a :class:`~dpdc_lightning.privacy.plan.PrivacyPlan` comes out
+and is never written back into the config. ``noise_multiplier`` takes this path: the config's
+``privacy.noise_multiplier`` (or the method schema's ``default_noise_multiplier``) and target ε go
+to ``privacy.plan.make_plan``, which fixes the plan's noise multiplier once; the method reads it
+from the plan and hands it to the mechanism, whose event the privacy budget composes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from dpdc_lightning.config import RunConfig
+from dpdc_lightning.data import ImageData, load_dataset
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods.memory import Need, check_fits, run_device
+from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
+from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
+from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
+from dpdc_lightning.privacy.secret import new_secret
+from dpdc_lightning.seeding import derive_seed
+
+
+def load_data(config: RunConfig) -> ImageData:
+    dataset = config.dataset
+    return load_dataset(dataset.name, root=dataset.root, download=dataset.download, cache_dir=dataset.cache_dir,
+                        **dataset.own_data_options())
+
+
+def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = None) -> PrivacyPlan:
+    """The privacy plan of a config on data of this shape; ``trainer.max_steps`` caps the steps.
+
+    With public class sizes (the default) no record is read. With ``privacy.class_sizes=private``
+    the sizes are first released by the Gaussian mechanism at the noise multiplier that costs
+    ``privacy.count_epsilon`` alone (noise keyed by ``noise_seed``), and the plan is made from the
+    released sizes, with that release counted towards the target."""
+    privacy, method_cls = config.privacy, METHODS[config.method.name]
+    # Public sizes: the data's declared ones (the exact ones for built-in data). Private: the exact
+    # training sizes, read only by the Gaussian release below.
+    class_sizes, count_event = data.public_class_sizes or data.class_sizes, None
+    if privacy.class_sizes == "private":
+        if not method_cls.private:
+            raise UserError(f"method {config.method.name} is not private: privacy.class_sizes=private does not apply")
+        if noise_seed is None:
+            raise ValueError("releasing private class sizes needs the run's noise seed")
+        try:
+            count_sigma = calibrate_noise_multiplier(target_epsilon=privacy.count_epsilon, delta=privacy.delta,
+                                                     sample_rate=1.0, steps=1, accountant=privacy.accountant)
+        except UserError as err:
+            raise UserError(f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
+                            f"raise it ({err})") from None
+        class_sizes, count_event = release_class_sizes(data.class_sizes, noise_multiplier=count_sigma,
+                                             noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
+                                                                reproducible=privacy.reproducible_noise))
+    refuse_step_cap(config)
+    auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
+    return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
+                     noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
+                     delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
+                     step_cap=config.trainer.get("max_steps"), count_event=count_event,
+                     allow_large_delta=privacy.allow_large_delta, auxiliary=auxiliary,
+                     auxiliary_method=config.method.aux.method if auxiliary is not None else None)
+
+
+def refuse_step_cap(config: RunConfig) -> None:
+    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/plan.py): for a
+    method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the run, so
+    it is refused, naming the keys that set those steps."""
+    if config.trainer.get("max_steps") is None:
+        return
+    method, schema = METHODS[config.method.name], config.method
+    keys = " and ".join(schema.step_keys)
+    if method.free_steps(schema):
+        why = (f"it runs {method.data_steps(schema)} private steps, then {method.free_steps(schema)} free ones, and "
+               "a cap would cut the free stage first")
+    elif not method.steps_adjustable:
+        why = "its algorithm fixes the number of steps (a cap would leave images unwritten)"
+    else:
+        return
+    raise UserError(f"trainer.max_steps does not apply to method={schema.name}: {why}; set {keys} instead")
+
+
+def auxiliary_config(config: RunConfig) -> Optional[Any]:
+    """``method.aux`` of a method that takes an auxiliary set, or None."""
+    aux = getattr(config.method, "aux", None)
+    return aux if METHODS[config.method.name].uses_auxiliary and aux is not None and aux.source != "none" else None
+
+
+def auxiliary_run_config(config: RunConfig) -> RunConfig:
+    """The config of the private run that makes a DP auxiliary set (``method.aux.source=dp``)."""
+    aux = config.method.aux
+    method = METHODS[aux.method].config_class(ipc=aux.ipc, iterations=aux.iterations, group_size=aux.group_size,
+                                               log_images_every=aux.iterations, checkpoint_every=aux.iterations)
+    privacy = dataclasses.replace(config.privacy, target_epsilon=aux.epsilon, noise_multiplier=None,
+                                  class_sizes="public", count_epsilon=None, calibrate="sigma")
+    return dataclasses.replace(config, method=method, privacy=privacy, seed=derive_seed(config.seed, "auxiliary"),
+                               run_dir=None, resume=None)
+
+
+def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Optional[PrivacyPlan]:
+    """The plan of the DP auxiliary run (``method.aux.source=dp``): the noise that costs
+    ``method.aux.epsilon`` alone over its steps, at the run's δ and on the same class sizes."""
+    aux = auxiliary_config(config)
+    if aux is None or aux.source != "dp":
+        return None
+    target = config.privacy.target_epsilon
+    if target is not None and not aux.epsilon < target:
+        raise UserError(f"method.aux.epsilon={aux.epsilon} must be below privacy.target_epsilon={target}: "
+                        "the main stage needs the rest")
+    run = auxiliary_run_config(config)
+    privacy = run.privacy
+    return make_plan(METHODS[aux.method].schedule(run.method), class_sizes=class_sizes, method=aux.method,
+                     noise_multiplier=None, target_epsilon=aux.epsilon, delta=privacy.delta, calibrate="sigma",
+                     accountant=privacy.accountant, allow_large_delta=privacy.allow_large_delta)
+
+
+def needs_secret(config: RunConfig) -> bool:
+    """A private method without reproducible noise samples and noises from a secret seed."""
+    return METHODS[config.method.name].private and not config.privacy.reproducible_noise
+
+
+def noise_seed_for(config: RunConfig) -> int:
+    """The seed of sampling and noise: a fresh OS-entropy secret when :func:`needs_secret`, else the
+    public run seed (with privacy.reproducible_noise=true the output is then NOT private)."""
+    return new_secret() if needs_secret(config) else config.seed
+
+
+def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
+    """What the run will hold in memory (dpdc_lightning/memory.py says what is counted)."""
+    return METHODS[config.method.name].memory_needs(config.method, data=data, plan=plan, model=config.model,
+                                                    device=run_device(config.trainer))
+
+
+def check_memory(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> None:
+    """Refuse, before any allocation, a run whose estimated memory exceeds what is available."""
+    try:
+        needs = memory_needs(config, data, plan)
+    except (RuntimeError, ValueError):  # a network that cannot take these images: the run itself says so
+        return
+    check_fits(needs, method=config.method.name, device=run_device(config.trainer))
+
+

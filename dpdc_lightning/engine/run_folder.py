@@ -1,0 +1,167 @@
+"""Run folders: where a run writes, what it keeps for a resume, and what it leaves when it fails.
+
+A run folder holds the bundle (engine/bundle.py), ``config.yaml`` (the config as the user gave it),
+``plan.json`` (the privacy plan), checkpoints, TensorBoard logs and, while the run is unfinished,
+two owner-only files (mode 0600, never part of the bundle): ``.private_seed``, the secret of its
+noise, and ``.provenance.json``, the folder the private data was read from (a resumed run must read
+the same one). ``forget=RUN_DIR`` deletes the secret of a run that is abandoned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from dpdc_lightning.config import RunConfig
+from dpdc_lightning.data import ImageData
+from dpdc_lightning.engine.bundle import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, forget_if_finished,
+                                         new_run_dir)
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
+from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
+from dpdc_lightning.tensor_files import load_plain
+
+RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
+PLAN_FILE = "plan.json"
+PROVENANCE_FILE = ".provenance.json"
+
+
+def data_provenance(data: ImageData) -> str:
+    """Where the data came from, for the owner's console and .provenance.json (never the bundle)."""
+    return data.source if data.source is not None else f"no files (embedded data set {data.name})"
+
+
+def write_provenance(run_dir: Path, data: ImageData) -> None:
+    """The folder the data was read from, readable by the owner only (like the secret)."""
+    path = Path(run_dir) / PROVENANCE_FILE
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(json.dumps({"data": data_provenance(data)}) + "\n")
+
+
+def read_provenance(run_dir: Path) -> Optional[str]:
+    """The recorded data folder of a run (older runs recorded it in config.yaml's dataset.resolved_root)."""
+    path = Path(run_dir) / PROVENANCE_FILE
+    if path.is_file():
+        return json.loads(path.read_text()).get("data")
+    saved = Path(run_dir) / CONFIG_FILE
+    if saved.is_file():
+        from omegaconf import OmegaConf
+
+        return OmegaConf.select(OmegaConf.load(saved), "dataset.resolved_root")
+    return None
+
+
+def check_provenance(run_dir: Path, data: ImageData) -> None:
+    """A resumed run must read the folder its first steps read."""
+    recorded, now = read_provenance(run_dir), data_provenance(data)
+    if recorded is not None and recorded != now:
+        raise UserError(f"{run_dir} was started on data read from {recorded}, now it would read {now}; a run must "
+                        "come from one data set, so it cannot be resumed")
+
+
+def discard(run_dir: Path) -> None:
+    """Remove a run folder this process created: its secret first (rmtree's order is arbitrary, and
+    an interrupted removal must not leave the secret behind), then everything else."""
+    forget_secret(run_dir)
+    shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def check_checkpoint(run_dir: Path) -> None:
+    """Read the checkpoint a resume starts from before anything is written into the run (Lightning
+    would open a new TensorBoard file first, then fail on a damaged file with a traceback)."""
+    checkpoint = last_checkpoint(run_dir)
+    if checkpoint is None:
+        return
+    try:
+        load_plain(checkpoint, what="checkpoint")
+    except UserError as err:
+        raise UserError(f"resume={run_dir}: {err}; delete it to restart the run from step 0 (repeated steps redraw "
+                        "the same samples and noise, so nothing is spent twice) or start a new run") from None
+
+
+def create(run_dir: Path) -> None:
+    try:
+        run_dir.mkdir(parents=True)
+    except FileExistsError:
+        raise UserError(f"run_dir {run_dir} already exists; choose a new one (runs are never overwritten)") from None
+    except OSError as err:
+        raise UserError(f"cannot create run_dir {run_dir}: {err.strerror or err}") from None
+
+
+def end_of_run_line(run_dir: Path, *, wall_seconds: float | None = None) -> str:
+    """The last line of train.py: the guarantee as privacy.json states it, steps, wall time and
+    where the bundle is."""
+    report = json.loads((Path(run_dir) / PRIVACY_REPORT).read_text())
+    took = "" if wall_seconds is None else f", {_duration(wall_seconds)}"
+    if report.get("epsilon") is None:
+        plan_file = Path(run_dir) / PLAN_FILE
+        steps = json.loads(plan_file.read_text()).get("data_steps") if plan_file.is_file() else None
+        counted = "" if steps is None else f", {steps} steps"
+        return f"bundle written to {run_dir}: not private (ε = ∞){counted}{took}"
+    note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
+    steps = report["steps"]
+    return (f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
+            f"{steps} privacy-consuming step{'' if steps == 1 else 's'}{took}")
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(round(seconds)), 60)
+    return f"{minutes} min {rest:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
+def forget_run(path: Path) -> str:
+    """``train.py forget=RUN_DIR``: delete the secret of an abandoned run, which then cannot resume.
+    Returns the line to print."""
+    path = Path(path)
+    if not (path / CONFIG_FILE).is_file():
+        raise UserError(f"forget={path}: not a run directory (no {CONFIG_FILE} there)")
+    if (path / PRIVACY_REPORT).is_file():
+        deleted = forget_if_finished(path)
+        return f"{path} is a finished run; " + (LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}")
+    if not forget_secret(path):
+        return f"{path} holds no {SECRET_FILE} (not private, reproducible noise, or already forgotten): nothing to delete"
+    return (f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no longer be "
+            "resumed (resume= will refuse it)")
+
+
+def stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan:
+    """The plan the run was started with. The data must still give the same sample rates."""
+    path = run_dir / PLAN_FILE
+    if not path.is_file():
+        raise UserError(f"{run_dir} has no {PLAN_FILE}: its privacy plan is unknown, so it cannot be resumed")
+    try:
+        plan = PrivacyPlan.from_dict(json.loads(path.read_text()))
+    except (ValueError, TypeError, KeyError) as err:
+        raise UserError(f"{path} is not a readable privacy plan ({err})") from None
+    # Released (noisy) sizes are part of the plan itself, so only public sizes can be checked here.
+    if plan.released_class_sizes is None and \
+            sample_rates(METHODS[config.method.name].schedule(config.method), data.public_class_sizes or data.class_sizes) \
+            != plan.sample_rates:
+        raise UserError(f"the data set's class sizes changed since {run_dir} started; its plan no longer holds")
+    return plan
+
+
+def run_dir_of(config: RunConfig) -> Path:
+    if os.environ.get(RUN_DIR_ENV):  # a DDP process launched by rank 0
+        return Path(os.environ[RUN_DIR_ENV])
+    if config.resume is not None:
+        return Path(config.resume)
+    if int(os.environ.get("NODE_RANK", "0")) > 0 and config.run_dir is None:
+        raise UserError("multi-node runs need run_dir=PATH on a filesystem every node shares")
+    label = f"{config.method.name}-{config.dataset.name}"
+    return new_run_dir(run_dir=config.run_dir, runs_root=config.runs_root, label=label)
+
+
+def last_checkpoint(run_dir: Path) -> Path | None:
+    """The last checkpoint of a run; None if it died before its first (it then restarts at step 0:
+    nothing computed from the data had been written, so nothing is spent twice)."""
+    path = run_dir / "checkpoints" / "last.ckpt"
+    return path if path.is_file() else None

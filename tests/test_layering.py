@@ -1,0 +1,128 @@
+"""The layering of the package, from its import graph (benchmarks/import_graph.py reads every import:
+module level, inside functions, importlib with a literal name, PEP 562 lazy exports).
+
+Imports point one way: cli → evaluation/audit → engine → methods → config → data/models/augment →
+privacy → errors/seeding. privacy imports nothing above it, config imports no torch, only engine/
+imports Lightning, and no module takes part in an import circle.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("import_graph", ROOT / "benchmarks" / "import_graph.py")
+import_graph = importlib.util.module_from_spec(_spec)
+sys.modules["import_graph"] = import_graph
+_spec.loader.exec_module(import_graph)
+
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return import_graph.build(ROOT)
+
+
+def test_the_tool_sees_every_kind_of_import(tmp_path):
+    """A function-level import, importlib with a literal, a lazy export and a relative import all count."""
+    package = tmp_path / "dpdc_lightning"
+    (package / "low").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "low" / "__init__.py").write_text("from dpdc_lightning.lazy import lazy_getattr\n"
+                                                 "_WHERE = {'X': 'dpdc_lightning.high'}\n"
+                                                 "__getattr__ = lazy_getattr(__name__, _WHERE)\n")
+    (package / "low" / "a.py").write_text("def f():\n    from ..errors import E\n")
+    (package / "low" / "b.py").write_text("import importlib\nimportlib.import_module('dpdc_lightning.high')\n")
+    (package / "high.py").write_text("import lightning\nfrom dpdc_lightning.low import a\n")
+    for name in ("errors", "lazy"):
+        (package / f"{name}.py").write_text("")
+    graph = import_graph.build(tmp_path)
+    assert graph.modules["dpdc_lightning.low.a"] == {"dpdc_lightning.errors"}
+    assert graph.modules["dpdc_lightning.low.b"] == {"dpdc_lightning.high"}
+    assert "dpdc_lightning.high" in graph.modules["dpdc_lightning.low"]
+    assert ("low", "high") in graph.arrows() and graph.importers_of("lightning") == {"dpdc_lightning.high"}
+    # low's lazy export points at high, which imports low.a: the package and high form a circle.
+    assert graph.circles() == [["dpdc_lightning.high", "dpdc_lightning.low"]]
+    assert graph.upward() == []  # rooms not in the declared table rank as the top layer
+
+
+def test_imports_point_one_way(graph):
+    assert graph.upward() == []
+
+
+def test_no_import_circle(graph):
+    assert graph.circles() == []
+
+
+def test_privacy_imports_nothing_above_it(graph):
+    above = {(m, t) for m, targets in graph.modules.items() if graph.room(m) == "privacy" for t in targets
+             if import_graph.rank(graph.room(t)) > import_graph.rank("privacy")}
+    assert above == set()
+    assert all("lightning" not in graph.external[m] for m in graph.modules if graph.room(m) == "privacy")
+
+
+def test_only_the_engine_imports_lightning(graph):
+    importers = graph.importers_of("lightning") | graph.importers_of("pytorch_lightning")
+    assert {m for m in importers if graph.room(m) != "engine"} == set()
+
+
+def test_config_imports_no_torch_statically(graph):
+    assert {m for m in graph.modules if graph.room(m) == "config"
+            and graph.external[m] & {"torch", "lightning", "torchvision", "opacus"}} == set()
+
+
+def test_config_composes_and_validates_without_torch(cli_env):
+    """Composing and validating every method's config, and the help page, load neither torch nor Lightning."""
+    code = ("import sys\nfrom dpdc_lightning.config import compose, METHOD_SCHEMAS\n"
+            "from dpdc_lightning.config.help import help_text\n"
+            "for name in METHOD_SCHEMAS: compose([f'method={name}'])\nhelp_text('x', tokens=['method=dosser'])\n"
+            "print('LOADED', sorted(m for m in ('torch', 'lightning', 'torchvision') if m in sys.modules))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env, capture_output=True, text=True,
+                          timeout=120)
+    assert "LOADED []" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_noise_multiplier_path_follows_import_arrows(graph):
+    """Each hop of the documented path follows the import graph, one way or the other (a file reaches
+    the other through its imports: a base class, a package's lazy export), or stays in one room."""
+    def module(path: str) -> str:
+        return "dpdc_lightning." + path.removesuffix(".py").replace("/", ".")
+
+    def imports(a: str, b: str) -> bool:
+        seen, todo = set(), [a]
+        while todo:
+            current = todo.pop()
+            if current == b:
+                return True
+            if current not in seen:
+                seen.add(current)
+                todo.extend(graph.modules.get(current, ()))
+        return False
+
+    files = import_graph.NOISE_MULTIPLIER_PATHS["after"][1:]  # from the schema on (the YAML is read by Hydra)
+    for a, b in zip(files, files[1:]):
+        same_room = a.split("/")[0] == b.split("/")[0]
+        assert same_room or imports(module(a), module(b)) or imports(module(b), module(a)), (a, b)
+
+
+def test_method_files_and_owned_package_files_stay_under_300_lines(graph):
+    owned = ("methods", "engine", "config", "cli", "privacy")
+    long = {m: n for m, n in graph.lines.items() if graph.room(m) in owned and n > 300}
+    assert long == {}
+
+
+def test_the_readme_map_names_packages_that_exist():
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    named = set(re.findall(r"^\s+([a-z_]+)/", section, flags=re.M))
+    assert len(named) >= 8, section
+    missing = {name for name in named if not (ROOT / "dpdc_lightning" / name / "__init__.py").is_file()}
+    assert missing == set()
+    package = {p.parent.name for p in (ROOT / "dpdc_lightning").glob("*/__init__.py")}
+    assert package - named == set(), "a package the map does not mention"
