@@ -1,0 +1,126 @@
+"""The default evaluation engine against the evaluator of an older commit, side by side on this CPU.
+
+    OMP_NUM_THREADS=1 python benchmarks/eval_defaults_speed.py --old-tree /tmp/old \\
+        --protocol 60x5 --protocol 300x5 --protocol 1000x2 [--repeats 2] [--label NAME]
+
+``--old-tree`` is an extracted copy of the older commit (``git archive 2682e78 | tar -x -C /tmp/old``).
+Each evaluation runs in a fresh process (``python -c``, the package taken from ``PYTHONPATH``) with
+its own EMPTY inductor cache, so a compilation is timed in full (the worst case: the first evaluation
+on a machine), and calls the package's ``train_and_test`` with its defaults (engine and compile
+``auto``), ConvNet, on the same 100-image set: a random real subset of scikit-learn's digits (10 per
+class, seed 0; 16x16 after the loader), tested on its 359-image test split. Old and new alternate
+(old, new, old, new, ...) so that the load of a shared machine falls on both alike. Only
+``train_and_test`` is timed (not the imports or the data loading). The table goes to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys, time
+import torch
+torch.set_num_threads(1)
+from dpdc_lightning.data import load_dataset
+from dpdc_lightning.data.subsets import random_real_subset
+from dpdc_lightning.evaluation import EvalProtocol, train_and_test
+epochs, runs = int(sys.argv[1]), int(sys.argv[2])
+data = load_dataset("digits")
+images, labels = random_real_subset(data.train_images, data.train_labels, ipc=10, num_classes=10, seed=0)
+protocol = EvalProtocol(epochs=epochs, runs=runs)
+start = time.perf_counter()
+acc = train_and_test(images, labels, test_images=data.test_images, test_labels=data.test_labels, model="convnet",
+                     num_classes=10, protocol=protocol, seed=0, accelerator="cpu")
+print("RESULT " + json.dumps({"wall": time.perf_counter() - start, "accuracies": acc}))
+"""
+
+
+def run_once(tree: Path, epochs: int, runs: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="eval_defaults_inductor_"))
+    load = os.getloadavg()[0]
+    done = subprocess.run([sys.executable, "-c", CHILD, str(epochs), str(runs)], env=env, capture_output=True,
+                          text=True, cwd=tempfile.gettempdir())
+    line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
+    if done.returncode != 0 or not line:
+        raise SystemExit(f"error: evaluation in {tree} failed:\n{done.stderr[-3000:]}")
+    return {**json.loads(line[0][7:]), "load": (load + os.getloadavg()[0]) / 2}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--old-tree", type=Path, required=True)
+    parser.add_argument("--old-label", default="2682e78")
+    parser.add_argument("--protocol", action="append", required=True, help="EPOCHSxRUNS, e.g. 60x5")
+    parser.add_argument("--repeats", type=int, default=1, help="evaluations per side and protocol")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md")
+    args = parser.parse_args(argv)
+    rows = []
+    for spec in args.protocol:
+        epochs, runs = (int(v) for v in spec.lower().split("x"))
+        times: dict[str, list[float]] = {"old": [], "new": []}
+        accs: dict[str, list[float]] = {"old": [], "new": []}
+        loads = []
+        for _ in range(args.repeats):
+            for side, tree in (("old", args.old_tree), ("new", ROOT)):
+                result = run_once(tree, epochs, runs)
+                times[side].append(result["wall"])
+                accs[side] = result["accuracies"]
+                loads.append(result["load"])
+                print(f"{spec} {side}: {result['wall']:.1f} s, mean acc {100 * statistics.mean(result['accuracies']):.2f} %",
+                      flush=True)
+        rows.append((epochs, runs, times, accs, loads))
+    text = render(rows, args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+    return 0
+
+
+def render(rows, args) -> str:
+    import torch
+
+    lines = [
+        f"# Default evaluation engine vs commit {args.old_label} on this CPU",
+        "",
+        "Written by `benchmarks/eval_defaults_speed.py` (see its docstring). **REDUCED PROTOCOLS** (the paper's is "
+        "1000 epochs x 5 runs; the 1000-epoch row has fewer runs, as it says).",
+        "",
+        f"- set: digits (scikit-learn), random real subset 10 per class = 100 images 1x16x16, seed 0; test split 359 "
+        f"images; ConvNet (width 128, depth 3, instance norm); `train_and_test` with its defaults (accelerator cpu)",
+        f"- device: this project's 2-core CPU, SHARED with other engineers' jobs (load average shown), torch "
+        f"{torch.__version__}, OMP_NUM_THREADS=1, one thread per evaluation",
+        "- every evaluation in a fresh process with an EMPTY inductor cache (compilation timed in full: the first "
+        "evaluation on a machine); old and new alternate; only `train_and_test` is timed",
+        f"- old = commit {args.old_label}: a Lightning Trainer per run, eager, `epochs` steps per pass count "
+        "(it trained `epochs` passes, not the reference's `epochs + 1`); new = this branch's default "
+        "(`eval.engine=auto` = sequential on a CPU, `eval.compile=auto` = evaluation/engines/cost.py)",
+        "",
+        "| protocol | evaluations per side | old wall (s) | new wall (s) | speed (old / new) | old acc (%) | new acc (%) | load |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for epochs, runs, times, accs, loads in rows:
+        old, new = statistics.mean(times["old"]), statistics.mean(times["new"])
+        lines.append(
+            f"| {epochs} epochs x {runs} runs | {len(times['old'])} | {', '.join(f'{t:.1f}' for t in times['old'])} | "
+            f"{', '.join(f'{t:.1f}' for t in times['new'])} | **{old / new:.2f}x** | "
+            f"{100 * statistics.mean(accs['old']):.2f} | {100 * statistics.mean(accs['new']):.2f} | "
+            f"{min(loads):.1f}-{max(loads):.1f} |")
+    cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
+    lines += ["", f"Reproduce: `git archive {args.old_label} | tar -x -C /tmp/old; OMP_NUM_THREADS=1 python "
+                  f"benchmarks/eval_defaults_speed.py --old-tree /tmp/old {cmd} --repeats {args.repeats}`", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
