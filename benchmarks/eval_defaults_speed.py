@@ -35,21 +35,22 @@ from dpdc_lightning.data import load_dataset
 from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 epochs, runs = int(sys.argv[1]), int(sys.argv[2])
+options = {} if sys.argv[3] == "default" else {"compile": sys.argv[3]}
 data = load_dataset("digits")
 images, labels = random_real_subset(data.train_images, data.train_labels, ipc=10, num_classes=10, seed=0)
 protocol = EvalProtocol(epochs=epochs, runs=runs)
 start = time.perf_counter()
 acc = train_and_test(images, labels, test_images=data.test_images, test_labels=data.test_labels, model="convnet",
-                     num_classes=10, protocol=protocol, seed=0, accelerator="cpu")
+                     num_classes=10, protocol=protocol, seed=0, accelerator="cpu", **options)
 print("RESULT " + json.dumps({"wall": time.perf_counter() - start, "accuracies": acc}))
 """
 
 
-def run_once(tree: Path, epochs: int, runs: int) -> dict:
+def run_once(tree: Path, epochs: int, runs: int, compile: str = "default") -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="eval_defaults_inductor_"))
     load = os.getloadavg()[0]
-    done = subprocess.run([sys.executable, "-c", CHILD, str(epochs), str(runs)], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(epochs), str(runs), compile], env=env, capture_output=True,
                           text=True, cwd=tempfile.gettempdir())
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode != 0 or not line:
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old-label", default="2682e78")
     parser.add_argument("--protocol", action="append", required=True, help="EPOCHSxRUNS, e.g. 60x5")
     parser.add_argument("--repeats", type=int, default=1, help="evaluations per side and protocol")
+    parser.add_argument("--crossover", action="store_true",
+                        help="instead of old vs new: this tree with eval.compile=false vs true (the compile crossover)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md")
     args = parser.parse_args(argv)
     rows = []
@@ -72,15 +75,17 @@ def main(argv: list[str] | None = None) -> int:
         accs: dict[str, list[float]] = {"old": [], "new": []}
         loads = []
         for _ in range(args.repeats):
-            for side, tree in (("old", args.old_tree), ("new", ROOT)):
-                result = run_once(tree, epochs, runs)
+            sides = ((("old", args.old_tree, "false"), ("new", ROOT, "true")) if args.crossover
+                     else (("old", args.old_tree, "default"), ("new", ROOT, "default")))
+            for side, tree, compile in sides:
+                result = run_once(ROOT if args.crossover else tree, epochs, runs, compile)
                 times[side].append(result["wall"])
                 accs[side] = result["accuracies"]
                 loads.append(result["load"])
                 print(f"{spec} {side}: {result['wall']:.1f} s, mean acc {100 * statistics.mean(result['accuracies']):.2f} %",
                       flush=True)
         rows.append((epochs, runs, times, accs, loads))
-    text = render(rows, args)
+    text = render_crossover(rows, args) if args.crossover else render(rows, args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
@@ -119,6 +124,45 @@ def render(rows, args) -> str:
     cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
     lines += ["", f"Reproduce: `git archive {args.old_label} | tar -x -C /tmp/old; OMP_NUM_THREADS=1 python "
                   f"benchmarks/eval_defaults_speed.py --old-tree /tmp/old {cmd} --repeats {args.repeats}`", ""]
+    return "\n".join(lines)
+
+
+def render_crossover(rows, args) -> str:
+    """eval.compile=false against true on the same set: the difference of wall times at two lengths gives
+    the compilation's one-off cost and its saving per step, hence the step count where it pays back."""
+    import torch
+
+    lines = [
+        "# Compile crossover of the default evaluation engine (sequential) on this CPU",
+        "",
+        "Written by `benchmarks/eval_defaults_speed.py --crossover`. **REDUCED PROTOCOLS**, one run per evaluation.",
+        "",
+        "- set: digits, 100 images 1x16x16 (10 per class, seed 0), test split 359 images, ConvNet; one training "
+        "step = 100 images (the whole set)",
+        f"- device: this project's 2-core CPU, SHARED (load shown), torch {torch.__version__}, OMP_NUM_THREADS=1; "
+        "each evaluation in a fresh process with an EMPTY inductor cache (cold compilation)",
+        "",
+        "| protocol | steps per run | eager wall (s) | compiled wall (s) | compiled - eager (s) | load |",
+        "|---|---|---|---|---|---|",
+    ]
+    points = []
+    for epochs, runs, times, _accs, loads in rows:
+        eager, compiled = statistics.mean(times["old"]), statistics.mean(times["new"])
+        steps = (epochs + 1) * runs
+        points.append((steps, compiled - eager))
+        lines.append(f"| {epochs} epochs x {runs} run(s) | {steps} | {eager:.1f} | {compiled:.1f} | "
+                     f"{compiled - eager:+.1f} | {min(loads):.1f}-{max(loads):.1f} |")
+    if len(points) >= 2:
+        (n1, d1), (n2, d2) = points[0], points[-1]
+        saving = (d1 - d2) / (n2 - n1)  # seconds saved per step
+        once = d1 + saving * n1  # the one-off cost of compiling
+        lines += ["", f"Fit through the first and last row: compiling costs {once:.1f} s once and saves "
+                      f"{saving * 1000:.1f} ms per 100-image step"
+                  + (f", so it pays back after **{once / saving:.0f} steps** ({once / saving * 100 * 256 / 1e6:.1f} M "
+                     "pixel-images at 16x16)." if saving > 0 else "; it does not pay back here.")]
+    cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
+    lines += ["", f"Reproduce: `OMP_NUM_THREADS=1 python benchmarks/eval_defaults_speed.py --old-tree . --crossover {cmd} "
+                  f"--repeats {args.repeats} --out ...`", ""]
     return "\n".join(lines)
 
 

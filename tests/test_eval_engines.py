@@ -174,3 +174,67 @@ def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(da
     monkeypatch.setattr(torch, "compile", identity_compile)
     assert accuracies("true") == plain
     assert set(shapes) == {16, 8, 6}  # training batches 16, 16, 8; every test batch 6 (the last one padded)
+
+
+def test_compile_auto_compiles_a_graph_only_past_its_measured_crossover():
+    train, test = cost.MEASURED[("cpu", "convnet")]["train"], cost.MEASURED[("cpu", "convnet")]["test"]
+    pixels = 16 * 16
+    below, above = int(train.crossover_pixels() / pixels) - 1, int(train.crossover_pixels() / pixels) + 1
+    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=below,
+                             test_images=0) == CompilePlan(train=False, test=False)
+    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=above,
+                             test_images=0) == CompilePlan(train=True, test=False)
+    many_tests = int(test.crossover_pixels() / pixels) + 1
+    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=0,
+                             test_images=many_tests) == CompilePlan(train=False, test=True)
+    # An architecture or device nobody measured stays eager under auto; true and false force it.
+    assert cost.plan_compile("auto", device=CPU, model="lenet", pixels=pixels, train_images=10**12,
+                             test_images=10**12) == CompilePlan()
+    assert cost.plan_compile("true", device=CPU, model="lenet", pixels=1, train_images=1,
+                             test_images=1) == CompilePlan(train=True, test=True)
+    assert cost.plan_compile(False, device=CPU, model="convnet", pixels=pixels, train_images=10**12,
+                             test_images=10**12) == CompilePlan()
+
+
+def test_the_cost_model_counts_every_run_that_shares_the_step(data, monkeypatch):
+    from dpdc_lightning.evaluation import train_test
+
+    seen: list[dict] = []
+
+    def recording(compile, **kwargs):
+        seen.append(kwargs)
+        return CompilePlan()
+
+    monkeypatch.setattr(train_test, "plan_compile", recording)
+    protocol = EvalProtocol(epochs=2, runs=3, batch_size=16)
+    train_and_test(data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+                   model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0, accelerator="cpu")
+    train_network(data["images"], data["labels"], model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0,
+                  accelerator="cpu", shared_runs=7)
+    n, passes = len(data["images"]), protocol.train_epochs
+    assert (seen[0]["train_images"], seen[0]["test_images"]) == (passes * n * 3, len(data["test_images"]) * 3)
+    assert (seen[1]["train_images"], seen[1]["test_images"]) == (passes * n * 7, 0)
+    assert seen[0]["pixels"] == data["images"].shape[2] * data["images"].shape[3]
+
+
+def test_one_compilation_serves_every_later_evaluation_of_the_architecture(data, monkeypatch):
+    # An audit's shadows, a sweep's bundles: the process keeps the step function, so the graph is
+    # compiled once. torch.compile is counted (and replaced by the identity, so nothing compiles here).
+    compiled: list[object] = []
+
+    def counting_compile(fn, **kwargs):
+        compiled.append(fn)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", counting_compile)
+    protocol = EvalProtocol(epochs=1, runs=2, batch_size=16)
+    for seed in (0, 1):
+        train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                       test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES, protocol=protocol,
+                       seed=seed, model_options={"width": 8}, accelerator="cpu", engine="sequential", compile="true")
+    assert len(compiled) == 1
+    # ...and another architecture gets its own.
+    train_and_test(data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+                   model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0, accelerator="cpu",
+                   engine="sequential", compile="true")
+    assert len(compiled) == 2
