@@ -68,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead of old vs new: this tree with eval.compile=false vs true (the compile crossover)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md")
     args = parser.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
     for spec in args.protocol:
         epochs, runs = (int(v) for v in spec.lower().split("x"))
@@ -85,8 +86,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{spec} {side}: {result['wall']:.1f} s, mean acc {100 * statistics.mean(result['accuracies']):.2f} %",
                       flush=True)
         rows.append((epochs, runs, times, accs, loads))
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))  # the raw times, to re-render
     text = render_crossover(rows, args) if args.crossover else render(rows, args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
     print(text)
     return 0
@@ -111,14 +112,16 @@ def render(rows, args) -> str:
         "(it trained `epochs` passes, not the reference's `epochs + 1`); new = this branch's default "
         "(`eval.engine=auto` = sequential on a CPU, `eval.compile=auto` = evaluation/engines/cost.py)",
         "",
-        "| protocol | evaluations per side | old wall (s) | new wall (s) | speed (old / new) | old acc (%) | new acc (%) | load |",
-        "|---|---|---|---|---|---|---|---|",
+        "| protocol | evaluations per side | old wall (s) | new wall (s) | speed (old / new) | per step old / new (ms) "
+        "| old acc (%) | new acc (%) | load |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for epochs, runs, times, accs, loads in rows:
         old, new = statistics.mean(times["old"]), statistics.mean(times["new"])
         lines.append(
             f"| {epochs} epochs x {runs} runs | {len(times['old'])} | {', '.join(f'{t:.1f}' for t in times['old'])} | "
             f"{', '.join(f'{t:.1f}' for t in times['new'])} | **{old / new:.2f}x** | "
+            f"{1000 * old / (epochs * runs):.0f} / {1000 * new / ((epochs + 1) * runs):.0f} | "
             f"{100 * statistics.mean(accs['old']):.2f} | {100 * statistics.mean(accs['new']):.2f} | "
             f"{min(loads):.1f}-{max(loads):.1f} |")
     cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
