@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="evaluations per side and protocol")
     parser.add_argument("--crossover", action="store_true",
                         help="instead of old vs new: this tree with eval.compile=false vs true (the compile crossover)")
+    parser.add_argument("--only-new", action="store_true", help="time this tree only (the old column stays empty)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md")
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.repeats):
             sides = ((("old", args.old_tree, "false"), ("new", ROOT, "true")) if args.crossover
                      else (("old", args.old_tree, "default"), ("new", ROOT, "default")))
-            for side, tree, compile in sides:
+            for side, tree, compile in sides[1:] if args.only_new else sides:
                 result = run_once(ROOT if args.crossover else tree, epochs, runs, compile)
                 times[side].append(result["wall"])
                 accs[side] = result["accuracies"]
@@ -117,12 +118,12 @@ def render(rows, args) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for epochs, runs, times, accs, loads in rows:
-        old, new = statistics.mean(times["old"]), statistics.mean(times["new"])
+        old, new = statistics.mean(times["old"] or [float("nan")]), statistics.mean(times["new"])
         lines.append(
             f"| {epochs} epochs x {runs} runs | {len(times['old'])} | {', '.join(f'{t:.1f}' for t in times['old'])} | "
             f"{', '.join(f'{t:.1f}' for t in times['new'])} | **{old / new:.2f}x** | "
             f"{1000 * old / (epochs * runs):.0f} / {1000 * new / ((epochs + 1) * runs):.0f} | "
-            f"{100 * statistics.mean(accs['old']):.2f} | {100 * statistics.mean(accs['new']):.2f} | "
+            f"{100 * statistics.mean(accs['old'] or [float('nan')]):.2f} | {100 * statistics.mean(accs['new']):.2f} | "
             f"{min(loads):.1f}-{max(loads):.1f} |")
     cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
     lines += ["", f"Reproduce: `git archive {args.old_label} | tar -x -C /tmp/old; OMP_NUM_THREADS=1 python "

@@ -177,22 +177,30 @@ def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(da
 
 
 def test_compile_auto_compiles_a_graph_only_past_its_measured_crossover():
-    train, test = cost.MEASURED[("cpu", "convnet")]["train"], cost.MEASURED[("cpu", "convnet")]["test"]
-    pixels = 16 * 16
-    below, above = int(train.crossover_pixels() / pixels) - 1, int(train.crossover_pixels() / pixels) + 1
-    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=below,
-                             test_images=0) == CompilePlan(train=False, test=False)
-    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=above,
-                             test_images=0) == CompilePlan(train=True, test=False)
-    many_tests = int(test.crossover_pixels() / pixels) + 1
-    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=0,
+    for pixels in (28 * 28, 16 * 16, 32 * 32):
+        costs = cost.measured_costs(CPU, "convnet", pixels)
+        crossing = int(costs["train"].crossover_pixels() / pixels)
+        assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=crossing - 1,
+                                 test_images=0) == CompilePlan(train=False, test=False)
+        assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=crossing + 1,
+                                 test_images=0) == CompilePlan(train=True, test=False)
+    # The 16x16 measurement applies to 16x16 (a later crossover than 28x28), 28x28 and up use theirs.
+    assert cost.measured_costs(CPU, "convnet", 256)["train"].crossover_pixels() > \
+        cost.measured_costs(CPU, "convnet", 784)["train"].crossover_pixels()
+    assert cost.measured_costs(CPU, "convnet", 1024) == cost.measured_costs(CPU, "convnet", 784)
+    test = cost.measured_costs(CPU, "convnet", 784)["test"]
+    many_tests = int(test.crossover_pixels() / 784) + 1
+    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=784, train_images=0,
                              test_images=many_tests) == CompilePlan(train=False, test=True)
-    # An architecture or device nobody measured stays eager under auto; true and false force it.
-    assert cost.plan_compile("auto", device=CPU, model="lenet", pixels=pixels, train_images=10**12,
+    # Unmeasured: a test graph at 16x16, images below 16x16, another architecture or device: eager.
+    for model, pixels in (("convnet", 256), ("convnet", 8 * 8), ("lenet", 784)):
+        assert cost.plan_compile("auto", device=CPU, model=model, pixels=pixels, train_images=0 if pixels == 256
+                                 else 10**12, test_images=10**12) == CompilePlan()
+    assert cost.plan_compile("auto", device=torch.device("cuda"), model="convnet", pixels=784, train_images=10**12,
                              test_images=10**12) == CompilePlan()
     assert cost.plan_compile("true", device=CPU, model="lenet", pixels=1, train_images=1,
                              test_images=1) == CompilePlan(train=True, test=True)
-    assert cost.plan_compile(False, device=CPU, model="convnet", pixels=pixels, train_images=10**12,
+    assert cost.plan_compile(False, device=CPU, model="convnet", pixels=784, train_images=10**12,
                              test_images=10**12) == CompilePlan()
 
 

@@ -7,13 +7,15 @@ and pooling with their backward, is elementwise work over the feature maps). So 
 
     pixels per image x images it will process  >=  compile seconds / saving per pixel,
 
-its crossover. The training graph and the test graph (eval mode, no gradients) are decided apart:
-the test graph is cheap to compile and saves a third of the test pass, so it pays back within one
-run's test pass; the training graph needs a few hundred 100-image steps. The constants are CPU
-seconds measured on this project's 2-core CPU from a cold inductor cache (the first evaluation on a
-machine; later processes find the compiled kernels on disk and compile in seconds), side by side with
-the eager step: benchmarks/results/eval_speed_cpu.md, with the commands. The decision depends on the
-arguments only, never on a clock, so equal arguments train equal networks.
+its crossover (per measured image size: see MEASURED). The training graph and the test graph (eval
+mode, no gradients) are decided apart: on 28x28 images the test graph saves a third of the test pass
+and pays back within one run's test pass, the training graph needs a few hundred 100-image steps; on
+16x16 images the training graph needs about 1400. The constants are CPU seconds measured on this
+project's 2-core CPU from a cold inductor cache (the first evaluation on a machine; later processes
+find the compiled kernels on disk and compile in seconds, so the rule errs towards eager), side by
+side with the eager step (benchmarks/results/eval_defaults_speed_cpu.md and eval_speed_cpu.md, with
+the commands). The decision depends on the arguments only, never on a clock or on the state of a
+cache, so equal arguments train equal networks.
 """
 
 from __future__ import annotations
@@ -36,13 +38,33 @@ class CompileCost:
         return self.compile_s / self.saving_s_per_pixel
 
 
-# ConvNet (the evaluation default; width 128, depth 3, instance norm) on the CPU, measured at
-# 1x28x28 and 1x16x16: see the module docstring. Other architectures and devices were not measured,
-# so auto leaves them eager (never slower than the eager engines).
-MEASURED: dict[tuple[str, str], dict[str, CompileCost]] = {
-    ("cpu", "convnet"): {"train": CompileCost(compile_s=28.0, saving_s_per_pixel=2.1e-6),
-                         "test": CompileCost(compile_s=6.6, saving_s_per_pixel=1.37e-6)},
+# ConvNet (the evaluation default; width 128, depth 3, instance norm) on the CPU, by the smallest image
+# size a cost was measured at (pixels = height x width); an image uses the entry of the largest measured
+# size not above its own. The saving per pixel is not constant: on 16x16 images the feature maps are
+# small and compilation saves ~10 % of an eager step, on 28x28 about half, so the crossover moves.
+# Sizes below the smallest entry, other architectures and other devices were not measured: auto
+# leaves them eager (never slower than the eager engine).
+#   256 (16x16, digits): benchmarks/results/eval_defaults_speed_cpu.md, the crossover table (cold
+#       inductor cache, shared CPU): 156 s to compile the training graph, 114 ms saved per 100-image
+#       step, so 1370 steps (35 M pixel-images). Its test graph was not measured: it stays eager.
+#   784 (28x28, FashionMNIST): the earlier side-by-side of benchmarks/results/eval_speed_cpu.md
+#       (76 s cold compilation, 0.7-1.0 s saved per 100-image step, ~100 steps), taken conservatively
+#       as 28 s per 2.1 us per pixel-image (13 M pixel-images, ~170 steps); the test graph 6.6 s per
+#       1.37 us per pixel-image (a third of an eager test pass saved).
+MEASURED: dict[tuple[str, str], dict[int, dict[str, CompileCost]]] = {
+    ("cpu", "convnet"): {
+        256: {"train": CompileCost(compile_s=156.0, saving_s_per_pixel=0.1138 / (100 * 256))},
+        784: {"train": CompileCost(compile_s=28.0, saving_s_per_pixel=2.1e-6),
+              "test": CompileCost(compile_s=6.6, saving_s_per_pixel=1.37e-6)},
+    },
 }
+
+
+def measured_costs(device: torch.device, model: str, pixels: int) -> dict[str, CompileCost]:
+    """The measured costs that apply to ``model`` on ``device`` at ``pixels`` per image (empty: none)."""
+    sizes = MEASURED.get((device.type, model), {})
+    fitting = [size for size in sizes if size <= pixels]
+    return sizes[max(fitting)] if fitting else {}
 
 
 @dataclass(frozen=True)
@@ -65,8 +87,9 @@ def plan_compile(compile: str | bool, *, device: torch.device, model: str, pixel
     mode = check_compile(compile)
     if mode != "auto":
         return CompilePlan(train=mode == "true", test=mode == "true")
-    costs = MEASURED.get((device.type, model))
-    if costs is None:
-        return CompilePlan()
-    return CompilePlan(train=pixels * train_images >= costs["train"].crossover_pixels(),
-                       test=pixels * test_images >= costs["test"].crossover_pixels())
+    costs = measured_costs(device, model, pixels)
+
+    def pays_back(graph: str, images: int) -> bool:
+        return graph in costs and pixels * images >= costs[graph].crossover_pixels()
+
+    return CompilePlan(train=pays_back("train", train_images), test=pays_back("test", test_images))
