@@ -10,7 +10,7 @@ and pooling with their backward, is elementwise work over the feature maps). So 
 its crossover (per measured image size: see MEASURED). The training graph and the test graph (eval
 mode, no gradients) are decided apart: on 28x28 images the test graph saves a third of the test pass
 and pays back within one run's test pass, the training graph needs a few hundred 100-image steps; on
-16x16 images the training graph needs about 1400. The constants are CPU seconds measured on this
+16x16 images the training graph needs about 700. The constants are CPU seconds measured on this
 project's 2-core CPU from a cold inductor cache (the first evaluation on a machine; later processes
 find the compiled kernels on disk and compile in seconds, so the rule errs towards eager), side by
 side with the eager step (benchmarks/results/eval_defaults_speed_cpu.md and eval_speed_cpu.md, with
@@ -40,20 +40,21 @@ class CompileCost:
 
 # ConvNet (the evaluation default; width 128, depth 3, instance norm) on the CPU, by the smallest image
 # size a cost was measured at (pixels = height x width); an image uses the entry of the largest measured
-# size not above its own. The saving per pixel is not constant: on 16x16 images the feature maps are
-# small and compilation saves ~10 % of an eager step, on 28x28 about half, so the crossover moves.
-# Sizes below the smallest entry, other architectures and other devices were not measured: auto
-# leaves them eager (never slower than the eager engine).
-#   256 (16x16, digits): benchmarks/results/eval_defaults_speed_cpu.md, the crossover table (cold
-#       inductor cache, shared CPU): 156 s to compile the training graph, 114 ms saved per 100-image
-#       step, so 1370 steps (35 M pixel-images). Its test graph was not measured: it stays eager.
-#   784 (28x28, FashionMNIST): the earlier side-by-side of benchmarks/results/eval_speed_cpu.md
-#       (76 s cold compilation, 0.7-1.0 s saved per 100-image step, ~100 steps), taken conservatively
-#       as 28 s per 2.1 us per pixel-image (13 M pixel-images, ~170 steps); the test graph 6.6 s per
-#       1.37 us per pixel-image (a third of an eager test pass saved).
+# size not above its own. The saving per pixel is not constant (on 16x16 images compilation saves a
+# quarter of an eager step, on 28x28 about 30 %, with less per pixel on the small maps), so each
+# measured size has its own crossover. Sizes below the smallest entry, other architectures and other
+# devices were not measured: auto leaves them eager (never slower than the eager engine). All in process
+# CPU seconds, one thread, cold inductor cache (benchmarks/eval_compile_cost.py; CPU time moves much
+# less with a shared machine's load than wall time):
+#   256 (16x16, digits): compiling the training graph 24.3 s, step 0.137 -> 0.102 s per 100 images,
+#       crossover ~690 steps (17.7 M pixel-images). Its test graph was not measured: it stays eager.
+#   784 (28x28, FashionMNIST): compiling 28.4 s, step 0.600 -> 0.436 s per 100 images (~170 steps,
+#       13.3 M pixel-images); the test graph 6.6 s, 2.87 -> 1.77 s per 1024 test images.
+# The crossover in wall time on the shared CPU, and the default against the older evaluator:
+# benchmarks/results/eval_defaults_speed_cpu.md.
 MEASURED: dict[tuple[str, str], dict[int, dict[str, CompileCost]]] = {
     ("cpu", "convnet"): {
-        256: {"train": CompileCost(compile_s=156.0, saving_s_per_pixel=0.1138 / (100 * 256))},
+        256: {"train": CompileCost(compile_s=24.3, saving_s_per_pixel=(0.137 - 0.102) / (100 * 256))},
         784: {"train": CompileCost(compile_s=28.0, saving_s_per_pixel=2.1e-6),
               "test": CompileCost(compile_s=6.6, saving_s_per_pixel=1.37e-6)},
     },
