@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:  # run as a script: this checkout's package, not a
 
 from dpdc_lightning.engine.condense import Condensation, plan_run  # noqa: E402
 from dpdc_lightning.config import compose  # noqa: E402
-from dpdc_lightning.data.datasets import load_dataset  # noqa: E402
+from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.methods import DataSpec  # noqa: E402
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod  # noqa: E402
 

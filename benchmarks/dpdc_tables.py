@@ -34,11 +34,11 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # dpdc_repro (a PyPI package named
 
 from dpdc_lightning.engine.trainer import quiet_libraries  # noqa: E402
 from dpdc_lightning.config import ModelConfig  # noqa: E402
-from dpdc_lightning.data.datasets import ImageData, load_dataset  # noqa: E402
+from dpdc_lightning.data import ImageData, load_dataset  # noqa: E402
 from dpdc_lightning.errors import UserError  # noqa: E402
 from dpdc_lightning.evaluation.results import REDUCED_BANNER  # noqa: E402
 from dpdc_lightning.data.subsets import random_real_subset  # noqa: E402
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test  # noqa: E402
+from dpdc_lightning.evaluation import EvalProtocol, train_and_test  # noqa: E402
 from dpdc_lightning.engine.bundle import load_bundle  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 from dpdc_repro.common import ResultCache, accuracy_cell, condense_run, device_line, runs_text  # noqa: E402

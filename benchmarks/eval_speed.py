@@ -7,8 +7,8 @@ Both paths evaluate the SAME synthetic set (a bundle's images and labels) on its
 split with the same protocol and seed; run r of either path draws its initialisation, order and DSA
 parameters from the same generators. The runs are interleaved (old run 0, new run 0, old run 1, ...)
 so that the load of a shared machine falls on both alike; the load average is recorded around every
-run. The old path is ``train_and_test(engine="lightning")`` one run at a time (its ``_fit`` and
-``trainer.test``, as train_and_test calls them); the new one is ``engine=sequential`` (or
+run. The old path is the Lightning engine one run at a time (evaluation/engines/lightning.py, as
+train_and_test calls it); the new one is ``engine=sequential`` (or
 ``--new stacked``), whose step function is compiled once and reused by every run. By default the
 inductor cache starts empty (``--warm-cache`` keeps the user's), so the new path's wall time includes
 a cold compilation.
@@ -34,24 +34,37 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from ndpdc_speed import cpu_model  # noqa: E402
 
 
-def _old_run(images, labels, data, *, model, protocol, seed, run, test_loader):
-    """One run of the Lightning evaluator, exactly as train_and_test does it."""
-    from dpdc_lightning.evaluation.train_eval import _fit, quiet_lightning
+def _task(images, labels, data, *, model, protocol, seed):
+    from dpdc_lightning.evaluation import EvalTask
 
-    module, trainer = _fit(images, labels, model=model, num_classes=data.num_classes, protocol=protocol,
-                           seed=seed, run=run, model_options=None, accelerator="cpu", pea=False)
-    with quiet_lightning():
-        (metrics,) = trainer.test(module, dataloaders=test_loader, verbose=False)
-    return float(metrics["test_accuracy"])
+    return EvalTask(images=images, labels=labels, model=model, num_classes=data.num_classes, protocol=protocol,
+                    seed=seed)
 
 
-def _new_run(images, labels, data, *, model, protocol, seed, run, stacked, compile, cache):
-    from dpdc_lightning.evaluation.stacked import test_runs, train_runs
+def _old_run(images, labels, data, *, model, protocol, seed, run):
+    """One run of the Lightning engine (``eval.engine=lightning``), as train_and_test runs it."""
+    import torch
 
-    state = train_runs(images, labels, model=model, num_classes=data.num_classes, protocol=protocol, seed=seed,
-                       runs=run, stacked=stacked, compile=compile, step_function=cache.get("fn"))
-    cache["fn"] = state.fn
-    return test_runs(state, data.test_images, data.test_labels, batch_size=protocol.test_batch_size)
+    from dpdc_lightning.evaluation.engines import engine_class
+
+    engine = engine_class("lightning")(torch.device("cpu"), accelerator="cpu")
+    trained = engine.train(_task(images, labels, data, model=model, protocol=protocol, seed=seed), [run])
+    (accuracy,) = engine.test(trained, data.test_images, data.test_labels, batch_size=protocol.test_batch_size)
+    return accuracy
+
+
+def _new_run(images, labels, data, *, model, protocol, seed, run, stacked, compile):
+    """Runs ``run`` of a trainer-free engine; its step function (compiled graphs included) is the
+    process's shared one, so later runs reuse what the first compiled."""
+    import torch
+
+    from dpdc_lightning.evaluation.engines import engine_class
+    from dpdc_lightning.evaluation.engines.cost import CompilePlan
+
+    engine = engine_class("stacked" if stacked else "sequential")(torch.device("cpu"),
+                                                                  compile=CompilePlan(train=compile, test=compile))
+    trained = engine.train(_task(images, labels, data, model=model, protocol=protocol, seed=seed), run)
+    return engine.test(trained, data.test_images, data.test_labels, batch_size=protocol.test_batch_size)
 
 
 def _stats(values: list[float]) -> tuple[float, float]:
@@ -77,13 +90,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from omegaconf import OmegaConf
-    from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, TensorDataset
 
     from dpdc_lightning.engine.planning import load_data
     from dpdc_lightning.config import validate
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation import EvalProtocol
     from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
-    from dpdc_lightning.seeding import derive_generator
 
     torch.set_num_threads(args.threads)
     bundle = load_bundle(args.run_dir)
@@ -92,27 +103,22 @@ def main(argv: list[str] | None = None) -> int:
     images, labels = bundle.images.detach().float(), bundle.labels.detach().long()
     protocol = EvalProtocol(epochs=args.epochs, runs=args.runs, dsa_mode=config.augment.mode)
     seed = config.seed
-    test_set = TensorDataset(data.test_images.float(), data.test_labels.long())
-    test_loader = DataLoader(test_set, sampler=BatchSampler(SequentialSampler(test_set), protocol.test_batch_size,
-                                                            False), batch_size=None, num_workers=0,
-                             generator=derive_generator(seed, "eval", "test-loader"))
     common = dict(model=args.model, protocol=protocol, seed=seed)
     compile = args.compile == "true"
     times = {"old": [], "new": []}
     accuracies: dict[str, list[float]] = {"old": [], "new": []}
     loads = [os.getloadavg()[0]]
-    cache: dict = {}
     groups = [list(range(args.runs))] if args.new == "stacked" else [[r] for r in range(args.runs)]
     for group in groups:
         for r in group:
             start = time.perf_counter()
-            accuracies["old"].append(_old_run(images, labels, data, run=r, test_loader=test_loader, **common))
+            accuracies["old"].append(_old_run(images, labels, data, run=r, **common))
             times["old"].append(time.perf_counter() - start)
             loads.append(os.getloadavg()[0])
             print(f"old run {r}: {times['old'][-1]:.1f} s, {100 * accuracies['old'][-1]:.2f} %", flush=True)
         start = time.perf_counter()
         accuracies["new"] += _new_run(images, labels, data, run=group, stacked=args.new == "stacked",
-                                      compile=compile, cache=cache, **common)
+                                      compile=compile, **common)
         times["new"].append(time.perf_counter() - start)
         loads.append(os.getloadavg()[0])
         print(f"new runs {group}: {times['new'][-1]:.1f} s, "

@@ -37,7 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere: our package, not an installed one
     sys.path.insert(0, str(REPO_ROOT))
 
-from dpdc_lightning.data.datasets import load_dataset  # noqa: E402
+from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.evaluation import EvalProtocol, train_and_test  # noqa: E402
 from dpdc_lightning.evaluation.command import load_image_file  # noqa: E402
 

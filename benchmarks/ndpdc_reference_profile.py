@@ -23,7 +23,7 @@ from torch.profiler import profile
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ndpdc_vs_reference_speed as side_by_side  # noqa: E402
-from dpdc_lightning.data.datasets import load_dataset  # noqa: E402
+from dpdc_lightning.data import load_dataset  # noqa: E402
 
 CONVOLUTION_OPS = ("aten::mkldnn_convolution", "aten::convolution_backward", "aten::_convolution")
 

@@ -47,7 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
 from ndpdc_vs_reference_speed import Reference  # noqa: E402
-from dpdc_lightning.data.datasets import load_dataset  # noqa: E402
+from dpdc_lightning.data import load_dataset  # noqa: E402
 
 MODES = ("detached", "exact")
 CHECKPOINT_EVERY = 20

@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
 from dpdc_lightning.engine.datamodule import PrivateDataModule  # noqa: E402
-from dpdc_lightning.data.datasets import load_dataset  # noqa: E402
+from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC

@@ -90,9 +90,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     from dpdc_repro.report import write_outputs
     from dpdc_repro.run import dry_run_text, fingerprint, run_row
     from dpdc_lightning.engine.trainer import quiet_libraries
-    from dpdc_lightning.data.datasets import load_dataset
+    from dpdc_lightning.data import load_dataset
     from dpdc_lightning.errors import UserError
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation import EvalProtocol
 
     quiet_libraries()
     scale = SCALES[args.scale]

@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 
 from coupling import Call, MechanismTap, couple_sampling
-from dpdc_lightning.data import datasets
-from dpdc_lightning.data.datasets import ImageData, clear_dataset_cache, normalise
+from dpdc_lightning.data import ImageData, clear_dataset_cache, normalise
+from dpdc_lightning.data.loaders import embedded
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.ledger import ledger_for
 from run_outputs import differences, run_cli
@@ -209,14 +209,14 @@ def _own_arrays(sizes: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
 
 
 def _inverted_on_the_same_side(image: Tensor, label: int) -> Tensor:
-    """The pixel inversion of a record, nudged (first pixel) until the hold-out of data/own.py (default
+    """The pixel inversion of a record, nudged (first pixel) until the hold-out of data/loaders/own.py (default
     fraction and seed) puts it on the same side of the split as the record it replaces: the
     replacement then changes one record of one split, as the relation means. (Each record's side is
     its own hash, so a plain inversion could cross to the other split.)"""
-    from dpdc_lightning.data.own import _hold_out
+    from dpdc_lightning.data.loaders.own import hold_out
 
     def held_out(pixels: Tensor) -> bool:
-        return bool(_hold_out(pixels[None].float() / 127.5 - 1, torch.tensor([label]), fraction=0.2, seed=0)[0])
+        return bool(hold_out(pixels[None].float() / 127.5 - 1, torch.tensor([label]), fraction=0.2, seed=0)[0])
 
     side, inverted = held_out(image), 255 - image
     for nudge in range(256):
@@ -511,7 +511,7 @@ def _neighbour(case: Case, prep: Prepared, split: str, index: int) -> Callable[[
         changed = _changed_image_data(prep.data, split, index, case.relation)
         if case.data == "api":
             return lambda patch: patch.setitem(_API, "make", lambda: changed)
-        return lambda patch: patch.setattr(datasets, "_digits", lambda *args: changed)
+        return lambda patch: patch.setattr(embedded, "load_digits", lambda *args: changed)
     loaded = prep.data.train_images if split == "train" else prep.data.test_images
     # Without a test root the held-out records lie in the training file itself.
     in_file = "test" if split == "test" and not case.test_split_is_private else "train"

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main
-from dpdc_lightning.data.datasets import clear_dataset_cache
+from dpdc_lightning.data import clear_dataset_cache
 from dpdc_lightning.privacy.ledger import TEXT_OUTPUTS, Released
 
 

@@ -12,8 +12,8 @@ import torch
 from dpdc_lightning.audit import attacks, canary, metrics
 from dpdc_lightning.audit.shadows import ShadowPlan, run_shadows
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import load_dataset
-from dpdc_lightning.evaluation.train_eval import EvalProtocol
+from dpdc_lightning.data import load_dataset
+from dpdc_lightning.evaluation import EvalProtocol
 
 
 def tiny_digits(per_class: int = 16):

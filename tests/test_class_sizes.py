@@ -11,7 +11,7 @@ import torch
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes, record_share
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.config import compose
 from dpdc_lightning.engine.planning import noise_seed_for
 from dpdc_lightning.errors import UserError

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpdc_lightning.data import datasets
-from dpdc_lightning.data import DATASETS, ImageData, load_dataset
+from dpdc_lightning.data import DATASETS, ImageData, clear_dataset_cache, load_dataset
+from dpdc_lightning.data.loaders import idx
 from dpdc_lightning.errors import UserError
 
 IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
@@ -71,9 +71,9 @@ def test_digits_split_rule_matches_sklearn():
 
 
 def test_toy_is_deterministic_and_class_structured():
-    datasets.clear_dataset_cache()
+    clear_dataset_cache()
     first = load_dataset("toy")
-    datasets.clear_dataset_cache()
+    clear_dataset_cache()
     second = load_dataset("toy")
     assert first is not second
     for name in ("train_images", "train_labels", "test_images", "test_labels"):
@@ -90,7 +90,7 @@ def test_toy_is_deterministic_and_class_structured():
 
 def test_loader_leaves_global_rng_alone():
     state = torch.get_rng_state()
-    datasets.clear_dataset_cache()
+    clear_dataset_cache()
     load_dataset("toy")
     assert torch.equal(torch.get_rng_state(), state)
 
@@ -105,7 +105,7 @@ def test_bad_download_flag_is_user_error():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path(datasets.FASHION_MNIST_SYSTEM_DIR).is_dir(),
+@pytest.mark.skipif(not Path(idx.FASHION_MNIST_SYSTEM_DIR).is_dir(),
                     reason="Debian dataset-fashion-mnist not installed")
 def test_fashion_mnist_from_system_location(tmp_path):
     data = load_dataset("fashion_mnist", cache_dir=tmp_path)
@@ -116,17 +116,17 @@ def test_fashion_mnist_from_system_location(tmp_path):
     assert (tmp_path / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").is_file()
     # A second load reuses the decompressed files instead of rewriting them.
     stamp = os.stat(tmp_path / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").st_mtime_ns
-    datasets.clear_dataset_cache()
+    clear_dataset_cache()
     time.sleep(0.01)
     load_dataset("fashion_mnist", cache_dir=tmp_path)
     assert os.stat(tmp_path / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").st_mtime_ns == stamp
-    datasets.clear_dataset_cache()
+    clear_dataset_cache()
 
 
 @pytest.mark.parametrize("name", ["fashion_mnist", "mnist"])
 def test_missing_idx_files_name_the_paths_tried(name, tmp_path, monkeypatch):
     absent = tmp_path / "no-system-copy"
-    monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIR", str(absent))
+    monkeypatch.setattr(idx, "FASHION_MNIST_SYSTEM_DIR", str(absent))
     root, cache = tmp_path / "data", tmp_path / "cache"
     root.mkdir()
     with pytest.raises(UserError) as info:
@@ -154,7 +154,7 @@ def _write_idx(path: Path, array: torch.Tensor) -> None:
 
 
 def test_garbage_gz_file_is_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(idx, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
     root = tmp_path / "data"
     root.mkdir()
     for name in IDX_NAMES:
@@ -165,7 +165,7 @@ def test_garbage_gz_file_is_named(tmp_path, monkeypatch):
 
 
 def test_unparseable_idx_content_is_named(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(idx, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
     raw = tmp_path / "data" / "FashionMNIST" / "raw"
     raw.mkdir(parents=True)
     _write_idx(raw / "train-images-idx3-ubyte", torch.zeros(3, 28, 28))
@@ -186,7 +186,7 @@ def test_unparseable_idx_content_is_named(tmp_path, monkeypatch):
     ],
 )
 def test_wrong_shaped_or_ranged_idx_file_is_named(bad, images, labels, tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(idx, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
     folder = tmp_path / "flat"
     folder.mkdir()
     _write_idx(folder / "train-images-idx3-ubyte.gz", images)
@@ -200,7 +200,7 @@ def test_wrong_shaped_or_ranged_idx_file_is_named(bad, images, labels, tmp_path,
 
 def test_small_valid_flat_folder_stages_into_cache(tmp_path, monkeypatch):
     """A folder of .gz idx files with the official counts loads; values map to [-1, 1]."""
-    monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
+    monkeypatch.setattr(idx, "FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "absent"))
     folder = tmp_path / "flat"
     folder.mkdir()
     train_labels = torch.arange(60000) % 10
@@ -214,7 +214,7 @@ def test_small_valid_flat_folder_stages_into_cache(tmp_path, monkeypatch):
     assert torch.equal(data.train_labels, train_labels)
     assert data.class_sizes == (6000,) * 10
     assert data.source == str(folder)  # the folder read, not the staging copy in the cache
-    datasets.clear_dataset_cache()
+    clear_dataset_cache()
 
 
 @pytest.mark.parametrize("name", ["cifar10", "celeba"])

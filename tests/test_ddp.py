@@ -25,7 +25,7 @@ import torch
 
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes, record_share
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.dm import DM

@@ -18,7 +18,7 @@ from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.engine.condense import Condensation, condense
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet
 from dpdc_lightning.config.methods import AuxiliaryConfig

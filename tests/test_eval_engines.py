@@ -1,4 +1,4 @@
-"""The trainer-free evaluation engines (evaluation/stacked.py) against the Lightning path."""
+"""The evaluation engines (evaluation/engines/) against each other, the compile decision and the step cache."""
 
 from __future__ import annotations
 
@@ -9,11 +9,15 @@ import torch
 
 from dpdc_lightning.config import compose
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.evaluation import stacked
-from dpdc_lightning.evaluation.engines import wants_compile
-from dpdc_lightning.evaluation.progress import EvalProgress
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test, train_network
+from dpdc_lightning.evaluation import EvalProgress, EvalProtocol, train_and_test, train_network
+from dpdc_lightning.evaluation.engines import cost, functional
+from dpdc_lightning.evaluation.engines.base import EvalTask, resolve_engine
+from dpdc_lightning.evaluation.engines.cost import CompilePlan
+from dpdc_lightning.evaluation.engines.sequential import SequentialEngine
+from dpdc_lightning.evaluation.engines.stacked import StackedEngine
 from rounding import EPS32, float32_rounding
+
+CPU = torch.device("cpu")
 
 NUM_CLASSES = 4
 # 40 images in batches of 16: three steps per pass, the last one short; 4 passes, lr decay after 3.
@@ -31,11 +35,19 @@ def data() -> dict[str, torch.Tensor]:
     return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
 
 
-def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, **kwargs) -> list[torch.nn.Module]:
-    state = stacked.train_runs(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
-                               protocol=protocol, seed=5, runs=runs, model_options=options,
-                               stacked=stacked_runs, **kwargs)
-    return state.networks()
+@pytest.fixture(autouse=True)
+def fresh_step_cache():
+    """Step functions live for the process; each test starts without any (and leaves none behind)."""
+    functional.clear_step_cache()
+    yield
+    functional.clear_step_cache()
+
+
+def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, compile=False) -> list[torch.nn.Module]:
+    task = EvalTask(images=data["images"], labels=data["labels"], model=model, num_classes=NUM_CLASSES,
+                    protocol=protocol, seed=5, model_options=options)
+    engine = (StackedEngine if stacked_runs else SequentialEngine)(CPU, compile=CompilePlan(compile, compile))
+    return engine.networks(engine.train(task, runs))
 
 
 # Two engines (Lightning's torch.optim.SGD or SGD written out on the tensors, one run or vmapped
@@ -47,12 +59,6 @@ STEPS = PROTOCOL.train_epochs * math.ceil(NUM_CLASSES * 10 / PROTOCOL.batch_size
 WEIGHTS = float32_rounding(PROTOCOL.batch_size * STEPS)
 
 
-def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa)
-
-
 def relative_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     """‖a − b‖ / ‖b‖ over every weight, bias and batch-norm statistic, as one vector."""
     sa, sb = a.state_dict(), b.state_dict()
@@ -62,12 +68,19 @@ def relative_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
     return float(difference.norm() / torch.cat([sb[k].double().flatten() for k in floats]).norm())
 
 
+def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    return max(float((sa[k].double() - sb[k].double()).abs().max()) for k in sa)
+
+
 @pytest.mark.parametrize("model, options", MODELS)
 def test_sequential_engine_gives_the_lightning_weights(data, model, options):
     # Weights, biases and batch-norm running statistics after 12 steps across an lr decay.
     for run in (0, 2):
         reference = train_network(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
-                                  protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu")
+                                  protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu",
+                                  engine="lightning")
         (ours,) = trained(data, model, options, [run], stacked_runs=False)
         assert relative_difference(ours, reference) <= WEIGHTS
     # ...and the comparison can tell runs apart.
@@ -110,7 +123,7 @@ def test_engines_report_the_same_accuracies(data):
         for run in range(protocol.runs):
             network = train_network(data["images"], data["labels"], model="convnet", num_classes=NUM_CLASSES,
                                     protocol=protocol, seed=1, run=run, model_options={"width": 8},
-                                    accelerator="cpu", pea=pea)
+                                    accelerator="cpu", pea=pea, engine="lightning")
             with torch.no_grad():
                 logits = network(data["test_images"])
             top = logits.topk(2, dim=1).values
@@ -142,10 +155,10 @@ def test_progress_counts_every_run_of_a_stacked_group(data):
             calls.append(("end", accuracy))
 
     progress = Recording(total_runs=3, enabled=False)
-    accuracies = stacked.train_and_test_direct(
-        data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
-        model="mlp", num_classes=NUM_CLASSES, protocol=PROTOCOL, seed=0, stacked=True, compile="false",
-        progress=progress)
+    accuracies = train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                                test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
+                                protocol=PROTOCOL, seed=0, accelerator="cpu", engine="stacked", compile="false",
+                                progress=progress)
     progress.close()
     assert calls[0] == ("start", "mlp runs 1-3/3", PROTOCOL.train_epochs)
     assert [c[1] for c in calls if c[0] == "epoch"] == list(range(1, PROTOCOL.train_epochs + 1))
@@ -172,10 +185,10 @@ def test_engine_and_compile_settings_are_checked():
         compose(["eval.engine=fast"])
     with pytest.raises(UserError, match="eval.compile='maybe' is not allowed"):
         compose(["eval.compile=maybe"])
-    assert stacked.resolve_engine("auto", torch.device("cpu")) == "sequential"
-    assert stacked.resolve_engine("auto", torch.device("cuda")) == "stacked"
-    assert wants_compile("auto", steps=10) is False and wants_compile("auto", steps=10_000) is True
-    assert wants_compile(False, steps=10_000) is False and wants_compile("true", steps=1) is True
+    assert resolve_engine("auto", CPU) == "sequential"
+    assert resolve_engine("auto", torch.device("cuda")) == "stacked"
+    with pytest.raises(UserError, match="eval.compile='maybe' is not allowed"):
+        cost.plan_compile("maybe", device=CPU, model="convnet", pixels=1, train_images=1, test_images=1)
 
 
 def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(data, monkeypatch):
@@ -183,10 +196,10 @@ def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(da
     protocol = EvalProtocol(epochs=2, runs=2, batch_size=16, test_batch_size=6)  # 20 test images: 6+6+6+2
 
     def accuracies(compile):
-        return stacked.train_and_test_direct(
-            data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
-            model="convnet", num_classes=NUM_CLASSES, protocol=protocol, seed=2, model_options={"width": 8},
-            compile=compile)
+        return train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                              test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES,
+                              protocol=protocol, seed=2, model_options={"width": 8}, accelerator="cpu",
+                              engine="sequential", compile=compile)
 
     plain = accuracies("false")
     shapes: list[int] = []
@@ -200,3 +213,75 @@ def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(da
     monkeypatch.setattr(torch, "compile", identity_compile)
     assert accuracies("true") == plain
     assert set(shapes) == {16, 8, 6}  # training batches 16, 16, 8; every test batch 6 (the last one padded)
+
+
+def test_compile_auto_compiles_a_graph_only_past_its_measured_crossover():
+    for pixels in (28 * 28, 16 * 16, 32 * 32):
+        costs = cost.measured_costs(CPU, "convnet", pixels)
+        crossing = int(costs["train"].crossover_pixels() / pixels)
+        assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=crossing - 1,
+                                 test_images=0) == CompilePlan(train=False, test=False)
+        assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=crossing + 1,
+                                 test_images=0) == CompilePlan(train=True, test=False)
+    # The 16x16 measurement applies to 16x16 (a later crossover than 28x28), 28x28 and up use theirs.
+    assert cost.measured_costs(CPU, "convnet", 256)["train"].crossover_pixels() > \
+        cost.measured_costs(CPU, "convnet", 784)["train"].crossover_pixels()
+    assert cost.measured_costs(CPU, "convnet", 1024) == cost.measured_costs(CPU, "convnet", 784)
+    test = cost.measured_costs(CPU, "convnet", 784)["test"]
+    many_tests = int(test.crossover_pixels() / 784) + 1
+    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=784, train_images=0,
+                             test_images=many_tests) == CompilePlan(train=False, test=True)
+    # Unmeasured: a test graph at 16x16, images below 16x16, another architecture or device: eager.
+    for model, pixels in (("convnet", 256), ("convnet", 8 * 8), ("lenet", 784)):
+        assert cost.plan_compile("auto", device=CPU, model=model, pixels=pixels, train_images=0 if pixels == 256
+                                 else 10**12, test_images=10**12) == CompilePlan()
+    assert cost.plan_compile("auto", device=torch.device("cuda"), model="convnet", pixels=784, train_images=10**12,
+                             test_images=10**12) == CompilePlan()
+    assert cost.plan_compile("true", device=CPU, model="lenet", pixels=1, train_images=1,
+                             test_images=1) == CompilePlan(train=True, test=True)
+    assert cost.plan_compile(False, device=CPU, model="convnet", pixels=784, train_images=10**12,
+                             test_images=10**12) == CompilePlan()
+
+
+def test_the_cost_model_counts_every_run_that_shares_the_step(data, monkeypatch):
+    from dpdc_lightning.evaluation import train_test
+
+    seen: list[dict] = []
+
+    def recording(compile, **kwargs):
+        seen.append(kwargs)
+        return CompilePlan()
+
+    monkeypatch.setattr(train_test, "plan_compile", recording)
+    protocol = EvalProtocol(epochs=2, runs=3, batch_size=16)
+    train_and_test(data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+                   model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0, accelerator="cpu")
+    train_network(data["images"], data["labels"], model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0,
+                  accelerator="cpu", shared_runs=7)
+    n, passes = len(data["images"]), protocol.train_epochs
+    assert (seen[0]["train_images"], seen[0]["test_images"]) == (passes * n * 3, len(data["test_images"]) * 3)
+    assert (seen[1]["train_images"], seen[1]["test_images"]) == (passes * n * 7, 0)
+    assert seen[0]["pixels"] == data["images"].shape[2] * data["images"].shape[3]
+
+
+def test_one_compilation_serves_every_later_evaluation_of_the_architecture(data, monkeypatch):
+    # An audit's shadows, a sweep's bundles: the process keeps the step function, so the graph is
+    # compiled once. torch.compile is counted (and replaced by the identity, so nothing compiles here).
+    compiled: list[object] = []
+
+    def counting_compile(fn, **kwargs):
+        compiled.append(fn)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", counting_compile)
+    protocol = EvalProtocol(epochs=1, runs=2, batch_size=16)
+    for seed in (0, 1):
+        train_and_test(data["images"], data["labels"], test_images=data["test_images"],
+                       test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES, protocol=protocol,
+                       seed=seed, model_options={"width": 8}, accelerator="cpu", engine="sequential", compile="true")
+    assert len(compiled) == 1
+    # ...and another architecture gets its own.
+    train_and_test(data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
+                   model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0, accelerator="cpu",
+                   engine="sequential", compile="true")
+    assert len(compiled) == 2

@@ -16,6 +16,7 @@ import dpdc_lightning.models as models
 from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.augment import DSA
 from dpdc_lightning.evaluation import (
     REDUCED_BANNER,
     EvalProtocol,
@@ -24,7 +25,7 @@ from dpdc_lightning.evaluation import (
     results_to_json,
     train_and_test,
 )
-from dpdc_lightning.evaluation import train_eval
+from dpdc_lightning.evaluation.protocol import ProtocolSGD
 
 NUM_CLASSES = 4
 
@@ -52,7 +53,7 @@ def data() -> dict[str, torch.Tensor]:
     return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
 
 
-def run(data, *, model="mlp", protocol=None, seed=0, model_options=None, **kwargs) -> list[float]:
+def run(data, *, model="mlp", protocol=None, seed=0, model_options=None, engine="lightning", **kwargs) -> list[float]:
     return train_and_test(
         data["images"],
         data["labels"],
@@ -64,7 +65,8 @@ def run(data, *, model="mlp", protocol=None, seed=0, model_options=None, **kwarg
         seed=seed,
         model_options=model_options,
         accelerator="cpu",
-        **{"engine": "lightning", **kwargs},  # these tests look inside the Lightning path; test_eval_engines the rest
+        engine=engine,  # the Lightning path unless a test names another; test_eval_engines compares them
+        **kwargs,
     )
 
 
@@ -85,18 +87,29 @@ def built_networks(monkeypatch) -> list[torch.nn.Module]:
 
 @pytest.fixture
 def recorded_steps(monkeypatch) -> list[dict]:
-    """lr, batch size and labels seen by every training step of train_and_test."""
+    """lr, batch size, labels and DSA mode of every training step, whatever the engine: read where
+    every engine passes (the loss, the protocol's optimiser, DSA)."""
     steps: list[dict] = []
+    real_loss, real_step, real_dsa = torch.nn.functional.cross_entropy, ProtocolSGD.step, DSA.__call__
+    modes: list[str] = []  # the k-th DSA call made the k-th batch (a loader may fetch it a step early)
 
-    class Recording(train_eval.SyntheticClassifier):
-        def training_step(self, batch, batch_idx):
-            optimizer = self.trainer.optimizers[0]
-            steps.append(dict(lr=optimizer.param_groups[0]["lr"], size=len(batch[1]),
-                              labels=batch[1].clone(), momentum_buffers=len(optimizer.state),
-                              dsa_mode=None if self.dsa is None else self.dsa.mode))
-            return super().training_step(batch, batch_idx)
+    def loss(logits, labels, *args, **kwargs):
+        if torch.is_grad_enabled():  # a training step (the test pass runs without gradients)
+            steps.append(dict(size=len(labels), labels=labels.clone(), dsa_mode=modes[len(steps)] if modes else None))
+        return real_loss(logits, labels, *args, **kwargs)
 
-    monkeypatch.setattr(train_eval, "SyntheticClassifier", Recording)
+    def step(self, closure=None):
+        result = real_step(self, closure)
+        steps[-1]["lr"] = self.param_groups[0]["lr"]
+        return result
+
+    def dsa(self, x, **kwargs):
+        modes.append(self.mode)
+        return real_dsa(self, x, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "cross_entropy", loss)
+    monkeypatch.setattr(ProtocolSGD, "step", step)
+    monkeypatch.setattr(DSA, "__call__", dsa)
     return steps
 
 
@@ -135,37 +148,52 @@ def test_same_seed_same_result_other_seed_or_run_differs(data, built_networks):
     assert not torch.allclose(w[0], w[4]) and not torch.allclose(w[1], w[5])
 
 
-def test_lr_schedule_and_step_count_follow_the_reference(data, recorded_steps):
+@pytest.mark.parametrize("engine", ["lightning", "sequential"])
+def test_lr_schedule_and_step_count_follow_the_reference(data, recorded_steps, engine):
     # 40 images in batches of 16: 3 steps per pass (16, 16, 8), the last one short. The reference
     # with Epoch = 6 trains range(7) = 7 passes and decays after pass 6 // 2 + 1 = 4, i.e. passes
     # 0..4 (15 steps) at the initial lr and passes 5..6 (6 steps) at a tenth of it.
     protocol = EvalProtocol(epochs=6, runs=1, batch_size=16, lr=0.02)
     assert (protocol.train_epochs, protocol.decay_epoch) == (7, 5)
-    run(data, protocol=protocol)
+    run(data, protocol=protocol, engine=engine, compile="false")
     lrs = [s["lr"] for s in recorded_steps]
     assert len(lrs) == 7 * 3
     assert lrs[:15] == pytest.approx([0.02] * 15)
     assert lrs[15:] == pytest.approx([0.002] * 6)
     assert [s["size"] for s in recorded_steps] == [16, 16, 8] * 7
-    # The reference creates a new optimiser at the decay: no momentum carried over.
-    buffers = [s["momentum_buffers"] for s in recorded_steps]
-    assert buffers[0] == 0 and buffers[14] > 0 and buffers[15] == 0 and buffers[16] > 0
     # Each protocol pass is one pass over a permutation of the whole set.
     for epoch in range(7):
         seen = torch.cat([s["labels"] for s in recorded_steps[3 * epoch: 3 * epoch + 3]])
         assert torch.equal(seen.bincount(minlength=NUM_CLASSES), torch.full((NUM_CLASSES,), 10))
 
 
-@pytest.mark.parametrize("epochs_per_pass", [1, 4])
-def test_epochs_per_loader_pass_changes_nothing(data, built_networks, monkeypatch, epochs_per_pass):
-    # 6 passes of 3 steps, all in one loader pass, against 1 pass per loader pass and against 4
-    # (the second loader pass cut short by max_steps).
-    protocol = EvalProtocol(epochs=5, runs=1, batch_size=16)
-    monkeypatch.setattr(train_eval, "_STEPS_PER_LOADER_PASS", 64)
-    run(data, protocol=protocol)
-    monkeypatch.setattr(train_eval, "_STEPS_PER_LOADER_PASS", epochs_per_pass * 3)
-    run(data, protocol=protocol)
-    assert torch.equal(flat_weights(built_networks[0]), flat_weights(built_networks[1]))
+def test_the_protocol_optimiser_is_sgd_replaced_by_a_fresh_one_at_the_decay():
+    # The reference: torch.optim.SGD at lr until the decay step, then a NEW SGD at lr x 0.1 (its
+    # momentum buffers start empty). ProtocolSGD must step the same weights from the same gradients.
+    protocol = EvalProtocol(epochs=6, batch_size=16, lr=0.02)
+    schedule = protocol.schedule(40)
+    assert (schedule.total_steps, schedule.decay_step) == (21, 15)
+    target = torch.randn(3, 5, generator=torch.Generator().manual_seed(0))
+    ours, theirs = (torch.zeros(3, 5, requires_grad=True) for _ in range(2))
+    optimiser = ProtocolSGD([ours], schedule=schedule, momentum=0.9, weight_decay=5e-4)
+    reference = torch.optim.SGD([theirs], lr=0.02, momentum=0.9, weight_decay=5e-4)
+    for step in range(schedule.total_steps):
+        if step == schedule.decay_step:
+            reference = torch.optim.SGD([theirs], lr=0.002, momentum=0.9, weight_decay=5e-4)
+        for weights, opt in ((ours, optimiser), (theirs, reference)):
+            opt.zero_grad()
+            ((weights - target) ** 2 * (step + 1)).sum().backward()
+            opt.step()
+        assert torch.equal(ours, theirs), step
+    # ...and a carried momentum buffer would have made a difference at the decay.
+    kept = torch.zeros(3, 5, requires_grad=True)
+    carried = torch.optim.SGD([kept], lr=0.02, momentum=0.9, weight_decay=5e-4)
+    for step in range(schedule.total_steps):
+        carried.param_groups[0]["lr"] = schedule.lr_at(step)
+        carried.zero_grad()
+        ((kept - target) ** 2 * (step + 1)).sum().backward()
+        carried.step()
+    assert not torch.allclose(kept, ours)
 
 
 @pytest.mark.parametrize("mode", ["single", "all"])

@@ -16,7 +16,7 @@ from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.config.schema import PLAN_TRAINER_KEYS
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.dm import DM

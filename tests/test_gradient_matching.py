@@ -14,7 +14,7 @@ from torch import nn
 
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.dc import DC

@@ -22,10 +22,6 @@ import_graph = importlib.util.module_from_spec(_spec)
 sys.modules["import_graph"] = import_graph
 _spec.loader.exec_module(import_graph)
 
-# Owned by the parallel branch s21side (data/ split into image_data.py and loaders/; the Lightning
-# evaluation engine moved to engine/evaluation_module.py). The merge of both branches empties these.
-PENDING_LIGHTNING = {"dpdc_lightning.evaluation.train_eval", "dpdc_lightning.evaluation.progress"}
-PENDING_CIRCLES = [["dpdc_lightning.data.datasets", "dpdc_lightning.data.own", "dpdc_lightning.data.registry"]]
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +57,7 @@ def test_imports_point_one_way(graph):
 
 
 def test_no_import_circle(graph):
-    assert [c for c in graph.circles() if c not in PENDING_CIRCLES] == []
+    assert graph.circles() == []
 
 
 def test_privacy_imports_nothing_above_it(graph):
@@ -73,7 +69,7 @@ def test_privacy_imports_nothing_above_it(graph):
 
 def test_only_the_engine_imports_lightning(graph):
     importers = graph.importers_of("lightning") | graph.importers_of("pytorch_lightning")
-    assert {m for m in importers if graph.room(m) != "engine"} <= PENDING_LIGHTNING
+    assert {m for m in importers if graph.room(m) != "engine"} == set()
 
 
 def test_config_imports_no_torch_statically(graph):

@@ -23,7 +23,7 @@ from dpdc_lightning.cli.commands import train_main
 from dpdc_lightning.engine.condense import Condensation, condense
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
@@ -256,7 +256,7 @@ def test_removing_one_record_moves_no_other_record_between_the_splits(tmp_path):
     """Leak 5 (found by the neighbouring harness): a hold-out drawn as a permutation of each class
     re-drew the whole split when one record was removed, so D' condensed other records than D minus
     one. Each record's side must depend on that record alone."""
-    from dpdc_lightning.data.datasets import load_dataset
+    from dpdc_lightning.data import load_dataset
 
     generator = torch.Generator().manual_seed(5)
     images = (torch.rand(90, 1, 6, 6, generator=generator) * 255).to(torch.uint8)

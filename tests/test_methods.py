@@ -17,7 +17,7 @@ import torch
 import dpdc_lightning.methods.ldpdc as ldpdc_module
 import dpdc_lightning.methods.ndpdc as ndpdc_module
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.dm import DM

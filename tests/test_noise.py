@@ -15,7 +15,7 @@ from scipy import stats
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.privacy.mechanisms import gaussian_sum

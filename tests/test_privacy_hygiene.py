@@ -17,8 +17,8 @@ from dpdc_lightning.engine import run_folder, training
 from dpdc_lightning.cli import run
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import compose
-from dpdc_lightning.data import datasets
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data.loaders import idx
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.engine.bundle import load_bundle, save_bundle
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
@@ -175,9 +175,9 @@ def test_end_of_run_line_of_a_non_private_run(tmp_path):
 def test_named_root_without_files_never_falls_back_to_the_system_copy(tmp_path, monkeypatch):
     system = tmp_path / "system"
     system.mkdir()
-    for name in datasets._IDX_NAMES:  # a "system copy" present: the old code read it silently
+    for name in idx.IDX_NAMES:  # a "system copy" present: the old code read it silently
         (system / f"{name}.gz").write_bytes(b"system copy")
-    monkeypatch.setattr(datasets, "FASHION_MNIST_SYSTEM_DIR", str(system))
+    monkeypatch.setattr(idx, "FASHION_MNIST_SYSTEM_DIR", str(system))
     named = tmp_path / "named"
     named.mkdir()
     with pytest.raises(UserError) as info:

@@ -79,7 +79,7 @@ def fake_result(accuracies, epsilon):
 
 
 def test_table_and_figure_show_finished_rows_and_the_banner(tmp_path):
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation import EvalProtocol
     from dpdc_repro.report import write_outputs
 
     scale = SCALES["cpu"]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dpdc_lightning.config import ModelConfig
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.extractor import RandomExtractor, bucket_size, cudnn_tf32, resolve_autocast

@@ -19,7 +19,7 @@ from PIL import Image
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.cli.sweep import split_sweep
 
@@ -251,12 +251,12 @@ def test_eval_json_is_appended_by_protocol_and_model_and_several_runs_give_one_t
 
 def test_ctrl_c_during_evaluation_exits_130_and_writes_nothing(two_bundles, monkeypatch, capsys):
     from dpdc_lightning.cli.commands import evaluate_main
-    from dpdc_lightning.evaluation import train_eval
+    from dpdc_lightning.evaluation import train_test
 
     def interrupted(*args, **kwargs):
         raise SystemExit(1)  # what Lightning does after its graceful Ctrl-C shutdown
 
-    monkeypatch.setattr(train_eval, "train_and_test", interrupted)
+    monkeypatch.setattr(train_test, "train_and_test", interrupted)
     before = (two_bundles[1] / "eval.json").read_bytes() if (two_bundles[1] / "eval.json").exists() else None
     assert run(evaluate_main, [str(two_bundles[1]), "model=mlp", *QUICK_EVAL, "--no-progress"]) == 130
     assert "evaluation interrupted" in capsys.readouterr().err

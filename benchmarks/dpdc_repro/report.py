@@ -14,7 +14,7 @@ from dpdc_repro.plan import Row, Scale
 from dpdc_repro.published import published_for
 from dpdc_lightning.evaluation.plot import accuracy_vs_epsilon_png
 from dpdc_lightning.evaluation.results import REDUCED_BANNER
-from dpdc_lightning.evaluation.train_eval import EvalProtocol
+from dpdc_lightning.evaluation import EvalProtocol
 
 HEADER = ("| method | setting | ε (accounted; δ) | condensation steps | evaluation | accuracy % | published % "
           "| condense wall | evaluate wall | device |")

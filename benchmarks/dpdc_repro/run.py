@@ -14,8 +14,8 @@ from dpdc_repro.common import condense_run, device_name
 from dpdc_repro.plan import Row, Scale
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data.datasets import ImageData
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_and_test
+from dpdc_lightning.data import ImageData
+from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 from dpdc_lightning.engine.bundle import load_bundle
 from dpdc_lightning.methods.spec import DataSpec
 

@@ -24,7 +24,7 @@ from torch import Tensor, nn
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.condense import condense
-from dpdc_lightning.evaluation.train_eval import EvalProtocol, train_network
+from dpdc_lightning.evaluation import EvalProtocol, train_network
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 
@@ -74,6 +74,9 @@ class ShadowPlan:
     scored: Tensor             # indices of the training records that are attacked
     seed: int
     progress: Callable[[str], None] = field(default=lambda message: None)
+    # Classifiers this audit trains in this process (run_shadows sets it): they share one step function,
+    # so eval.compile=auto weighs one compilation against all of their steps.
+    shared_runs: int = 1
 
     def run(self, members: Tensor, *, name: str) -> ShadowResult:
         """Condense on the training records ``members`` (bool mask), train, score."""
@@ -90,7 +93,9 @@ class ShadowPlan:
         model = self.config.model
         network = train_network(images, labels, model=model.name, num_classes=self.data.num_classes,
                                 protocol=self.protocol, seed=seed, model_options=model.options(),
-                                accelerator="cpu", pea=self.config.eval.pea)
+                                accelerator="cpu", pea=self.config.eval.pea,
+                                engine=self.config.eval.engine, compile=self.config.eval.compile,
+                                shared_runs=self.shared_runs)
         data = self.data
         train_phi, _ = logit_confidence(network, data.train_images[self.scored], data.train_labels[self.scored])
         test_phi, correct = logit_confidence(network, data.test_images, data.test_labels)
@@ -100,6 +105,7 @@ class ShadowPlan:
 
 def run_shadows(plan: ShadowPlan, *, shadows: int, targets: int) -> tuple[list[ShadowResult], list[ShadowResult]]:
     """S reference shadows on the keep matrix, then ``targets`` held-out shadows (own coin flips)."""
+    plan = dataclasses.replace(plan, shared_runs=shadows + targets)
     n = len(plan.data.train_labels)
     keep = keep_matrix(shadows, n, generator=derive_generator(plan.seed, "audit", "keep"))
     reference = []

@@ -1,7 +1,8 @@
-"""Datasets (registry and loaders) and record samplers.
+"""Data sets: ``ImageData`` (image_data.py), the loaders (loaders/), their names (registry.py), the
+one loading call (load.py), and record samplers.
 
-Names are imported on first use (PEP 562), so ``dpdc_lightning.data.registry`` can be read by the
-command line without importing torch.
+Imports point one way: load -> registry -> loaders -> image_data. Names are imported on first use
+(PEP 562), so ``dpdc_lightning.data.registry`` can be read by the command line without importing torch.
 """
 
 from __future__ import annotations
@@ -11,13 +12,13 @@ from dpdc_lightning.lazy import lazy_getattr
 _WHERE = {
     "DATASETS": "registry",
     "register_dataset": "registry",
-    "NORMALISE_MEAN": "datasets",
-    "NORMALISE_STD": "datasets",
-    "ImageData": "datasets",
-    "clear_dataset_cache": "datasets",
-    "default_cache_dir": "datasets",
-    "load_dataset": "datasets",
-    "normalise": "datasets",
+    "NORMALISE_MEAN": "image_data",
+    "NORMALISE_STD": "image_data",
+    "ImageData": "image_data",
+    "normalise": "image_data",
+    "clear_dataset_cache": "load",
+    "default_cache_dir": "load",
+    "load_dataset": "load",
     "poisson_sample": "dpdc_lightning.privacy.sampling",
     "sample_without_replacement": "dpdc_lightning.privacy.sampling",
     "random_class_picks": "subsets",

@@ -1,9 +1,9 @@
 """The names ``dataset=NAME`` accepts, known without importing torch (so the command line can be
 checked in a fraction of a second), and :func:`register_dataset` for data sets added from Python.
 
-A built-in loader is resolved from :mod:`dpdc_lightning.data.datasets` on first use. A registered
+A built-in loader is imported from :mod:`dpdc_lightning.data.loaders` on first use. A registered
 loader is called as ``loader(root)`` with ``dataset.root`` (a ``Path`` or None) and returns an
-:class:`~dpdc_lightning.data.datasets.ImageData`.
+:class:`~dpdc_lightning.data.image_data.ImageData`.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 from dpdc_lightning.errors import UserError
 
-# name -> loader function in dpdc_lightning.data.datasets
-BUILTIN = {"digits": "_digits", "toy": "_toy", "fashion_mnist": "_fashion_mnist", "mnist": "_mnist",
-           "cifar10": "_cifar10", "celeba": "_celeba"}
+# name -> module of dpdc_lightning.data.loaders holding its load_<name>
+BUILTIN = {"digits": "embedded", "toy": "embedded", "fashion_mnist": "idx", "mnist": "idx",
+           "cifar10": "torchvision_sets", "celeba": "torchvision_sets"}
 # Own data read from dataset.root (a folder of images, or a tensor file); they take more options.
 OWN_DATA = ("imagefolder", "tensors")
 _REGISTERED: dict[str, Callable[..., Any]] = {}
@@ -44,10 +44,9 @@ class _Loaders(Mapping[str, Callable[..., Any]]):
     """Read-only view: built-in loaders (imported on first access), own-data readers, registered ones."""
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
-        if name in BUILTIN:
-            return getattr(importlib.import_module("dpdc_lightning.data.datasets"), BUILTIN[name])
-        if name in OWN_DATA:
-            return getattr(importlib.import_module("dpdc_lightning.data.own"), f"load_{name}")
+        if name in BUILTIN or name in OWN_DATA:
+            module = BUILTIN.get(name, name)  # the own-data readers are modules of their own name
+            return getattr(importlib.import_module(f"dpdc_lightning.data.loaders.{module}"), f"load_{name}")
         return _REGISTERED[name]
 
     def __contains__(self, name: object) -> bool:

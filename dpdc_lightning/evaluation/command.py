@@ -104,7 +104,7 @@ def _notes(config: Any, data: Any) -> dict[str, str]:
     """What a reader of the results must know besides the protocol: a test split held out from the
     private data, the engine that trained the networks, and eval.pea (training on the PEA
     expansion, 4 images per synthetic image)."""
-    from dpdc_lightning.evaluation.stacked import resolve_device, resolve_engine
+    from dpdc_lightning.evaluation import resolve_device, resolve_engine
 
     note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
     # Engines share the protocol and every run's draws, but a compiled step rounds differently:

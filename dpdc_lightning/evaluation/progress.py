@@ -8,8 +8,6 @@ from __future__ import annotations
 import sys
 from typing import Any, Optional
 
-import lightning
-
 from dpdc_lightning.engine.progress import Throttle, interactive
 
 
@@ -56,15 +54,3 @@ class EvalProgress:
         if self._run is not None:
             self._run.close()
         self._overall.close()
-
-
-class EpochCallback(lightning.Callback):
-    """Reports finished epochs (optimiser steps / steps per epoch) to an :class:`EvalProgress`."""
-
-    def __init__(self, progress: EvalProgress, *, steps_per_epoch: int) -> None:
-        self.progress, self.steps_per_epoch = progress, steps_per_epoch
-
-    def on_train_batch_end(self, trainer: lightning.Trainer, *args: Any) -> None:
-        step = trainer.global_step
-        if step % self.steps_per_epoch == 0:
-            self.progress.epoch_done(step // self.steps_per_epoch)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # importing it loads Lightning; these functions only read its fields
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation.protocol import EvalProtocol
 
 REDUCED_BANNER = "REDUCED PROTOCOL"
 PRIVATE_TEST_NOTE = ("NOT covered by the privacy guarantee: the test split was held out from the private data, so "

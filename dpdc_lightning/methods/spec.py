@@ -17,7 +17,7 @@ class DataSpec:
     image_shape: tuple[int, int, int]
     class_sizes: tuple[float, ...]
     # The sizes a plan with public class sizes is made from (ImageData.public_class_sizes): the exact
-    # ones, or those the data declares when its exact training sizes are not public (data/own.py).
+    # ones, or those the data declares when its exact training sizes are not public (data/loaders/own.py).
     public_class_sizes: tuple[float, ...] = ()
 
     @classmethod

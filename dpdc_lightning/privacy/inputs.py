@@ -52,7 +52,7 @@ def release_inputs(*, dataset: str, private: bool, class_sizes_released: bool, i
     else:
         sizes = ("they set the sample rates q_c = L / N_c (privacy.class_sizes=public, the assumption of Zheng & "
                  "Li's DPDC)")
-        if test_split == "held out":  # data/own.py: each record's side of the split is its own
+        if test_split == "held out":  # data/loaders/own.py: each record's side of the split is its own
             sizes += ("; with a split held out of the private data, N_c is (1 - dataset.test_fraction) x the class "
                       "size of the file, never the exact number of training records")
         inputs.append(_entry("class sizes", DECLARED_PUBLIC, sizes))

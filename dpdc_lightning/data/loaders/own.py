@@ -1,0 +1,97 @@
+"""Your own data (``dataset=imagefolder``, ``dataset=tensors``): what the two readers share.
+
+The readers (imagefolder.py, tensors.py) decode the files into pixels normalised with the fixed
+constants (0.5, 0.5), never statistics of the data; here the records become an ``ImageData``.
+
+Test split: ``dataset.test_root`` (a second folder or file of the same kind, declared public by the
+user, and refused if it shares a record with the private data) or, without it, about
+``dataset.test_fraction`` of every class held out from the private data, each record on its own by
+a hash keyed with ``dataset.split_seed`` (:func:`hold_out`). The held-out records are not
+condensed; they are private: accuracy on them is NOT covered by the guarantee
+(``ImageData.test_is_private``; eval.json says so), and no method may read them as public data
+(Dosser's ``method.aux.source=public_split`` is refused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from dpdc_lightning.data.image_data import ImageData
+from dpdc_lightning.errors import UserError
+
+
+def hold_out(images: Tensor, labels: Tensor, *, fraction: float, seed: int) -> Tensor:
+    """A boolean mask of held-out records, each record decided on its own.
+
+    Privacy-critical: a draw over the whole set (a permutation of every class) couples the records,
+    so removing one record from the file moves OTHER records between the splits, and the neighbouring
+    data set D' would condense other records than D minus one (the guarantee would then cover a group,
+    not one record). Here record i is held out iff a BLAKE2b hash keyed by ``split_seed`` of its label
+    and its pixels (quantised to 8 bits, so that float rounding of a resize on another CPU flips
+    nothing) falls below ``fraction``: removing or adding a record changes no other record's side.
+    The held-out share is ``fraction`` on average (binomial), not exactly."""
+    key = hashlib.blake2b(str(int(seed)).encode(), digest_size=32).digest()
+    levels = torch.round((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).flatten(1).numpy()
+    threshold = fraction * 2.0 ** 64
+    held = [int.from_bytes(hashlib.blake2b(int(label).to_bytes(4, "little") + row.tobytes(), key=key,
+                                           digest_size=8).digest(), "little") < threshold
+            for label, row in zip(labels.tolist(), levels)]
+    return torch.tensor(held, dtype=torch.bool)
+
+
+def refuse_shared_records(images: Tensor, test_images: Tensor, *, root: Path, test_source: str) -> None:
+    """Refuse a test set declared public that holds a record of the private data.
+
+    Privacy-critical: such a test set is read as public (an auxiliary set, a split to evaluate on)
+    while it carries private records. Records are compared by a content hash of their decoded
+    pixels, so the same folder or file named twice (``dataset.test_root`` = ``dataset.root``), a
+    shared image file or a copied record are all caught. The position of the first shared record is
+    named for the owner's console only (this error is never written to a file)."""
+    def digest(row: Tensor) -> bytes:
+        return hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest()
+
+    private = {digest(row) for row in images}
+    for index, row in enumerate(test_images):
+        if digest(row) in private:
+            raise UserError(f"{test_source} shares records with the private data in {root} (test record {index} "
+                            "has the content of a training record): a test set declared public must hold no private "
+                            "record; remove the shared ones, or drop it to hold out a private split")
+
+
+def assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tuple[str, ...],
+              test: Optional[tuple[Tensor, Tensor]], *, test_fraction: float, split_seed: int,
+              test_source: str) -> ImageData:
+    num_classes = len(names)
+    sizes = torch.bincount(labels, minlength=num_classes)
+    if num_classes < 2 or int(sizes.min()) == 0:
+        empty = int(torch.nonzero(sizes == 0)[0]) if int(sizes.min()) == 0 else 0
+        raise UserError(f"{root}: class {names[empty] if num_classes else '?'} has no records "
+                        "(condensation needs at least two classes, each with records)")
+    private_test = test is None
+    declared = None
+    if private_test:
+        if not 0 < test_fraction < 1:
+            raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+        held = hold_out(images, labels, fraction=test_fraction, seed=split_seed)
+        kept = torch.bincount(labels[~held], minlength=num_classes)
+        if int(kept.min()) == 0:
+            empty = names[int(torch.nonzero(kept == 0)[0])]
+            raise UserError(f"dataset.test_fraction={test_fraction} with dataset.split_seed={split_seed} holds out every "
+                            f"record of class {empty}; lower dataset.test_fraction, or give a public dataset.test_root")
+        test = (images[held].contiguous(), labels[held].contiguous())
+        images, labels = images[~held].contiguous(), labels[~held].contiguous()
+        declared = tuple((1 - test_fraction) * float(n) for n in sizes)
+    else:
+        refuse_shared_records(images, test[0], root=root, test_source=test_source)
+    if test[0].shape[1:] != images.shape[1:]:
+        raise UserError(f"the test images are {tuple(test[0].shape[1:])}, the training images {tuple(images.shape[1:])}; "
+                        "give both the same dataset.image_size and dataset.channels")
+    if int(test[1].max()) >= num_classes:
+        raise UserError(f"the test split has labels up to {int(test[1].max())} but {root} has {num_classes} classes")
+    return ImageData(name, images, labels, test[0], test[1], num_classes, names, source=str(root),
+                     test_is_private=private_test, declared_class_sizes=declared)
