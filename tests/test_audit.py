@@ -301,7 +301,7 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     from dpdc_lightning.audit.settings import AuditConfig
     from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult
     from dpdc_lightning.config import compose
-    from dpdc_lightning.data.datasets import load_dataset
+    from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.bundle import Bundle
 
     data = load_dataset("toy")

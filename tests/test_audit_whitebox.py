@@ -16,7 +16,7 @@ from dpdc_lightning.audit import bounds
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.audit.transcripts import Transcript, correct_release
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.datasets import load_dataset
+from dpdc_lightning.data import load_dataset
 from dpdc_lightning.seeding import derive_seed
 
 TINY = {

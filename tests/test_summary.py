@@ -118,7 +118,7 @@ def test_committed_clip_table_is_what_the_script_writes(tmp_path):
 
 def test_reproduce_json_is_read_in_place_of_its_table(tmp_path):
     """What reproduce.py writes beside its table (report.write_outputs) is what the page reads; the json wins."""
-    from dpdc_lightning.evaluation.train_eval import EvalProtocol
+    from dpdc_lightning.evaluation import EvalProtocol
     from dpdc_repro.plan import SCALES
     from dpdc_repro.report import write_outputs
 
