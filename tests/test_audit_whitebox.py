@@ -72,7 +72,7 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
             return seen[-1]
         module_gradient = module.private_gradient
         monkeypatch.setattr(module, "private_gradient", spy)
-        method.optimise = lambda loss: None  # no trainer: only the release is compared
+        method.optimise = lambda loss, **options: None  # no trainer: only the release is compared
         method.condensation_step({"step": step, "images": images[pick], "labels": labels[pick]}, step)
         theirs = torch.cat([g.flatten() for g in seen[0][0]]).double() * mechanism.normaliser
     # Float32 features of a batch of 4 vs the pool of 24 may round differently (~1e-7 relative per

@@ -187,7 +187,7 @@ def test_ndpdc_spends_one_event_per_class_per_step_at_its_own_rate(toy):
 def test_dm_is_not_private_and_spends_no_event(toy):
     method = build(DM, DMConfig(ipc=2, batch_real=8, init="noise", forward="loop"), _spec(), model=TINY)
     method.on_fit_start()
-    method.optimise = lambda loss: None  # the optimiser step needs a Trainer; the events do not
+    method.optimise = lambda loss, **options: None  # the optimiser step needs a Trainer; the events do not
     data = stream(toy, group_size=8, steps=2, sampling="per_class_fixed", private=False)
     loss = method.condensation_step(data.sample(0, [0, 1, 2, 3]), 0)
     assert torch.isfinite(loss)

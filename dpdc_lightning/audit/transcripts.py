@@ -130,7 +130,7 @@ class Transcript:
         """The event the method's own first step spends on a batch of the pools: the mechanism
         privacy.json states. A second copy of the method steps, so the audited one is untouched."""
         probe = self._build(noise_seed=derive_seed(seed, "whitebox", "probe"))
-        probe.optimise = lambda loss: None  # only the event is read: no optimiser step
+        probe.optimise = lambda loss, **options: None  # only the event is read: no optimiser step
         if self.partitions == [-1]:
             images, labels = self.pools[-1]
             probe.condensation_step({"step": 0, "images": images, "labels": labels}, 0)
