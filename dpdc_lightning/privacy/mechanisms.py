@@ -173,8 +173,9 @@ def gaussian_sum(
     shares are summed FIRST, in float64 on a copy (an all-reduce works in place), and the noise is
     added ONCE to the total from ``noise``, the run's keyed stream of this (step, partition): every
     process draws the same values and holds the same release. A record lies in one share, so the
-    total's sensitivity is ``sensitivity``, as in one process. Noising each share before the sum would add one draw per process: W independent
-    draws carry W times the variance the accountant assumed, W copies of one draw W² times.
+    total's sensitivity is ``sensitivity``, as in one process. Noising each share before the sum
+    would add one draw per process: W independent draws carry W times the variance the accountant
+    assumed, W copies of one draw W² times.
     """
     event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate, mechanism=mechanism,
                          sensitivity=sensitivity, expected_size=expected_size)
