@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 UV_VERSION := 0.13.9
 
-.PHONY: demo test test-slow test-latest lock
+.PHONY: demo lint test test-slow test-latest lock
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,12 @@ demo: $(STAMP)
 	$(PY) train.py method=ndpdc run_dir=runs/demo-$$(date +%Y%m%d-%H%M%S) && \
 	$(PY) evaluate.py $$(ls -d runs/demo-* | tail -n 1) eval.epochs=300 eval.runs=3
 
-test: $(STAMP)
+# Format and lint (ruff, configured in pyproject.toml): part of `make test`, so of CI.
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check --quiet .
+	$(VENV)/bin/ruff check --quiet .
+
+test: lint
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)

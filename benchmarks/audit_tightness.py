@@ -26,11 +26,23 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 RESULTS = ROOT / "benchmarks" / "results"
 CACHE, TABLE = RESULTS / "audit_tightness_digits.json", RESULTS / "audit_tightness_digits.md"
 START, END = "<!-- tables -->", "<!-- /tables -->"
-PRESETS = {"ndpdc": ["method=ndpdc"], "ldpdc": ["method=ldpdc"], "dosser": ["method=dosser"],
-           "psg": ["method=psg", "model.width=16"]}
-ROWS: dict[str, list[str]] = {f"{m}-eps{e}": [*t, f"privacy.target_epsilon={e}"]
-                              for m, t in PRESETS.items() for e in (1, 4, 16)}
-ROWS.update({"dm-init-real": ["method=dm", "method.init=real"], "dm-init-noise": ["method=dm", "method.init=noise"]})
+PRESETS = {
+    "ndpdc": ["method=ndpdc"],
+    "ldpdc": ["method=ldpdc"],
+    "dosser": ["method=dosser"],
+    "psg": ["method=psg", "model.width=16"],
+}
+ROWS: dict[str, list[str]] = {
+    f"{m}-eps{e}": [*t, f"privacy.target_epsilon={e}"]
+    for m, t in PRESETS.items()
+    for e in (1, 4, 16)
+}
+ROWS.update(
+    {
+        "dm-init-real": ["method=dm", "method.init=real"],
+        "dm-init-noise": ["method=dm", "method.init=noise"],
+    }
+)
 
 
 def load() -> dict:
@@ -54,9 +66,9 @@ def run_row(row: str, cache: dict) -> None:
     from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig
     from dpdc_lightning.audit.transcripts import Transcript
     from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
+    from dpdc_lightning.config import compose
     from dpdc_lightning.engine.condense import condense
     from dpdc_lightning.engine.planning import load_data
-    from dpdc_lightning.config import compose
 
     config = compose([*ROWS[row], "trainer.enable_progress_bar=false"])
     data = load_data(config)
@@ -64,7 +76,9 @@ def run_row(row: str, cache: dict) -> None:
     if "whitebox" not in entry and not row.startswith("dm-"):
         say(f"{row}: white-box")
         started = time.monotonic()
-        [report] = whitebox_audit(Transcript(config, data, others=16, seed=0), WhiteboxConfig(), progress=say)
+        [report] = whitebox_audit(
+            Transcript(config, data, others=16, seed=0), WhiteboxConfig(), progress=say
+        )
         report["wall_seconds"] = time.monotonic() - started  # building the method included
         entry["whitebox"] = report
         print(summary_line(report), flush=True)
@@ -73,7 +87,9 @@ def run_row(row: str, cache: dict) -> None:
         say(f"{row}: release audit (bundle + 1 target condensation)")
         started = time.monotonic()
         bundle = condense(config, data)
-        report = release_audit(bundle.images, bundle.labels, config, data, ReleaseConfig(), progress=say)
+        report = release_audit(
+            bundle.images, bundle.labels, config, data, ReleaseConfig(), progress=say
+        )
         report["accounted_epsilon"] = bundle.report.get("epsilon")
         report["wall_seconds"] = time.monotonic() - started
         entry["release"] = report
@@ -81,13 +97,16 @@ def run_row(row: str, cache: dict) -> None:
 
 
 def run_selftest(cache: dict) -> None:
-    from dpdc_lightning.audit.selftest import CONFIGURATIONS, run_selftest as selftest
+    from dpdc_lightning.audit.selftest import CONFIGURATIONS
+    from dpdc_lightning.audit.selftest import run_selftest as selftest
     from dpdc_lightning.audit.settings import WhiteboxConfig
 
     for method in CONFIGURATIONS:
         if f"selftest-{method}" not in cache:
             say(f"self-test {method}")
-            cache[f"selftest-{method}"] = {"reports": selftest(WhiteboxConfig(), methods=[method], progress=say)}
+            cache[f"selftest-{method}"] = {
+                "reports": selftest(WhiteboxConfig(), methods=[method], progress=say)
+            }
             save(cache)
 
 
@@ -98,51 +117,80 @@ def _f(x, digits: int = 2) -> str:
 
 
 def tables(cache: dict) -> str:
-    out = ["| method | target ε | accounted ε RDP / PRV | white-box bound (CP) | GDP estimate [95 % CI] | "
-           "one-run bound | black-box bound pixel / feature | bundle AUC pixel / feature | trials x canaries | "
-           "wall white-box / release |", "|" + "---|" * 10]
+    out = [
+        "| method | target ε | accounted ε RDP / PRV | white-box bound (CP) | GDP estimate [95 % CI] | "
+        "one-run bound | black-box bound pixel / feature | bundle AUC pixel / feature | trials x canaries | "
+        "wall white-box / release |",
+        "|" + "---|" * 10,
+    ]
     for row in ROWS:
         entry = cache.get(row, {})
         wb, rel = entry.get("whitebox"), entry.get("release")
         if wb is None or rel is None or row.startswith("dm-"):
             continue
-        eps, cp, gdp, one = wb["accounted_epsilon"], wb["clopper_pearson"], wb["gaussian_dp"], wb["one_run"]
+        eps, cp, gdp, one = (
+            wb["accounted_epsilon"],
+            wb["clopper_pearson"],
+            wb["gaussian_dp"],
+            wb["one_run"],
+        )
         bounds = rel["targets"][0]["bounds"]
         auc = rel["bundle_strength"]
-        out.append(f"| {wb['method']} | {row.split('eps')[1]} | {_f(eps['rdp'])} / {_f(eps['prv'])} | "
-                   f"{_f(cp['epsilon'])} ({cp['statistic']}) | {_f(gdp['epsilon'])} [{_f(gdp['interval'][0])}, "
-                   f"{_f(gdp['interval'][1])}] | {_f(one['epsilon'])} ({one['correct']}/{one['guesses']}) | "
-                   f"{_f(bounds['pixel']['epsilon'])} / {_f(bounds['feature']['epsilon'])} | "
-                   f"{_f(auc['pixel']['auc'], 3)} / {_f(auc['feature']['auc'], 3)} | "
-                   f"{wb['trials']} x {wb['canaries_per_trial']} | {wb['wall_seconds']:.0f} s / "
-                   f"{rel['wall_seconds']:.0f} s |")
-    out += ["", "| self-test | release | claimed ε | white-box bound (CP) | GDP estimate | one-run bound | verdict |",
-            "|" + "---|" * 7]
+        out.append(
+            f"| {wb['method']} | {row.split('eps')[1]} | {_f(eps['rdp'])} / {_f(eps['prv'])} | "
+            f"{_f(cp['epsilon'])} ({cp['statistic']}) | {_f(gdp['epsilon'])} [{_f(gdp['interval'][0])}, "
+            f"{_f(gdp['interval'][1])}] | {_f(one['epsilon'])} ({one['correct']}/{one['guesses']}) | "
+            f"{_f(bounds['pixel']['epsilon'])} / {_f(bounds['feature']['epsilon'])} | "
+            f"{_f(auc['pixel']['auc'], 3)} / {_f(auc['feature']['auc'], 3)} | "
+            f"{wb['trials']} x {wb['canaries_per_trial']} | {wb['wall_seconds']:.0f} s / "
+            f"{rel['wall_seconds']:.0f} s |"
+        )
+    out += [
+        "",
+        "| self-test | release | claimed ε | white-box bound (CP) | GDP estimate | one-run bound | verdict |",
+        "|" + "---|" * 7,
+    ]
     for key in ("selftest-ndpdc", "selftest-psg"):
         for r in cache.get(key, {}).get("reports", []):
-            out.append(f"| {r['method']} | {r['release']} | {_f(r['claimed_epsilon'])} | "
-                       f"{_f(r['clopper_pearson']['epsilon'])} ({r['clopper_pearson']['statistic']}) | "
-                       f"{_f(r['gaussian_dp']['epsilon'])} | {_f(r['one_run']['epsilon'])} | {r['verdict']} |")
-    out += ["", "| DM | accounted ε | bundle AUC pixel / feature | bundle TPR@0.1 % pixel / feature | "
-            "bundle advantage pixel / feature | init records vs test AUC pixel / feature | "
-            "black-box bound pixel / feature (correct/guesses) | wall |", "|" + "---|" * 8]
+            out.append(
+                f"| {r['method']} | {r['release']} | {_f(r['claimed_epsilon'])} | "
+                f"{_f(r['clopper_pearson']['epsilon'])} ({r['clopper_pearson']['statistic']}) | "
+                f"{_f(r['gaussian_dp']['epsilon'])} | {_f(r['one_run']['epsilon'])} | {r['verdict']} |"
+            )
+    out += [
+        "",
+        "| DM | accounted ε | bundle AUC pixel / feature | bundle TPR@0.1 % pixel / feature | "
+        "bundle advantage pixel / feature | init records vs test AUC pixel / feature | "
+        "black-box bound pixel / feature (correct/guesses) | wall |",
+        "|" + "---|" * 8,
+    ]
     for row in ("dm-init-real", "dm-init-noise"):
         rel = cache.get(row, {}).get("release")
         if rel is None:
             continue
-        s, init, b = rel["bundle_strength"], rel.get("initialisation_strength"), rel["targets"][0]["bounds"]
+        s, init, b = (
+            rel["bundle_strength"],
+            rel.get("initialisation_strength"),
+            rel["targets"][0]["bounds"],
+        )
         pair = lambda key, d=s: f"{_f(d['pixel'][key], 3)} / {_f(d['feature'][key], 3)}"  # noqa: E731
         tpr = f"{_f(s['pixel']['tpr_at_fpr']['0.001'], 3)} / {_f(s['feature']['tpr_at_fpr']['0.001'], 3)}"
-        out.append(f"| {row.replace('dm-', '').replace('-', '=')} | ∞ (not private) | {pair('auc')} | {tpr} | "
-                   f"{pair('advantage')} | {pair('auc', init) if init else 'n/a'} | "
-                   f"{_f(b['pixel']['epsilon'])} ({b['pixel']['correct']}/{b['pixel']['guesses']}) / "
-                   f"{_f(b['feature']['epsilon'])} ({b['feature']['correct']}/{b['feature']['guesses']}) | "
-                   f"{rel['wall_seconds']:.0f} s |")
+        out.append(
+            f"| {row.replace('dm-', '').replace('-', '=')} | ∞ (not private) | {pair('auc')} | {tpr} | "
+            f"{pair('advantage')} | {pair('auc', init) if init else 'n/a'} | "
+            f"{_f(b['pixel']['epsilon'])} ({b['pixel']['correct']}/{b['pixel']['guesses']}) / "
+            f"{_f(b['feature']['epsilon'])} ({b['feature']['correct']}/{b['feature']['guesses']}) | "
+            f"{rel['wall_seconds']:.0f} s |"
+        )
     return "\n".join(out)
 
 
 def write_table(cache: dict) -> None:
-    text = TABLE.read_text() if TABLE.exists() else f"# Audit tightness on digits (REDUCED)\n\n{START}\n{END}\n"
+    text = (
+        TABLE.read_text()
+        if TABLE.exists()
+        else f"# Audit tightness on digits (REDUCED)\n\n{START}\n{END}\n"
+    )
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
     TABLE.write_text(f"{head}{START}\n{tables(cache)}\n{END}{tail}")
@@ -150,19 +198,38 @@ def write_table(cache: dict) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--table", action="store_true", help="only rewrite the tables from the cache")
+    parser.add_argument(
+        "--table", action="store_true", help="only rewrite the tables from the cache"
+    )
     parser.add_argument("--only", choices=[*ROWS, "selftest"], help="run one row")
     args = parser.parse_args()
     cache = load()
     if not args.table:
         import torch
 
-        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")), "unknown") if Path("/proc/cpuinfo").exists() else "unknown"
-        cache.setdefault("meta", {"started": time.strftime("%Y-%m-%d %H:%M"), "torch": torch.__version__,
-                                  "cpu": cpu, "cores": os.cpu_count(),
-                                  "omp_num_threads": os.environ.get("OMP_NUM_THREADS")})
-        for row in ([args.only] if args.only else list(ROWS)):
+        cpu = (
+            next(
+                (
+                    line.split(":", 1)[1].strip()
+                    for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")
+                ),
+                "unknown",
+            )
+            if Path("/proc/cpuinfo").exists()
+            else "unknown"
+        )
+        cache.setdefault(
+            "meta",
+            {
+                "started": time.strftime("%Y-%m-%d %H:%M"),
+                "torch": torch.__version__,
+                "cpu": cpu,
+                "cores": os.cpu_count(),
+                "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            },
+        )
+        for row in [args.only] if args.only else list(ROWS):
             if row == "selftest":
                 continue
             run_row(row, cache)

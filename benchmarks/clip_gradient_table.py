@@ -41,26 +41,48 @@ def merge(record: dict, ours: Path) -> dict:
         mode, _, seed = run.name.rpartition("_s")
         if mode not in MODES or not (run / "eval.json").is_file():
             continue
-        plan, evaluation = json.loads((run / "plan.json").read_text()), json.loads((run / "eval.json").read_text())
-        if abs(plan["noise_multiplier"] - record["noise_multiplier"]) > 1e-9 or plan["data_steps"] != record["steps"]:
-            fail(f"{run}: noise multiplier {plan['noise_multiplier']} / {plan['data_steps']} steps differ from the "
-                 f"table's {record['noise_multiplier']} / {record['steps']}")
+        plan, evaluation = (
+            json.loads((run / "plan.json").read_text()),
+            json.loads((run / "eval.json").read_text()),
+        )
+        if (
+            abs(plan["noise_multiplier"] - record["noise_multiplier"]) > 1e-9
+            or plan["data_steps"] != record["steps"]
+        ):
+            fail(
+                f"{run}: noise multiplier {plan['noise_multiplier']} / {plan['data_steps']} steps differ from the "
+                f"table's {record['noise_multiplier']} / {record['steps']}"
+            )
         protocol = evaluation["protocol"]
         if (protocol["epochs"], protocol["runs"]) != (record["eval_epochs"], record["eval_runs"]):
-            fail(f"{run}/eval.json: {protocol['epochs']} epochs x {protocol['runs']} runs, the table has "
-                 f"{record['eval_epochs']} x {record['eval_runs']}")
+            fail(
+                f"{run}/eval.json: {protocol['epochs']} epochs x {protocol['runs']} runs, the table has "
+                f"{record['eval_epochs']} x {record['eval_runs']}"
+            )
         record["seeds"].setdefault(seed, {})[mode] = {
             "accuracies": [round(a, 4) for a in evaluation["results"]["convnet"]["accuracies"]],
-            "engine": evaluation.get("engine", "?"), "source": str(run)}
+            "engine": evaluation.get("engine", "?"),
+            "source": str(run),
+        }
     return record
 
 
 def paired(record: dict) -> dict:
     seeds = sorted((s for s, m in record["seeds"].items() if set(MODES) <= set(m)), key=int)
-    means = {mode: [statistics.fmean(record["seeds"][s][mode]["accuracies"]) for s in seeds] for mode in MODES}
+    means = {
+        mode: [statistics.fmean(record["seeds"][s][mode]["accuracies"]) for s in seeds]
+        for mode in MODES
+    }
     diffs = [e - d for e, d in zip(means["exact"], means["detached"])]
-    out = {"seeds": seeds, "diffs": diffs, "mean_diff": statistics.fmean(diffs) if diffs else math.nan,
-           "exact_ahead": sum(d > 0 for d in diffs), "t": math.nan, "p": math.nan, "sign_p": math.nan}
+    out = {
+        "seeds": seeds,
+        "diffs": diffs,
+        "mean_diff": statistics.fmean(diffs) if diffs else math.nan,
+        "exact_ahead": sum(d > 0 for d in diffs),
+        "t": math.nan,
+        "p": math.nan,
+        "sign_p": math.nan,
+    }
     if len(seeds) > 1:
         test = stats.ttest_rel(means["exact"], means["detached"])
         out["t"], out["p"] = float(test.statistic), float(test.pvalue)
@@ -71,42 +93,70 @@ def paired(record: dict) -> dict:
 
 
 def runs_cell(accuracies: list[float]) -> str:
-    return (f"{statistics.fmean(accuracies):.2f} ± {statistics.pstdev(accuracies):.2f} "
-            f"({', '.join(f'{a:.2f}' for a in accuracies)})")
+    return (
+        f"{statistics.fmean(accuracies):.2f} ± {statistics.pstdev(accuracies):.2f} "
+        f"({', '.join(f'{a:.2f}' for a in accuracies)})"
+    )
 
 
 def section(record: dict) -> str:
     test = paired(record)
-    lines = [BEGIN, f"Written by `benchmarks/clip_gradient_table.py` from `clip_gradient_fashion_mnist_cpu.json`. "
-             f"**REDUCED PROTOCOL**: {record['steps']} condensation iterations, evaluation {record['eval_epochs']} "
-             f"epochs x {record['eval_runs']} runs.", "",
-             "| seed | `exact` | `detached` | exact − detached | evaluated by |", "|---|---|---|---|---|"]
+    lines = [
+        BEGIN,
+        f"Written by `benchmarks/clip_gradient_table.py` from `clip_gradient_fashion_mnist_cpu.json`. "
+        f"**REDUCED PROTOCOL**: {record['steps']} condensation iterations, evaluation {record['eval_epochs']} "
+        f"epochs x {record['eval_runs']} runs.",
+        "",
+        "| seed | `exact` | `detached` | exact − detached | evaluated by |",
+        "|---|---|---|---|---|",
+    ]
     for seed, diff in zip(test["seeds"], test["diffs"]):
         modes = record["seeds"][seed]
         engines = sorted({modes[m]["engine"].split(" (")[0] for m in MODES})
-        lines.append(f"| {seed} | {runs_cell(modes['exact']['accuracies'])} | "
-                     f"{runs_cell(modes['detached']['accuracies'])} | {diff:+.2f} | {' / '.join(engines)} |")
-    pooled = {m: [a for s in test["seeds"] for a in record["seeds"][s][m]["accuracies"]] for m in MODES}
-    lines.append(f"| all {len(pooled['exact'])} runs | **{statistics.fmean(pooled['exact']):.2f} ± "
-                 f"{statistics.pstdev(pooled['exact']):.2f}** | {statistics.fmean(pooled['detached']):.2f} ± "
-                 f"{statistics.pstdev(pooled['detached']):.2f} | {test['mean_diff']:+.2f} | |")
+        lines.append(
+            f"| {seed} | {runs_cell(modes['exact']['accuracies'])} | "
+            f"{runs_cell(modes['detached']['accuracies'])} | {diff:+.2f} | {' / '.join(engines)} |"
+        )
+    pooled = {
+        m: [a for s in test["seeds"] for a in record["seeds"][s][m]["accuracies"]] for m in MODES
+    }
+    lines.append(
+        f"| all {len(pooled['exact'])} runs | **{statistics.fmean(pooled['exact']):.2f} ± "
+        f"{statistics.pstdev(pooled['exact']):.2f}** | {statistics.fmean(pooled['detached']):.2f} ± "
+        f"{statistics.pstdev(pooled['detached']):.2f} | {test['mean_diff']:+.2f} | |"
+    )
     n = len(test["seeds"])
-    lines += ["", f"Paired over the {n} condensation seeds (seed means): exact − detached = "
-              f"{', '.join(f'{d:+.2f}' for d in test['diffs'])}; mean {test['mean_diff']:+.2f} points "
-              f"(std of the differences {statistics.stdev(test['diffs']) if n > 1 else math.nan:.2f}); paired t = "
-              f"{test['t']:.2f} (df {n - 1}), two-sided p = {test['p']:.2f}; sign: exact ahead at "
-              f"{test['exact_ahead']} of {n} seeds (two-sided sign-test p = {test['sign_p']:.2f}).", "",
-              f"**Default: `{test['default']}`.** Rule: `exact` stays unless `detached` is ahead with paired "
-              f"p < {ALPHA}. " + ("It is: the default changes to `detached`." if test["default"] == "detached" else
-                                  "It is not, so `exact` (the true gradient of the stated loss) stays; the two modes "
-                                  "are not distinguishable at this protocol."), END]
+    lines += [
+        "",
+        f"Paired over the {n} condensation seeds (seed means): exact − detached = "
+        f"{', '.join(f'{d:+.2f}' for d in test['diffs'])}; mean {test['mean_diff']:+.2f} points "
+        f"(std of the differences {statistics.stdev(test['diffs']) if n > 1 else math.nan:.2f}); paired t = "
+        f"{test['t']:.2f} (df {n - 1}), two-sided p = {test['p']:.2f}; sign: exact ahead at "
+        f"{test['exact_ahead']} of {n} seeds (two-sided sign-test p = {test['sign_p']:.2f}).",
+        "",
+        f"**Default: `{test['default']}`.** Rule: `exact` stays unless `detached` is ahead with paired "
+        f"p < {ALPHA}. "
+        + (
+            "It is: the default changes to `detached`."
+            if test["default"] == "detached"
+            else "It is not, so `exact` (the true gradient of the stated loss) stays; the two modes "
+            "are not distinguishable at this protocol."
+        ),
+        END,
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ours", type=Path, help="OUT_DIR of benchmarks/clip_gradient.sh (omit: redraw from the json)")
-    parser.add_argument("--json", type=Path, default=RESULTS / "clip_gradient_fashion_mnist_cpu.json")
+    parser.add_argument(
+        "--ours",
+        type=Path,
+        help="OUT_DIR of benchmarks/clip_gradient.sh (omit: redraw from the json)",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=RESULTS / "clip_gradient_fashion_mnist_cpu.json"
+    )
     parser.add_argument("--md", type=Path, default=RESULTS / "clip_gradient_fashion_mnist_cpu.md")
     args = parser.parse_args(argv)
     if not args.json.is_file():

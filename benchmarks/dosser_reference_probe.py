@@ -35,7 +35,9 @@ def main(reference: str) -> None:
             utils.DiffAugment(images, "color_crop_cutout_flip_scale_rotate", seed=seed, param=param)
             draws.append(4.2969 * torch.randn_like(clean_sum) * 1.0)
         same = all(torch.equal(draws[0], d) for d in draws[1:])
-        print(f"entry with DSA seed {seed}: noise identical across 5 reuses: {same}; std {torch.stack(draws).std():.3f}")
+        print(
+            f"entry with DSA seed {seed}: noise identical across 5 reuses: {same}; std {torch.stack(draws).std():.3f}"
+        )
 
 
 if __name__ == "__main__":

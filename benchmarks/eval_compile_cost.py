@@ -58,11 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", type=int, default=100)
     args = parser.parse_args(argv)
     for size in args.size:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1",
-                   TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="eval_compile_cost_"))
+        env = dict(
+            os.environ,
+            PYTHONPATH=str(ROOT),
+            OMP_NUM_THREADS="1",
+            TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="eval_compile_cost_"),
+        )
         load = os.getloadavg()[0]
-        done = subprocess.run([sys.executable, "-c", CHILD, str(size), str(args.images)], env=env,
-                              capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD, str(size), str(args.images)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
         if not line:
             raise SystemExit(f"error: size {size} failed:\n{done.stderr[-2000:]}")
@@ -71,9 +79,12 @@ def main(argv: list[str] | None = None) -> int:
         saving = r["eager"]["step"] - r["compiled"]["step"]
         pixels = size * size
         cross = compile_s / saving if saving > 0 else float("inf")
-        print(f"| {size}x{size} | {args.images} | {r['eager']['step']:.3f} | {r['compiled']['step']:.3f} | "
-              f"{compile_s:.1f} | {saving / (args.images * pixels):.2e} | {cross:.0f} | "
-              f"{cross * args.images * pixels / 1e6:.1f} | {load:.1f}-{os.getloadavg()[0]:.1f} |", flush=True)
+        print(
+            f"| {size}x{size} | {args.images} | {r['eager']['step']:.3f} | {r['compiled']['step']:.3f} | "
+            f"{compile_s:.1f} | {saving / (args.images * pixels):.2e} | {cross:.0f} | "
+            f"{cross * args.images * pixels / 1e6:.1f} | {load:.1f}-{os.getloadavg()[0]:.1f} |",
+            flush=True,
+        )
     return 0
 
 

@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,11 +46,21 @@ print("RESULT " + json.dumps({"wall": time.perf_counter() - start, "accuracies":
 
 
 def run_once(tree: Path, epochs: int, runs: int, compile: str = "default") -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-               TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="eval_defaults_inductor_"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(tree),
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        TORCHINDUCTOR_CACHE_DIR=tempfile.mkdtemp(prefix="eval_defaults_inductor_"),
+    )
     load = os.getloadavg()[0]
-    done = subprocess.run([sys.executable, "-c", CHILD, str(epochs), str(runs), compile], env=env, capture_output=True,
-                          text=True, cwd=tempfile.gettempdir())
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(epochs), str(runs), compile],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     line = [x for x in done.stdout.splitlines() if x.startswith("RESULT ")]
     if done.returncode != 0 or not line:
         raise SystemExit(f"error: evaluation in {tree} failed:\n{done.stderr[-3000:]}")
@@ -64,10 +73,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old-label", default="2682e78")
     parser.add_argument("--protocol", action="append", required=True, help="EPOCHSxRUNS, e.g. 60x5")
     parser.add_argument("--repeats", type=int, default=1, help="evaluations per side and protocol")
-    parser.add_argument("--crossover", action="store_true",
-                        help="instead of old vs new: this tree with eval.compile=false vs true (the compile crossover)")
-    parser.add_argument("--only-new", action="store_true", help="time this tree only (the old column stays empty)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md")
+    parser.add_argument(
+        "--crossover",
+        action="store_true",
+        help="instead of old vs new: this tree with eval.compile=false vs true (the compile crossover)",
+    )
+    parser.add_argument(
+        "--only-new", action="store_true", help="time this tree only (the old column stays empty)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md"
+    )
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -77,17 +93,24 @@ def main(argv: list[str] | None = None) -> int:
         accs: dict[str, list[float]] = {"old": [], "new": []}
         loads = []
         for _ in range(args.repeats):
-            sides = ((("old", args.old_tree, "false"), ("new", ROOT, "true")) if args.crossover
-                     else (("old", args.old_tree, "default"), ("new", ROOT, "default")))
+            sides = (
+                (("old", args.old_tree, "false"), ("new", ROOT, "true"))
+                if args.crossover
+                else (("old", args.old_tree, "default"), ("new", ROOT, "default"))
+            )
             for side, tree, compile in sides[1:] if args.only_new else sides:
                 result = run_once(ROOT if args.crossover else tree, epochs, runs, compile)
                 times[side].append(result["wall"])
                 accs[side] = result["accuracies"]
                 loads.append(result["load"])
-                print(f"{spec} {side}: {result['wall']:.1f} s, mean acc {100 * statistics.mean(result['accuracies']):.2f} %",
-                      flush=True)
+                print(
+                    f"{spec} {side}: {result['wall']:.1f} s, mean acc {100 * statistics.mean(result['accuracies']):.2f} %",
+                    flush=True,
+                )
         rows.append((epochs, runs, times, accs, loads))
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))  # the raw times, to re-render
+    args.out.with_suffix(".json").write_text(
+        json.dumps(rows, indent=1)
+    )  # the raw times, to re-render
     text = render_crossover(rows, args) if args.crossover else render(rows, args)
     args.out.write_text(text)
     print(text)
@@ -103,8 +126,8 @@ def render(rows, args) -> str:
         "Written by `benchmarks/eval_defaults_speed.py` (see its docstring). **REDUCED PROTOCOLS** (the paper's is "
         "1000 epochs x 5 runs; the 1000-epoch row has fewer runs, as it says).",
         "",
-        f"- set: digits (scikit-learn), random real subset 10 per class = 100 images 1x16x16, seed 0; test split 359 "
-        f"images; ConvNet (width 128, depth 3, instance norm); `train_and_test` with its defaults (accelerator cpu)",
+        "- set: digits (scikit-learn), random real subset 10 per class = 100 images 1x16x16, seed 0; test split 359 "
+        "images; ConvNet (width 128, depth 3, instance norm); `train_and_test` with its defaults (accelerator cpu)",
         f"- device: this project's 2-core CPU, SHARED with other engineers' jobs (load average shown), torch "
         f"{torch.__version__}, OMP_NUM_THREADS=1, one thread per evaluation",
         "- every evaluation in a fresh process with an EMPTY inductor cache (compilation timed in full: the first "
@@ -124,10 +147,15 @@ def render(rows, args) -> str:
             f"{', '.join(f'{t:.1f}' for t in times['new'])} | **{old / new:.2f}x** | "
             f"{1000 * old / (epochs * runs):.0f} / {1000 * new / ((epochs + 1) * runs):.0f} | "
             f"{100 * statistics.mean(accs['old'] or [float('nan')]):.2f} | {100 * statistics.mean(accs['new']):.2f} | "
-            f"{min(loads):.1f}-{max(loads):.1f} |")
+            f"{min(loads):.1f}-{max(loads):.1f} |"
+        )
     cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
-    lines += ["", f"Reproduce: `git archive {args.old_label} | tar -x -C /tmp/old; OMP_NUM_THREADS=1 python "
-                  f"benchmarks/eval_defaults_speed.py --old-tree /tmp/old {cmd} --repeats {args.repeats}`", ""]
+    lines += [
+        "",
+        f"Reproduce: `git archive {args.old_label} | tar -x -C /tmp/old; OMP_NUM_THREADS=1 python "
+        f"benchmarks/eval_defaults_speed.py --old-tree /tmp/old {cmd} --repeats {args.repeats}`",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -154,19 +182,32 @@ def render_crossover(rows, args) -> str:
         eager, compiled = statistics.mean(times["old"]), statistics.mean(times["new"])
         steps = (epochs + 1) * runs
         points.append((steps, compiled - eager))
-        lines.append(f"| {epochs} epochs x {runs} run(s) | {steps} | {eager:.1f} | {compiled:.1f} | "
-                     f"{compiled - eager:+.1f} | {min(loads):.1f}-{max(loads):.1f} |")
+        lines.append(
+            f"| {epochs} epochs x {runs} run(s) | {steps} | {eager:.1f} | {compiled:.1f} | "
+            f"{compiled - eager:+.1f} | {min(loads):.1f}-{max(loads):.1f} |"
+        )
     if len(points) >= 2:
         (n1, d1), (n2, d2) = points[0], points[-1]
         saving = (d1 - d2) / (n2 - n1)  # seconds saved per step
         once = d1 + saving * n1  # the one-off cost of compiling
-        lines += ["", f"Fit through the first and last row: compiling costs {once:.1f} s once and saves "
-                      f"{saving * 1000:.1f} ms per 100-image step"
-                  + (f", so it pays back after **{once / saving:.0f} steps** ({once / saving * 100 * 256 / 1e6:.1f} M "
-                     "pixel-images at 16x16)." if saving > 0 else "; it does not pay back here.")]
+        lines += [
+            "",
+            f"Fit through the first and last row: compiling costs {once:.1f} s once and saves "
+            f"{saving * 1000:.1f} ms per 100-image step"
+            + (
+                f", so it pays back after **{once / saving:.0f} steps** ({once / saving * 100 * 256 / 1e6:.1f} M "
+                "pixel-images at 16x16)."
+                if saving > 0
+                else "; it does not pay back here."
+            ),
+        ]
     cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
-    lines += ["", f"Reproduce: `OMP_NUM_THREADS=1 python benchmarks/eval_defaults_speed.py --old-tree . --crossover {cmd} "
-                  f"--repeats {args.repeats} --out ...`", ""]
+    lines += [
+        "",
+        f"Reproduce: `OMP_NUM_THREADS=1 python benchmarks/eval_defaults_speed.py --old-tree . --crossover {cmd} "
+        f"--repeats {args.repeats} --out ...`",
+        "",
+    ]
     return "\n".join(lines)
 
 

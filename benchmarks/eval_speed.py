@@ -37,8 +37,14 @@ from ndpdc_speed import cpu_model  # noqa: E402
 def _task(images, labels, data, *, model, protocol, seed):
     from dpdc_lightning.evaluation import EvalTask
 
-    return EvalTask(images=images, labels=labels, model=model, num_classes=data.num_classes, protocol=protocol,
-                    seed=seed)
+    return EvalTask(
+        images=images,
+        labels=labels,
+        model=model,
+        num_classes=data.num_classes,
+        protocol=protocol,
+        seed=seed,
+    )
 
 
 def _old_run(images, labels, data, *, model, protocol, seed, run):
@@ -48,8 +54,12 @@ def _old_run(images, labels, data, *, model, protocol, seed, run):
     from dpdc_lightning.evaluation.engines import engine_class
 
     engine = engine_class("lightning")(torch.device("cpu"), accelerator="cpu")
-    trained = engine.train(_task(images, labels, data, model=model, protocol=protocol, seed=seed), [run])
-    (accuracy,) = engine.test(trained, data.test_images, data.test_labels, batch_size=protocol.test_batch_size)
+    trained = engine.train(
+        _task(images, labels, data, model=model, protocol=protocol, seed=seed), [run]
+    )
+    (accuracy,) = engine.test(
+        trained, data.test_images, data.test_labels, batch_size=protocol.test_batch_size
+    )
     return accuracy
 
 
@@ -61,10 +71,15 @@ def _new_run(images, labels, data, *, model, protocol, seed, run, stacked, compi
     from dpdc_lightning.evaluation.engines import engine_class
     from dpdc_lightning.evaluation.engines.cost import CompilePlan
 
-    engine = engine_class("stacked" if stacked else "sequential")(torch.device("cpu"),
-                                                                  compile=CompilePlan(train=compile, test=compile))
-    trained = engine.train(_task(images, labels, data, model=model, protocol=protocol, seed=seed), run)
-    return engine.test(trained, data.test_images, data.test_labels, batch_size=protocol.test_batch_size)
+    engine = engine_class("stacked" if stacked else "sequential")(
+        torch.device("cpu"), compile=CompilePlan(train=compile, test=compile)
+    )
+    trained = engine.train(
+        _task(images, labels, data, model=model, protocol=protocol, seed=seed), run
+    )
+    return engine.test(
+        trained, data.test_images, data.test_labels, batch_size=protocol.test_batch_size
+    )
 
 
 def _stats(values: list[float]) -> tuple[float, float]:
@@ -74,27 +89,37 @@ def _stats(values: list[float]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run-dir", required=True, help="a condensation bundle (its images, data set and seed)")
+    parser.add_argument(
+        "--run-dir", required=True, help="a condensation bundle (its images, data set and seed)"
+    )
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--model", default="convnet")
     parser.add_argument("--new", choices=("sequential", "stacked"), default="sequential")
     parser.add_argument("--compile", choices=("true", "false"), default="true")
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--warm-cache", action="store_true", help="keep the existing inductor cache")
-    parser.add_argument("--label", default=None, help="section name in the output file (default: dataset-model)")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_speed_cpu.md")
+    parser.add_argument(
+        "--warm-cache", action="store_true", help="keep the existing inductor cache"
+    )
+    parser.add_argument(
+        "--label", default=None, help="section name in the output file (default: dataset-model)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_speed_cpu.md"
+    )
     args = parser.parse_args(argv)
-    if not args.warm_cache:  # before torch is imported: a cold cache, so compilation is timed in full
+    if (
+        not args.warm_cache
+    ):  # before torch is imported: a cold cache, so compilation is timed in full
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="eval_speed_inductor_")
 
     import torch
     from omegaconf import OmegaConf
 
-    from dpdc_lightning.engine.planning import load_data
     from dpdc_lightning.config import validate
-    from dpdc_lightning.evaluation import EvalProtocol
     from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
+    from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.evaluation import EvalProtocol
 
     torch.set_num_threads(args.threads)
     bundle = load_bundle(args.run_dir)
@@ -115,14 +140,27 @@ def main(argv: list[str] | None = None) -> int:
             accuracies["old"].append(_old_run(images, labels, data, run=r, **common))
             times["old"].append(time.perf_counter() - start)
             loads.append(os.getloadavg()[0])
-            print(f"old run {r}: {times['old'][-1]:.1f} s, {100 * accuracies['old'][-1]:.2f} %", flush=True)
+            print(
+                f"old run {r}: {times['old'][-1]:.1f} s, {100 * accuracies['old'][-1]:.2f} %",
+                flush=True,
+            )
         start = time.perf_counter()
-        accuracies["new"] += _new_run(images, labels, data, run=group, stacked=args.new == "stacked",
-                                      compile=compile, **common)
+        accuracies["new"] += _new_run(
+            images,
+            labels,
+            data,
+            run=group,
+            stacked=args.new == "stacked",
+            compile=compile,
+            **common,
+        )
         times["new"].append(time.perf_counter() - start)
         loads.append(os.getloadavg()[0])
-        print(f"new runs {group}: {times['new'][-1]:.1f} s, "
-              f"{', '.join(f'{100 * a:.2f}' for a in accuracies['new'][-len(group):])} %", flush=True)
+        print(
+            f"new runs {group}: {times['new'][-1]:.1f} s, "
+            f"{', '.join(f'{100 * a:.2f}' for a in accuracies['new'][-len(group) :])} %",
+            flush=True,
+        )
     label = args.label or f"{config.dataset.name}-{args.model}"
     section = _section(label, args, config, bundle, protocol, data, times, accuracies, loads, torch)
     _write(args.out, label, section)
@@ -140,13 +178,14 @@ def _section(label, args, config, bundle, protocol, data, times, accuracies, loa
     cache = "warm (user's)" if args.warm_cache else "cold (fresh, compilation included)"
     lines = [
         f"<!-- eval_speed:{label} -->",
-        f"### {label}: {args.model} on {config.dataset.name}" + (" — REDUCED PROTOCOL" if reduced else ""),
+        f"### {label}: {args.model} on {config.dataset.name}"
+        + (" — REDUCED PROTOCOL" if reduced else ""),
         "",
         f"- synthetic set: `{args.run_dir}` ({config.method.name}, {len(bundle.labels)} images, "
         f"IPC {config.method.ipc}, ε = {'∞' if eps is None else f'{eps:.4f}'}, δ = {bundle.report.get('delta')}); "
         f"test split {len(data.test_labels)} images; seed {config.seed}",
         f"- protocol: {protocol.describe(args.model)}"
-        + (f" — **REDUCED** (paper: 1000 epochs x 5 runs)" if reduced else ""),
+        + (" — **REDUCED** (paper: 1000 epochs x 5 runs)" if reduced else ""),
         f"- device: {cpu_model()} — 2-core AMD EPYC (AVX2), shared; torch {torch.__version__}, "
         f"{args.threads} thread(s); load average (1 min) {min(loads):.2f}–{max(loads):.2f} during the runs",
         f"- old: Lightning Trainer per run (`eval.engine=lightning`); new: `eval.engine={args.new}` ({engine}); "
@@ -162,10 +201,14 @@ def _section(label, args, config, bundle, protocol, data, times, accuracies, loa
         f"**Speed-up {old_wall / new_wall:.2f}x** (old wall / new wall); difference of means {nm - om:+.2f} points, "
         f"{'within' if within else 'NOT within'} one std ({max(osd, nsd):.2f}).",
     ]
-    if len(times["new"]) > 1:  # runs after the first reuse the compiled step: the cost once compiled
+    if (
+        len(times["new"]) > 1
+    ):  # runs after the first reuse the compiled step: the cost once compiled
         steady = statistics.mean(times["old"][1:]) / statistics.mean(times["new"][1:])
-        lines.append(f"Runs 2 on (the first one pays any compilation): {steady:.2f}x per run "
-                     f"(old {statistics.mean(times['old'][1:]):.1f} s, new {statistics.mean(times['new'][1:]):.1f} s).")
+        lines.append(
+            f"Runs 2 on (the first one pays any compilation): {steady:.2f}x per run "
+            f"(old {statistics.mean(times['old'][1:]):.1f} s, new {statistics.mean(times['new'][1:]):.1f} s)."
+        )
     lines += [
         "",
         "Reproduce: `OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/eval_speed.py "
@@ -189,7 +232,7 @@ def _write(path: Path, label: str, section: str) -> None:
     text = path.read_text() if path.exists() else HEADER
     start, end = f"<!-- eval_speed:{label} -->", f"<!-- /eval_speed:{label} -->"
     if start in text and end in text:
-        text = text[: text.index(start)] + section + text[text.index(end) + len(end) + 1:]
+        text = text[: text.index(start)] + section + text[text.index(end) + len(end) + 1 :]
     else:
         text = text.rstrip("\n") + "\n\n" + section
     path.parent.mkdir(parents=True, exist_ok=True)

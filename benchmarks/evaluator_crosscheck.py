@@ -34,7 +34,9 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:  # run as a script from anywhere: our package, not an installed one
+if (
+    str(REPO_ROOT) not in sys.path
+):  # run as a script from anywhere: our package, not an installed one
     sys.path.insert(0, str(REPO_ROOT))
 
 from dpdc_lightning.data import load_dataset  # noqa: E402
@@ -55,21 +57,39 @@ def main(argv: list[str] | None = None) -> int:
     evaluators = args.evaluators.split(",")
     unknown = [e for e in evaluators if e not in EVALUATORS]
     if unknown:
-        raise SystemExit(f"error: unknown evaluator(s) {unknown}; choose from {', '.join(EVALUATORS)}")
-    reference = _import_reference(Path(args.reference)) if any(
-        e.startswith("reference") for e in evaluators) else None
+        raise SystemExit(
+            f"error: unknown evaluator(s) {unknown}; choose from {', '.join(EVALUATORS)}"
+        )
+    reference = (
+        _import_reference(Path(args.reference))
+        if any(e.startswith("reference") for e in evaluators)
+        else None
+    )
 
     rows = []
     for name in evaluators:
         print(f"== {name}: {args.runs} runs of {args.epochs} epochs", flush=True)
         if name.startswith("reference"):
             accuracies, seconds = _run_reference(
-                reference, images, labels, data, epochs=args.epochs, runs=args.runs,
-                mode="M" if name == "reference-all" else "S", seed=args.seed)
+                reference,
+                images,
+                labels,
+                data,
+                epochs=args.epochs,
+                runs=args.runs,
+                mode="M" if name == "reference-all" else "S",
+                seed=args.seed,
+            )
         else:
             accuracies, seconds = _run_ours(
-                images, labels, data, epochs=args.epochs, runs=args.runs,
-                mode=name.split("-", 1)[1], seed=args.seed)
+                images,
+                labels,
+                data,
+                epochs=args.epochs,
+                runs=args.runs,
+                mode=name.split("-", 1)[1],
+                seed=args.seed,
+            )
         rows.append((name, accuracies, seconds))
         print(f"   {name}: {_cell(accuracies)} %, {seconds:.0f} s per run", flush=True)
         # Written after every evaluator so a long cross-check interrupted later keeps its rows.
@@ -83,20 +103,35 @@ def main(argv: list[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synthetic", required=True, help="tensor file with images and labels")
-    parser.add_argument("--reference", required=True,
-                        help="a checkout of VICO-UoE/DatasetCondensation (its utils.py is imported)")
+    parser.add_argument(
+        "--reference",
+        required=True,
+        help="a checkout of VICO-UoE/DatasetCondensation (its utils.py is imported)",
+    )
     parser.add_argument("--reference-commit", default="unknown", help="commit of that checkout")
     parser.add_argument("--dataset", default="fashion_mnist")
     parser.add_argument("--epochs", type=int, default=300, help="the reference's epoch_eval_train")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads (1 is fastest on a 2-core machine shared with other work)")
-    parser.add_argument("--evaluators", default="reference,ours-single,ours-all",
-                        help=f"comma-separated subset of {', '.join(EVALUATORS)}")
-    parser.add_argument("--synthetic-origin", default="",
-                        help="how the synthetic set was made (a command), for the results file")
-    parser.add_argument("--out", default=str(REPO_ROOT / "benchmarks/results/evaluator_crosscheck.md"))
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (1 is fastest on a 2-core machine shared with other work)",
+    )
+    parser.add_argument(
+        "--evaluators",
+        default="reference,ours-single,ours-all",
+        help=f"comma-separated subset of {', '.join(EVALUATORS)}",
+    )
+    parser.add_argument(
+        "--synthetic-origin",
+        default="",
+        help="how the synthetic set was made (a command), for the results file",
+    )
+    parser.add_argument(
+        "--out", default=str(REPO_ROOT / "benchmarks/results/evaluator_crosscheck.md")
+    )
     return parser
 
 
@@ -107,13 +142,30 @@ def _import_reference(path: Path) -> ModuleType:
     return importlib.import_module("utils")
 
 
-def _run_reference(ref: ModuleType, images: torch.Tensor, labels: torch.Tensor, data,
-                   *, epochs: int, runs: int, mode: str, seed: int) -> tuple[list[float], float]:
+def _run_reference(
+    ref: ModuleType,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    data,
+    *,
+    epochs: int,
+    runs: int,
+    mode: str,
+    seed: int,
+) -> tuple[list[float], float]:
     param = ref.ParamDiffAug()
     param.aug_mode = mode
     # The attributes the reference's evaluate_synset / epoch read, set as its main scripts do.
-    args = SimpleNamespace(device="cpu", lr_net=0.01, epoch_eval_train=epochs, batch_train=256,
-                           dsa=True, dsa_strategy=STRATEGY, dsa_param=param, dc_aug_param=None)
+    args = SimpleNamespace(
+        device="cpu",
+        lr_net=0.01,
+        epoch_eval_train=epochs,
+        batch_train=256,
+        dsa=True,
+        dsa_strategy=STRATEGY,
+        dsa_param=param,
+        dc_aug_param=None,
+    )
     test = TensorDataset(data.test_images, data.test_labels)
     testloader = DataLoader(test, batch_size=256, shuffle=False, num_workers=0)
     channels, size = images.shape[1], tuple(images.shape[2:])
@@ -124,7 +176,9 @@ def _run_reference(ref: ModuleType, images: torch.Tensor, labels: torch.Tensor, 
         net = ref.get_network("ConvNet", channels, data.num_classes, size)
         net.register_forward_pre_hook(_standard_strides)
         torch.manual_seed(seed * 1000 + run)
-        _, _, accuracy = ref.evaluate_synset(run, net, images.clone(), labels.clone(), testloader, args)
+        _, _, accuracy = ref.evaluate_synset(
+            run, net, images.clone(), labels.clone(), testloader, args
+        )
         accuracies.append(float(accuracy))
     return accuracies, (time.perf_counter() - start) / runs
 
@@ -137,14 +191,29 @@ def _standard_strides(module: torch.nn.Module, inputs: tuple) -> tuple:
     return tuple(x.clone(memory_format=torch.contiguous_format) for x in inputs)
 
 
-def _run_ours(images: torch.Tensor, labels: torch.Tensor, data, *, epochs: int, runs: int,
-              mode: str, seed: int) -> tuple[list[float], float]:
+def _run_ours(
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    data,
+    *,
+    epochs: int,
+    runs: int,
+    mode: str,
+    seed: int,
+) -> tuple[list[float], float]:
     protocol = EvalProtocol(epochs=epochs, runs=runs, dsa_strategy=STRATEGY, dsa_mode=mode)
     start = time.perf_counter()
-    accuracies = train_and_test(images, labels, test_images=data.test_images,
-                                test_labels=data.test_labels, model="convnet",
-                                num_classes=data.num_classes, protocol=protocol, seed=seed,
-                                accelerator="cpu")
+    accuracies = train_and_test(
+        images,
+        labels,
+        test_images=data.test_images,
+        test_labels=data.test_labels,
+        model="convnet",
+        num_classes=data.num_classes,
+        protocol=protocol,
+        seed=seed,
+        accelerator="cpu",
+    )
     return accuracies, (time.perf_counter() - start) / runs
 
 
@@ -177,17 +246,26 @@ def _markdown(rows, args, images: torch.Tensor, labels: torch.Tensor, argv: list
         "| evaluator | DSA mode | accuracy (%) | runs | per-run accuracies (%) | s / run |",
         "|---|---|---|---|---|---|",
     ]
-    modes = {"reference": "single ('S')", "reference-all": "all ('M')",
-             "ours-single": "single", "ours-all": "all"}
+    modes = {
+        "reference": "single ('S')",
+        "reference-all": "all ('M')",
+        "ours-single": "single",
+        "ours-all": "all",
+    }
     for name, accuracies, seconds in rows:
         each = ", ".join(f"{100 * a:.2f}" for a in accuracies)
-        lines.append(f"| {name} | {modes[name]} | {_cell(accuracies)} | {len(accuracies)} | {each} "
-                     f"| {seconds:.0f} |")
+        lines.append(
+            f"| {name} | {modes[name]} | {_cell(accuracies)} | {len(accuracies)} | {each} "
+            f"| {seconds:.0f} |"
+        )
     means = {name: 100 * statistics.mean(acc) for name, acc, _ in rows}
     if "reference" in means and "ours-single" in means:
         gap = means["ours-single"] - means["reference"]
         verdict = "within" if math.fabs(gap) <= 2.0 else "NOT within"
-        lines += ["", f"ours-single - reference = {gap:+.2f} points ({verdict} the 2-point criterion)."]
+        lines += [
+            "",
+            f"ours-single - reference = {gap:+.2f} points ({verdict} the 2-point criterion).",
+        ]
     lines += ["", END]
     return "\n".join(lines) + "\n"
 

@@ -22,40 +22,92 @@ import argparse
 import ast
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
 
 PACKAGE = "dpdc_lightning"
 # The declared layers, bottom (0) to top. Rooms of older layouts are placed where their code lives
 # in the target layout, so that the same rule measures before and after.
 RANKS = {
-    "errors": 0, "lazy": 0, "seeding": 0, "tensor_files": 0,
+    "errors": 0,
+    "lazy": 0,
+    "seeding": 0,
+    "tensor_files": 0,
     "privacy": 1,
-    "data": 2, "models": 2, "augment": 2,
-    "config": 3, "schema": 3, "overrides": 3,
-    "methods": 4, "memory": 4,
-    "engine": 5, "training": 5, "condense": 5, "progress": 5, "tensorboard": 5, "image_grid": 5,
+    "data": 2,
+    "models": 2,
+    "augment": 2,
+    "config": 3,
+    "schema": 3,
+    "overrides": 3,
+    "methods": 4,
+    "memory": 4,
+    "engine": 5,
+    "training": 5,
+    "condense": 5,
+    "progress": 5,
+    "tensorboard": 5,
+    "image_grid": 5,
     "checkpoint_io": 5,
-    "evaluation": 6, "audit": 6,
-    "cli": 7, "commands": 7, "sweep": 7, "sweep_summary": 7, "export": 7, PACKAGE: 7,
+    "evaluation": 6,
+    "audit": 6,
+    "cli": 7,
+    "commands": 7,
+    "sweep": 7,
+    "sweep_summary": 7,
+    "export": 7,
+    PACKAGE: 7,
 }
 # The path of privacy.noise_multiplier, file by file, from YAML to the accountant.
 NOISE_MULTIPLIER_PATHS = {
-    "before": ["conf/privacy/default.yaml", "overrides.py", "config.py", "schema.py", "config.py", "commands.py",
-               "training.py", "condense.py", "methods/ndpdc.py", "methods/base.py", "privacy/plan.py", "condense.py",
-               "methods/base.py", "methods/ndpdc.py", "privacy/mechanisms.py", "methods/base.py",
-               "privacy/callback.py", "privacy/plan.py", "privacy/accounting.py"],
-    "after": ["conf/privacy/default.yaml", "config/schema.py", "engine/planning.py", "methods/base.py",
-              "privacy/plan.py", "methods/base.py", "methods/ndpdc.py", "privacy/mechanisms.py", "methods/base.py",
-              "engine/method_module.py", "engine/privacy_callback.py", "privacy/budget.py", "privacy/accounting.py"],
+    "before": [
+        "conf/privacy/default.yaml",
+        "overrides.py",
+        "config.py",
+        "schema.py",
+        "config.py",
+        "commands.py",
+        "training.py",
+        "condense.py",
+        "methods/ndpdc.py",
+        "methods/base.py",
+        "privacy/plan.py",
+        "condense.py",
+        "methods/base.py",
+        "methods/ndpdc.py",
+        "privacy/mechanisms.py",
+        "methods/base.py",
+        "privacy/callback.py",
+        "privacy/plan.py",
+        "privacy/accounting.py",
+    ],
+    "after": [
+        "conf/privacy/default.yaml",
+        "config/schema.py",
+        "engine/planning.py",
+        "methods/base.py",
+        "privacy/plan.py",
+        "methods/base.py",
+        "methods/ndpdc.py",
+        "privacy/mechanisms.py",
+        "methods/base.py",
+        "engine/method_module.py",
+        "engine/privacy_callback.py",
+        "privacy/budget.py",
+        "privacy/accounting.py",
+    ],
 }
 
 
 @dataclass
 class Graph:
-    modules: dict[str, set[str]] = field(default_factory=dict)  # module -> package modules it imports
-    external: dict[str, set[str]] = field(default_factory=dict)  # module -> top-level external names
+    modules: dict[str, set[str]] = field(
+        default_factory=dict
+    )  # module -> package modules it imports
+    external: dict[str, set[str]] = field(
+        default_factory=dict
+    )  # module -> top-level external names
     lines: dict[str, int] = field(default_factory=dict)
 
     @staticmethod
@@ -67,8 +119,12 @@ class Graph:
         return {self.room(m) for m in self.modules}
 
     def arrows(self) -> set[tuple[str, str]]:
-        return {(self.room(a), self.room(b)) for a, targets in self.modules.items() for b in targets
-                if self.room(a) != self.room(b)}
+        return {
+            (self.room(a), self.room(b))
+            for a, targets in self.modules.items()
+            for b in targets
+            if self.room(a) != self.room(b)
+        }
 
     def upward(self) -> list[tuple[str, str]]:
         return sorted((a, b) for a, b in self.arrows() if rank(b) > rank(a))
@@ -82,7 +138,9 @@ class Graph:
         for a, b in self.arrows():
             rooms[a].add(b)
         floor: dict[str, int] = {}
-        for component in _components(rooms):  # in reverse topological order: imported before importer
+        for component in _components(
+            rooms
+        ):  # in reverse topological order: imported before importer
             below = [floor[b] for r in component for b in rooms[r] if b not in component]
             for r in component:
                 floor[r] = 1 + max(below, default=0)
@@ -123,7 +181,7 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _resolve(name: str, modules: set[str]) -> Optional[str]:
+def _resolve(name: str, modules: set[str]) -> str | None:
     """The module a dotted name refers to: itself, or its longest prefix that is a module (a name
     imported from a module)."""
     parts = name.split(".")
@@ -148,10 +206,17 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterable[st
                 base = ".".join([*anchor, base] if base else anchor)
             yield base
             yield from (f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Call) and _called(node) in ("import_module", "importlib.import_module") \
-                and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+        elif (
+            isinstance(node, ast.Call)
+            and _called(node) in ("import_module", "importlib.import_module")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+        ):
             yield node.args[0].value
-        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in lazy_tables for t in node.targets):
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in lazy_tables for t in node.targets
+        ):
             if isinstance(node.value, ast.Dict):
                 for value in node.value.values:
                     if isinstance(value, ast.Constant) and isinstance(value.value, str):
@@ -170,8 +235,13 @@ def _called(node: ast.Call) -> str:
 
 def _lazy_tables(tree: ast.AST) -> set[str]:
     """Names of the dicts handed to ``lazy_getattr`` (PEP 562 exports)."""
-    return {arg.id for node in ast.walk(tree) if isinstance(node, ast.Call) and _called(node) == "lazy_getattr"
-            for arg in node.args if isinstance(arg, ast.Name)}
+    return {
+        arg.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and _called(node) == "lazy_getattr"
+        for arg in node.args
+        if isinstance(arg, ast.Name)
+    }
 
 
 def _components(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -220,7 +290,13 @@ def hops(path: list[str]) -> dict[str, object]:
     entered = [r for i, r in enumerate(rooms) if i == 0 or r != rooms[i - 1]]
     reentered = sum(1 for i, r in enumerate(entered) if r in entered[:i])
     climbs = sum(1 for a, b in zip(rooms, rooms[1:]) if rank(b) > rank(a))
-    return {"files": path, "hops": len(path) - 1, "rooms": len(set(rooms)), "reentries": reentered, "climbs": climbs}
+    return {
+        "files": path,
+        "hops": len(path) - 1,
+        "rooms": len(set(rooms)),
+        "reentries": reentered,
+        "climbs": climbs,
+    }
 
 
 def _room_of_file(path: str) -> str:
@@ -230,13 +306,20 @@ def _room_of_file(path: str) -> str:
 
 def figures(graph: Graph) -> dict[str, object]:
     floors = graph.floors()
-    return {"rooms": len(graph.rooms()), "floors": max(floors.values()), "arrows": len(graph.arrows()),
-            "upward": graph.upward(), "circles": graph.circles(),
-            "lightning_importers": sorted(graph.importers_of("lightning") | graph.importers_of("pytorch_lightning")),
-            "largest_files": sorted(((n, m) for m, n in graph.lines.items()), reverse=True)[:8]}
+    return {
+        "rooms": len(graph.rooms()),
+        "floors": max(floors.values()),
+        "arrows": len(graph.arrows()),
+        "upward": graph.upward(),
+        "circles": graph.circles(),
+        "lightning_importers": sorted(
+            graph.importers_of("lightning") | graph.importers_of("pytorch_lightning")
+        ),
+        "largest_files": sorted(((n, m) for m, n in graph.lines.items()), reverse=True)[:8],
+    }
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
     parser.add_argument("--path", choices=sorted(NOISE_MULTIPLIER_PATHS), default="after")
@@ -247,16 +330,20 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print(f"{result['rooms']} rooms on {result['floors']} floors, {result['arrows']} arrows, "
-          f"{len(result['upward'])} upward, {len(result['circles'])} circles")
+    print(
+        f"{result['rooms']} rooms on {result['floors']} floors, {result['arrows']} arrows, "
+        f"{len(result['upward'])} upward, {len(result['circles'])} circles"
+    )
     for a, b in result["upward"]:
         print(f"  upward: {a} -> {b}")
     for circle in result["circles"]:
         print(f"  circle: {' <-> '.join(circle)}")
     print(f"  Lightning imported by: {', '.join(result['lightning_importers'])}")
     nm = result["noise_multiplier"]
-    print(f"  noise_multiplier ({args.path}): {nm['hops']} hops through {nm['rooms']} rooms, {nm['climbs']} climbs, "
-          f"{nm['reentries']} rooms re-entered: {' -> '.join(nm['files'])}")
+    print(
+        f"  noise_multiplier ({args.path}): {nm['hops']} hops through {nm['rooms']} rooms, {nm['climbs']} climbs, "
+        f"{nm['reentries']} rooms re-entered: {' -> '.join(nm['files'])}"
+    )
     return 0
 
 

@@ -57,26 +57,39 @@ def main() -> None:
     parser.add_argument("--records", type=int, default=5000)
     args = parser.parse_args()
     ref = reference_functions(args.reference)
-    print(f"| shift | attack | AUC ours | AUC reference | TPR@0.1% ours | TPR@0.1% reference |")
+    print("| shift | attack | AUC ours | AUC reference | TPR@0.1% ours | TPR@0.1% reference |")
     print("|---|---|---|---|---|---|")
     for shift in (0.0, 0.5, 2.0):
-        keep, phi, members, target = simulate(shift, shadows=args.shadows, records=args.records, seed=1)
+        keep, phi, members, target = simulate(
+            shift, shadows=args.shadows, records=args.records, seed=1
+        )
         stats = attacks.fit_gaussians(torch.as_tensor(phi), torch.as_tensor(keep))
         target_t = torch.as_tensor(target)
-        ours = {"online": attacks.lira_online(target_t, stats).double().numpy(),
-                "offline": attacks.lira_offline(target_t, stats).double().numpy(), "global": target}
-        calls = {"online": lambda: ref["generate_ours"](keep, phi[..., None], members[None], target[None, :, None],
-                                                         fix_variance=True),
-                 "offline": lambda: ref["generate_ours_offline"](keep, phi[..., None], members[None],
-                                                                  target[None, :, None], fix_variance=True),
-                 "global": lambda: ref["generate_global"](keep, phi[..., None], members[None], target[None, :, None])}
+        ours = {
+            "online": attacks.lira_online(target_t, stats).double().numpy(),
+            "offline": attacks.lira_offline(target_t, stats).double().numpy(),
+            "global": target,
+        }
+        calls = {
+            "online": lambda: ref["generate_ours"](
+                keep, phi[..., None], members[None], target[None, :, None], fix_variance=True
+            ),
+            "offline": lambda: ref["generate_ours_offline"](
+                keep, phi[..., None], members[None], target[None, :, None], fix_variance=True
+            ),
+            "global": lambda: ref["generate_global"](
+                keep, phi[..., None], members[None], target[None, :, None]
+            ),
+        }
         for name in ("online", "offline", "global"):
             prediction, answers = calls[name]()
             fpr, tpr, ref_auc, _ = ref["sweep"](np.array(prediction), np.array(answers, dtype=bool))
             ref_low = tpr[np.where(fpr < 0.001)[0][-1]]
             m = members.astype(int)
-            print(f"| {shift} | {name} | {metrics.auc(ours[name], m):.4f} | {ref_auc:.4f} | "
-                  f"{metrics.tpr_at_fpr(ours[name], m, 0.001):.4f} | {ref_low:.4f} |")
+            print(
+                f"| {shift} | {name} | {metrics.auc(ours[name], m):.4f} | {ref_auc:.4f} | "
+                f"{metrics.tpr_at_fpr(ours[name], m, 0.001):.4f} | {ref_low:.4f} |"
+            )
 
 
 if __name__ == "__main__":

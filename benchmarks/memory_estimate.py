@@ -24,10 +24,27 @@ SETTINGS = [  # (label, overrides): digits, a few steps each, sizes where activa
     ("NDPDC IPC 50", ["method=ndpdc", "method.ipc=50", "method.iterations=2"]),
     ("NDPDC IPC 200", ["method=ndpdc", "method.ipc=200", "method.iterations=2"]),
     ("DM IPC 200", ["method=dm", "method.ipc=200", "method.iterations=2", "method.init=noise"]),
-    ("Dosser IPC 100 + PEA", ["method=dosser", "method.ipc=100", "method.sampling_steps=2",
-                              "method.optimisation_steps=2", "method.pea=true"]),
+    (
+        "Dosser IPC 100 + PEA",
+        [
+            "method=dosser",
+            "method.ipc=100",
+            "method.sampling_steps=2",
+            "method.optimisation_steps=2",
+            "method.pea=true",
+        ],
+    ),
     ("PSG IPC 50", ["method=psg", "method.ipc=50", "method.outer_loop=1", "method.batches=2"]),
-    ("DC IPC 50", ["method=dc", "method.ipc=50", "method.iterations=1", "method.outer_loop=2", "method.inner_loop=1"]),
+    (
+        "DC IPC 50",
+        [
+            "method=dc",
+            "method.ipc=50",
+            "method.iterations=1",
+            "method.outer_loop=2",
+            "method.inner_loop=1",
+        ],
+    ),
     ("LDPDC IPC 50", ["method=ldpdc", "method.ipc=50"]),
 ]
 CHILD = """
@@ -51,7 +68,9 @@ print(json.dumps({{"estimate": total_bytes(needs), "before": before, "growth": a
 
 
 def _cpu_model() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+    for line in (
+        Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []
+    ):
         if line.startswith("model name"):
             return line.partition(":")[2].strip()
     return platform.machine()
@@ -59,36 +78,53 @@ def _cpu_model() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "memory_estimate_cpu.md"))
+    parser.add_argument(
+        "--out", default=str(ROOT / "benchmarks" / "results" / "memory_estimate_cpu.md")
+    )
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     rows, started = [], time.time()
     for label, overrides in SETTINGS:
-        tokens = [*overrides, "trainer.enable_progress_bar=false", "privacy.reproducible_noise=true"] \
-            if "method=dm" not in overrides and "method=dc" not in overrides else \
-            [*overrides, "trainer.enable_progress_bar=false"]
-        done = subprocess.run([sys.executable, "-c", CHILD.format(root=str(ROOT), tokens=tokens)], env=env,
-                              capture_output=True, text=True, cwd=ROOT)
+        tokens = (
+            [*overrides, "trainer.enable_progress_bar=false", "privacy.reproducible_noise=true"]
+            if "method=dm" not in overrides and "method=dc" not in overrides
+            else [*overrides, "trainer.enable_progress_bar=false"]
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", CHILD.format(root=str(ROOT), tokens=tokens)],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         if done.returncode != 0:
             raise SystemExit(f"{label} failed:\n{done.stderr[-2000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
         rows.append((label, " ".join(overrides), result))
         print(label, result, flush=True)
-    mib = 2 ** 20
-    lines = ["# Memory estimate against the measured peak (CPU)", "",
-             f"Written by `benchmarks/memory_estimate.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
-             f"({time.time() - started:.0f} s in all). Embedded digits (16x16, 10 classes), ConvNet width 128 depth 3, "
-             "a few steps per setting, 1 torch thread, shared 2-core CPU.", "",
-             f"- CPU: {_cpu_model()} ({os.cpu_count()} logical cores, shared with other jobs; load average "
-             f"{os.getloadavg()[0]:.1f} at the end); Python {platform.python_version()}; "
-             f"torch {__import__('torch').__version__}", "",
-             "Peak growth: `ru_maxrss` after `condense()` minus before (framework imported, data loaded, "
-             "estimate made). The estimate leaves out the runtime and the data, which are in the baseline.", "",
-             "| setting | overrides | estimate (MiB) | peak growth (MiB) | growth / estimate | largest counted need |",
-             "|---|---|---|---|---|---|"]
+    mib = 2**20
+    lines = [
+        "# Memory estimate against the measured peak (CPU)",
+        "",
+        f"Written by `benchmarks/memory_estimate.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"({time.time() - started:.0f} s in all). Embedded digits (16x16, 10 classes), ConvNet width 128 depth 3, "
+        "a few steps per setting, 1 torch thread, shared 2-core CPU.",
+        "",
+        f"- CPU: {_cpu_model()} ({os.cpu_count()} logical cores, shared with other jobs; load average "
+        f"{os.getloadavg()[0]:.1f} at the end); Python {platform.python_version()}; "
+        f"torch {__import__('torch').__version__}",
+        "",
+        "Peak growth: `ru_maxrss` after `condense()` minus before (framework imported, data loaded, "
+        "estimate made). The estimate leaves out the runtime and the data, which are in the baseline.",
+        "",
+        "| setting | overrides | estimate (MiB) | peak growth (MiB) | growth / estimate | largest counted need |",
+        "|---|---|---|---|---|---|",
+    ]
     for label, overrides, r in rows:
-        lines.append(f"| {label} | `{overrides}` | {r['estimate'] / mib:.0f} | {r['growth'] / mib:.0f} | "
-                     f"{r['growth'] / max(r['estimate'], 1):.2f} | {r['largest']} |")
+        lines.append(
+            f"| {label} | `{overrides}` | {r['estimate'] / mib:.0f} | {r['growth'] / mib:.0f} | "
+            f"{r['growth'] / max(r['estimate'], 1):.2f} | {r['largest']} |"
+        )
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 

@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
 from ndpdc_vs_reference_speed import Reference  # noqa: E402
+
 from dpdc_lightning.data import load_dataset  # noqa: E402
 
 MODES = ("detached", "exact")
@@ -61,7 +62,10 @@ def fail(message: str) -> None:
 def our_plan(ours: Path) -> dict:
     """The plan every bundle of ``ours`` shares (noise multiplier, steps, planned ε)."""
     keys = ("noise_multiplier", "data_steps", "planned_epsilon", "delta")
-    plans = {tuple(json.loads(p.read_text())[k] for k in keys) for p in sorted(ours.glob("*_s*/plan.json"))}
+    plans = {
+        tuple(json.loads(p.read_text())[k] for k in keys)
+        for p in sorted(ours.glob("*_s*/plan.json"))
+    }
     if len(plans) != 1:
         fail(f"--ours {ours}: expected bundles sharing one plan, found {sorted(plans) or 'none'}")
     return dict(zip(keys, plans.pop()))
@@ -73,8 +77,16 @@ def condense_reference(args: argparse.Namespace, run: int, sigma: float, data) -
     if out.is_file():
         return out
     torch.manual_seed(run)  # only the initial noise image; their later draws re-seed from the clock
-    ref = Reference(args.reference, data.train_images, data.train_labels, device=torch.device("cpu"),
-                    ipc=args.ipc, group_size=args.group_size, sigma=sigma, max_norm=1.0)
+    ref = Reference(
+        args.reference,
+        data.train_images,
+        data.train_labels,
+        device=torch.device("cpu"),
+        ipc=args.ipc,
+        group_size=args.group_size,
+        sigma=sigma,
+        max_norm=1.0,
+    )
     start, seconds = 0, 0.0
     if ckpt.is_file():
         state = torch.load(ckpt, weights_only=True)
@@ -85,14 +97,23 @@ def condense_reference(args: argparse.Namespace, run: int, sigma: float, data) -
     for step in range(start, args.iterations):
         seconds += ref.step(step)["total"]
         if (step + 1) % CHECKPOINT_EVERY == 0 or step + 1 == args.iterations:
-            state = {"images": ref.ns["image_syn"].detach().clone(), "optimizer": ref.ns["optimizer_img"].state_dict(),
-                     "step": step + 1, "seconds": seconds}
+            state = {
+                "images": ref.ns["image_syn"].detach().clone(),
+                "optimizer": ref.ns["optimizer_img"].state_dict(),
+                "step": step + 1,
+                "seconds": seconds,
+            }
             torch.save(state, ckpt.with_suffix(".tmp"))
             os.replace(ckpt.with_suffix(".tmp"), ckpt)
-            print(f"reference run {run}: step {step + 1}/{args.iterations}, {seconds:.0f} s", flush=True)
+            print(
+                f"reference run {run}: step {step + 1}/{args.iterations}, {seconds:.0f} s",
+                flush=True,
+            )
     labels = torch.arange(10).repeat_interleave(args.ipc)
-    torch.save({"images": ref.ns["image_syn"].detach().clone(), "labels": labels, "seconds": seconds},
-               out.with_suffix(".tmp"))
+    torch.save(
+        {"images": ref.ns["image_syn"].detach().clone(), "labels": labels, "seconds": seconds},
+        out.with_suffix(".tmp"),
+    )
     os.replace(out.with_suffix(".tmp"), out)
     return out
 
@@ -100,8 +121,17 @@ def condense_reference(args: argparse.Namespace, run: int, sigma: float, data) -
 def evaluate(args: argparse.Namespace, images: Path, run: int) -> dict:
     result = images.with_name(images.stem + ".eval.json")
     if not result.is_file():
-        command = [sys.executable, str(ROOT / "evaluate.py"), "--images", str(images), "dataset=fashion_mnist",
-                   f"eval.epochs={args.eval_epochs}", f"eval.runs={args.eval_runs}", f"seed={run}", "--no-progress"]
+        command = [
+            sys.executable,
+            str(ROOT / "evaluate.py"),
+            "--images",
+            str(images),
+            "dataset=fashion_mnist",
+            f"eval.epochs={args.eval_epochs}",
+            f"eval.runs={args.eval_runs}",
+            f"seed={run}",
+            "--no-progress",
+        ]
         subprocess.run(command, check=True, cwd=ROOT)
     return json.loads(result.read_text())
 
@@ -112,11 +142,18 @@ def accuracies(document: dict) -> list[float]:
 
 def collect_ours(ours: Path, args: argparse.Namespace) -> dict[str, dict[int, list[float]]]:
     found: dict[str, dict[int, list[float]]] = {mode: {} for mode in MODES}
-    if args.ours_json is not None:  # seeds measured from earlier OUT_DIRs (clip_gradient_table.py's record)
+    if (
+        args.ours_json is not None
+    ):  # seeds measured from earlier OUT_DIRs (clip_gradient_table.py's record)
         record = json.loads(args.ours_json.read_text())
-        if (record["eval_epochs"], record["eval_runs"], record["steps"]) != (args.eval_epochs, args.eval_runs,
-                                                                              args.iterations):
-            fail(f"--ours-json {args.ours_json}: protocol differs from --eval-epochs/--eval-runs/--iterations")
+        if (record["eval_epochs"], record["eval_runs"], record["steps"]) != (
+            args.eval_epochs,
+            args.eval_runs,
+            args.iterations,
+        ):
+            fail(
+                f"--ours-json {args.ours_json}: protocol differs from --eval-epochs/--eval-runs/--iterations"
+            )
         for seed, modes in record["seeds"].items():
             for mode in MODES:
                 if mode in modes:
@@ -136,10 +173,15 @@ def collect_ours(ours: Path, args: argparse.Namespace) -> dict[str, dict[int, li
 def group_line(name: str, sets: dict[int, list[float]]) -> str:
     runs = [a for accs in sets.values() for a in accs]
     means = [statistics.fmean(a) for a in sets.values()]
-    per_set = "; ".join(f"{k}: {statistics.fmean(a):.2f} ({', '.join(f'{x:.2f}' for x in a)})" for k, a in sets.items())
+    per_set = "; ".join(
+        f"{k}: {statistics.fmean(a):.2f} ({', '.join(f'{x:.2f}' for x in a)})"
+        for k, a in sets.items()
+    )
     spread = statistics.stdev(means) if len(means) > 1 else float("nan")
-    return (f"| {name} | {len(sets)} | {statistics.fmean(runs):.2f} ± {statistics.pstdev(runs):.2f} | "
-            f"{spread:.2f} | {per_set} |")
+    return (
+        f"| {name} | {len(sets)} | {statistics.fmean(runs):.2f} ± {statistics.pstdev(runs):.2f} | "
+        f"{spread:.2f} | {per_set} |"
+    )
 
 
 def welch(a: dict[int, list[float]], b: dict[int, list[float]]) -> str:
@@ -152,23 +194,52 @@ def welch(a: dict[int, list[float]], b: dict[int, list[float]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=Path, required=True, help="a checkout of the DPDC authors' repository")
+    parser.add_argument(
+        "--reference", type=Path, required=True, help="a checkout of the DPDC authors' repository"
+    )
     parser.add_argument("--reference-commit", required=True)
-    parser.add_argument("--ours", type=Path, required=True, help="OUT_DIR of benchmarks/clip_gradient.sh")
-    parser.add_argument("--ours-json", type=Path, help="clip_gradient_table.py's record of earlier seeds (its --json)")
-    parser.add_argument("--work", type=Path, required=True, help="cache for the reference runs and their evaluations")
-    for flag, default in (("--runs", 4), ("--iterations", 200), ("--ipc", 10), ("--group-size", 50),
-                          ("--eval-epochs", 300), ("--eval-runs", 3)):
+    parser.add_argument(
+        "--ours", type=Path, required=True, help="OUT_DIR of benchmarks/clip_gradient.sh"
+    )
+    parser.add_argument(
+        "--ours-json",
+        type=Path,
+        help="clip_gradient_table.py's record of earlier seeds (its --json)",
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        required=True,
+        help="cache for the reference runs and their evaluations",
+    )
+    for flag, default in (
+        ("--runs", 4),
+        ("--iterations", 200),
+        ("--ipc", 10),
+        ("--group-size", 50),
+        ("--eval-epochs", 300),
+        ("--eval-runs", 3),
+    ):
         parser.add_argument(flag, type=int, default=default)
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "ndpdc_vs_reference_fashion_mnist_cpu.md")
-    parser.add_argument("--table-only", action="store_true", help="write the table from what is cached; run nothing")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks" / "results" / "ndpdc_vs_reference_fashion_mnist_cpu.md",
+    )
+    parser.add_argument(
+        "--table-only", action="store_true", help="write the table from what is cached; run nothing"
+    )
     args = parser.parse_args(argv)
-    if missing := [f for f in ("main_dpdc.py", "utils.py", "networks.py") if not (args.reference / f).is_file()]:
+    if missing := [
+        f for f in ("main_dpdc.py", "utils.py", "networks.py") if not (args.reference / f).is_file()
+    ]:
         fail(f"--reference {args.reference} is not a DPDC checkout (missing {', '.join(missing)})")
     args.work.mkdir(parents=True, exist_ok=True)
     plan = our_plan(args.ours)
     if plan["data_steps"] != args.iterations:
-        fail(f"--iterations {args.iterations} differs from the {plan['data_steps']} steps of the bundles in --ours")
+        fail(
+            f"--iterations {args.iterations} differs from the {plan['data_steps']} steps of the bundles in --ours"
+        )
     sigma = plan["noise_multiplier"]
     reference: dict[int, list[float]] = {}
     seconds: dict[int, float] = {}
@@ -186,40 +257,65 @@ def main(argv: list[str] | None = None) -> int:
     ours = collect_ours(args.ours, args)
     text = report(args, plan, reference, seconds, ours)
     args.out.write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps(record(args, plan, reference, seconds, ours), indent=1) + "\n")
+    args.out.with_suffix(".json").write_text(
+        json.dumps(record(args, plan, reference, seconds, ours), indent=1) + "\n"
+    )
     print(text)
     return 0
 
 
 def record(args, plan: dict, reference, seconds, ours) -> dict:
     """The table's numbers, machine-readable (benchmarks/summary.py reads them)."""
-    means = {name: [statistics.fmean(a) for a in sets.values()]
-             for name, sets in (("reference", reference), *((m, ours[m]) for m in MODES))}
+    means = {
+        name: [statistics.fmean(a) for a in sets.values()]
+        for name, sets in (("reference", reference), *((m, ours[m]) for m in MODES))
+    }
     tests = {}
     for mode in MODES:
         if len(means[mode]) > 1 and len(means["reference"]) > 1:
             test = stats.ttest_ind(means[mode], means["reference"], equal_var=False)
             tests[f"{mode}_minus_reference"] = {
                 "diff": statistics.fmean(means[mode]) - statistics.fmean(means["reference"]),
-                "welch_t": float(test.statistic), "p": float(test.pvalue),
-                "ci95": [float(x) for x in test.confidence_interval(0.95)]}
-    return {"method": "ndpdc", "dataset": "fashion_mnist", "ipc": args.ipc, "group_size": args.group_size,
-            "steps": args.iterations, "noise_multiplier": plan["noise_multiplier"],
-            "epsilon": plan["planned_epsilon"], "delta": plan["delta"], "reference_commit": args.reference_commit,
-            "eval_epochs": args.eval_epochs, "eval_runs": args.eval_runs, "reduced": True,
-            "reference": {str(k): [round(a, 4) for a in v] for k, v in reference.items()},
-            "reference_seconds": {str(k): v for k, v in seconds.items()},
-            "ours": {mode: {str(k): [round(a, 4) for a in v] for k, v in ours[mode].items()} for mode in MODES},
-            "tests": tests}
+                "welch_t": float(test.statistic),
+                "p": float(test.pvalue),
+                "ci95": [float(x) for x in test.confidence_interval(0.95)],
+            }
+    return {
+        "method": "ndpdc",
+        "dataset": "fashion_mnist",
+        "ipc": args.ipc,
+        "group_size": args.group_size,
+        "steps": args.iterations,
+        "noise_multiplier": plan["noise_multiplier"],
+        "epsilon": plan["planned_epsilon"],
+        "delta": plan["delta"],
+        "reference_commit": args.reference_commit,
+        "eval_epochs": args.eval_epochs,
+        "eval_runs": args.eval_runs,
+        "reduced": True,
+        "reference": {str(k): [round(a, 4) for a in v] for k, v in reference.items()},
+        "reference_seconds": {str(k): v for k, v in seconds.items()},
+        "ours": {
+            mode: {str(k): [round(a, 4) for a in v] for k, v in ours[mode].items()}
+            for mode in MODES
+        },
+        "tests": tests,
+    }
 
 
 def report(args, plan: dict, reference, seconds, ours) -> str:
-    times = (args.ours / "times.txt").read_text().strip().splitlines() if (args.ours / "times.txt").is_file() else []
+    times = (
+        (args.ours / "times.txt").read_text().strip().splitlines()
+        if (args.ours / "times.txt").is_file()
+        else []
+    )
     lines = [
-        "# NDPDC: ours against the DPDC authors' code, same setting, same evaluator (FashionMNIST, CPU)", "",
+        "# NDPDC: ours against the DPDC authors' code, same setting, same evaluator (FashionMNIST, CPU)",
+        "",
         f"Written by `benchmarks/ndpdc_vs_reference.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC. "
         f"**REDUCED PROTOCOL**: {args.iterations} condensation iterations instead of 10000, IPC 10, evaluation "
-        f"{args.eval_epochs} epochs x {args.eval_runs} runs instead of 1000 x 5.", "",
+        f"{args.eval_epochs} epochs x {args.eval_runs} runs instead of 1000 x 5.",
+        "",
         f"- reference: SecMLSys/Differentially-Private-Dataset-Condensation at commit {args.reference_commit}, the loop "
         "body of `main_dpdc.py` executed as is from a checkout outside this repository, on the CPU (the only patch: "
         "`view` -> `reshape` in `ConvNet.embed`, same values; see `ndpdc_vs_reference_speed.py`)",
@@ -229,17 +325,24 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
         "color_crop_cutout_flip_scale_rotate one family per class draw, SGD lr 1 momentum 0.5, noise init",
         "- ours: `benchmarks/clip_gradient.sh` bundles, `method.clip_gradient=detached` (the authors' gradient: the "
         "clip factor of synthetic features held constant) and `exact` (our default); secure noise, fresh per run"
-        + (f"; seeds not in `--ours` from `{args.ours_json.name}` (measured earlier, same protocol)"
-           if args.ours_json is not None else ""),
+        + (
+            f"; seeds not in `--ours` from `{args.ours_json.name}` (measured earlier, same protocol)"
+            if args.ours_json is not None
+            else ""
+        ),
         f"- evaluation (every set): `evaluate.py` (faithful evaluator, `eval.engine=auto`), ConvNet, "
         f"{args.eval_epochs} epochs x {args.eval_runs} runs, DSA single, full 10000-image test split; "
         "reference set k evaluated with `seed=k`, our bundle of seed k with its own seed k",
         f"- device: {cpu_model()} ({os.cpu_count()} cores, {cpu_flags()}), 1 thread per job, machine SHARED with "
         f"other engineers' jobs (load average now {os.getloadavg()[0]:.1f}); torch {torch.__version__}, "
-        f"Python {platform.python_version()}", "",
+        f"Python {platform.python_version()}",
+        "",
         "| condensation | sets | accuracy % (all runs, mean ± std) | std of set means | per set: mean (runs) |",
         "|---|---|---|---|---|",
-        group_line(f"reference ({args.reference_commit})", reference) if reference else "| reference | 0 | - | - | - |"]
+        group_line(f"reference ({args.reference_commit})", reference)
+        if reference
+        else "| reference | 0 | - | - | - |",
+    ]
     for mode in MODES:
         if ours[mode]:
             lines.append(group_line(f"ours, clip_gradient={mode}", ours[mode]))
@@ -250,22 +353,47 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
     tests = record(args, plan, reference, seconds, ours)["tests"]
     if "exact_minus_reference" in tests:
         test = tests["exact_minus_reference"]
-        verdict = ("they agree within noise" if test["p"] >= 0.05 else
-                   "they differ beyond noise (Welch p < 0.05): see the notes below")
-        lines += ["", f"**Conclusion (our default `exact` against the authors' code):** {test['diff']:+.2f} points "
-                  f"(95 % interval {test['ci95'][0]:+.2f} to {test['ci95'][1]:+.2f}), Welch p = {test['p']:.2f}: "
-                  f"{verdict}.", ""]
+        verdict = (
+            "they agree within noise"
+            if test["p"] >= 0.05
+            else "they differ beyond noise (Welch p < 0.05): see the notes below"
+        )
+        lines += [
+            "",
+            f"**Conclusion (our default `exact` against the authors' code):** {test['diff']:+.2f} points "
+            f"(95 % interval {test['ci95'][0]:+.2f} to {test['ci95'][1]:+.2f}), Welch p = {test['p']:.2f}: "
+            f"{verdict}.",
+            "",
+        ]
     paired = sorted(set(ours["exact"]) & set(ours["detached"]))
     if len(paired) > 1:
-        diffs = [statistics.fmean(ours["exact"][k]) - statistics.fmean(ours["detached"][k]) for k in paired]
-        test = stats.ttest_rel([statistics.fmean(ours["exact"][k]) for k in paired],
-                               [statistics.fmean(ours["detached"][k]) for k in paired])
-        lines += [f"- ours exact − detached, paired by seed ({', '.join(f'{k}: {d:+.2f}' for k, d in zip(paired, diffs))}): "
-                  f"mean {statistics.fmean(diffs):+.2f} points, paired t = {test.statistic:.2f}, p = {test.pvalue:.2f}"]
-    lines += ["", f"Condensation wall time ({args.iterations} iterations, 1 thread, shared machine):", ""]
-    lines += [f"- reference run {k}: {s:.0f} s (loop body only)"
-              + ("" if k in reference else "; not evaluated yet (stopped for time): not in the table above; "
-                 "rerun the command without `--table-only` to evaluate it") for k, s in seconds.items()]
+        diffs = [
+            statistics.fmean(ours["exact"][k]) - statistics.fmean(ours["detached"][k])
+            for k in paired
+        ]
+        test = stats.ttest_rel(
+            [statistics.fmean(ours["exact"][k]) for k in paired],
+            [statistics.fmean(ours["detached"][k]) for k in paired],
+        )
+        lines += [
+            f"- ours exact − detached, paired by seed ({', '.join(f'{k}: {d:+.2f}' for k, d in zip(paired, diffs))}): "
+            f"mean {statistics.fmean(diffs):+.2f} points, paired t = {test.statistic:.2f}, p = {test.pvalue:.2f}"
+        ]
+    lines += [
+        "",
+        f"Condensation wall time ({args.iterations} iterations, 1 thread, shared machine):",
+        "",
+    ]
+    lines += [
+        f"- reference run {k}: {s:.0f} s (loop body only)"
+        + (
+            ""
+            if k in reference
+            else "; not evaluated yet (stopped for time): not in the table above; "
+            "rerun the command without `--table-only` to evaluate it"
+        )
+        for k, s in seconds.items()
+    ]
     lines += [f"- ours {line}" for line in times]
     return "\n".join(lines) + "\n"
 

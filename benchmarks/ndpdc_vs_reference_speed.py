@@ -44,13 +44,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
-from dpdc_lightning.engine.datamodule import PrivateDataModule  # noqa: E402
-from dpdc_lightning.data import load_dataset  # noqa: E402
-from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
-from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
-from dpdc_lightning.methods.ndpdc import NDPDC
+
 from dpdc_lightning.config.methods import NDPDCConfig  # noqa: E402
 from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
+from dpdc_lightning.data import load_dataset  # noqa: E402
+from dpdc_lightning.engine.datamodule import PrivateDataModule  # noqa: E402
+from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
+from dpdc_lightning.methods.ndpdc import NDPDC  # noqa: E402
+from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
 from dpdc_lightning.privacy.accounting import PrivacyAccountant  # noqa: E402
 from dpdc_lightning.privacy.plan import make_plan  # noqa: E402
 
@@ -62,7 +63,11 @@ VARIANTS = {
     "ours: loop + channels_last": {"forward": "loop", "memory_format": "channels_last"},
     "ours: loop + bf16 autocast": {"forward": "loop", "autocast": "bf16"},
     "ours: loop + compile": {"forward": "loop", "compile": True},
-    "ours: loop + channels_last + compile": {"forward": "loop", "memory_format": "channels_last", "compile": True},
+    "ours: loop + channels_last + compile": {
+        "forward": "loop",
+        "memory_format": "channels_last",
+        "compile": True,
+    },
     "ours: batched + compile": {"forward": "batched", "compile": True},
 }
 DEFAULT = "ours: loop fp32 (default)"
@@ -78,14 +83,27 @@ def reference_loop(directory: Path) -> tuple[types.CodeType, types.CodeType, typ
     """(code of get_images, code of the loop body, the checkout's utils module)."""
     tree = ast.parse((directory / "main_dpdc.py").read_text())
     main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
-    get_images = next(n for n in ast.walk(main) if isinstance(n, ast.FunctionDef) and n.name == "get_images")
-    loop = next(n for n in ast.walk(main) if isinstance(n, ast.For) and ast.unparse(n.target) == "it")
-    body = next(n for n in loop.body if isinstance(n, ast.If) and ast.unparse(n.test) == "it < args.Iteration")
-    sys.modules.setdefault("setGPU", types.ModuleType("setGPU"))  # their script imports it to pick a GPU
+    get_images = next(
+        n for n in ast.walk(main) if isinstance(n, ast.FunctionDef) and n.name == "get_images"
+    )
+    loop = next(
+        n for n in ast.walk(main) if isinstance(n, ast.For) and ast.unparse(n.target) == "it"
+    )
+    body = next(
+        n
+        for n in loop.body
+        if isinstance(n, ast.If) and ast.unparse(n.test) == "it < args.Iteration"
+    )
+    sys.modules.setdefault(
+        "setGPU", types.ModuleType("setGPU")
+    )  # their script imports it to pick a GPU
     sys.path.insert(0, str(directory))
     import utils  # noqa: PLC0415  (the reference checkout's module, found through sys.path)
-    return tuple(compile(ast.Module(body=nodes, type_ignores=[]), str(directory / "main_dpdc.py"), "exec")
-                 for nodes in ([get_images], body.body)) + (utils,)
+
+    return tuple(
+        compile(ast.Module(body=nodes, type_ignores=[]), str(directory / "main_dpdc.py"), "exec")
+        for nodes in ([get_images], body.body)
+    ) + (utils,)
 
 
 def _reshaping(get_network):
@@ -93,28 +111,62 @@ def _reshaping(get_network):
     crop draw leaves a 1-channel batch with channels-last strides (the convolutions then return
     channels-last activations); ``reshape`` gives the same values (their ``forward`` does
     ``.contiguous().view``) and copies only in that case."""
+
     def patched(*args, **kwargs):
         net = get_network(*args, **kwargs)
         net.embed = lambda x: net.features(x).reshape(x.size(0), -1)
         return net
+
     return patched
 
 
 class Reference:
-    def __init__(self, directory: Path, images: torch.Tensor, labels: torch.Tensor, *, device: torch.device,
-                 ipc: int, group_size: int, sigma: float = 1.0, max_norm: float = 1.0) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        images: torch.Tensor,
+        labels: torch.Tensor,
+        *,
+        device: torch.device,
+        ipc: int,
+        group_size: int,
+        sigma: float = 1.0,
+        max_norm: float = 1.0,
+    ) -> None:
         get_images, self.body, utils = reference_loop(directory)
-        args = argparse.Namespace(device=device.type, model="ConvNet", ipc=ipc, group_size=group_size, lr_img=1.0,
-                                  dsa_strategy="color_crop_cutout_flip_scale_rotate", dsa=True,
-                                  dsa_param=utils.ParamDiffAug(), max_norm=max_norm, sigma=sigma, Iteration=10 ** 9)
+        args = argparse.Namespace(
+            device=device.type,
+            model="ConvNet",
+            ipc=ipc,
+            group_size=group_size,
+            lr_img=1.0,
+            dsa_strategy="color_crop_cutout_flip_scale_rotate",
+            dsa=True,
+            dsa_param=utils.ParamDiffAug(),
+            max_norm=max_norm,
+            sigma=sigma,
+            Iteration=10**9,
+        )
         image_syn = torch.randn(10 * ipc, 1, 28, 28, device=device, requires_grad=True)
-        self.ns = {"torch": torch, "np": np, "time": time, "args": args, "channel": 1, "im_size": (28, 28),
-                   "num_classes": 10, "images_all": images.to(device), "image_syn": image_syn,
-                   "indices_class": [torch.nonzero(labels == c).flatten().tolist() for c in range(10)],
-                   "optimizer_img": torch.optim.SGD([image_syn], lr=1.0, momentum=0.5),
-                   "get_network": _reshaping(utils.get_network), "DiffAugment": utils.DiffAugment,
-                   "poisson_sampling": utils.poisson_sampling}
-        exec(get_images, self.ns)  # defines get_images(c, n, indices_class) reading images_all from ns
+        self.ns = {
+            "torch": torch,
+            "np": np,
+            "time": time,
+            "args": args,
+            "channel": 1,
+            "im_size": (28, 28),
+            "num_classes": 10,
+            "images_all": images.to(device),
+            "image_syn": image_syn,
+            "indices_class": [torch.nonzero(labels == c).flatten().tolist() for c in range(10)],
+            "optimizer_img": torch.optim.SGD([image_syn], lr=1.0, momentum=0.5),
+            "get_network": _reshaping(utils.get_network),
+            "DiffAugment": utils.DiffAugment,
+            "poisson_sampling": utils.poisson_sampling,
+        }
+        exec(
+            get_images, self.ns
+        )  # defines get_images(c, n, indices_class) reading images_all from ns
 
     def step(self, step: int) -> dict[str, float]:
         self.ns["it"] = step
@@ -124,16 +176,31 @@ class Reference:
 
 
 class Ours:
-    def __init__(self, options: dict, data, *, device: torch.device, ipc: int, group_size: int) -> None:
+    def __init__(
+        self, options: dict, data, *, device: torch.device, ipc: int, group_size: int
+    ) -> None:
         options = dict(options)
         no_grad = options.pop("_no_grad", False)
-        spec = DataSpec(num_classes=10, image_shape=(1, 28, 28),
-                        class_sizes=tuple(int((data.train_labels == c).sum()) for c in range(10)))
+        spec = DataSpec(
+            num_classes=10,
+            image_shape=(1, 28, 28),
+            class_sizes=tuple(int((data.train_labels == c).sum()) for c in range(10)),
+        )
         config = NDPDCConfig(ipc=ipc, group_size=float(group_size), iterations=10000, **options)
-        plan = make_plan(NDPDC.schedule(config), class_sizes=spec.class_sizes, method="ndpdc", noise_multiplier=1.0,
-                         target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
+        plan = make_plan(
+            NDPDC.schedule(config),
+            class_sizes=spec.class_sizes,
+            method="ndpdc",
+            noise_multiplier=1.0,
+            target_epsilon=None,
+            delta=1e-5,
+            calibrate="sigma",
+            accountant="rdp",
+        )
         model = ModelConfig(name="convnet", width=128, depth=3, norm="instancenorm")
-        self.method = NDPDC(config, data=spec, plan=plan, seed=0, noise_seed=0, model=model).to(device)
+        self.method = NDPDC(config, data=spec, plan=plan, seed=0, noise_seed=0, model=model).to(
+            device
+        )
         self.method.on_fit_start()
         if no_grad:  # the path before inference mode, kept to measure that lever
             extractor = self.method.extractor
@@ -141,6 +208,7 @@ class Ours:
             def private_features(groups):
                 with torch.no_grad():
                     return extractor.embed_groups(groups)
+
             extractor.private_features = private_features
         self.stream = PrivateDataModule(data, plan=plan, sampling_seed=0)
         self.accountant, self.plan = PrivacyAccountant(accountant="rdp"), plan
@@ -176,11 +244,23 @@ def compile_probe(args: argparse.Namespace) -> list[str]:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache}
         for label in ("cold (empty TORCHINDUCTOR_CACHE_DIR)", "warm (same cache, new process)"):
-            command = [sys.executable, __file__, "--reference", str(args.reference), "--probe-only", "--device",
-                       args.device, "--variants", ",".join(n for n in args.names if VARIANTS[n].get("compile"))]
+            command = [
+                sys.executable,
+                __file__,
+                "--reference",
+                str(args.reference),
+                "--probe-only",
+                "--device",
+                args.device,
+                "--variants",
+                ",".join(n for n in args.names if VARIANTS[n].get("compile")),
+            ]
             done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
             probes = [line for line in done.stdout.splitlines() if line.startswith("probe ")]
-            lines += [f"- {label}: " + ("; ".join(p[6:] for p in probes) or f"failed: {done.stderr[-300:]}")]
+            lines += [
+                f"- {label}: "
+                + ("; ".join(p[6:] for p in probes) or f"failed: {done.stderr[-300:]}")
+            ]
     return lines
 
 
@@ -193,8 +273,16 @@ def bf16_probe(device: torch.device) -> list[str]:
     grads = {}
     for _ in range(2):
         for autocast in seconds:
-            extractor = RandomExtractor(model, channels=1, num_classes=10, image_size=(28, 28), seed=0, device=device,
-                                        forward="loop", autocast=autocast)
+            extractor = RandomExtractor(
+                model,
+                channels=1,
+                num_classes=10,
+                image_size=(28, 28),
+                seed=0,
+                device=device,
+                forward="loop",
+                autocast=autocast,
+            )
             extractor.resample(0)
             images = x.clone().requires_grad_(True)
             start = time.perf_counter()
@@ -202,31 +290,54 @@ def bf16_probe(device: torch.device) -> list[str]:
             seconds[autocast].append(time.perf_counter() - start)
             grads[autocast] = images.grad
     diff = float((grads["bf16"] - grads["none"]).norm() / grads["none"].norm())
-    return [f"- bf16 autocast, one class (50 synthetic images, forward + backward): {min(seconds['bf16']):.2f} s "
-            f"vs {min(seconds['none']):.2f} s in float32 (min of 2, alternating), i.e. "
-            f"{min(seconds['none']) / min(seconds['bf16']):.2f}x; image gradient rel. diff {diff:.1e}; "
-            f"mkldnn bf16 support: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}."]
+    return [
+        f"- bf16 autocast, one class (50 synthetic images, forward + backward): {min(seconds['bf16']):.2f} s "
+        f"vs {min(seconds['none']):.2f} s in float32 (min of 2, alternating), i.e. "
+        f"{min(seconds['none']) / min(seconds['bf16']):.2f}x; image gradient rel. diff {diff:.1e}; "
+        f"mkldnn bf16 support: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}."
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reference", type=Path, required=True, help="a checkout of the DPDC authors' repository")
-    parser.add_argument("--reference-commit", default=None, help="its commit, when the checkout has no .git")
+    parser.add_argument(
+        "--reference", type=Path, required=True, help="a checkout of the DPDC authors' repository"
+    )
+    parser.add_argument(
+        "--reference-commit", default=None, help="its commit, when the checkout has no .git"
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    for flag, default in (("--steps", 6), ("--warmup", 2), ("--threads", None), ("--ipc", 50), ("--group-size", 50)):
+    for flag, default in (
+        ("--steps", 6),
+        ("--warmup", 2),
+        ("--threads", None),
+        ("--ipc", 50),
+        ("--group-size", 50),
+    ):
         parser.add_argument(flag, type=int, default=default)
-    parser.add_argument("--variants", default=",".join(n for n in VARIANTS if "bf16" not in n),
-                        help=f"subset of: {', '.join(VARIANTS)} (default: all but bf16, see --bf16-probe)")
-    parser.add_argument("--bf16-probe", action="store_true", help="time bf16 autocast on one class batch")
-    parser.add_argument("--compile-probe", action="store_true", help="also time cold and warm compilation")
+    parser.add_argument(
+        "--variants",
+        default=",".join(n for n in VARIANTS if "bf16" not in n),
+        help=f"subset of: {', '.join(VARIANTS)} (default: all but bf16, see --bf16-probe)",
+    )
+    parser.add_argument(
+        "--bf16-probe", action="store_true", help="time bf16 autocast on one class batch"
+    )
+    parser.add_argument(
+        "--compile-probe", action="store_true", help="also time cold and warm compilation"
+    )
     parser.add_argument("--probe-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    if missing := [f for f in ("main_dpdc.py", "utils.py", "networks.py") if not (args.reference / f).is_file()]:
+    if missing := [
+        f for f in ("main_dpdc.py", "utils.py", "networks.py") if not (args.reference / f).is_file()
+    ]:
         fail(f"--reference {args.reference} is not a DPDC checkout (missing {', '.join(missing)})")
     names = args.names = [v.strip() for v in args.variants.split(",") if v.strip()]
     if any(n not in VARIANTS for n in names) or args.steps < 1 or args.warmup < 0:
-        fail(f"unknown variants {[n for n in names if n not in VARIANTS]}, or --steps < 1 / --warmup < 0")
+        fail(
+            f"unknown variants {[n for n in names if n not in VARIANTS]}, or --steps < 1 / --warmup < 0"
+        )
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: CUDA is not available on this machine")
     torch.set_num_threads(args.threads or torch.get_num_threads())
@@ -235,21 +346,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_only:
         for name in (n for n in names if VARIANTS[n].get("compile")):
             start = time.perf_counter()
-            Ours(VARIANTS[name], data, device=device, ipc=args.ipc, group_size=args.group_size).step(0)
+            Ours(
+                VARIANTS[name], data, device=device, ipc=args.ipc, group_size=args.group_size
+            ).step(0)
             print(f"probe {name} first iteration {time.perf_counter() - start:.1f} s", flush=True)
         return 0
-    git = subprocess.run(["git", "-C", str(args.reference), "rev-parse", "HEAD"], capture_output=True, text=True)
+    git = subprocess.run(
+        ["git", "-C", str(args.reference), "rev-parse", "HEAD"], capture_output=True, text=True
+    )
     commit = args.reference_commit or git.stdout.strip() or "unknown"
     load_start = os.getloadavg()[0]
-    runs = {REFERENCE: Reference(args.reference, data.train_images, data.train_labels, device=device, ipc=args.ipc,
-                                 group_size=args.group_size)}
-    runs.update({n: Ours(VARIANTS[n], data, device=device, ipc=args.ipc, group_size=args.group_size) for n in names})
+    runs = {
+        REFERENCE: Reference(
+            args.reference,
+            data.train_images,
+            data.train_labels,
+            device=device,
+            ipc=args.ipc,
+            group_size=args.group_size,
+        )
+    }
+    runs.update(
+        {
+            n: Ours(VARIANTS[n], data, device=device, ipc=args.ipc, group_size=args.group_size)
+            for n in names
+        }
+    )
     times: dict[str, list[dict]] = {name: [] for name in runs}  # timed iterations
     warm: dict[str, list[float]] = {name: [] for name in runs}  # warm-up iterations (compilation)
     for step in range(args.warmup + args.steps):
         for name, run in runs.items():
             timing = run.step(step)
-            (times[name].append(timing) if step >= args.warmup else warm[name].append(timing["total"]))
+            (
+                times[name].append(timing)
+                if step >= args.warmup
+                else warm[name].append(timing["total"])
+            )
             print(f"step {step} {name}: {timing['total']:.3f} s", flush=True)
     text = report(args, runs, times, warm, commit=commit, load_start=load_start, device=device)
     if args.bf16_probe:
@@ -266,11 +398,15 @@ def report(args, runs, times, warm, *, commit: str, load_start: float, device: t
     med = {n: statistics.median(t["total"] for t in ts) for n, ts in times.items()}
     low = {n: min(t["total"] for t in ts) for n, ts in times.items()}
     base = runs.get(DEFAULT)
-    where = (f"{cpu_model()} ({os.cpu_count()} cores, flags: {cpu_flags() or 'avx2 only'}, cpu capability "
-             f"{torch.backends.cpu.get_cpu_capability()}), shared" if device.type == "cpu"
-             else torch.cuda.get_device_name(device))
+    where = (
+        f"{cpu_model()} ({os.cpu_count()} cores, flags: {cpu_flags() or 'avx2 only'}, cpu capability "
+        f"{torch.backends.cpu.get_cpu_capability()}), shared"
+        if device.type == "cpu"
+        else torch.cuda.get_device_name(device)
+    )
     lines = [
-        f"# NDPDC per iteration vs the DPDC authors' loop ({device.type})", "",
+        f"# NDPDC per iteration vs the DPDC authors' loop ({device.type})",
+        "",
         f"Written by `benchmarks/ndpdc_vs_reference_speed.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC.",
         f"Reference: SecMLSys/Differentially-Private-Dataset-Condensation at commit {commit}, loop body of "
         "`main_dpdc.py` read from an unmodified checkout outside this repository and executed as is "
@@ -281,18 +417,29 @@ def report(args, runs, times, warm, *, commit: str, load_start: float, device: t
         f"Timing: {args.warmup} warm-up iteration(s) excluded, median and min over {args.steps} timed iterations, "
         "all rows round-robin (one iteration each in turn) in one process.",
         f"Device: {where}; torch {torch.__version__}, {torch.get_num_threads()} intra-op thread(s).",
-        f"Load average (1 min) at the start / end: {load_start:.2f} / {os.getloadavg()[0]:.2f}.", "",
+        f"Load average (1 min) at the start / end: {load_start:.2f} / {os.getloadavg()[0]:.2f}.",
+        "",
         "| variant | s/iter median | s/iter min | speed-up vs reference (median) | (min) | data stream s | "
         "model step s | accountant s | step-0 image grad, rel. diff vs default | warm-up s |",
-        "|---|---|---|---|---|---|---|---|---|---|"]
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for name in runs:
-        parts = {k: statistics.median(t.get(k, float("nan")) for t in times[name]) for k in ("data", "model", "accountant")}
+        parts = {
+            k: statistics.median(t.get(k, float("nan")) for t in times[name])
+            for k in ("data", "model", "accountant")
+        }
         grad = getattr(runs[name], "grad0", None)
-        diff = "n/a" if grad is None or base is None else f"{float((grad - base.grad0).norm() / base.grad0.norm()):.1e}"
+        diff = (
+            "n/a"
+            if grad is None or base is None
+            else f"{float((grad - base.grad0).norm() / base.grad0.norm()):.1e}"
+        )
         cells = " | ".join("-" if v != v else f"{v:.4f}" for v in parts.values())
-        lines.append(f"| {name} | {med[name]:.3f} | {low[name]:.3f} | {med[REFERENCE] / med[name]:.2f}x | "
-                     f"{low[REFERENCE] / low[name]:.2f}x | {cells} | {diff} | "
-                     f"{' + '.join(f'{w:.1f}' for w in warm[name])} |")
+        lines.append(
+            f"| {name} | {med[name]:.3f} | {low[name]:.3f} | {med[REFERENCE] / med[name]:.2f}x | "
+            f"{low[REFERENCE] / low[name]:.2f}x | {cells} | {diff} | "
+            f"{' + '.join(f'{w:.1f}' for w in warm[name])} |"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -26,7 +26,7 @@ import statistics
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import torch
@@ -34,10 +34,10 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
-from dpdc_lightning.methods.psg import PSG
 from dpdc_lightning.config.methods import PSGConfig  # noqa: E402
 from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
+from dpdc_lightning.methods.psg import PSG  # noqa: E402
+from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
 from dpdc_lightning.privacy.plan import make_plan  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 
@@ -52,11 +52,31 @@ def _rss_mib() -> float:
 def worker(device: str, chunk: int, steps: int, warmup: int) -> dict:
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     dev = torch.device(device)
-    spec = DataSpec(num_classes=NUM_CLASSES, image_shape=IMAGE_SHAPE, class_sizes=(RECORDS // NUM_CLASSES,) * NUM_CLASSES)
+    spec = DataSpec(
+        num_classes=NUM_CLASSES,
+        image_shape=IMAGE_SHAPE,
+        class_sizes=(RECORDS // NUM_CLASSES,) * NUM_CLASSES,
+    )
     config = PSGConfig(ipc=10, iterations=1, chunk_size=chunk)
-    plan = make_plan(PSG.schedule(config), class_sizes=spec.class_sizes, method="psg", noise_multiplier=1.0,
-                     target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
-    method = PSG(config, data=spec, plan=plan, seed=0, noise_seed=0, model=ModelConfig(), reproducible_noise=True)
+    plan = make_plan(
+        PSG.schedule(config),
+        class_sizes=spec.class_sizes,
+        method="psg",
+        noise_multiplier=1.0,
+        target_epsilon=None,
+        delta=1e-5,
+        calibrate="sigma",
+        accountant="rdp",
+    )
+    method = PSG(
+        config,
+        data=spec,
+        plan=plan,
+        seed=0,
+        noise_seed=0,
+        model=ModelConfig(),
+        reproducible_noise=True,
+    )
     method.to(dev)
     method.on_fit_start()
     optimizer = method.configure_optimizers()
@@ -78,7 +98,12 @@ def worker(device: str, chunk: int, steps: int, warmup: int) -> dict:
         torch.cuda.reset_peak_memory_stats(dev)
         base_cuda = torch.cuda.memory_allocated(dev)
     for step in range(warmup + steps):
-        picks = torch.nonzero(torch.rand(RECORDS, generator=derive_generator(0, "sample", step)) < q).flatten() % POOL
+        picks = (
+            torch.nonzero(
+                torch.rand(RECORDS, generator=derive_generator(0, "sample", step)) < q
+            ).flatten()
+            % POOL
+        )
         batch = {"step": step, "images": pool[picks.to(dev)], "labels": pool_labels[picks.to(dev)]}
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
@@ -89,9 +114,19 @@ def worker(device: str, chunk: int, steps: int, warmup: int) -> dict:
         if step >= warmup:
             times.append(time.perf_counter() - start)
             sizes.append(len(picks))
-    peak = (torch.cuda.max_memory_allocated(dev) - base_cuda) / 2**20 if dev.type == "cuda" else _rss_mib() - base
-    return {"chunk": chunk, "median_s": statistics.median(times), "min_s": min(times), "peak_mib": peak,
-            "batch_sizes": sizes, "threads": torch.get_num_threads()}
+    peak = (
+        (torch.cuda.max_memory_allocated(dev) - base_cuda) / 2**20
+        if dev.type == "cuda"
+        else _rss_mib() - base
+    )
+    return {
+        "chunk": chunk,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "peak_mib": peak,
+        "batch_sizes": sizes,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,31 +143,74 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for chunk in (int(c) for c in args.chunks.split(",")):
-        done = subprocess.run([sys.executable, __file__, "--device", args.device, "--steps", str(args.steps),
-                               "--warmup", str(args.warmup), "--worker-chunk", str(chunk)],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--device",
+                args.device,
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--worker-chunk",
+                str(chunk),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
     load = os.getloadavg()[0]
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() else "?"
-    memory = "peak RSS growth over the process before step 0" if args.device == "cpu" else "torch.cuda.max_memory_allocated"
-    lines = [f"# PSG speed on {args.device}", "",
-             f"Measured {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC with `python benchmarks/psg_speed.py --device "
-             f"{args.device} --chunks {args.chunks} --steps {args.steps} --warmup {args.warmup}` "
-             f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); torch {torch.__version__}; {cpu}; "
-             f"{os.cpu_count()} cores, load average {load:.2f} at the end"
-             + (" (a shared machine: above the core count, the min column is the better estimate)"
-                if load > (os.cpu_count() or 1) else "") + ".", "",
-             "Setting: FashionMNIST shape 1x28x28, 10 classes, IPC 10, ConvNet width 128 depth 3 instance norm, "
-             f"B = {BATCH} expected (Poisson, q = {BATCH}/{RECORDS}), C = 0.1, one `PSG.condensation_step` per step "
-             "(per-example gradients, clip, Gaussian release, synthetic gradient, distance, backward, SGD).", "",
-             f"| chunk size | s/step (median) | s/step (min) | peak memory MiB ({memory}) | realised batch sizes |",
-             "|---|---|---|---|---|"]
+    cpu = (
+        next(
+            (
+                line.split(":", 1)[1].strip()
+                for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")
+            ),
+            platform.processor(),
+        )
+        if Path("/proc/cpuinfo").exists()
+        else "?"
+    )
+    memory = (
+        "peak RSS growth over the process before step 0"
+        if args.device == "cpu"
+        else "torch.cuda.max_memory_allocated"
+    )
+    lines = [
+        f"# PSG speed on {args.device}",
+        "",
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `python benchmarks/psg_speed.py --device "
+        f"{args.device} --chunks {args.chunks} --steps {args.steps} --warmup {args.warmup}` "
+        f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); torch {torch.__version__}; {cpu}; "
+        f"{os.cpu_count()} cores, load average {load:.2f} at the end"
+        + (
+            " (a shared machine: above the core count, the min column is the better estimate)"
+            if load > (os.cpu_count() or 1)
+            else ""
+        )
+        + ".",
+        "",
+        "Setting: FashionMNIST shape 1x28x28, 10 classes, IPC 10, ConvNet width 128 depth 3 instance norm, "
+        f"B = {BATCH} expected (Poisson, q = {BATCH}/{RECORDS}), C = 0.1, one `PSG.condensation_step` per step "
+        "(per-example gradients, clip, Gaussian release, synthetic gradient, distance, backward, SGD).",
+        "",
+        f"| chunk size | s/step (median) | s/step (min) | peak memory MiB ({memory}) | realised batch sizes |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append(f"| {row['chunk']} | {row['median_s']:.2f} | {row['min_s']:.2f} | {row['peak_mib']:.0f} | "
-                     f"{', '.join(map(str, row['batch_sizes']))} |")
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"psg_speed_{args.device}.md"
+        lines.append(
+            f"| {row['chunk']} | {row['median_s']:.2f} | {row['min_s']:.2f} | {row['peak_mib']:.0f} | "
+            f"{', '.join(map(str, row['batch_sizes']))} |"
+        )
+    out = (
+        Path(args.out)
+        if args.out
+        else ROOT / "benchmarks" / "results" / f"psg_speed_{args.device}.md"
+    )
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
     return 0

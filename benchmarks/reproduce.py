@@ -19,11 +19,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))  # dpdc_repro (a PyPI package named "benchmarks" exists)
+sys.path.insert(
+    0, str(ROOT / "benchmarks")
+)  # dpdc_repro (a PyPI package named "benchmarks" exists)
 
 from dpdc_repro.plan import SCALES, Row  # noqa: E402  (plain data: no torch import yet)
 
@@ -53,27 +55,51 @@ def select(spec: str, rows: tuple[Row, ...]) -> list[Row]:
     for token in (t.strip() for t in spec.split(",")):
         matched = [r for r in rows if token == "all" or token in (r.key, r.key.split("_eps")[0])]
         if not matched:
-            raise ValueError(f"--rows: unknown row {token!r}; choose from all, {', '.join(METHODS)}, "
-                             f"{', '.join(r.key for r in rows)}")
+            raise ValueError(
+                f"--rows: unknown row {token!r}; choose from all, {', '.join(METHODS)}, "
+                f"{', '.join(r.key for r in rows)}"
+            )
         chosen += [r for r in matched if r not in chosen]
     return chosen
 
 
-def parse(argv: Optional[list[str]]) -> argparse.Namespace:
+def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.error = fail  # type: ignore[method-assign]
     parser.add_argument("--scale", choices=tuple(SCALES), default="digits")
-    parser.add_argument("--dataset", choices=DATASETS, default=None, help="default: the scale's dataset")
-    parser.add_argument("--rows", default="all", help=f"comma list of methods ({', '.join(METHODS)}), row keys or all")
-    parser.add_argument("--work-dir", default="/tmp/dpdc_reproduce", help="runs and the results cache")
-    parser.add_argument("--out", default=None, help="markdown output (default results/reproduce_<dataset>_<scale>.md)")
+    parser.add_argument(
+        "--dataset", choices=DATASETS, default=None, help="default: the scale's dataset"
+    )
+    parser.add_argument(
+        "--rows",
+        default="all",
+        help=f"comma list of methods ({', '.join(METHODS)}), row keys or all",
+    )
+    parser.add_argument(
+        "--work-dir", default="/tmp/dpdc_reproduce", help="runs and the results cache"
+    )
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="markdown output (default results/reproduce_<dataset>_<scale>.md)",
+    )
     parser.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--eval-epochs", type=positive, default=None, help="override the scale's evaluation epochs")
-    parser.add_argument("--eval-runs", type=positive, default=None, help="override the scale's evaluation runs")
-    parser.add_argument("--test-size", type=positive, default=None,
-                        help="test on the first N records of the real test split (default: the scale's choice)")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and estimated work; run nothing")
+    parser.add_argument(
+        "--eval-epochs", type=positive, default=None, help="override the scale's evaluation epochs"
+    )
+    parser.add_argument(
+        "--eval-runs", type=positive, default=None, help="override the scale's evaluation runs"
+    )
+    parser.add_argument(
+        "--test-size",
+        type=positive,
+        default=None,
+        help="test on the first N records of the real test split (default: the scale's choice)",
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="print the plan and estimated work; run nothing"
+    )
     args = parser.parse_args(argv)
     try:
         args.selected = select(args.rows, SCALES[args.scale].rows)
@@ -84,20 +110,23 @@ def parse(argv: Optional[list[str]]) -> argparse.Namespace:
     return args
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     from dpdc_repro.common import ResultCache
     from dpdc_repro.report import write_outputs
     from dpdc_repro.run import dry_run_text, fingerprint, run_row
-    from dpdc_lightning.engine.trainer import quiet_libraries
+
     from dpdc_lightning.data import load_dataset
+    from dpdc_lightning.engine.trainer import quiet_libraries
     from dpdc_lightning.errors import UserError
     from dpdc_lightning.evaluation import EvalProtocol
 
     quiet_libraries()
     scale = SCALES[args.scale]
     dataset = args.dataset or scale.dataset
-    protocol = EvalProtocol(epochs=args.eval_epochs or scale.eval_epochs, runs=args.eval_runs or scale.eval_runs)
+    protocol = EvalProtocol(
+        epochs=args.eval_epochs or scale.eval_epochs, runs=args.eval_runs or scale.eval_runs
+    )
     test_size = args.test_size or scale.test_size
     work_dir = Path(args.work_dir)
     try:
@@ -106,38 +135,84 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     cache = ResultCache(work_dir)
-    prints = {r.key: fingerprint(r, dataset=dataset, seed=args.seed, protocol=protocol, test_size=test_size)
-              for r in scale.rows}
+    prints = {
+        r.key: fingerprint(
+            r, dataset=dataset, seed=args.seed, protocol=protocol, test_size=test_size
+        )
+        for r in scale.rows
+    }
     key = f"{dataset}/{scale.name}/seed{args.seed}/{{}}".format
     # every finished row of the scale goes in the table, so a --rows subset adds to it
-    results = {r.key: found for r in scale.rows if (found := cache.get(key(r.key), prints[r.key])) is not None}
+    results = {
+        r.key: found
+        for r in scale.rows
+        if (found := cache.get(key(r.key), prints[r.key])) is not None
+    }
     if args.dry_run:
-        print(dry_run_text(args.selected, scale=scale, dataset=dataset, data=data, protocol=protocol, seed=args.seed,
-                           cached=set(results)))
+        print(
+            dry_run_text(
+                args.selected,
+                scale=scale,
+                dataset=dataset,
+                data=data,
+                protocol=protocol,
+                seed=args.seed,
+                cached=set(results),
+            )
+        )
         return 0
     out = Path(args.out or ROOT / "benchmarks" / "results" / f"reproduce_{dataset}_{scale.name}.md")
     # the command that makes the whole table (a --rows subset adds its rows to the same table)
-    options = [("--seed", args.seed if args.seed else None), ("--eval-epochs", args.eval_epochs),
-               ("--eval-runs", args.eval_runs), ("--test-size", args.test_size)]
-    command = " ".join([f"python benchmarks/reproduce.py --scale {scale.name} --dataset {dataset}",
-                        *(f"{flag} {value}" for flag, value in options if value is not None)])
-    context = dict(scale=scale, dataset=dataset, protocol=protocol, seed=args.seed, accelerator=args.accelerator,
-                   command=command, test_size=test_size)
+    options = [
+        ("--seed", args.seed if args.seed else None),
+        ("--eval-epochs", args.eval_epochs),
+        ("--eval-runs", args.eval_runs),
+        ("--test-size", args.test_size),
+    ]
+    command = " ".join(
+        [
+            f"python benchmarks/reproduce.py --scale {scale.name} --dataset {dataset}",
+            *(f"{flag} {value}" for flag, value in options if value is not None),
+        ]
+    )
+    context = dict(
+        scale=scale,
+        dataset=dataset,
+        protocol=protocol,
+        seed=args.seed,
+        accelerator=args.accelerator,
+        command=command,
+        test_size=test_size,
+    )
     for row in args.selected:
         if row.key in results:
             print(f"[{row.key}] cached, skipped", flush=True)
             continue
         print(f"[{row.key}] running ({scale.name} scale on {dataset}) ...", flush=True)
         try:
-            result = run_row(row, scale=scale, dataset=dataset, data=data, protocol=protocol, work_dir=work_dir,
-                             seed=args.seed, accelerator=args.accelerator, test_size=test_size)
-        except UserError as err:  # a row the package refuses (e.g. a budget too small): say so, go on
+            result = run_row(
+                row,
+                scale=scale,
+                dataset=dataset,
+                data=data,
+                protocol=protocol,
+                work_dir=work_dir,
+                seed=args.seed,
+                accelerator=args.accelerator,
+                test_size=test_size,
+            )
+        except (
+            UserError
+        ) as err:  # a row the package refuses (e.g. a budget too small): say so, go on
             print(f"[{row.key}] error: {err}", file=sys.stderr, flush=True)
             continue
         cache.put(key(row.key), result, prints[row.key])
         results[row.key] = result
-        print(f"[{row.key}] {100 * sum(result['accuracies']) / len(result['accuracies']):.2f} %, "
-              f"condense {result['condense_s']:.0f} s, evaluate {result['eval_s']:.0f} s", flush=True)
+        print(
+            f"[{row.key}] {100 * sum(result['accuracies']) / len(result['accuracies']):.2f} %, "
+            f"condense {result['condense_s']:.0f} s, evaluate {result['eval_s']:.0f} s",
+            flush=True,
+        )
         write_outputs(out, list(scale.rows), results, **context)
     print(write_outputs(out, list(scale.rows), results, **context))
     print(f"written to {out} (+ {out.with_suffix('.png').name}); cache {cache.path}")

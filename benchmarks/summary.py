@@ -28,7 +28,6 @@ import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -37,17 +36,22 @@ from dpdc_repro.report import HEADER, steps_cell  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = {  # reproduce.py's row label -> (method key of published.py, name on the page)
-    "DM": ("dm", "DM"), "DC/DSA": ("dc", "DC/DSA"), "LDPDC": ("ldpdc", "LDPDC"), "NDPDC": ("ndpdc", "NDPDC"),
-    "PSG": ("psg", "PSG"), "PSG + generator prior": ("psg_generator", "PSG + generator"),
-    "Dosser (DOS + SER)": ("dosser", "Dosser"), "Dosser + PEA": ("dosser_pea", "Dosser + PEA"),
+    "DM": ("dm", "DM"),
+    "DC/DSA": ("dc", "DC/DSA"),
+    "LDPDC": ("ldpdc", "LDPDC"),
+    "NDPDC": ("ndpdc", "NDPDC"),
+    "PSG": ("psg", "PSG"),
+    "PSG + generator prior": ("psg_generator", "PSG + generator"),
+    "Dosser (DOS + SER)": ("dosser", "Dosser"),
+    "Dosser + PEA": ("dosser_pea", "Dosser + PEA"),
 }
 ORDER = ["dm", "dc", "ldpdc", "ndpdc", "psg", "psg_generator", "dosser", "dosser_pea"]
 PAPER_DATASETS = ("mnist", "fashion_mnist", "cifar10")  # datasets the papers report
 PAPERS = [
-    "Zheng & Li, \"Differentially Private Dataset Condensation\" (DPDC: LDPDC, NDPDC; Tables 1, 2, 8)",
-    "Zheng et al., \"Improving Noise Efficiency in Privacy-preserving Dataset Distillation\" (Dosser; Table 1, "
+    'Zheng & Li, "Differentially Private Dataset Condensation" (DPDC: LDPDC, NDPDC; Tables 1, 2, 8)',
+    'Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation" (Dosser; Table 1, '
     "which also reports DM without DP, PSG and NDPDC at IPC 10 and 50, ε 1)",
-    "Chen, Kerkouche & Fritz, \"Private Set Generation with Discriminative Information\" (PSG; Table 1, CIFAR-10 only)",
+    'Chen, Kerkouche & Fritz, "Private Set Generation with Discriminative Information" (PSG; Table 1, CIFAR-10 only)',
 ]
 
 
@@ -60,7 +64,7 @@ class Entry:
     method: str
     dataset: str
     ipc: int
-    epsilon: Optional[float]
+    epsilon: float | None
     mean: float  # over every evaluation run (of every condensation)
     std: float  # population std over the same runs
     runs: int  # evaluation runs per condensation
@@ -77,7 +81,7 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
-def _epsilon(cell: str) -> Optional[float]:
+def _epsilon(cell: str) -> float | None:
     if cell.startswith("∞"):
         return None
     match = re.match(r"([0-9.]+)", cell)
@@ -90,7 +94,9 @@ def read_reproduce(path: Path) -> list[Entry]:
     text = path.read_text()
     title = re.search(r"^# Reproduction: every method on (\w+), scale `(\w+)`", text, re.M)
     if title is None or HEADER not in text:
-        raise FormatError(f"{path.name}: not a benchmarks/reproduce.py table (title or header differs)")
+        raise FormatError(
+            f"{path.name}: not a benchmarks/reproduce.py table (title or header differs)"
+        )
     columns = _cells(HEADER)
     subset = re.search(r"its first (\d+) records only", text)
     reduced = "REDUCED PROTOCOL" in text
@@ -106,11 +112,27 @@ def read_reproduce(path: Path) -> list[Entry]:
         runs = re.search(r"(\d+) runs?", row["evaluation"])
         if not (ipc and acc and runs):
             raise FormatError(f"{path.name}: cannot read row {line!r}")
-        evaluation = row["evaluation"] + (f", first {subset.group(1)} test images" if subset else ", full test split")
-        entries.append(Entry(METHODS[row["method"]][0], title.group(1), int(ipc.group(1)), _epsilon(row["ε (accounted; δ)"]),
-                             float(acc.group(1)), float(acc.group(2)), int(runs.group(1)), 1,
-                             row["condensation steps"], evaluation,
-                             reduced, row["device"], path.name, note=row["setting"].split("; ", 1)[-1]))
+        evaluation = row["evaluation"] + (
+            f", first {subset.group(1)} test images" if subset else ", full test split"
+        )
+        entries.append(
+            Entry(
+                METHODS[row["method"]][0],
+                title.group(1),
+                int(ipc.group(1)),
+                _epsilon(row["ε (accounted; δ)"]),
+                float(acc.group(1)),
+                float(acc.group(2)),
+                int(runs.group(1)),
+                1,
+                row["condensation steps"],
+                evaluation,
+                reduced,
+                row["device"],
+                path.name,
+                note=row["setting"].split("; ", 1)[-1],
+            )
+        )
     return entries
 
 
@@ -122,13 +144,29 @@ def read_reproduce_json(path: Path) -> list[Entry]:
     try:
         for row in record["rows"]:
             accuracies = [100 * a for a in row["accuracies"]]
-            evaluation = (f"{row['protocol']['epochs']} epochs x {row['protocol']['runs']} runs"
-                          + (", PEA" if row.get("eval_pea") else "")
-                          + (f", first {subset} test images" if subset else ", full test split"))
-            entries.append(Entry(row["method"], record["dataset"], int(row["ipc"]), row.get("epsilon"),
-                                 statistics.fmean(accuracies), statistics.pstdev(accuracies), len(accuracies), 1,
-                                 steps_cell(row), evaluation, bool(record["reduced"]), row["device"],
-                                 path.with_suffix(".md").name, note=row["setting"]))
+            evaluation = (
+                f"{row['protocol']['epochs']} epochs x {row['protocol']['runs']} runs"
+                + (", PEA" if row.get("eval_pea") else "")
+                + (f", first {subset} test images" if subset else ", full test split")
+            )
+            entries.append(
+                Entry(
+                    row["method"],
+                    record["dataset"],
+                    int(row["ipc"]),
+                    row.get("epsilon"),
+                    statistics.fmean(accuracies),
+                    statistics.pstdev(accuracies),
+                    len(accuracies),
+                    1,
+                    steps_cell(row),
+                    evaluation,
+                    bool(record["reduced"]),
+                    row["device"],
+                    path.with_suffix(".md").name,
+                    note=row["setting"],
+                )
+            )
     except (KeyError, TypeError, ValueError, statistics.StatisticsError) as err:
         raise FormatError(f"{path.name}: not a benchmarks/reproduce.py record ({err})") from err
     return entries
@@ -139,18 +177,29 @@ def read_clip(path: Path) -> list[Entry]:
     try:
         seeds = {s: m["exact"]["accuracies"] for s, m in record["seeds"].items() if "exact" in m}
         pooled = [a for runs in seeds.values() for a in runs]
-        entry = Entry(record["method"], record["dataset"], int(record["ipc"]), float(record["epsilon"]),
-                      statistics.fmean(pooled), statistics.pstdev(pooled), int(record["eval_runs"]), len(seeds),
-                      str(record["steps"]),
-                      f"{record['eval_epochs']} epochs x {record['eval_runs']} runs per condensation, "
-                      f"{record['test_split']}", True, record["device"], path.with_suffix(".md").name,
-                      note=f"{record['setting']}, default `method.clip_gradient=exact`")
+        entry = Entry(
+            record["method"],
+            record["dataset"],
+            int(record["ipc"]),
+            float(record["epsilon"]),
+            statistics.fmean(pooled),
+            statistics.pstdev(pooled),
+            int(record["eval_runs"]),
+            len(seeds),
+            str(record["steps"]),
+            f"{record['eval_epochs']} epochs x {record['eval_runs']} runs per condensation, "
+            f"{record['test_split']}",
+            True,
+            record["device"],
+            path.with_suffix(".md").name,
+            note=f"{record['setting']}, default `method.clip_gradient=exact`",
+        )
     except (KeyError, TypeError, ValueError, statistics.StatisticsError) as err:
         raise FormatError(f"{path.name}: not a clip_gradient_table.py record ({err})") from err
     return [entry]
 
 
-def published(entry: Entry) -> tuple[Optional[Published], bool]:
+def published(entry: Entry) -> tuple[Published | None, bool]:
     """The published number for the entry's setting, else the nearest (same method, dataset and ε; other
     IPC), flagged as not comparable."""
     method = "psg" if entry.method == "psg_generator" else entry.method
@@ -164,8 +213,10 @@ def published(entry: Entry) -> tuple[Optional[Published], bool]:
     return None, False
 
 
-def best(entries: list[Entry], method: str, *, paper_data: bool) -> Optional[Entry]:
-    pool = [e for e in entries if e.method == method and (e.dataset in PAPER_DATASETS) == paper_data]
+def best(entries: list[Entry], method: str, *, paper_data: bool) -> Entry | None:
+    pool = [
+        e for e in entries if e.method == method and (e.dataset in PAPER_DATASETS) == paper_data
+    ]
     return max(pool, key=lambda e: (e.mean, e.condensations), default=None)
 
 
@@ -174,35 +225,48 @@ def _eps(entry: Entry) -> str:
 
 
 def _accuracy(entry: Entry) -> str:
-    per = f"{entry.condensations} condensations x " if entry.condensations > 1 else "1 condensation, "
+    per = (
+        f"{entry.condensations} condensations x " if entry.condensations > 1 else "1 condensation, "
+    )
     return f"**{entry.mean:.2f}** ± {entry.std:.2f} ({per}{entry.runs} runs)"
 
 
 def _protocol(entry: Entry) -> str:
-    return (f"{entry.dataset}, IPC {entry.ipc}, ε {_eps(entry)}, {entry.steps} condensation steps ({entry.note}); "
-            f"evaluation {entry.evaluation}; " + ("**REDUCED**" if entry.reduced else "full protocol"))
+    return (
+        f"{entry.dataset}, IPC {entry.ipc}, ε {_eps(entry)}, {entry.steps} condensation steps ({entry.note}); "
+        f"evaluation {entry.evaluation}; " + ("**REDUCED**" if entry.reduced else "full protocol")
+    )
 
 
 def page(results: Path) -> str:
     entries: list[Entry] = []
     for path in sorted(results.glob("reproduce_*.md")):
-        entries += (read_reproduce_json(path.with_suffix(".json")) if path.with_suffix(".json").is_file()
-                    else read_reproduce(path))
+        entries += (
+            read_reproduce_json(path.with_suffix(".json"))
+            if path.with_suffix(".json").is_file()
+            else read_reproduce(path)
+        )
     for path in sorted(results.glob("clip_gradient_*.json")):
         entries += read_clip(path)
     names = {key: name for key, name in METHODS.values()}
-    lines = ["# Results at a glance", "",
-             "Generated by `python benchmarks/summary.py` from the machine-written results in this folder; do not "
-             "edit by hand (`tests/test_summary.py` fails when this page differs from what the script writes).", "",
-             "**No row at the papers' scale exists yet.** Every number below was measured on a shared 2-core CPU "
-             "(no GPU was lent for these runs), so every row is a REDUCED protocol (fewer condensation steps, "
-             "evaluation epochs and runs than the papers, often fewer images per class), as its protocol column "
-             "says. The published numbers are the papers' full protocols (1000 epochs x 5 runs, thousands of "
-             "steps): the gap says how far a reduced run is from them, not whether the implementation is faithful "
-             "(for that see the side-by-side files below).", "",
-             "## Best number per method on a dataset the papers report", "",
-             "| method | accuracy % (mean ± std over all runs) | protocol | device | published % | gap (ours − published) | source |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Results at a glance",
+        "",
+        "Generated by `python benchmarks/summary.py` from the machine-written results in this folder; do not "
+        "edit by hand (`tests/test_summary.py` fails when this page differs from what the script writes).",
+        "",
+        "**No row at the papers' scale exists yet.** Every number below was measured on a shared 2-core CPU "
+        "(no GPU was lent for these runs), so every row is a REDUCED protocol (fewer condensation steps, "
+        "evaluation epochs and runs than the papers, often fewer images per class), as its protocol column "
+        "says. The published numbers are the papers' full protocols (1000 epochs x 5 runs, thousands of "
+        "steps): the gap says how far a reduced run is from them, not whether the implementation is faithful "
+        "(for that see the side-by-side files below).",
+        "",
+        "## Best number per method on a dataset the papers report",
+        "",
+        "| method | accuracy % (mean ± std over all runs) | protocol | device | published % | gap (ours − published) | source |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for method in ORDER:
         entry = best(entries, method, paper_data=True)
         if entry is None:
@@ -219,15 +283,24 @@ def page(results: Path) -> str:
             gap = "—"
         if method == "psg_generator" and paper is not None:
             cell += "; that table does not say whether PSG ran with its generator prior"
-        lines.append(f"| {names[method]} | {_accuracy(entry)} | {_protocol(entry)} | {entry.device} | {cell} | {gap} "
-                     f"| [{entry.source}]({entry.source}) |")
-    lines += ["", "## Best number per method on the embedded digits (no paper reports this set)", "",
-              "| method | accuracy % | protocol | device | source |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {names[method]} | {_accuracy(entry)} | {_protocol(entry)} | {entry.device} | {cell} | {gap} "
+            f"| [{entry.source}]({entry.source}) |"
+        )
+    lines += [
+        "",
+        "## Best number per method on the embedded digits (no paper reports this set)",
+        "",
+        "| method | accuracy % | protocol | device | source |",
+        "|---|---|---|---|---|",
+    ]
     for method in ORDER:
         entry = best(entries, method, paper_data=False)
         if entry is not None:
-            lines.append(f"| {names[method]} | {_accuracy(entry)} | {_protocol(entry)} | {entry.device} | "
-                         f"[{entry.source}]({entry.source}) |")
+            lines.append(
+                f"| {names[method]} | {_accuracy(entry)} | {_protocol(entry)} | {entry.device} | "
+                f"[{entry.source}]({entry.source}) |"
+            )
     lines += ["", "## Faithfulness and defaults", ""]
     for path in sorted(results.glob("ndpdc_vs_reference_*.json")):
         record = json.loads(path.read_text())
@@ -236,22 +309,26 @@ def page(results: Path) -> str:
             continue
         ours = [statistics.fmean(a) for a in record["ours"]["exact"].values()]
         ref = [statistics.fmean(a) for a in record["reference"].values()]
-        lines.append(f"- NDPDC against the authors' code (SecMLSys/Differentially-Private-Dataset-Condensation "
-                     f"@{record['reference_commit']}), {record['dataset']}, IPC {record['ipc']}, {record['steps']} "
-                     f"iterations, same noise multiplier {record['noise_multiplier']:.4f}, same evaluator "
-                     f"({record['eval_epochs']} epochs x {record['eval_runs']} runs, **REDUCED**): ours "
-                     f"{statistics.fmean(ours):.2f} over {len(ours)} condensations, theirs {statistics.fmean(ref):.2f} "
-                     f"over {len(ref)}; difference {test['diff']:+.2f} (95 % interval {test['ci95'][0]:+.2f} to "
-                     f"{test['ci95'][1]:+.2f}), Welch p = {test['p']:.2f}: "
-                     + ("agree within noise" if test["p"] >= 0.05 else "differ beyond noise")
-                     + f" ([{path.with_suffix('.md').name}]({path.with_suffix('.md').name})).")
+        lines.append(
+            f"- NDPDC against the authors' code (SecMLSys/Differentially-Private-Dataset-Condensation "
+            f"@{record['reference_commit']}), {record['dataset']}, IPC {record['ipc']}, {record['steps']} "
+            f"iterations, same noise multiplier {record['noise_multiplier']:.4f}, same evaluator "
+            f"({record['eval_epochs']} epochs x {record['eval_runs']} runs, **REDUCED**): ours "
+            f"{statistics.fmean(ours):.2f} over {len(ours)} condensations, theirs {statistics.fmean(ref):.2f} "
+            f"over {len(ref)}; difference {test['diff']:+.2f} (95 % interval {test['ci95'][0]:+.2f} to "
+            f"{test['ci95'][1]:+.2f}), Welch p = {test['p']:.2f}: "
+            + ("agree within noise" if test["p"] >= 0.05 else "differ beyond noise")
+            + f" ([{path.with_suffix('.md').name}]({path.with_suffix('.md').name}))."
+        )
     for path in sorted(results.glob("clip_gradient_*.json")):
         decision = json.loads(path.read_text()).get("decision")
         if decision:
-            lines.append(f"- NDPDC `method.clip_gradient` default: `{decision['default']}` (exact − detached "
-                         f"{decision['mean_diff']:+.2f} points over {len(decision['diffs'])} condensation seeds, "
-                         f"paired p = {decision['p']:.2f}) ([{path.with_suffix('.md').name}]"
-                         f"({path.with_suffix('.md').name})).")
+            lines.append(
+                f"- NDPDC `method.clip_gradient` default: `{decision['default']}` (exact − detached "
+                f"{decision['mean_diff']:+.2f} points over {len(decision['diffs'])} condensation seeds, "
+                f"paired p = {decision['p']:.2f}) ([{path.with_suffix('.md').name}]"
+                f"({path.with_suffix('.md').name}))."
+            )
     lines += ["", "## Papers", "", *(f"- {p}" for p in PAPERS), ""]
     return "\n".join(lines)
 
@@ -260,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS, help="the folder of result files")
     parser.add_argument("--out", type=Path, help="default: README.md in --results")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when --out is out of date")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 when --out is out of date"
+    )
     args = parser.parse_args(argv)
     out = args.out or args.results / "README.md"
     if not args.results.is_dir():

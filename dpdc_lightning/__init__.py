@@ -32,13 +32,20 @@ _WHERE = {
 __all__ = ["__version__", "evaluate", *sorted(_WHERE)]
 
 
-def evaluate(run_dir: Any, *, models: tuple[str, ...] = ("convnet",), overrides: tuple[str, ...] = (),
-             progress: bool = True) -> dict[str, Any]:
+def evaluate(
+    run_dir: Any,
+    *,
+    models: tuple[str, ...] = ("convnet",),
+    overrides: tuple[str, ...] = (),
+    progress: bool = True,
+) -> dict[str, Any]:
     """Evaluate a bundle with the protocol of its config (``overrides`` such as ``"eval=quick"`` or
     ``"eval.runs=3"`` change it); results are appended to its eval.json. Returns {model: ModelResult}."""
     from dpdc_lightning.cli.evaluate import evaluate_run
 
-    outcome = evaluate_run(run_dir, models=tuple(models), overrides=tuple(overrides), quiet=not progress)
+    outcome = evaluate_run(
+        run_dir, models=tuple(models), overrides=tuple(overrides), quiet=not progress
+    )
     return {result.model: result for result in outcome["results"]}
 
 

@@ -4,7 +4,7 @@ entry point that prints them so."""
 from __future__ import annotations
 
 import sys
-from typing import Callable, Optional
+from collections.abc import Callable
 
 
 class UserError(Exception):
@@ -29,15 +29,25 @@ class NumericalFault(UserError):
     depends on a private record. The mechanisms turn a private row that is not finite into a zero row
     (privacy/mechanisms.py ``finite_rows``), so a noisy release is always finite."""
 
-    def __init__(self, what: str, *, step: Optional[int] = None, total: Optional[int] = None,
-                 cause: Optional[str] = None) -> None:
+    def __init__(
+        self,
+        what: str,
+        *,
+        step: int | None = None,
+        total: int | None = None,
+        cause: str | None = None,
+    ) -> None:
         self.what, self.step, self.total, self.cause = what, step, total, cause
-        where = "" if step is None else f" at step {step + 1}" + ("" if total is None else f" of {total}")
+        where = (
+            ""
+            if step is None
+            else f" at step {step + 1}" + ("" if total is None else f" of {total}")
+        )
         likely = "" if cause is None else f" (likely cause: {cause})"
         super().__init__(f"the run diverged{where}: {what}{likely}")
 
 
-def run(main: Callable[[list[str]], Optional[int]], argv: Optional[list[str]] = None) -> int:
+def run(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:
     """``main(argv)``'s exit code; a UserError is one ``error:`` line and exit code 2, never a
     traceback; Ctrl-C is one line and exit code 130."""
     try:

@@ -3,8 +3,8 @@ works; the entry point is :mod:`dpdc_lightning.cli.export`."""
 
 import sys
 
-from dpdc_lightning.errors import run
 from dpdc_lightning.cli.export import export_main as main
+from dpdc_lightning.errors import run
 
 if __name__ == "__main__":
     sys.exit(run(main))

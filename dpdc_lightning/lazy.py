@@ -5,7 +5,8 @@ dpdc_lightning`` answer without loading torch or Lightning."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def lazy_getattr(package: str, where: dict[str, str]) -> Callable[[str], Any]:
@@ -16,6 +17,8 @@ def lazy_getattr(package: str, where: dict[str, str]) -> Callable[[str], Any]:
         if name not in where:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
         module = where[name]
-        return getattr(importlib.import_module(module if "." in module else f"{package}.{module}"), name)
+        return getattr(
+            importlib.import_module(module if "." in module else f"{package}.{module}"), name
+        )
 
     return __getattr__

@@ -19,9 +19,10 @@ def derive_seed(seed: int, *keys: str | int) -> int:
     return int.from_bytes(digest, "little") >> 1
 
 
-def derive_generator(seed: int, *keys: str | int, device: str | torch.device = "cpu") -> torch.Generator:
+def derive_generator(
+    seed: int, *keys: str | int, device: str | torch.device = "cpu"
+) -> torch.Generator:
     """A fresh generator seeded by ``derive_seed(seed, *keys)``."""
     generator = torch.Generator(device=device)
     generator.manual_seed(derive_seed(seed, *keys))
     return generator
-

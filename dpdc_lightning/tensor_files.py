@@ -15,11 +15,13 @@ import pickletools
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.errors import UserError
 
-PLAIN_SAVE_HINT = "save plain tensors only, e.g. torch.save({'images': images, 'labels': labels}, path)"
+PLAIN_SAVE_HINT = (
+    "save plain tensors only, e.g. torch.save({'images': images, 'labels': labels}, path)"
+)
 
 
 def load_plain(path: Path | str, *, what: str, map_location: Any = "cpu") -> Any:
@@ -35,20 +37,30 @@ def load_plain(path: Path | str, *, what: str, map_location: Any = "cpu") -> Any
     import torch
 
     try:
-        with warnings.catch_warnings():  # e.g. "Detected pickle protocol 4": torch's business, not the user's
+        with (
+            warnings.catch_warnings()
+        ):  # e.g. "Detected pickle protocol 4": torch's business, not the user's
             warnings.simplefilter("ignore")
             return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as err:
         culprit = _first_foreign_global(path)
-        refused = "weights only" in str(err).lower() and zipfile.is_zipfile(path)  # torch's format, refused content
+        refused = "weights only" in str(err).lower() and zipfile.is_zipfile(
+            path
+        )  # torch's format, refused content
         if culprit is None and not refused:  # not a pickle at all (e.g. "invalid load key")
-            raise UserError(f"{what} {path} is truncated, corrupt or not a tensor file (neither torch.save's "
-                            "format nor a pickle)") from None
+            raise UserError(
+                f"{what} {path} is truncated, corrupt or not a tensor file (neither torch.save's "
+                "format nor a pickle)"
+            ) from None
         held = f" (a {culprit})" if culprit else ""
-        raise UserError(f"{what} {path} holds pickled Python objects{held}; they are never loaded, since unpickling "
-                        f"can run code: {PLAIN_SAVE_HINT}") from None
+        raise UserError(
+            f"{what} {path} holds pickled Python objects{held}; they are never loaded, since unpickling "
+            f"can run code: {PLAIN_SAVE_HINT}"
+        ) from None
     except Exception as err:  # anything else: the bytes are not a complete tensor file
-        raise UserError(f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})") from None
+        raise UserError(
+            f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})"
+        ) from None
 
 
 def _load_npz(path: Path, *, what: str) -> dict[str, Any]:
@@ -58,15 +70,25 @@ def _load_npz(path: Path, *, what: str) -> dict[str, Any]:
 
     try:
         with np.load(path, allow_pickle=False) as archive:
-            return {key: torch.from_numpy(np.array(archive[key])) if archive[key].dtype.kind in "biuf"
-                    else [str(x) for x in archive[key]] for key in archive.files}
+            return {
+                key: torch.from_numpy(np.array(archive[key]))
+                if archive[key].dtype.kind in "biuf"
+                else [str(x) for x in archive[key]]
+                for key in archive.files
+            }
     except ValueError as err:
         if "pickle" in str(err).lower():
-            raise UserError(f"{what} {path} holds pickled Python objects; they are never loaded (np.savez arrays "
-                            "of numbers or strings only)") from None
-        raise UserError(f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})") from None
+            raise UserError(
+                f"{what} {path} holds pickled Python objects; they are never loaded (np.savez arrays "
+                "of numbers or strings only)"
+            ) from None
+        raise UserError(
+            f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})"
+        ) from None
     except Exception as err:
-        raise UserError(f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})") from None
+        raise UserError(
+            f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})"
+        ) from None
 
 
 def _short(err: Exception) -> str:
@@ -74,7 +96,7 @@ def _short(err: Exception) -> str:
     return first.split(". ")[0].rstrip(".")[:160]
 
 
-def _first_foreign_global(path: Path) -> Optional[str]:
+def _first_foreign_global(path: Path) -> str | None:
     """The first class or function outside torch the file's pickles refer to (for the message only;
     found by reading the opcodes, nothing is executed). Reads torch's zip format and the legacy one
     (several pickles in a row, then raw storage bytes). None when there is none or it cannot be told."""

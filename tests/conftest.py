@@ -13,9 +13,13 @@ sys.path.insert(0, str(ROOT))
 # native AVX-512 ones: after a run with AVX2 forced, the next native run crashed ("double free or
 # corruption") and the reverse returned zero features (torch 2.15). One cache per ISA setting, for
 # this process and the commands it starts; an explicit TORCHINDUCTOR_CACHE_DIR wins.
-_ISA = "-".join(os.environ.get(name, "native") for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA"))
+_ISA = "-".join(
+    os.environ.get(name, "native") for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+)
 _USER = getattr(os, "getuid", lambda: 0)()
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dpdc_inductor_{_USER}_{_ISA}"))
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dpdc_inductor_{_USER}_{_ISA}")
+)
 
 
 @pytest.fixture
@@ -26,7 +30,11 @@ def repo_root() -> Path:
 @pytest.fixture
 def cli_env() -> dict:
     """Environment for entry-point subprocesses: quiet, CPU only, no inherited DDP rank."""
-    env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "DPDC_RUN_DIR")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LOCAL_RANK", "NODE_RANK", "WORLD_SIZE", "DPDC_RUN_DIR")
+    }
     env.update({"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""})
     return env
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 import torch
@@ -27,7 +27,7 @@ from dpdc_lightning.privacy import mechanisms
 class Call:
     """One call of the Gaussian mechanism: what it was asked to release, and what it released."""
 
-    key: Optional[bytes]  # the noise stream's identity (secret, phase, step, partition)
+    key: bytes | None  # the noise stream's identity (secret, phase, step, partition)
     pre: Tensor  # the pre-noise sum, float64
     sensitivity: float
     noise_multiplier: float
@@ -39,25 +39,49 @@ class MechanismTap:
     """Wraps ``gaussian_sum`` in every dpdc_lightning module that binds it. Records each call; with
     ``reference`` (D's calls), call i releases the reference's call i instead of its own."""
 
-    def __init__(self, reference: Optional[list[Call]] = None) -> None:
+    def __init__(self, reference: list[Call] | None = None) -> None:
         self.reference = reference
         self.calls: list[Call] = []
 
     def install(self, patch: pytest.MonkeyPatch) -> None:
         original = mechanisms.gaussian_sum
-        bound = [(module, name) for module_name, module in list(sys.modules.items())
-                 if module_name.startswith("dpdc_lightning") and module is not None
-                 for name, value in list(vars(module).items()) if value is original]
+        bound = [
+            (module, name)
+            for module_name, module in list(sys.modules.items())
+            if module_name.startswith("dpdc_lightning") and module is not None
+            for name, value in list(vars(module).items())
+            if value is original
+        ]
         assert len(bound) >= 3, f"gaussian_sum is bound in too few modules: {bound}"
 
-        def tapped(clipped_sum: Tensor, *, sensitivity: float, noise_multiplier: float, sample_rate: float,
-                   noise: Any, **described: Any) -> tuple[Tensor, Any]:
-            released, event = original(clipped_sum, sensitivity=sensitivity, noise_multiplier=noise_multiplier,
-                                        sample_rate=sample_rate, noise=noise, **described)
+        def tapped(
+            clipped_sum: Tensor,
+            *,
+            sensitivity: float,
+            noise_multiplier: float,
+            sample_rate: float,
+            noise: Any,
+            **described: Any,
+        ) -> tuple[Tensor, Any]:
+            released, event = original(
+                clipped_sum,
+                sensitivity=sensitivity,
+                noise_multiplier=noise_multiplier,
+                sample_rate=sample_rate,
+                noise=noise,
+                **described,
+            )
             index = len(self.calls)
-            self.calls.append(Call(getattr(noise, "_prefix", None), clipped_sum.detach().cpu().double().clone(),
-                                   float(sensitivity), float(noise_multiplier), float(sample_rate),
-                                   released.detach().cpu().clone()))
+            self.calls.append(
+                Call(
+                    getattr(noise, "_prefix", None),
+                    clipped_sum.detach().cpu().double().clone(),
+                    float(sensitivity),
+                    float(noise_multiplier),
+                    float(sample_rate),
+                    released.detach().cpu().clone(),
+                )
+            )
             if self.reference is not None and index < len(self.reference):
                 theirs = self.reference[index].released
                 if theirs.shape == released.shape:
@@ -72,7 +96,10 @@ def couple_sampling(patch: pytest.MonkeyPatch, removed: dict[int, int]) -> None:
     """Poisson sampling of D' that keeps every record's uniform from D: ``removed[partition]`` is
     the position (in D's pool of that class, or -1: the whole set) of the removed record, whose
     uniform is drawn and dropped."""
-    original_sample, original_generator = datamodule_module.poisson_sample, datamodule_module.derive_generator
+    original_sample, original_generator = (
+        datamodule_module.poisson_sample,
+        datamodule_module.derive_generator,
+    )
     current = {"partition": None}
 
     def generator(seed: int, *keys: Any, **options: Any) -> torch.Generator:

@@ -26,13 +26,23 @@ def float32_rounding(longest_reduction: int) -> float:
     return longest_reduction * EPS32
 
 
-def assert_close_normwise(actual: torch.Tensor, expected: torch.Tensor, *, rel: float,
-                          scale: float | None = None, what: str = "") -> None:
+def assert_close_normwise(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    *,
+    rel: float,
+    scale: float | None = None,
+    what: str = "",
+) -> None:
     """‖actual − expected‖₂ ≤ rel · scale; ``scale`` is ‖expected‖₂ unless given (e.g. n·C for a
     sum of n rows clipped to C)."""
-    assert actual.shape == expected.shape, f"{what}: shapes {tuple(actual.shape)} and {tuple(expected.shape)}"
+    assert actual.shape == expected.shape, (
+        f"{what}: shapes {tuple(actual.shape)} and {tuple(expected.shape)}"
+    )
     actual, expected = actual.detach().double(), expected.detach().double()
     scale = float(expected.norm()) if scale is None else float(scale)
     error = float((actual - expected).norm())
-    assert error <= rel * scale, (f"{what}: ‖actual − expected‖ = {error:.3g} exceeds {rel:.3g} × {scale:.3g} "
-                                  f"({error / (rel * scale):.3g} times the allowed rounding)")
+    assert error <= rel * scale, (
+        f"{what}: ‖actual − expected‖ = {error:.3g} exceeds {rel:.3g} × {scale:.3g} "
+        f"({error / (rel * scale):.3g} times the allowed rounding)"
+    )

@@ -19,9 +19,10 @@ import math
 import re
 import shutil
 import warnings
+from collections.abc import Callable
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
@@ -43,15 +44,18 @@ class _Logs(logging.Handler):
         self.lines.append(f"{record.levelname}: {record.getMessage()}")
 
 
-def run_cli(tokens: list[str], *, folder: Path, work: Path,
-            patches: Callable[[pytest.MonkeyPatch], None]) -> tuple[int, dict[str, Any]]:
+def run_cli(
+    tokens: list[str], *, folder: Path, work: Path, patches: Callable[[pytest.MonkeyPatch], None]
+) -> tuple[int, dict[str, Any]]:
     """``python train.py TOKENS`` in process (the CLI's own error handling included) with ``patches``
     applied; returns the exit code and every output, ``work`` written as ``<work>``. The run folder
     ``folder`` is read and deleted."""
     clear_dataset_cache()
     out, err, logs = io.StringIO(), io.StringIO(), _Logs()
-    loggers = [logging.getLogger(name) for name in ("", "lightning", "lightning.pytorch", "lightning.fabric",
-                                                    "pytorch_lightning")]
+    loggers = [
+        logging.getLogger(name)
+        for name in ("", "lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
+    ]
     with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         patches(patch)
@@ -66,13 +70,18 @@ def run_cli(tokens: list[str], *, folder: Path, work: Path,
     clear_dataset_cache()
     stdout = out.getvalue()
     summary = folder / "summary.md"
-    if summary.is_file():  # a sweep prints its summary.md, which is compared as a file (its times dropped)
+    if (
+        summary.is_file()
+    ):  # a sweep prints its summary.md, which is compared as a file (its times dropped)
         stdout = stdout.replace(summary.read_text(), "<summary.md>\n")
     outputs = snapshot(folder, prefix=str(work))
     outputs["exit_code"] = code
-    for name, text in (("stdout", stdout), ("stderr", err.getvalue()),
-                       ("warnings", "\n".join(f"{w.category.__name__}: {w.message}" for w in caught)),
-                       ("log", "\n".join(logs.lines))):
+    for name, text in (
+        ("stdout", stdout),
+        ("stderr", err.getvalue()),
+        ("warnings", "\n".join(f"{w.category.__name__}: {w.message}" for w in caught)),
+        ("log", "\n".join(logs.lines)),
+    ):
         outputs[name] = text.replace(str(work), "<work>")
     shutil.rmtree(folder, ignore_errors=True)
     return code, outputs
@@ -96,15 +105,20 @@ def _flatten(value: Any, prefix: str, into: dict[str, Any]) -> None:
 
 def _table(rows: list[dict[str, str]], key: str) -> dict[str, Any]:
     """Rows by member; the time column dropped."""
-    return {row.get(key, str(i)): {k: v for k, v in row.items() if k not in ("seconds", "time (s)")}
-            for i, row in enumerate(rows)}
+    return {
+        row.get(key, str(i)): {k: v for k, v in row.items() if k not in ("seconds", "time (s)")}
+        for i, row in enumerate(rows)
+    }
 
 
 def _markdown_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
     lines = text.splitlines()
     table = [line for line in lines if line.startswith("|")]
     header = [cell.strip() for cell in table[0].strip("|").split("|")]
-    rows = [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")))) for line in table[2:]]
+    rows = [
+        dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+        for line in table[2:]
+    ]
     return [line for line in lines if not line.startswith("|")], rows
 
 
@@ -145,7 +159,9 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
     for path in files:
         rel = path.relative_to(folder).as_posix()
         if "tfevents" in path.name:
-            rel = rel.rsplit("/", 1)[0] + "/events"  # the name holds a time, a host and a process id
+            rel = (
+                rel.rsplit("/", 1)[0] + "/events"
+            )  # the name holds a time, a host and a process id
         names.append(rel)
         flat: dict[str, Any] = {}
         if path.suffix == ".json":
@@ -157,9 +173,13 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             _flatten(yaml.safe_load(path.read_text().replace(prefix, "<work>")), "", flat)
         elif path.suffix in (".pt", ".ckpt"):
             _flatten(torch.load(path, map_location="cpu", weights_only=True), "", flat)
-            flat = {k: v.replace(prefix, "<work>") if isinstance(v, str) else v for k, v in flat.items()}
+            flat = {
+                k: v.replace(prefix, "<work>") if isinstance(v, str) else v for k, v in flat.items()
+            }
         elif path.name == "summary.csv":
-            _flatten(_table(list(csv.DictReader(io.StringIO(path.read_text()))), "member"), "", flat)
+            _flatten(
+                _table(list(csv.DictReader(io.StringIO(path.read_text()))), "member"), "", flat
+            )
         elif path.name == "summary.md":
             lines, rows = _markdown_rows(path.read_text().replace(prefix, "<work>"))
             _flatten({"text": lines, **_table(rows, "member")}, "", flat)
@@ -174,11 +194,23 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- comparing
 
+
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return isinstance(a, Tensor) and isinstance(b, Tensor) and a.dtype == b.dtype and a.shape == b.shape \
-            and bool(torch.equal(a, b) or (a.is_floating_point() and torch.equal(a.isnan(), b.isnan())
-                                          and torch.equal(a.nan_to_num(), b.nan_to_num())))
+        return (
+            isinstance(a, Tensor)
+            and isinstance(b, Tensor)
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and bool(
+                torch.equal(a, b)
+                or (
+                    a.is_floating_point()
+                    and torch.equal(a.isnan(), b.isnan())
+                    and torch.equal(a.nan_to_num(), b.nan_to_num())
+                )
+            )
+        )
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
         return True
     return type(a) is type(b) and a == b
@@ -186,8 +218,12 @@ def _same(a: Any, b: Any) -> bool:
 
 def in_ledger(key: str, ledger: tuple[Released, ...]) -> bool:
     rel, _, name = key.partition(":")
-    return any((fnmatch(rel, entry.output) or fnmatch(rel, "*/" + entry.output)) and fnmatch(name, entry.field)
-               for entry in ledger if entry.output not in TEXT_OUTPUTS)
+    return any(
+        (fnmatch(rel, entry.output) or fnmatch(rel, "*/" + entry.output))
+        and fnmatch(name, entry.field)
+        for entry in ledger
+        if entry.output not in TEXT_OUTPUTS
+    )
 
 
 def _text_lines(text: str, patterns: list[str]) -> list[str]:
@@ -206,26 +242,41 @@ def _show(value: Any) -> str:
     return text if len(text) < 160 else text[:157] + "..."
 
 
-def differences(a: dict[str, Any], b: dict[str, Any], *, ledger: tuple[Released, ...] = ()) -> list[str]:
+def differences(
+    a: dict[str, Any], b: dict[str, Any], *, ledger: tuple[Released, ...] = ()
+) -> list[str]:
     """Outputs of D (``a``) and D' (``b``) that differ outside ``ledger``, one line each."""
     found = []
     for key in sorted(set(a) | set(b)):
         if key in TEXT_OUTPUTS or key in ("warnings", "log"):
             patterns = [entry.field for entry in ledger if entry.output == key]
-            lines_a, lines_b = _text_lines(a.get(key, ""), patterns), _text_lines(b.get(key, ""), patterns)
+            lines_a, lines_b = (
+                _text_lines(a.get(key, ""), patterns),
+                _text_lines(b.get(key, ""), patterns),
+            )
             if lines_a != lines_b:
-                diff = [f"{x!r} | {y!r}" for x, y in zip(lines_a + [""] * len(lines_b), lines_b + [""] * len(lines_a))
-                        if x != y]
+                diff = [
+                    f"{x!r} | {y!r}"
+                    for x, y in zip(lines_a + [""] * len(lines_b), lines_b + [""] * len(lines_a))
+                    if x != y
+                ]
                 found.append(f"{key}: {diff[0]}")
             continue
         if key not in a or key not in b:
-            found.append(f"{key}: only in {'D' if key in a else 'D_prime'} ({_show(a.get(key, b.get(key)))})")
+            found.append(
+                f"{key}: only in {'D' if key in a else 'D_prime'} ({_show(a.get(key, b.get(key)))})"
+            )
         elif not _same(a[key], b[key]) and not in_ledger(key, ledger):
             found.append(f"{key}: D {_show(a[key])} | D' {_show(b[key])}" + _delta(a[key], b[key]))
     return found
 
 
 def _delta(a: Any, b: Any) -> str:
-    if isinstance(a, Tensor) and isinstance(b, Tensor) and a.shape == b.shape and a.is_floating_point():
+    if (
+        isinstance(a, Tensor)
+        and isinstance(b, Tensor)
+        and a.shape == b.shape
+        and a.is_floating_point()
+    ):
         return f" (max |difference| {float((a.double() - b.double()).abs().max()):.3g})"
     return ""

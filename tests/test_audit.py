@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 from scipy.stats import beta, norm
-from sklearn.metrics import roc_auc_score, roc_curve as sk_roc_curve
+from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sk_roc_curve
 
 from dpdc_lightning.audit import attacks, canary, metrics
 from dpdc_lightning.audit.analysis import bai_saranadasa, closed_form_dm
@@ -28,6 +29,7 @@ def random_scores(seed: int, n: int = 400, shift: float = 0.7):
 
 
 # ------------------------------------------------------------------ metrics vs direct computation
+
 
 @pytest.mark.parametrize("seed", range(5))
 def test_auc_and_roc_match_sklearn(seed):
@@ -54,7 +56,10 @@ def test_clopper_pearson_is_conservative_in_simulation():
     rng = np.random.default_rng(0)
     for p, n in [(0.02, 60), (0.3, 25), (0.5, 200)]:
         draws = rng.binomial(n, p, size=3000)
-        upper = {int(k): metrics.clopper_pearson_upper(int(k), n, confidence=0.9) for k in np.unique(draws)}
+        upper = {
+            int(k): metrics.clopper_pearson_upper(int(k), n, confidence=0.9)
+            for k in np.unique(draws)
+        }
         covered = np.mean([upper[int(k)] >= p for k in draws])
         assert covered >= 0.9  # exact method: coverage is at least the nominal level
 
@@ -68,8 +73,10 @@ def test_epsilon_from_rates_is_eq6():
 
 def gaussian_dp_epsilon(mu: float, delta: float) -> float:
     """ε of a μ-GDP test at δ (Dong, Roth & Su): the exact curve of N(0,1) vs N(μ,1)."""
+
     def delta_of(eps):
         return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
     low, high = 0.0, 50.0
     for _ in range(100):
         mid = (low + high) / 2
@@ -88,22 +95,31 @@ def test_epsilon_lower_bound_is_sound_and_has_power():
     for trial in range(100):
         members = rng.random(2000) < 0.5
         scores = rng.normal(size=2000) + mu * members
-        bound = metrics.epsilon_lower_bound(scores, members.astype(int), delta=delta, confidence=0.95, seed=trial)
+        bound = metrics.epsilon_lower_bound(
+            scores, members.astype(int), delta=delta, confidence=0.95, seed=trial
+        )
         exceed += bound.epsilon > true_eps
     assert exceed <= 10
     members = rng.random(2000) < 0.5
-    strong = metrics.epsilon_lower_bound(rng.normal(size=2000) + 6 * members, members.astype(int), delta=delta)
+    strong = metrics.epsilon_lower_bound(
+        rng.normal(size=2000) + 6 * members, members.astype(int), delta=delta
+    )
     assert 1.5 < strong.epsilon <= gaussian_dp_epsilon(6.0, delta)
-    bonf = metrics.epsilon_lower_bound_bonferroni(rng.normal(size=2000) + 6 * members, members.astype(int), delta=delta)
+    bonf = metrics.epsilon_lower_bound_bonferroni(
+        rng.normal(size=2000) + 6 * members, members.astype(int), delta=delta
+    )
     assert 1.5 < bonf.epsilon <= gaussian_dp_epsilon(6.0, delta)
 
 
 # ------------------------------------------------------------------ one-run bound (Steinke et al.)
 
+
 def test_one_run_p_value_without_delta_is_the_binomial_tail():
     p = 1 / (1 + math.exp(-1.0))
-    expected = sum(math.comb(20, j) * p ** j * (1 - p) ** (20 - j) for j in range(15, 21))
-    assert canary.one_run_p_value(m=50, r=20, v=15, epsilon=1.0, delta=0.0) == pytest.approx(expected)
+    expected = sum(math.comb(20, j) * p**j * (1 - p) ** (20 - j) for j in range(15, 21))
+    assert canary.one_run_p_value(m=50, r=20, v=15, epsilon=1.0, delta=0.0) == pytest.approx(
+        expected
+    )
     # δ only ever adds to the p-value (so it can only weaken the bound).
     assert canary.one_run_p_value(m=50, r=20, v=15, epsilon=1.0, delta=1e-3) > expected
 
@@ -113,15 +129,20 @@ def test_one_run_bound_is_sound_for_random_guesses_and_finds_perfect_ones():
     positives = 0
     for _ in range(200):
         included = torch.as_tensor(rng.random(200) < 0.5)
-        scores = torch.as_tensor(rng.normal(size=200))  # independent of inclusion: an ε = 0 "mechanism"
+        scores = torch.as_tensor(
+            rng.normal(size=200)
+        )  # independent of inclusion: an ε = 0 "mechanism"
         g = canary.guess(scores, included, guesses_in=40, guesses_out=40)
         positives += canary.one_run_epsilon_bound(m=200, r=g.r, v=g.v, delta=1e-5) > 0
     assert positives <= 200 * 0.05 + 5
     bound = canary.one_run_epsilon_bound(m=200, r=80, v=80, delta=1e-5)
-    assert 1.5 < bound < math.log(0.95 / 0.05) + 2.5  # r = 80 perfect guesses cap the bound at a few units
+    assert (
+        1.5 < bound < math.log(0.95 / 0.05) + 2.5
+    )  # r = 80 perfect guesses cap the bound at a few units
 
 
 # ------------------------------------------------------------------ shadows and attacks
+
 
 def test_keep_matrix_holds_each_record_in_exactly_half():
     keep = keep_matrix(8, 500, generator=torch.Generator().manual_seed(0))
@@ -167,6 +188,7 @@ def test_lira_separates_planted_members():
 
 # ------------------------------------------------------------------ analyses
 
+
 def test_closed_form_dm_matches_eq8_and_bai_saranadasa_calibration():
     gen = torch.Generator().manual_seed(0)
     train = torch.randn(40, 1, 4, 4, generator=gen) + 3.0
@@ -181,55 +203,99 @@ def test_closed_form_dm_matches_eq8_and_bai_saranadasa_calibration():
         shifted = out[mine].flatten(1) - train[labels == c].flatten(1).mean(0)
         assert torch.allclose(shifted.norm(dim=1), init[mine].flatten(1).norm(dim=1), atol=1e-4)
     # Under H0 (same mean), Z is roughly N(0, 1): two-sided rejections near the nominal 5 %.
-    rejections = sum(bai_saranadasa(torch.randn(15, 200, generator=gen), torch.randn(15, 200, generator=gen))
-                     ["p_two_sided"] < 0.05 for _ in range(200))
+    rejections = sum(
+        bai_saranadasa(torch.randn(15, 200, generator=gen), torch.randn(15, 200, generator=gen))[
+            "p_two_sided"
+        ]
+        < 0.05
+        for _ in range(200)
+    )
     assert rejections <= 25
-    shifted = bai_saranadasa(torch.randn(15, 200, generator=gen) + 0.5, torch.randn(15, 200, generator=gen))
+    shifted = bai_saranadasa(
+        torch.randn(15, 200, generator=gen) + 0.5, torch.randn(15, 200, generator=gen)
+    )
     assert shifted["z"] > 5 and shifted["p_one_sided"] < 1e-6
 
 
 def test_dm_initialisation_is_redrawn_exactly():
+    from method_helpers import build
+
     from dpdc_lightning.audit.analysis import dm_noise_initialisation
+    from dpdc_lightning.config.methods import DMConfig
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.methods.dm import DM
-    from dpdc_lightning.config.methods import DMConfig
-    from method_helpers import build
 
     spec = DataSpec(num_classes=3, image_shape=(1, 4, 4), class_sizes=(20, 20, 20))
     method = build(DM, DMConfig(name="dm", ipc=2, init="noise"), spec, seed=5)
     images, labels = dm_noise_initialisation(seed=5, num_classes=3, ipc=2, image_shape=(1, 4, 4))
-    assert torch.equal(images, method.synthetic_set()[0]) and torch.equal(labels, method.synthetic_set()[1])
+    assert torch.equal(images, method.synthetic_set()[0]) and torch.equal(
+        labels, method.synthetic_set()[1]
+    )
     other, _ = dm_noise_initialisation(seed=6, num_classes=3, ipc=2, image_shape=(1, 4, 4))
     assert not torch.equal(images, other)
 
 
 # ------------------------------------------------------------------ command line
 
+
 def test_metrics_cli_prints_the_five_lines(tmp_path, cli_env, repo_root):
     scores, members = random_scores(7, n=1000, shift=1.5)
     np.save(tmp_path / "s.npy", scores)
     np.save(tmp_path / "m.npy", members)
-    out = subprocess.run([sys.executable, "-m", "dpdc_lightning.audit", "metrics", "--scores", str(tmp_path / "s.npy"),
-                          "--members", str(tmp_path / "m.npy"), "--delta", "1e-5", "--confidence", "0.9"],
-                         cwd=repo_root, env=cli_env, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dpdc_lightning.audit",
+            "metrics",
+            "--scores",
+            str(tmp_path / "s.npy"),
+            "--members",
+            str(tmp_path / "m.npy"),
+            "--delta",
+            "1e-5",
+            "--confidence",
+            "0.9",
+        ],
+        cwd=repo_root,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     lines = dict(line.split("=", 1) for line in out.stdout.strip().splitlines())
-    assert list(lines) == ["auc", "tpr_at_fpr_0.001", "tpr_at_fpr_0.01", "advantage", "epsilon_lower_bound"]
+    assert list(lines) == [
+        "auc",
+        "tpr_at_fpr_0.001",
+        "tpr_at_fpr_0.01",
+        "advantage",
+        "epsilon_lower_bound",
+    ]
     assert float(lines["auc"]) == pytest.approx(roc_auc_score(members, scores), abs=1e-6)
     assert 0 < float(lines["epsilon_lower_bound"]) < 5
     assert "lightning" not in out.stderr.lower()
 
 
-@pytest.mark.parametrize("args", [["--scores", "S", "--members", "missing.npy"], ["--scores", "S"],
-                                  ["--scores", "S", "--members", "S", "--delta", "x"], ["--bogus", "1"],
-                                  ["--scores", "S", "--members", "S", "--confidence", "1.5"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--scores", "S", "--members", "missing.npy"],
+        ["--scores", "S"],
+        ["--scores", "S", "--members", "S", "--delta", "x"],
+        ["--bogus", "1"],
+        ["--scores", "S", "--members", "S", "--confidence", "1.5"],
+    ],
+)
 def test_metrics_cli_refuses_bad_input(tmp_path, capsys, args):
     from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
 
     scores, _ = random_scores(0)
     np.save(tmp_path / "s.npy", scores)
-    args = [str(tmp_path / "s.npy") if a == "S" else str(tmp_path / a) if a.endswith(".npy") else a for a in args]
+    args = [
+        str(tmp_path / "s.npy") if a == "S" else str(tmp_path / a) if a.endswith(".npy") else a
+        for a in args
+    ]
     assert run(audit_main, ["metrics", *args]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
@@ -240,8 +306,13 @@ def test_audit_cli_refuses_bad_run_dirs(tmp_path, capsys):
     from dpdc_lightning.cli import run
 
     (tmp_path / "half").mkdir()
-    for args in ([str(tmp_path / "nope")], [str(tmp_path / "half")], [str(tmp_path / "half"), "audit.shadows=3"],
-                 [str(tmp_path / "half"), "seed=1"], []):
+    for args in (
+        [str(tmp_path / "nope")],
+        [str(tmp_path / "half")],
+        [str(tmp_path / "half"), "audit.shadows=3"],
+        [str(tmp_path / "half"), "seed=1"],
+        [],
+    ):
         assert run(audit_main, args) == 2, args
         err = capsys.readouterr().err
         assert err.startswith("error:") and len(err.strip().splitlines()) == 1, err
@@ -252,10 +323,15 @@ def test_an_audit_never_overwrites_an_earlier_one(tmp_path):
     from dpdc_lightning.audit.command import _fresh_names, _write_outputs
     from dpdc_lightning.audit.runner import AuditOutput
 
-    output = AuditOutput(report={"x": math.inf}, roc_png=b"roc", neighbours_png=b"nn", violations=[])
+    output = AuditOutput(
+        report={"x": math.inf}, roc_png=b"roc", neighbours_png=b"nn", violations=[]
+    )
     first = _fresh_names(tmp_path)
     _write_outputs(first, output)
-    assert first["json"].name == "audit.json" and (tmp_path / "audit.json").read_text().count('"inf"') == 1
+    assert (
+        first["json"].name == "audit.json"
+        and (tmp_path / "audit.json").read_text().count('"inf"') == 1
+    )
     second = _fresh_names(tmp_path)
     assert second["json"].name == "audit-2.json" and second["roc"].name == "audit_roc-2.png"
     (tmp_path / "audit-2.json").write_text("someone else's")
@@ -266,7 +342,9 @@ def test_an_audit_never_overwrites_an_earlier_one(tmp_path):
     assert (tmp_path / "audit.json").read_text().count('"inf"') == 1
 
 
-def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(tmp_path, monkeypatch, capsys):
+def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(
+    tmp_path, monkeypatch, capsys
+):
     """The command around the experiment: files next to the bundle, a second audit beside the first,
     exit code 1 and a loud message when a bound exceeds the accounted ε (the experiment is faked)."""
     from dpdc_lightning.audit import runner
@@ -275,15 +353,34 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(tmp_path
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.training import train
 
-    run_dir = train(compose(["method=dm", "dataset=toy", "method.iterations=1", "method.ipc=1",
-                             "trainer.enable_progress_bar=false", f"run_dir={tmp_path / 'run'}"]))
-    report = {"warning": runner.PRIVATE_OUTPUT, "confidence_per_bound": 0.99, "targets": [],
-              "protocol": {"reduced": "fake"}, "bundle": {"attacks": {}, "accounted_epsilon": 1.0}}
-    outcomes = [[], ["bundle loss_threshold: empirical lower bound 2.0000 > accounted epsilon 1.0000"]]
+    run_dir = train(
+        compose(
+            [
+                "method=dm",
+                "dataset=toy",
+                "method.iterations=1",
+                "method.ipc=1",
+                "trainer.enable_progress_bar=false",
+                f"run_dir={tmp_path / 'run'}",
+            ]
+        )
+    )
+    report = {
+        "warning": runner.PRIVATE_OUTPUT,
+        "confidence_per_bound": 0.99,
+        "targets": [],
+        "protocol": {"reduced": "fake"},
+        "bundle": {"attacks": {}, "accounted_epsilon": 1.0},
+    }
+    outcomes = [
+        [],
+        ["bundle loss_threshold: empirical lower bound 2.0000 > accounted epsilon 1.0000"],
+    ]
 
     def fake(bundle, config, data, settings):
-        return runner.AuditOutput(report=dict(report), roc_png=b"png", neighbours_png=b"png",
-                                  violations=outcomes.pop(0))
+        return runner.AuditOutput(
+            report=dict(report), roc_png=b"png", neighbours_png=b"png", violations=outcomes.pop(0)
+        )
 
     monkeypatch.setattr(runner, "run_audit", fake)
     assert run(audit_main, [str(run_dir)]) == 0
@@ -291,7 +388,13 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(tmp_path
     out = capsys.readouterr().out
     assert "AUDIT FAILED" in out and "2.0000 > accounted epsilon 1.0000" in out
     names = {p.name for p in run_dir.iterdir()}
-    assert {"audit.json", "audit_roc.png", "audit_neighbours.png", "audit-2.json", "audit_roc-2.png"} <= names
+    assert {
+        "audit.json",
+        "audit_roc.png",
+        "audit_neighbours.png",
+        "audit-2.json",
+        "audit_roc-2.png",
+    } <= names
 
 
 def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
@@ -310,21 +413,54 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     keep = keep_matrix(4, n, generator=gen)
 
     def shadow(members):
-        return ShadowResult(members=members, epsilon=1.0, train_phi=torch.randn(n, generator=gen),
-                            test_phi=torch.randn(n_test, generator=gen), test_accuracy=0.5)
+        return ShadowResult(
+            members=members,
+            epsilon=1.0,
+            train_phi=torch.randn(n, generator=gen),
+            test_phi=torch.randn(n_test, generator=gen),
+            test_accuracy=0.5,
+        )
 
-    monkeypatch.setattr(runner, "run_shadows", lambda plan, shadows, targets: (
-        [shadow(keep[k]) for k in range(4)], [shadow(torch.rand(n, generator=gen) < 0.5)]))
-    monkeypatch.setattr(ShadowPlan, "score", lambda self, images, labels, members, epsilon, seed: ShadowResult(
-        members=members, epsilon=epsilon, train_phi=torch.full((n,), 5.0), test_phi=torch.full((n_test,), -5.0),
-        test_accuracy=1.0))
+    monkeypatch.setattr(
+        runner,
+        "run_shadows",
+        lambda plan, shadows, targets: (
+            [shadow(keep[k]) for k in range(4)],
+            [shadow(torch.rand(n, generator=gen) < 0.5)],
+        ),
+    )
+    monkeypatch.setattr(
+        ShadowPlan,
+        "score",
+        lambda self, images, labels, members, epsilon, seed: ShadowResult(
+            members=members,
+            epsilon=epsilon,
+            train_phi=torch.full((n,), 5.0),
+            test_phi=torch.full((n_test,), -5.0),
+            test_accuracy=1.0,
+        ),
+    )
     monkeypatch.setattr(runner.visual, "visual_report", lambda *a, **k: ({}, None))
     monkeypatch.setattr(runner.visual, "neighbour_pairs_png", lambda *a, **k: b"")
-    config = compose(["method=ndpdc", "dataset=toy", "privacy.target_epsilon=1", "trainer.enable_progress_bar=false"])
-    bundle = Bundle(path=None, images=data.train_images[:4], labels=data.train_labels[:4], report={"epsilon": 1.0})
+    config = compose(
+        [
+            "method=ndpdc",
+            "dataset=toy",
+            "privacy.target_epsilon=1",
+            "trainer.enable_progress_bar=false",
+        ]
+    )
+    bundle = Bundle(
+        path=None,
+        images=data.train_images[:4],
+        labels=data.train_labels[:4],
+        report={"epsilon": 1.0},
+    )
     out = runner.run_audit(bundle, config, data, AuditConfig(canaries=0, analysis=False))
     for attack, m in out.report["bundle"]["attacks"].items():
         assert m["auc"] == 1.0 and m["advantage"] == 1.0, attack
         assert "epsilon_lower_bound" not in m
     assert "accounted_epsilon" not in out.report["bundle"] and out.violations == []
-    assert out.report["bounds_checked"] == 4  # 3 attacks + the one-run bound of the one target; none for the bundle
+    assert (
+        out.report["bounds_checked"] == 4
+    )  # 3 attacks + the one-run bound of the one target; none for the bundle

@@ -21,9 +21,22 @@ from dpdc_lightning.seeding import derive_seed
 
 TINY = {
     "ldpdc": ["method=ldpdc", "dataset=toy", "method.ipc=3", "method.group_size=6"],
-    "ndpdc": ["method=ndpdc", "dataset=toy", "method.iterations=3", "model.width=8", "model.depth=2"],
-    "dosser": ["method=dosser", "dataset=toy", "method.sampling_steps=3", "method.optimisation_steps=1",
-               "model.width=8", "model.depth=2", "method.subspace_dim=8"],
+    "ndpdc": [
+        "method=ndpdc",
+        "dataset=toy",
+        "method.iterations=3",
+        "model.width=8",
+        "model.depth=2",
+    ],
+    "dosser": [
+        "method=dosser",
+        "dataset=toy",
+        "method.sampling_steps=3",
+        "method.optimisation_steps=1",
+        "model.width=8",
+        "model.depth=2",
+        "method.subspace_dim=8",
+    ],
     "psg": ["method=psg", "dataset=toy", "model.width=4", "model.depth=2", "method.batch_size=16"],
 }
 
@@ -39,14 +52,25 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
     noisy release the method's step computes (same θ_t, DSA draw, subspace, clipping and noise)."""
     transcript = tiny_transcript(name)
     method, mechanism = transcript.method, transcript.mechanism
-    step = 0 if name == "psg" else 1  # PSG's step 0 starts round 0: the θ the auditor uses at step 0
+    step = (
+        0 if name == "psg" else 1
+    )  # PSG's step 0 starts round 0: the θ the auditor uses at step 0
     part = transcript.partitions[0]
     images, labels = transcript.pools[part]
     pick = torch.tensor([0, 2, 3, 5])
     rows = transcript.at(step).pool_rows[part][pick]
-    secret = derive_seed(0, "whitebox", "method")  # the noise seed the transcript built the method with
-    ours = correct_release(rows, canaries=0, step=step, partition=part, secret=secret, mechanism=mechanism,
-                           sample_rate=transcript.rate(part))
+    secret = derive_seed(
+        0, "whitebox", "method"
+    )  # the noise seed the transcript built the method with
+    ours = correct_release(
+        rows,
+        canaries=0,
+        step=step,
+        partition=part,
+        secret=secret,
+        mechanism=mechanism,
+        sample_rate=transcript.rate(part),
+    )
     seen = []
     if name == "ldpdc":
         method.condensation_step({"step": step, "classes": [part], "images": [images[pick]]}, step)
@@ -60,6 +84,7 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
         def spy(*args, **kwargs):
             seen.append(module_mechanism(*args, **kwargs))
             return seen[-1]
+
         module_mechanism = module.noisy_clipped_sum
         monkeypatch.setattr(module, "noisy_clipped_sum", spy)
         method.class_losses({"step": step, "classes": [part], "images": [images[pick]]}, step)
@@ -70,18 +95,28 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
         def spy(*args, **kwargs):
             seen.append(module_gradient(*args, **kwargs))
             return seen[-1]
+
         module_gradient = module.private_gradient
         monkeypatch.setattr(module, "private_gradient", spy)
         method.optimise = lambda loss, **options: None  # no trainer: only the release is compared
-        method.condensation_step({"step": step, "images": images[pick], "labels": labels[pick]}, step)
+        method.condensation_step(
+            {"step": step, "images": images[pick], "labels": labels[pick]}, step
+        )
         theirs = torch.cat([g.flatten() for g in seen[0][0]]).double() * mechanism.normaliser
     # Float32 features of a batch of 4 vs the pool of 24 may round differently (~1e-7 relative per
     # value); clipped rows have norm <= sensitivity, so the sums agree to ~1e-5 x (rows x sensitivity).
     scale = len(pick) * mechanism.sensitivity + float(theirs.abs().max())
     assert theirs.shape == ours.shape
     assert float((ours - theirs).abs().max()) <= 1e-5 * scale
-    other = correct_release(rows, canaries=0, step=step, partition=part, secret=secret + 1, mechanism=mechanism,
-                            sample_rate=transcript.rate(part))
+    other = correct_release(
+        rows,
+        canaries=0,
+        step=step,
+        partition=part,
+        secret=secret + 1,
+        mechanism=mechanism,
+        sample_rate=transcript.rate(part),
+    )
     assert float((other - theirs).abs().max()) > 100 * 1e-5 * scale  # the comparison can fail
 
 
@@ -94,7 +129,11 @@ def test_the_auditors_sample_is_the_datamodules():
     module = PrivateDataModule(data, plan=transcript.plan, sampling_seed=99)
     for step, c in [(0, 0), (2, 3)]:
         pool = data.train_images[data.train_labels == c]
-        ours = pool[sample_pool(len(pool), sample_rate=transcript.rate(c), secret=99, step=step, partition=c)]
+        ours = pool[
+            sample_pool(
+                len(pool), sample_rate=transcript.rate(c), secret=99, step=step, partition=c
+            )
+        ]
         assert torch.equal(ours, module.sample(step, [c])["images"][0])
 
 
@@ -102,26 +141,48 @@ def simulated(mu: float, *, trials: int, canaries: int, seed: int) -> bounds.Sam
     """Scores of a μ-GDP test (N(0,1) out, N(μ,1) in) and a useless one, for the bound functions."""
     rng = np.random.default_rng(seed)
     members = rng.random((trials, canaries)) < 0.5
-    return bounds.Samples({"good": rng.normal(size=members.shape) + mu * members,
-                           "noise": rng.normal(size=members.shape)}, members)
+    return bounds.Samples(
+        {
+            "good": rng.normal(size=members.shape) + mu * members,
+            "noise": rng.normal(size=members.shape),
+        },
+        members,
+    )
 
 
 def test_bounds_are_sound_and_the_gdp_estimate_finds_mu():
     true_epsilon = bounds.epsilon_of_mu(1.0, delta=1e-5)
     above = 0
     for seed in range(20):
-        result = bounds.certify(simulated(1.0, trials=4, canaries=500, seed=seed), calibration=0.25, delta=1e-5,
-                                confidence=0.95, gdp_confidence=0.95)
+        result = bounds.certify(
+            simulated(1.0, trials=4, canaries=500, seed=seed),
+            calibration=0.25,
+            delta=1e-5,
+            confidence=0.95,
+            gdp_confidence=0.95,
+        )
         above += result["clopper_pearson"]["epsilon"] > true_epsilon
         above += result["one_run"]["epsilon"] > true_epsilon
-    assert above <= 2  # each bound may exceed the true ε in <= 5 % of the runs (0 expected at this sample size)
-    result = bounds.certify(simulated(1.0, trials=8, canaries=2000, seed=1), calibration=0.25, delta=1e-5,
-                            confidence=0.95, gdp_confidence=0.95)
+    assert (
+        above <= 2
+    )  # each bound may exceed the true ε in <= 5 % of the runs (0 expected at this sample size)
+    result = bounds.certify(
+        simulated(1.0, trials=8, canaries=2000, seed=1),
+        calibration=0.25,
+        delta=1e-5,
+        confidence=0.95,
+        gdp_confidence=0.95,
+    )
     gdp = result["gaussian_dp"]
     assert gdp["mu_interval"][0] <= 1.0 <= gdp["mu_interval"][1] and abs(gdp["mu"] - 1.0) < 0.1
     assert gdp["interval"][0] <= true_epsilon <= gdp["interval"][1]
-    assert result["clopper_pearson"]["statistic"] == "good" and result["clopper_pearson"]["epsilon"] > 1.0
-    assert bounds.epsilon_of_mu(0.0, delta=1e-5) == 0.0 and math.isinf(bounds.epsilon_of_mu(40.0, delta=1e-5))
+    assert (
+        result["clopper_pearson"]["statistic"] == "good"
+        and result["clopper_pearson"]["epsilon"] > 1.0
+    )
+    assert bounds.epsilon_of_mu(0.0, delta=1e-5) == 0.0 and math.isinf(
+        bounds.epsilon_of_mu(40.0, delta=1e-5)
+    )
 
 
 def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
@@ -133,11 +194,20 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     config = compose(["method=ldpdc", "privacy.target_epsilon=2"])
     transcript = Transcript(config, load_dataset("digits"), others=8, seed=0)
     settings = WhiteboxConfig(trials=8, canaries=640)
-    correct, scaled = whitebox_audit(transcript, settings, releases={"correct": correct_release,
-                                                                      "noise_x0.1": PLANTED["noise_x0.1"]})
+    correct, scaled = whitebox_audit(
+        transcript,
+        settings,
+        releases={"correct": correct_release, "noise_x0.1": PLANTED["noise_x0.1"]},
+    )
     assert correct["claimed_epsilon"] <= 2.0 and correct["canaries_per_trial"] == 640
-    assert correct["clopper_pearson"]["epsilon"] < correct["claimed_epsilon"] and not correct["violations"]
-    assert scaled["clopper_pearson"]["epsilon"] > 2 * correct["claimed_epsilon"] and scaled["violations"]
+    assert (
+        correct["clopper_pearson"]["epsilon"] < correct["claimed_epsilon"]
+        and not correct["violations"]
+    )
+    assert (
+        scaled["clopper_pearson"]["epsilon"] > 2 * correct["claimed_epsilon"]
+        and scaled["violations"]
+    )
     assert scaled["one_run"]["epsilon"] > correct["claimed_epsilon"]
 
 
@@ -166,21 +236,32 @@ def test_planted_bugs_cannot_be_reached_from_a_run(repo_root):
     import re
 
     package = repo_root / "dpdc_lightning"
-    imports = re.compile(r"(\bplanted\s+import|import\s+[\w.]*planted|audit\.planted|audit\s+import\s+.*\bplanted\b)")
-    users = sorted(str(p.relative_to(repo_root)) for p in package.rglob("*.py")
-                   if imports.search(p.read_text()) and p.name != "planted.py")
+    imports = re.compile(
+        r"(\bplanted\s+import|import\s+[\w.]*planted|audit\.planted|audit\s+import\s+.*\bplanted\b)"
+    )
+    users = sorted(
+        str(p.relative_to(repo_root))
+        for p in package.rglob("*.py")
+        if imports.search(p.read_text()) and p.name != "planted.py"
+    )
     assert users == ["dpdc_lightning/audit/selftest.py"], users
     for path in [*package.rglob("*.yaml"), repo_root / "train.py", repo_root / "audit.py"]:
         assert "planted" not in path.read_text() and "noise_reused" not in path.read_text(), path
-    assert not {"release", "releases", "bug", "planted", "variant"} & set(WhiteboxConfig.__dataclass_fields__)
+    assert not {"release", "releases", "bug", "planted", "variant"} & set(
+        WhiteboxConfig.__dataclass_fields__
+    )
     # `audit.py whitebox` passes no releases: whitebox_audit then audits the correct call only
     assert "releases=" not in (package / "audit" / "modes.py").read_text()
 
 
 def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
-    code = ("import sys; from dpdc_lightning.audit.command import audit_main; code = audit_main(['--help']); "
-            "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)")
-    out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, env=cli_env, capture_output=True, text=True)
+    code = (
+        "import sys; from dpdc_lightning.audit.command import audit_main; code = audit_main(['--help']); "
+        "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo_root, env=cli_env, capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("NO-TORCH 0")
     for mode in ("whitebox", "release", "mia", "selftest", "metrics"):
@@ -191,14 +272,26 @@ def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
         commands.append([str(installed), "--help"])
     for command in commands:
         script = subprocess.run(command, cwd=repo_root, env=cli_env, capture_output=True, text=True)
-        assert script.returncode == 0 and "Which mode answers which question" in script.stdout, command
+        assert script.returncode == 0 and "Which mode answers which question" in script.stdout, (
+            command
+        )
 
 
-@pytest.mark.parametrize("args", [["whitebox"], ["whitebox", "method=dm"], ["whitebox", "nope-dir"],
-                                  ["whitebox", "method=ndpdc", "audit.canary=bogus"],
-                                  ["whitebox", "method=ldpdc", "audit.calibration=1.5"],
-                                  ["whitebox", "method=ndpdc", "audit.trials=1"], ["release"],
-                                  ["release", "method=ndpdc"], ["selftest", "dm"], ["whitebox", "--json"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["whitebox"],
+        ["whitebox", "method=dm"],
+        ["whitebox", "nope-dir"],
+        ["whitebox", "method=ndpdc", "audit.canary=bogus"],
+        ["whitebox", "method=ldpdc", "audit.calibration=1.5"],
+        ["whitebox", "method=ndpdc", "audit.trials=1"],
+        ["release"],
+        ["release", "method=ndpdc"],
+        ["selftest", "dm"],
+        ["whitebox", "--json"],
+    ],
+)
 def test_bad_audit_arguments_fail_in_one_line(args, capsys, tmp_path, monkeypatch):
     from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
@@ -216,7 +309,9 @@ def test_selftest_catches_every_planted_bug_and_passes_the_correct_mechanisms():
 
     reports = run_selftest(WhiteboxConfig())
     assert len(reports) == 10
-    assert passed(reports), [(r["method"], r["release"], r["clopper_pearson"]["epsilon"]) for r in reports]
+    assert passed(reports), [
+        (r["method"], r["release"], r["clopper_pearson"]["epsilon"]) for r in reports
+    ]
 
 
 def test_release_audit_finds_the_records_dm_init_real_copies():
@@ -226,13 +321,25 @@ def test_release_audit_finds_the_records_dm_init_real_copies():
     from dpdc_lightning.audit.settings import ReleaseConfig
     from dpdc_lightning.engine.condense import condense
 
-    config = compose(["method=dm", "dataset=toy", "method.init=real", "method.iterations=1", "method.ipc=4",
-                      "model.width=8", "model.depth=2", "trainer.enable_progress_bar=false"])
+    config = compose(
+        [
+            "method=dm",
+            "dataset=toy",
+            "method.init=real",
+            "method.iterations=1",
+            "method.ipc=4",
+            "model.width=8",
+            "model.depth=2",
+            "trainer.enable_progress_bar=false",
+        ]
+    )
     data = load_dataset("toy")
     bundle = condense(config, data)
     report = release_audit(bundle.images, bundle.labels, config, data, ReleaseConfig(extractors=1))
     assert report["initialisation_strength"]["pixel"]["auc"] > 0.95
-    assert "epsilon" not in str(report["bundle_strength"])  # training vs test records: strength only
+    assert "epsilon" not in str(
+        report["bundle_strength"]
+    )  # training vs test records: strength only
     [target] = report["targets"]
     assert target["accounted_epsilon"] is None and target["bounds"]["pixel"]["correct"] >= 15
     assert target["bounds"]["pixel"]["epsilon"] > 1.0 and not report["violations"]

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from rounding import EPS32
 
 from dpdc_lightning.augment import (
     DSA,
@@ -20,7 +21,6 @@ from dpdc_lightning.augment import (
     partition_and_expand,
 )
 from dpdc_lightning.errors import UserError
-from rounding import EPS32
 
 GEOMETRIC = "crop_cutout_flip_scale_rotate"
 FAMILIES = ("color", "crop", "cutout", "flip", "scale", "rotate")
@@ -52,7 +52,14 @@ def _fields(params: DSAParams) -> dict[str, torch.Tensor]:
 
 def test_strategy_order_and_color_expansion():
     assert parse_strategy("color_crop_cutout_flip_scale_rotate") == (
-        "brightness", "saturation", "contrast", "crop", "cutout", "flip", "scale", "rotate",
+        "brightness",
+        "saturation",
+        "contrast",
+        "crop",
+        "cutout",
+        "flip",
+        "scale",
+        "rotate",
     )
     assert parse_strategy("rotate_flip") == ("rotate", "flip")
     assert DSA().transforms == parse_strategy("color_crop_cutout_flip_scale_rotate")
@@ -436,7 +443,7 @@ def test_single_mode_family_frequencies_are_uniform():
     for _ in range(draws):
         counts[dsa.sample(1, image_size=(8, 8), generator=g).family] += 1
     # binomial sd = sqrt(6000 * 1/6 * 5/6) ~ 29; allow 5 sd
-    for family, count in counts.items():
+    for count in counts.values():
         assert abs(count - draws / 6) < 145, counts
 
 
@@ -445,12 +452,14 @@ def test_family_choice_comes_from_the_given_generator():
     a = [dsa.sample(1, image_size=(8, 8), generator=_gen(s)).family for s in range(30)]
     b = [dsa.sample(1, image_size=(8, 8), generator=_gen(s)).family for s in range(30)]
     assert a == b and len(set(a)) > 1
+
     # the family is the first draw of the call: a generator advanced by one draw gives another
     # sequence
     def advanced(s: int) -> torch.Generator:
         g = _gen(s)
         torch.rand(1, generator=g)
         return g
+
     c = [dsa.sample(1, image_size=(8, 8), generator=advanced(s)).family for s in range(30)]
     assert c != a
 
@@ -468,7 +477,9 @@ def test_siamese_draw_applies_the_same_family_and_parameters_to_both_batches():
         assert torch.allclose(out_syn, one.apply(syn, alone), rtol=0, atol=_rounding(syn))
         # and the same transform for both: applying to the concatenation changes nothing
         together = dsa.apply(torch.cat([real, syn]), params)
-        assert torch.allclose(together, torch.cat([out_real, out_syn]), rtol=0, atol=_rounding(together))
+        assert torch.allclose(
+            together, torch.cat([out_real, out_syn]), rtol=0, atol=_rounding(together)
+        )
 
 
 def test_evaluation_draw_has_one_family_per_call_and_parameters_per_image():
@@ -515,18 +526,14 @@ def test_warps_equal_the_reference_align_corners_on_square_images(size):
     # images both map the same pixel to the same place.
     x = _images(2, size=size)
     angle = torch.tensor([0.2, -0.25])
-    rotated = DSA("rotate").apply(
-        x, DSAParams(batch_size=2, image_size=(size, size), rotate=angle)
-    )
+    rotated = DSA("rotate").apply(x, DSAParams(batch_size=2, image_size=(size, size), rotate=angle))
     cos, sin = torch.cos(angle), torch.sin(angle)
     theta = torch.zeros(2, 2, 3)
     theta[:, 0, 0], theta[:, 0, 1], theta[:, 1, 0], theta[:, 1, 1] = cos, -sin, sin, cos
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)
     assert torch.allclose(rotated, F.grid_sample(x, grid, align_corners=False), atol=1e-4)
     factors = torch.tensor([[1.1, 0.9], [0.85, 1.15]])
-    scaled = DSA("scale").apply(
-        x, DSAParams(batch_size=2, image_size=(size, size), scale=factors)
-    )
+    scaled = DSA("scale").apply(x, DSAParams(batch_size=2, image_size=(size, size), scale=factors))
     theta = torch.zeros(2, 2, 3)
     theta[:, 0, 0], theta[:, 1, 1] = factors[:, 0], factors[:, 1]
     grid = F.affine_grid(theta, list(x.shape), align_corners=False)

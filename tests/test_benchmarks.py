@@ -13,9 +13,21 @@ import pytest
 @pytest.mark.slow  # a fresh interpreter, 7 tiny condensations and evaluations: ~1-2 min on 2 cores
 def test_dpdc_tables_tiny_on_digits_writes_every_row_and_resumes(tmp_path, repo_root, cli_env):
     out = tmp_path / "tables.md"
-    command = [sys.executable, "benchmarks/dpdc_tables.py", "--scale", "tiny", "--dataset", "digits",
-               "--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    first = subprocess.run(command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=600)
+    command = [
+        sys.executable,
+        "benchmarks/dpdc_tables.py",
+        "--scale",
+        "tiny",
+        "--dataset",
+        "digits",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+    ]
+    first = subprocess.run(
+        command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=600
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     text = out.read_text()
     assert "REDUCED PROTOCOL" in text and "not run yet" not in text
@@ -23,7 +35,9 @@ def test_dpdc_tables_tiny_on_digits_writes_every_row_and_resumes(tmp_path, repo_
     assert len(rows) == 7 and all(re.search(r"\d+\.\d\d ± \d+\.\d\d", row) for row in rows)
     cache = json.loads((tmp_path / "work" / "results.json").read_text())
     assert len(cache) == 7
-    again = subprocess.run(command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == 0 and again.stdout.count("cached, skipped") == 7, again.stdout
 
 
@@ -55,15 +69,33 @@ def test_evaluator_crosscheck_runs_both_sides_and_keeps_hand_written_notes(tmp_p
     out = tmp_path / "crosscheck.md"
     out.write_text("# notes written by hand\n\nkept\n")
     root = Path(__file__).resolve().parent.parent
-    spec = importlib.util.spec_from_file_location("_crosscheck", root / "benchmarks" / "evaluator_crosscheck.py")
+    spec = importlib.util.spec_from_file_location(
+        "_crosscheck", root / "benchmarks" / "evaluator_crosscheck.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    monkeypatch.setattr(module.sys, "path", list(module.sys.path))  # its import of the fake is undone
+    monkeypatch.setattr(
+        module.sys, "path", list(module.sys.path)
+    )  # its import of the fake is undone
     # whatever "utils" module is (or is not) imported now is back after the test
     monkeypatch.setitem(sys.modules, "utils", None)
     monkeypatch.delitem(sys.modules, "utils")
-    argv = ["--synthetic", str(synthetic), "--reference", str(fake), "--dataset", "toy", "--epochs", "1",
-            "--runs", "2", "--evaluators", "reference,ours-single", "--out", str(out)]
+    argv = [
+        "--synthetic",
+        str(synthetic),
+        "--reference",
+        str(fake),
+        "--dataset",
+        "toy",
+        "--epochs",
+        "1",
+        "--runs",
+        "2",
+        "--evaluators",
+        "reference,ours-single",
+        "--out",
+        str(out),
+    ]
     assert module.main(argv) == 0
     text = out.read_text()
     assert text.startswith("# notes written by hand\n\nkept\n")

@@ -17,12 +17,11 @@ import dpdc_lightning.engine.training as training
 from dpdc_lightning.config import PrivacyConfig, compose
 from dpdc_lightning.engine import datamodule as datamodule_module
 from dpdc_lightning.engine.method_module import MethodModule
+from dpdc_lightning.engine.privacy_callback import PrivacyCallback
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.calibration import max_steps
-from dpdc_lightning.engine.privacy_callback import PrivacyCallback
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
 
@@ -33,9 +32,17 @@ ITERATIONS = 20
 
 
 def _train(tmp_path: Path, name: str, *tokens: str) -> tuple[Path, dict]:
-    overrides = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2",
-                 "method.group_size=4", f"method.iterations={ITERATIONS}", "trainer.enable_progress_bar=false",
-                 f"run_dir={tmp_path / name}"]
+    overrides = [
+        "method=ndpdc",
+        "dataset=toy",
+        "model.width=8",
+        "model.depth=2",
+        "method.ipc=2",
+        "method.group_size=4",
+        f"method.iterations={ITERATIONS}",
+        "trainer.enable_progress_bar=false",
+        f"run_dir={tmp_path / name}",
+    ]
     run_dir = training.train(compose([*overrides, *tokens]))
     return run_dir, json.loads((run_dir / "privacy.json").read_text())
 
@@ -50,10 +57,13 @@ def _check_stopped_at_target(report: dict, *, target: float = TARGET) -> None:
     event = PrivacyEvent(noise_multiplier=1.0, sample_rate=RATE)
     steps = report["steps"]
     assert steps == _allowed_steps(target)
-    assert report["noise_multiplier"] == 1.0 and report["sample_rate"] == pytest.approx(RATE, rel=1e-12)
+    assert report["noise_multiplier"] == 1.0 and report["sample_rate"] == pytest.approx(
+        RATE, rel=1e-12
+    )
     # The report's ε is the calculator's value for (noise multiplier, sample rate, steps) ...
     assert report["epsilon"] == pytest.approx(
-        epsilon_from_history([(1.0, RATE, steps)], delta=DELTA, accountant="rdp"), rel=1e-12)
+        epsilon_from_history([(1.0, RATE, steps)], delta=DELTA, accountant="rdp"), rel=1e-12
+    )
     # ... it is within the target, and one more step would have exceeded it.
     assert report["epsilon"] <= target
     accountant = PrivacyAccountant()
@@ -66,7 +76,9 @@ def _check_stopped_at_target(report: dict, *, target: float = TARGET) -> None:
 
 
 def test_calibrate_steps_plans_the_largest_count_within_target(tmp_path):
-    _, report = _train(tmp_path, "planned", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps")
+    _, report = _train(
+        tmp_path, "planned", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps"
+    )
     _check_stopped_at_target(report)
     assert report["target_epsilon"] == TARGET
     assert report["plan"]["data_steps"] == report["steps"]
@@ -74,8 +86,13 @@ def test_calibrate_steps_plans_the_largest_count_within_target(tmp_path):
 
 def test_min_steps_cannot_push_a_run_past_its_plan(tmp_path):
     """trainer.min_steps overrides Lightning's should_stop; the plan must hold anyway."""
-    run_dir, report = _train(tmp_path, "min_steps", "privacy.target_epsilon=2", "trainer.max_steps=10",
-                             "trainer.min_steps=60")
+    run_dir, report = _train(
+        tmp_path,
+        "min_steps",
+        "privacy.target_epsilon=2",
+        "trainer.max_steps=10",
+        "trainer.min_steps=60",
+    )
     assert report["steps"] == 10 and report["epsilon"] <= 2.0
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["data_steps"] == 10 and plan["planned_epsilon"] == report["epsilon"]
@@ -89,32 +106,63 @@ def test_a_stream_longer_than_the_plan_is_cut_at_the_plan(tmp_path, monkeypatch)
         stream_init(self, module, classes, start, 3 * stop)
 
     monkeypatch.setattr(datamodule_module._SampleStream, "__init__", longer)
-    monkeypatch.setattr(datamodule_module.PrivateDataModule, "sample",
-                        lambda self, step, classes: {"step": step, "classes": classes,
-                                                     "images": [self._class_images[c][:4] for c in classes]})
-    _, report = _train(tmp_path, "long", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps")
+    monkeypatch.setattr(
+        datamodule_module.PrivateDataModule,
+        "sample",
+        lambda self, step, classes: {
+            "step": step,
+            "classes": classes,
+            "images": [self._class_images[c][:4] for c in classes],
+        },
+    )
+    _, report = _train(
+        tmp_path, "long", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps"
+    )
     _check_stopped_at_target(report)
 
 
 def test_the_callback_alone_refuses_a_step_beyond_the_plan(tmp_path, monkeypatch):
     """Attack two layers at once (longer stream, module that never ends the epoch): the callback raises."""
     stream_init = datamodule_module._SampleStream.__init__
-    monkeypatch.setattr(datamodule_module._SampleStream, "__init__",
-                        lambda self, module, classes, start, stop: stream_init(self, module, classes, start, 3 * stop))
-    monkeypatch.setattr(datamodule_module.PrivateDataModule, "sample",
-                        lambda self, step, classes: {"step": step, "classes": classes,
-                                                     "images": [self._class_images[c][:4] for c in classes]})
+    monkeypatch.setattr(
+        datamodule_module._SampleStream,
+        "__init__",
+        lambda self, module, classes, start, stop: stream_init(
+            self, module, classes, start, 3 * stop
+        ),
+    )
+    monkeypatch.setattr(
+        datamodule_module.PrivateDataModule,
+        "sample",
+        lambda self, step, classes: {
+            "step": step,
+            "classes": classes,
+            "images": [self._class_images[c][:4] for c in classes],
+        },
+    )
     monkeypatch.setattr(MethodModule, "on_train_batch_start", lambda self, batch, batch_idx: None)
     with pytest.raises(RuntimeError, match="beyond the plan"):
-        _train(tmp_path, "attacked", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps",
-               "trainer.min_steps=1000")
+        _train(
+            tmp_path,
+            "attacked",
+            f"privacy.target_epsilon={TARGET}",
+            "privacy.calibrate=steps",
+            "trainer.min_steps=1000",
+        )
 
 
 def test_checkpoints_hold_the_plan_and_the_history(tmp_path):
-    run_dir, report = _train(tmp_path, "ckpt", f"privacy.target_epsilon={TARGET}", "privacy.calibrate=steps",
-                             "method.checkpoint_every=1")
+    run_dir, report = _train(
+        tmp_path,
+        "ckpt",
+        f"privacy.target_epsilon={TARGET}",
+        "privacy.calibrate=steps",
+        "method.checkpoint_every=1",
+    )
     # The checkpoint (loadable without pickle) holds the callback's state: restoring it gives the same ε.
-    checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    checkpoint = torch.load(
+        run_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
+    )
     states = [state for key, state in checkpoint["callbacks"].items() if "PrivacyCallback" in key]
     assert len(states) == 1
     plan = PrivacyPlan.from_dict(json.loads((run_dir / "plan.json").read_text()))
@@ -129,7 +177,9 @@ def test_secure_noise_is_the_default_and_reproducible_noise_is_flagged(tmp_path)
     assert compose(["method=ndpdc"]).privacy.reproducible_noise is False
     _, secure = _train(tmp_path, "secure", "method.iterations=2")
     assert secure["noise_mode"] == "secure" and "warning" not in secure
-    _, reproducible = _train(tmp_path, "reproducible", "method.iterations=2", "privacy.reproducible_noise=true")
+    _, reproducible = _train(
+        tmp_path, "reproducible", "method.iterations=2", "privacy.reproducible_noise=true"
+    )
     assert reproducible["noise_mode"] == "reproducible"
     assert "NOT private" in reproducible["warning"]
     assert secure["epsilon"] == reproducible["epsilon"] > 0
@@ -139,15 +189,34 @@ def test_secure_noise_is_the_default_and_reproducible_noise_is_flagged(tmp_path)
 
 
 PLAN = PrivacyEvent(noise_multiplier=1.0, sample_rate=RATE)
-SCHEDULE = StepSchedule(private=True, sampling="per_class_poisson", sample_size=4, data_steps=ITERATIONS,
-                        default_noise_multiplier=1.0)
+SCHEDULE = StepSchedule(
+    private=True,
+    sampling="per_class_poisson",
+    sample_size=4,
+    data_steps=ITERATIONS,
+    default_noise_multiplier=1.0,
+)
 
 
 def _plan(target=None, *, calibrate="steps", steps=ITERATIONS, free=0, private=True) -> PrivacyPlan:
-    schedule = StepSchedule(private=private, sampling="per_class_poisson", sample_size=4, data_steps=steps,
-                            free_steps=free, default_noise_multiplier=1.0 if private else None)
-    return make_plan(schedule, class_sizes=(48,) * 4, method="test", noise_multiplier=None,
-                     target_epsilon=target, delta=DELTA, calibrate=calibrate, accountant="rdp")
+    schedule = StepSchedule(
+        private=private,
+        sampling="per_class_poisson",
+        sample_size=4,
+        data_steps=steps,
+        free_steps=free,
+        default_noise_multiplier=1.0 if private else None,
+    )
+    return make_plan(
+        schedule,
+        class_sizes=(48,) * 4,
+        method="test",
+        noise_multiplier=None,
+        target_epsilon=target,
+        delta=DELTA,
+        calibrate=calibrate,
+        accountant="rdp",
+    )
 
 
 class FakeModule:
@@ -227,13 +296,16 @@ def test_a_checkpoint_of_another_plan_is_refused():
         PrivacyCallback(_plan(TARGET, calibrate="sigma")).load_state_dict(first.state_dict())
 
 
-@pytest.mark.parametrize("events, message", [
-    ([], "no privacy event"),
-    ([(0, PLAN), (0, PLAN)], "same data twice"),
-    ([(-1, PLAN), (0, PLAN)], "same data twice"),
-    ([(0, PLAN), (1, PrivacyEvent(noise_multiplier=0.9, sample_rate=RATE))], "costlier"),
-    ([(0, PrivacyEvent(noise_multiplier=1.0, sample_rate=RATE * 1.01))], "costlier"),
-])
+@pytest.mark.parametrize(
+    "events, message",
+    [
+        ([], "no privacy event"),
+        ([(0, PLAN), (0, PLAN)], "same data twice"),
+        ([(-1, PLAN), (0, PLAN)], "same data twice"),
+        ([(0, PLAN), (1, PrivacyEvent(noise_multiplier=0.9, sample_rate=RATE))], "costlier"),
+        ([(0, PrivacyEvent(noise_multiplier=1.0, sample_rate=RATE * 1.01))], "costlier"),
+    ],
+)
 def test_a_step_outside_the_plan_raises(events, message):
     callback = PrivacyCallback(_plan())
     trainer, module = _start(callback)
@@ -246,7 +318,9 @@ def test_a_step_outside_the_plan_raises(events, message):
 def test_a_cheaper_event_is_accounted_at_the_planned_cost():
     callback = PrivacyCallback(_plan())
     trainer, module = _start(callback)
-    _step(callback, trainer, module, [(0, PrivacyEvent(noise_multiplier=3.0, sample_rate=RATE / 2))])
+    _step(
+        callback, trainer, module, [(0, PrivacyEvent(noise_multiplier=3.0, sample_rate=RATE / 2))]
+    )
     assert callback.accountant.history == [(PLAN.noise_multiplier, PLAN.sample_rate, 1)]
 
 
@@ -266,7 +340,11 @@ def test_free_steps_spend_nothing_and_may_not_spend():
         _step(callback, trainer, module, [(0, PLAN)])
     epsilon = callback.epsilon
     _step(callback, trainer, module, [])  # a free step
-    assert callback.accountant.total_steps == 2 and callback.epsilon == epsilon and not trainer.should_stop
+    assert (
+        callback.accountant.total_steps == 2
+        and callback.epsilon == epsilon
+        and not trainer.should_stop
+    )
     with pytest.raises(RuntimeError, match="free step"):
         _step(callback, trainer, module, [(0, PLAN)])
 

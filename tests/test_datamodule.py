@@ -14,9 +14,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from dpdc_lightning.engine.datamodule import PrivateDataModule, _SampleStream, owned_classes, record_share
-from dpdc_lightning.data import load_dataset
 from dpdc_lightning.config import compose
+from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.datamodule import (
+    PrivateDataModule,
+    _SampleStream,
+    owned_classes,
+    record_share,
+)
 from dpdc_lightning.engine.planning import noise_seed_for
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import StepSchedule, make_plan
@@ -27,12 +32,33 @@ def toy():
     return load_dataset("toy")
 
 
-def _module(data, *, sampling: str = "per_class_poisson", sample_size: float = 6.0, total_steps: int = 1000,
-            seed: int = 0, free_steps: int = 0) -> PrivateDataModule:
-    schedule = StepSchedule(private=sampling != "per_class_fixed", sampling=sampling, sample_size=sample_size,
-                            data_steps=total_steps, free_steps=free_steps, default_noise_multiplier=1.0)
-    plan = make_plan(schedule, class_sizes=data.class_sizes, method="test", noise_multiplier=None,
-                     target_epsilon=None, delta=1e-5, calibrate="sigma", accountant="rdp")
+def _module(
+    data,
+    *,
+    sampling: str = "per_class_poisson",
+    sample_size: float = 6.0,
+    total_steps: int = 1000,
+    seed: int = 0,
+    free_steps: int = 0,
+) -> PrivateDataModule:
+    schedule = StepSchedule(
+        private=sampling != "per_class_fixed",
+        sampling=sampling,
+        sample_size=sample_size,
+        data_steps=total_steps,
+        free_steps=free_steps,
+        default_noise_multiplier=1.0,
+    )
+    plan = make_plan(
+        schedule,
+        class_sizes=data.class_sizes,
+        method="test",
+        noise_multiplier=None,
+        target_epsilon=None,
+        delta=1e-5,
+        calibrate="sigma",
+        accountant="rdp",
+    )
     return PrivateDataModule(data, plan=plan, sampling_seed=seed)
 
 
@@ -54,8 +80,13 @@ def _rows_in_pool(rows: torch.Tensor, pool: torch.Tensor) -> bool:
 def test_per_class_poisson_mean_size_is_expected_group_size(toy):
     group_size, steps = 6.0, 300
     module = _module(toy, sample_size=group_size)
-    sizes = torch.tensor([[len(batch) for batch in module.sample(step, _classes(toy))["images"]]
-                          for step in range(steps)], dtype=torch.float64)  # [steps, classes]
+    sizes = torch.tensor(
+        [
+            [len(batch) for batch in module.sample(step, _classes(toy))["images"]]
+            for step in range(steps)
+        ],
+        dtype=torch.float64,
+    )  # [steps, classes]
     for c in range(toy.num_classes):
         n = toy.class_sizes[c]
         q = group_size / n
@@ -88,21 +119,39 @@ def test_reproducible_draws_depend_only_on_seed_step_and_class(toy):
 
 def test_draws_differ_across_steps_classes_and_seeds(toy):
     module = _module(toy, sample_size=24.0, seed=5)  # q = 1/2: a coincidence has probability ~2^-48
-    step0, step1 = module.sample(0, _classes(toy))["images"], module.sample(1, _classes(toy))["images"]
+    step0, step1 = (
+        module.sample(0, _classes(toy))["images"],
+        module.sample(1, _classes(toy))["images"],
+    )
     for x, y in zip(step0, step1):
         assert not (x.shape == y.shape and torch.equal(x, y))
     other_seed = _module(toy, sample_size=24.0, seed=6).sample(0, _classes(toy))["images"]
     assert any(not (x.shape == y.shape and torch.equal(x, y)) for x, y in zip(step0, other_seed))
     # Classes use different generators: the chosen index sets differ.
-    picked = [set(torch.nonzero((module.class_images(c).flatten(1)[:, None] == batch.flatten(1)[None]).all(-1)
-                                .any(1)).flatten().tolist()) for c, batch in enumerate(step0)]
+    picked = [
+        set(
+            torch.nonzero(
+                (module.class_images(c).flatten(1)[:, None] == batch.flatten(1)[None])
+                .all(-1)
+                .any(1)
+            )
+            .flatten()
+            .tolist()
+        )
+        for c, batch in enumerate(step0)
+    ]
     assert len({frozenset(p) for p in picked}) > 1
 
 
 def test_secure_mode_draws_from_os_entropy(toy):
     """Same config seed, secure noise: two runs' streams must not draw the same samples."""
-    secure, reproducible = compose(["method=ndpdc"]), compose(["method=ndpdc", "privacy.reproducible_noise=true"])
-    assert noise_seed_for(reproducible) == reproducible.seed == noise_seed_for(compose(["method=dm"]))
+    secure, reproducible = (
+        compose(["method=ndpdc"]),
+        compose(["method=ndpdc", "privacy.reproducible_noise=true"]),
+    )
+    assert (
+        noise_seed_for(reproducible) == reproducible.seed == noise_seed_for(compose(["method=dm"]))
+    )
     seeds = {noise_seed_for(secure) for _ in range(3)}
     assert len(seeds) == 3 and secure.seed not in seeds
     a = _module(toy, sample_size=24.0, seed=noise_seed_for(secure))
@@ -126,7 +175,10 @@ def test_secure_mode_draws_from_os_entropy(toy):
 @pytest.mark.parametrize("num_classes", [1, 4, 10])
 def test_owned_classes_cover_every_class_exactly_once(num_classes):
     for world_size in range(1, num_classes + 1):
-        owned = [owned_classes(num_classes, rank=rank, world_size=world_size) for rank in range(world_size)]
+        owned = [
+            owned_classes(num_classes, rank=rank, world_size=world_size)
+            for rank in range(world_size)
+        ]
         flat = sorted(c for classes in owned for c in classes)
         assert flat == list(range(num_classes)), (world_size, owned)
         assert all(classes for classes in owned)  # no idle process
@@ -173,10 +225,14 @@ def test_global_poisson_shares_partition_the_one_sample(toy, world_size):
     for step in range(5):
         whole = module.sample(step, _classes(toy))
         shares = [stream[step] for stream in streams]
-        assert [record_share(whole, rank=r, world_size=world_size)["labels"].tolist() for r in range(world_size)] \
-            == [share["labels"].tolist() for share in shares]
+        assert [
+            record_share(whole, rank=r, world_size=world_size)["labels"].tolist()
+            for r in range(world_size)
+        ] == [share["labels"].tolist() for share in shares]
         assert sum(len(share["labels"]) for share in shares) == len(whole["labels"])
-        assert all(abs(len(a["labels"]) - len(b["labels"])) <= 1 for a in shares for b in shares)  # balanced
+        assert all(
+            abs(len(a["labels"]) - len(b["labels"])) <= 1 for a in shares for b in shares
+        )  # balanced
         order = torch.arange(len(whole["labels"]))
         for rank, share in enumerate(shares):
             assert torch.equal(share["images"], whole["images"][order[rank::world_size]])
@@ -199,9 +255,12 @@ def test_per_class_fixed_gives_min_size_distinct_records(toy, size):
 
 
 def _fake_trainer(completed_steps: int, *, rank: int = 0, world_size: int = 1) -> SimpleNamespace:
-    return SimpleNamespace(global_rank=rank, world_size=world_size,
-                           strategy=SimpleNamespace(root_device=torch.device("cpu")),
-                           lightning_module=SimpleNamespace(completed_steps=torch.tensor(completed_steps)))
+    return SimpleNamespace(
+        global_rank=rank,
+        world_size=world_size,
+        strategy=SimpleNamespace(root_device=torch.device("cpu")),
+        lightning_module=SimpleNamespace(completed_steps=torch.tensor(completed_steps)),
+    )
 
 
 def test_sample_stream_yields_steps_start_to_stop(toy):
@@ -241,10 +300,19 @@ def test_free_steps_follow_the_data_steps_and_carry_no_data(toy):
     module = _module(toy, total_steps=3, free_steps=2)
     module.trainer = _fake_trainer(0, rank=1, world_size=2)
     batches = list(module.train_dataloader())
-    assert [b["step"] for b in batches] == [0, 1, 2, 3, 4]  # the stream ends at the plan's last step
+    assert [b["step"] for b in batches] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]  # the stream ends at the plan's last step
     assert all("images" in b for b in batches[:3])
     # Only the classes the process owns (Dosser's optimisation stage works on those), no data.
-    assert batches[3:] == [{"step": 3, "free": True, "classes": [1, 3]}, {"step": 4, "free": True, "classes": [1, 3]}]
+    assert batches[3:] == [
+        {"step": 3, "free": True, "classes": [1, 3]},
+        {"step": 4, "free": True, "classes": [1, 3]},
+    ]
 
 
 def test_rates_come_from_the_plan(toy, monkeypatch):
@@ -253,9 +321,17 @@ def test_rates_come_from_the_plan(toy, monkeypatch):
 
     seen = []
     real = datamodule.poisson_sample
-    monkeypatch.setattr(datamodule, "poisson_sample",
-                        lambda n, *, sample_rate, generator: seen.append(sample_rate) or real(n, sample_rate=sample_rate,
-                                                                                            generator=generator))
+    monkeypatch.setattr(
+        datamodule,
+        "poisson_sample",
+        lambda n, *, sample_rate, generator: (
+            seen.append(sample_rate) or real(n, sample_rate=sample_rate, generator=generator)
+        ),
+    )
     module = _module(toy, sample_size=6.0)
     module.sample(0, _classes(toy))
-    assert seen == [module.plan.rate_of(c) for c in _classes(toy)] == [6.0 / n for n in toy.class_sizes]
+    assert (
+        seen
+        == [module.plan.rate_of(c) for c in _classes(toy)]
+        == [6.0 / n for n in toy.class_sizes]
+    )

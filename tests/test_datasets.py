@@ -16,11 +16,25 @@ from dpdc_lightning.data import DATASETS, ImageData, clear_dataset_cache, load_d
 from dpdc_lightning.data.loaders import idx
 from dpdc_lightning.errors import UserError
 
-IDX_NAMES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_NAMES = (
+    "train-images-idx3-ubyte",
+    "train-labels-idx1-ubyte",
+    "t10k-images-idx3-ubyte",
+    "t10k-labels-idx1-ubyte",
+)
 
 
 def test_registry_names():
-    assert set(DATASETS) == {"digits", "toy", "fashion_mnist", "mnist", "cifar10", "celeba", "imagefolder", "tensors"}
+    assert set(DATASETS) == {
+        "digits",
+        "toy",
+        "fashion_mnist",
+        "mnist",
+        "cifar10",
+        "celeba",
+        "imagefolder",
+        "tensors",
+    }
 
 
 def test_unknown_name_lists_allowed_names():
@@ -61,10 +75,15 @@ def test_digits_split_rule_matches_sklearn():
     assert data.class_sizes == tuple(torch.bincount(target[~is_test], minlength=10).tolist())
     # Bilinear resizing is separable and linear (16x16 = A X A^T with A of full column rank), so a
     # least-squares inverse recovers each 8x8 record exactly: it must be the record its index says.
-    basis = F.interpolate(torch.eye(8, dtype=torch.float64).unsqueeze(1), size=16, mode="linear", align_corners=False)
+    basis = F.interpolate(
+        torch.eye(8, dtype=torch.float64).unsqueeze(1), size=16, mode="linear", align_corners=False
+    )
     inverse = torch.linalg.pinv(basis.squeeze(1).T)  # (8, 16)
     originals = torch.as_tensor(bunch.images, dtype=torch.float64) / 16.0
-    for images, expected in ((data.test_images, index[is_test]), (data.train_images, index[~is_test])):
+    for images, expected in (
+        (data.test_images, index[is_test]),
+        (data.train_images, index[~is_test]),
+    ):
         unit = (images.squeeze(1).double() + 1.0) / 2.0
         recovered = inverse @ unit @ inverse.T
         assert torch.allclose(recovered, originals[expected], atol=1e-4)
@@ -78,12 +97,19 @@ def test_toy_is_deterministic_and_class_structured():
     assert first is not second
     for name in ("train_images", "train_labels", "test_images", "test_labels"):
         assert torch.equal(getattr(first, name), getattr(second, name))
-    assert first.train_images.shape == (192, 1, 28, 28) and first.test_images.shape == (64, 1, 28, 28)
+    assert first.train_images.shape == (192, 1, 28, 28) and first.test_images.shape == (
+        64,
+        1,
+        28,
+        28,
+    )
     assert first.class_sizes == (48, 48, 48, 48)
     assert torch.bincount(first.test_labels).tolist() == [16, 16, 16, 16]
     assert first.train_images.min() >= -1.0 and first.train_images.max() <= 1.0
     # Class means differ and a nearest-class-mean classifier separates the test split.
-    means = torch.stack([first.train_images[first.train_labels == c].mean(0).flatten() for c in range(4)])
+    means = torch.stack(
+        [first.train_images[first.train_labels == c].mean(0).flatten() for c in range(4)]
+    )
     predicted = torch.cdist(first.test_images.flatten(1), means).argmin(dim=1)
     assert (predicted == first.test_labels).float().mean() > 0.95
 
@@ -105,8 +131,10 @@ def test_bad_download_flag_is_user_error():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not Path(idx.FASHION_MNIST_SYSTEM_DIR).is_dir(),
-                    reason="Debian dataset-fashion-mnist not installed")
+@pytest.mark.skipif(
+    not Path(idx.FASHION_MNIST_SYSTEM_DIR).is_dir(),
+    reason="Debian dataset-fashion-mnist not installed",
+)
 def test_fashion_mnist_from_system_location(tmp_path):
     data = load_dataset("fashion_mnist", cache_dir=tmp_path)
     assert data.train_images.shape == (60000, 1, 28, 28)
@@ -119,7 +147,9 @@ def test_fashion_mnist_from_system_location(tmp_path):
     clear_dataset_cache()
     time.sleep(0.01)
     load_dataset("fashion_mnist", cache_dir=tmp_path)
-    assert os.stat(tmp_path / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").st_mtime_ns == stamp
+    assert (
+        os.stat(tmp_path / "FashionMNIST" / "raw" / "train-images-idx3-ubyte").st_mtime_ns == stamp
+    )
     clear_dataset_cache()
 
 
@@ -145,7 +175,9 @@ def test_missing_idx_files_name_the_paths_tried(name, tmp_path, monkeypatch):
 
 def _write_idx(path: Path, array: torch.Tensor) -> None:
     """Write a uint8 idx file (magic 0x08, big-endian dimensions), gzip-compressed if path ends in .gz."""
-    header = struct.pack(">BBBB", 0, 0, 0x08, array.dim()) + struct.pack(f">{array.dim()}I", *array.shape)
+    header = struct.pack(">BBBB", 0, 0, 0x08, array.dim()) + struct.pack(
+        f">{array.dim()}I", *array.shape
+    )
     payload = header + array.to(torch.uint8).numpy().tobytes()
     if path.suffix == ".gz":
         path.write_bytes(gzip.compress(payload))
@@ -180,9 +212,17 @@ def test_unparseable_idx_content_is_named(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "bad, images, labels",
     [
-        ("train-images-idx3-ubyte", torch.zeros(60000, 27, 27), torch.zeros(60000)),  # wrong image size
+        (
+            "train-images-idx3-ubyte",
+            torch.zeros(60000, 27, 27),
+            torch.zeros(60000),
+        ),  # wrong image size
         ("train-images-idx3-ubyte", torch.zeros(5, 28, 28), torch.zeros(5)),  # wrong count
-        ("train-labels-idx1-ubyte", torch.zeros(60000, 28, 28), torch.full((60000,), 10)),  # label out of range
+        (
+            "train-labels-idx1-ubyte",
+            torch.zeros(60000, 28, 28),
+            torch.full((60000,), 10),
+        ),  # label out of range
     ],
 )
 def test_wrong_shaped_or_ranged_idx_file_is_named(bad, images, labels, tmp_path, monkeypatch):
@@ -209,7 +249,12 @@ def test_small_valid_flat_folder_stages_into_cache(tmp_path, monkeypatch):
     _write_idx(folder / "t10k-images-idx3-ubyte.gz", torch.zeros(10000, 28, 28))
     _write_idx(folder / "t10k-labels-idx1-ubyte.gz", torch.arange(10000) % 10)
     data = load_dataset("mnist", root=folder, cache_dir=tmp_path / "cache")
-    assert data.train_images.shape == (60000, 1, 28, 28) and data.test_images.shape == (10000, 1, 28, 28)
+    assert data.train_images.shape == (60000, 1, 28, 28) and data.test_images.shape == (
+        10000,
+        1,
+        28,
+        28,
+    )
     assert torch.all(data.train_images == 1.0) and torch.all(data.test_images == -1.0)
     assert torch.equal(data.train_labels, train_labels)
     assert data.class_sizes == (6000,) * 10
@@ -229,8 +274,15 @@ def test_missing_torchvision_files_is_user_error(name, tmp_path):
 def test_corrupt_cifar10_file_is_named(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()
-    for name in ("data_batch_1", "data_batch_2", "data_batch_3", "data_batch_4", "data_batch_5", "test_batch",
-                 "batches.meta"):
+    for name in (
+        "data_batch_1",
+        "data_batch_2",
+        "data_batch_3",
+        "data_batch_4",
+        "data_batch_5",
+        "test_batch",
+        "batches.meta",
+    ):
         (folder / name).write_bytes(b"garbage")
     with pytest.raises(UserError) as info:
         load_dataset("cifar10", root=tmp_path, cache_dir=tmp_path / "cache")

@@ -11,31 +11,40 @@ import math
 import lightning as L
 import pytest
 import torch
+from method_helpers import plan_for, stream
+from rounding import EPS32
 
 import dpdc_lightning.methods.base as base_module
-from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.cli import run as cli_run
+from dpdc_lightning.config import ModelConfig, compose
+from dpdc_lightning.config.methods import AuxiliaryConfig, DosserConfig
+from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.engine.condense import Condensation, condense
 from dpdc_lightning.engine.planning import plan_run
-from dpdc_lightning.config import ModelConfig, compose
-from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.training import train
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet
-from dpdc_lightning.config.methods import AuxiliaryConfig
 from dpdc_lightning.methods.dosser import Dosser
-from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, principal_subspace, project
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows
-from dpdc_lightning.engine.training import train
-from method_helpers import plan_for, stream
-from rounding import EPS32
 
-SMALL = ["method=dosser", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
-         "method.subspace_dim=8", "method.log_images_every=1000", "trainer.enable_progress_bar=false",
-         "trainer.accelerator=cpu", "privacy.reproducible_noise=true"]
+SMALL = [
+    "method=dosser",
+    "dataset=toy",
+    "model.width=8",
+    "model.depth=2",
+    "method.ipc=2",
+    "method.group_size=4",
+    "method.subspace_dim=8",
+    "method.log_images_every=1000",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+    "privacy.reproducible_noise=true",
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +59,9 @@ def _noise_keys(monkeypatch) -> list[tuple]:
 
     def counting(seed, *, phase, step, partition, reproducible):
         keys.append((seed, phase, step, partition))
-        return original(seed, phase=phase, step=step, partition=partition, reproducible=reproducible)
+        return original(
+            seed, phase=phase, step=step, partition=partition, reproducible=reproducible
+        )
 
     monkeypatch.setattr(base_module, "noise_source", counting)
     return keys
@@ -85,11 +96,17 @@ def test_the_subspace_is_orthonormal_deterministic_and_spans_the_top_variance():
     mean, basis = principal_subspace(features, dim=3)
     assert torch.allclose(basis.T @ basis, torch.eye(3), atol=1e-5)
     again = principal_subspace(features.clone(), dim=3)
-    assert torch.equal(again[0], mean) and torch.equal(again[1], basis)  # a reuse gets the very same P
-    assert torch.allclose(basis.abs().argmax(0), torch.tensor([0, 1, 2]))  # the three large axes, in order
+    assert torch.equal(again[0], mean) and torch.equal(
+        again[1], basis
+    )  # a reuse gets the very same P
+    assert torch.allclose(
+        basis.abs().argmax(0), torch.tensor([0, 1, 2])
+    )  # the three large axes, in order
     # Ours is a float64 mean rounded once; features.mean(0) sums 200 float32 rows, off by at most
     # 200·u·max|x| (Higham §4.2): allow 200 eps32 of the largest feature.
-    assert torch.allclose(mean, features.mean(0), rtol=0, atol=len(features) * EPS32 * float(features.abs().max()))
+    assert torch.allclose(
+        mean, features.mean(0), rtol=0, atol=len(features) * EPS32 * float(features.abs().max())
+    )
     with pytest.raises(ValueError, match="subspace dimension"):
         principal_subspace(features[:3], dim=3)  # centred 3 rows have rank 2
     cache = SubspaceCache(1)
@@ -105,12 +122,29 @@ def test_the_subspace_is_orthonormal_deterministic_and_spans_the_top_variance():
 
 def _method(toy, *, noise_multiplier=2.0, clip_norm=1.0, dim=8) -> Dosser:
     spec = DataSpec.of(toy)
-    config = DosserConfig(ipc=2, group_size=12.0, clip_norm=clip_norm, sampling_steps=6, optimisation_steps=2,
-                          subspace_dim=dim, aux=AuxiliaryConfig(source="public_split"))
+    config = DosserConfig(
+        ipc=2,
+        group_size=12.0,
+        clip_norm=clip_norm,
+        sampling_steps=6,
+        optimisation_steps=2,
+        subspace_dim=dim,
+        aux=AuxiliaryConfig(source="public_split"),
+    )
     aux = AuxiliarySet(toy.test_images, toy.test_labels, "toy test split")
-    method = Dosser(config, data=spec, plan=plan_for(Dosser, config, spec, noise_multiplier=noise_multiplier),
-                    seed=0, noise_seed=0, model=ModelConfig(width=8, depth=2), auxiliary=aux, reproducible_noise=True)
-    FeatureMatchingMethod.on_fit_start(method)  # the extractor and DSA, as a Trainer would build them
+    method = Dosser(
+        config,
+        data=spec,
+        plan=plan_for(Dosser, config, spec, noise_multiplier=noise_multiplier),
+        seed=0,
+        noise_seed=0,
+        model=ModelConfig(width=8, depth=2),
+        auxiliary=aux,
+        reproducible_noise=True,
+    )
+    FeatureMatchingMethod.on_fit_start(
+        method
+    )  # the extractor and DSA, as a Trainer would build them
     return method
 
 
@@ -160,8 +194,15 @@ class _PoisonAfterSampling(L.Callback):
 @pytest.mark.parametrize("pea", [False, True])
 def test_free_steps_draw_no_noise_spend_nothing_and_never_read_private_data(toy, monkeypatch, pea):
     keys = _noise_keys(monkeypatch)
-    config = compose([*SMALL, "method.sampling_steps=5", "method.optimisation_steps=6", "method.aux.source=public_split",
-                      f"method.pea={str(pea).lower()}"])
+    config = compose(
+        [
+            *SMALL,
+            "method.sampling_steps=5",
+            "method.optimisation_steps=6",
+            "method.aux.source=public_split",
+            f"method.pea={str(pea).lower()}",
+        ]
+    )
     plan = plan_run(config, DataSpec.of(toy))
     run = Condensation(config, toy, plan=plan, noise_seed=0)
     poison = _PoisonAfterSampling(run.datamodule, plan.data_steps)
@@ -173,7 +214,9 @@ def test_free_steps_draw_no_noise_spend_nothing_and_never_read_private_data(toy,
     assert run.method.bank.complete()
     # ε is that of the 5 sampling steps alone, as the calculator gives it.
     assert result.report["steps"] == 5 and result.plan.free_steps == 6
-    expected = epsilon_from_history([(plan.noise_multiplier, plan.sample_rate, 5)], delta=1e-5, accountant="rdp")
+    expected = epsilon_from_history(
+        [(plan.noise_multiplier, plan.sample_rate, 5)], delta=1e-5, accountant="rdp"
+    )
     assert result.report["epsilon"] == pytest.approx(expected, rel=1e-12)
 
 
@@ -185,25 +228,47 @@ def test_a_free_step_that_spends_is_refused(toy, monkeypatch):
         return original(self, step)
 
     monkeypatch.setattr(Dosser, "free_step", spending)
-    config = compose([*SMALL, "method.sampling_steps=2", "method.optimisation_steps=2", "method.aux.source=none"])
+    config = compose(
+        [*SMALL, "method.sampling_steps=2", "method.optimisation_steps=2", "method.aux.source=none"]
+    )
     with pytest.raises(RuntimeError, match="free step spent"):
         condense(config, toy, noise_seed=0)
 
 
 def test_a_dp_auxiliary_set_is_a_composed_phase_with_its_own_noise(toy, monkeypatch):
     keys = _noise_keys(monkeypatch)
-    config = compose([*SMALL, "method.sampling_steps=3", "method.optimisation_steps=2", "method.aux.source=dp",
-                      "method.aux.ipc=4", "method.aux.iterations=3", "method.aux.group_size=4",
-                      "method.aux.epsilon=0.5", "method.init=aux", "privacy.noise_multiplier=1.5"])
+    config = compose(
+        [
+            *SMALL,
+            "method.sampling_steps=3",
+            "method.optimisation_steps=2",
+            "method.aux.source=dp",
+            "method.aux.ipc=4",
+            "method.aux.iterations=3",
+            "method.aux.group_size=4",
+            "method.aux.epsilon=0.5",
+            "method.init=aux",
+            "privacy.noise_multiplier=1.5",
+        ]
+    )
     result = condense(config, toy, noise_seed=0)
     phases = {p["name"]: p for p in result.report["phases"]}
-    assert list(phases) == ["auxiliary", "main"] and phases["auxiliary"]["steps"] == 3 and phases["main"]["steps"] == 3
+    assert (
+        list(phases) == ["auxiliary", "main"]
+        and phases["auxiliary"]["steps"] == 3
+        and phases["main"]["steps"] == 3
+    )
     aux, plan = result.plan.auxiliary, result.plan
     assert phases["auxiliary"]["epsilon"] <= 0.5 and plan.noise_multiplier == 1.5
-    together = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 3), (plan.noise_multiplier, plan.sample_rate, 3)],
-                                    delta=1e-5, accountant="rdp")
+    together = epsilon_from_history(
+        [(aux.noise_multiplier, aux.sample_rate, 3), (plan.noise_multiplier, plan.sample_rate, 3)],
+        delta=1e-5,
+        accountant="rdp",
+    )
     assert result.report["epsilon"] == pytest.approx(together, rel=1e-12)
-    assert together < phases["auxiliary"]["epsilon"] + phases["main"]["epsilon"]  # tighter than Theorem 2's sum
+    assert (
+        together < phases["auxiliary"]["epsilon"] + phases["main"]["epsilon"]
+    )  # tighter than Theorem 2's sum
     # The auxiliary run draws its noise under a secret of its own: no key is shared with the main stage.
     seeds = {key[0] for key in keys}
     assert len(seeds) == 2 and len(keys) == len(set(keys)) == 3 * 4 + 3 * 4
@@ -214,12 +279,14 @@ def test_bad_dosser_settings_end_in_one_error_line(tmp_path, monkeypatch, capsys
     monkeypatch.chdir(tmp_path)
     import train as train_entry
 
-    for args, fragment in ((["method.subspace_dim=500"], "method.subspace_dim=500 is too large"),
-                           (["method.init=aux"], "method.init=aux needs"),
-                           (["method.aux.source=file"], "needs method.aux.path"),
-                           (["method.aux.source=file", "method.aux.path=missing.pt"], "no such file"),
-                           (["method.aux.source=dp", "privacy.target_epsilon=0.1"], "must be below"),
-                           (["method.ema=1.5"], "method.ema")):
+    for args, fragment in (
+        (["method.subspace_dim=500"], "method.subspace_dim=500 is too large"),
+        (["method.init=aux"], "method.init=aux needs"),
+        (["method.aux.source=file"], "needs method.aux.path"),
+        (["method.aux.source=file", "method.aux.path=missing.pt"], "no such file"),
+        (["method.aux.source=dp", "privacy.target_epsilon=0.1"], "must be below"),
+        (["method.ema=1.5"], "method.ema"),
+    ):
         assert cli_run(train_entry.main, [*SMALL, "method.aux.source=public_split", *args]) == 2
         err = capsys.readouterr().err
         assert fragment in err and err.count("error:") == 1 and "Traceback" not in err
@@ -249,11 +316,21 @@ def _crash_after(monkeypatch, saves: int) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("saves, stage", [(1, "sampling"), (3, "optimising")])
 @pytest.mark.parametrize("aux", ["public_split", "dp"])
-def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, saves, stage, aux):
+def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(
+    tmp_path, monkeypatch, saves, stage, aux
+):
     monkeypatch.chdir(tmp_path)
-    args = [*SMALL, "method.sampling_steps=6", "method.optimisation_steps=8", "method.checkpoint_every=4",
-            f"method.aux.source={aux}", "method.aux.ipc=4", "method.aux.iterations=2", "method.aux.group_size=4",
-            "method.pea=true"]
+    args = [
+        *SMALL,
+        "method.sampling_steps=6",
+        "method.optimisation_steps=8",
+        "method.checkpoint_every=4",
+        f"method.aux.source={aux}",
+        "method.aux.ipc=4",
+        "method.aux.iterations=2",
+        "method.aux.group_size=4",
+        "method.pea=true",
+    ]
     whole = train(compose([*args, f"run_dir={tmp_path / 'whole'}"]))
     keys = _noise_keys(monkeypatch)
     with monkeypatch.context() as crash:
@@ -263,15 +340,20 @@ def test_a_run_killed_in_either_stage_resumes_to_the_uninterrupted_result(tmp_pa
     killed = tmp_path / "killed"
     checkpoint = torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)
     # Lightning's global step counts every condensation step, so the sampling stage is checkpointed too.
-    assert checkpoint["global_step"] == 4 * saves and (checkpoint["global_step"] < 6) == (stage == "sampling")
+    assert checkpoint["global_step"] == 4 * saves and (checkpoint["global_step"] < 6) == (
+        stage == "sampling"
+    )
     train(compose([f"resume={killed}"]))
     main = [key for key in keys if key[1] == "main" and key[0] == 0]
-    assert sorted(main) == sorted((0, "main", s, c) for s in range(6) for c in range(4))  # once, over both processes
+    assert sorted(main) == sorted(
+        (0, "main", s, c) for s in range(6) for c in range(4)
+    )  # once, over both processes
     a, b = (torch.load(p / "synthetic.pt", weights_only=True) for p in (whole, killed))
     assert torch.equal(a["images"], b["images"])
     ra, rb = (json.loads((p / "privacy.json").read_text()) for p in (whole, killed))
     assert ra["epsilon"] == rb["epsilon"] and [p["name"] for p in rb["phases"]] == (
-        ["auxiliary", "main"] if aux == "dp" else ["main"])
+        ["auxiliary", "main"] if aux == "dp" else ["main"]
+    )
 
 
 def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
@@ -283,12 +365,21 @@ def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
     assert (plan.data_steps, plan.free_steps, aux.data_steps) == (10000, 200000, 10000)
     alone = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000)], delta=1e-5)
     assert aux.planned_epsilon == alone and 0.19 < alone <= 0.2
-    total = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000),
-                                  (plan.noise_multiplier, plan.sample_rate, 10000)], delta=1e-5)
+    total = epsilon_from_history(
+        [
+            (aux.noise_multiplier, aux.sample_rate, 10000),
+            (plan.noise_multiplier, plan.sample_rate, 10000),
+        ],
+        delta=1e-5,
+    )
     assert plan.planned_epsilon == total and 0.99 < total <= 1.0
     [(phase, event, runs)] = plan.prior_events()
-    assert (phase, event.noise_multiplier, event.sample_rate, runs) == ("auxiliary", aux.noise_multiplier,
-                                                                        aux.sample_rate, 10000)
+    assert (phase, event.noise_multiplier, event.sample_rate, runs) == (
+        "auxiliary",
+        aux.noise_multiplier,
+        aux.sample_rate,
+        10000,
+    )
 
 
 def test_the_paper_preset_evaluates_the_pea_expansion_as_the_authors(tmp_path, monkeypatch):
@@ -299,11 +390,29 @@ def test_the_paper_preset_evaluates_the_pea_expansion_as_the_authors(tmp_path, m
 
     config = compose(["experiment=dosser_paper"])
     assert config.method.pea and config.eval.pea and config.method.ema == 0.99
-    assert (config.eval.epochs, config.eval.runs, config.eval.dsa, config.augment.mode) == (1000, 5, True, "single")
-    assert compose(["experiment=dosser_paper", "eval.pea=false"]).eval.pea is False  # the command line still wins
+    assert (config.eval.epochs, config.eval.runs, config.eval.dsa, config.augment.mode) == (
+        1000,
+        5,
+        True,
+        "single",
+    )
+    assert (
+        compose(["experiment=dosser_paper", "eval.pea=false"]).eval.pea is False
+    )  # the command line still wins
     run_dir = tmp_path / "run"
-    train(compose([*SMALL, "method.sampling_steps=2", "method.optimisation_steps=2", "method.aux.source=public_split",
-                   "method.pea=true", "eval.pea=true", f"run_dir={run_dir}"]))
+    train(
+        compose(
+            [
+                *SMALL,
+                "method.sampling_steps=2",
+                "method.optimisation_steps=2",
+                "method.aux.source=public_split",
+                "method.pea=true",
+                "eval.pea=true",
+                f"run_dir={run_dir}",
+            ]
+        )
+    )
     monkeypatch.chdir(tmp_path)
     args = [str(run_dir), "model=mlp", "eval.epochs=1", "eval.runs=1", "eval.accelerator=cpu"]
     assert cli_run(evaluate_entry.main, args) == 0
@@ -317,10 +426,23 @@ def test_eval_json_records_whether_pea_was_used(tmp_path, monkeypatch, pea):
 
     monkeypatch.chdir(tmp_path)
     path = tmp_path / "set.pt"
-    torch.save({"images": torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)),
-                "labels": torch.arange(4).repeat(2)}, path)
-    args = ["--images", str(path), "dataset=toy", "model=mlp", "eval.epochs=1", "eval.runs=1",
-            "eval.accelerator=cpu", f"eval.pea={str(pea).lower()}"]
+    torch.save(
+        {
+            "images": torch.randn(8, 1, 28, 28, generator=torch.Generator().manual_seed(0)),
+            "labels": torch.arange(4).repeat(2),
+        },
+        path,
+    )
+    args = [
+        "--images",
+        str(path),
+        "dataset=toy",
+        "model=mlp",
+        "eval.epochs=1",
+        "eval.runs=1",
+        "eval.accelerator=cpu",
+        f"eval.pea={str(pea).lower()}",
+    ]
     assert cli_run(evaluate_entry.main, args) == 0
     payload = json.loads((tmp_path / "set.eval.json").read_text())
     assert payload["pea"] is pea and ("pea" in payload["extra"]) is pea

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from rounding import EPS32, float32_rounding
 
 from dpdc_lightning.config import compose
 from dpdc_lightning.errors import UserError
@@ -15,7 +16,6 @@ from dpdc_lightning.evaluation.engines.base import EvalTask, resolve_engine
 from dpdc_lightning.evaluation.engines.cost import CompilePlan
 from dpdc_lightning.evaluation.engines.sequential import SequentialEngine
 from dpdc_lightning.evaluation.engines.stacked import StackedEngine
-from rounding import EPS32, float32_rounding
 
 CPU = torch.device("cpu")
 
@@ -31,7 +31,9 @@ def data() -> dict[str, torch.Tensor]:
     labels = torch.arange(NUM_CLASSES).repeat(10)
     images = torch.randn(len(labels), 1, 28, 28, generator=g) + labels.view(-1, 1, 1, 1) * 0.5
     test_labels = torch.arange(NUM_CLASSES).repeat(5)
-    test_images = torch.randn(len(test_labels), 1, 28, 28, generator=g) + test_labels.view(-1, 1, 1, 1) * 0.5
+    test_images = (
+        torch.randn(len(test_labels), 1, 28, 28, generator=g) + test_labels.view(-1, 1, 1, 1) * 0.5
+    )
     return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
 
 
@@ -43,10 +45,21 @@ def fresh_step_cache():
     functional.clear_step_cache()
 
 
-def trained(data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, compile=False) -> list[torch.nn.Module]:
-    task = EvalTask(images=data["images"], labels=data["labels"], model=model, num_classes=NUM_CLASSES,
-                    protocol=protocol, seed=5, model_options=options)
-    engine = (StackedEngine if stacked_runs else SequentialEngine)(CPU, compile=CompilePlan(compile, compile))
+def trained(
+    data, model, options, runs, *, stacked_runs, protocol=PROTOCOL, compile=False
+) -> list[torch.nn.Module]:
+    task = EvalTask(
+        images=data["images"],
+        labels=data["labels"],
+        model=model,
+        num_classes=NUM_CLASSES,
+        protocol=protocol,
+        seed=5,
+        model_options=options,
+    )
+    engine = (StackedEngine if stacked_runs else SequentialEngine)(
+        CPU, compile=CompilePlan(compile, compile)
+    )
     return engine.networks(engine.train(task, runs))
 
 
@@ -78,13 +91,25 @@ def largest_difference(a: torch.nn.Module, b: torch.nn.Module) -> float:
 def test_sequential_engine_gives_the_lightning_weights(data, model, options):
     # Weights, biases and batch-norm running statistics after 12 steps across an lr decay.
     for run in (0, 2):
-        reference = train_network(data["images"], data["labels"], model=model, num_classes=NUM_CLASSES,
-                                  protocol=PROTOCOL, seed=5, run=run, model_options=options, accelerator="cpu",
-                                  engine="lightning")
+        reference = train_network(
+            data["images"],
+            data["labels"],
+            model=model,
+            num_classes=NUM_CLASSES,
+            protocol=PROTOCOL,
+            seed=5,
+            run=run,
+            model_options=options,
+            accelerator="cpu",
+            engine="lightning",
+        )
         (ours,) = trained(data, model, options, [run], stacked_runs=False)
         assert relative_difference(ours, reference) <= WEIGHTS
     # ...and the comparison can tell runs apart.
-    assert largest_difference(reference, trained(data, model, options, [1], stacked_runs=False)[0]) > 1e-2
+    assert (
+        largest_difference(reference, trained(data, model, options, [1], stacked_runs=False)[0])
+        > 1e-2
+    )
 
 
 @pytest.mark.parametrize("model, options", MODELS)
@@ -104,26 +129,50 @@ def test_a_runs_draws_do_not_depend_on_how_many_runs_are_trained(data):
     alone = trained(data, model, options, [2], stacked_runs=False)[0]
     assert relative_difference(of_three, of_five) <= WEIGHTS
     assert relative_difference(of_three, alone) <= WEIGHTS
-    assert largest_difference(of_five, trained(data, model, options, [3], stacked_runs=False)[0]) > 1e-2
+    assert (
+        largest_difference(of_five, trained(data, model, options, [3], stacked_runs=False)[0])
+        > 1e-2
+    )
 
 
 def test_engines_report_the_same_accuracies(data):
     protocol = EvalProtocol(epochs=4, runs=2, batch_size=16)
 
     def accuracies(engine, pea=False):
-        return train_and_test(data["images"], data["labels"], test_images=data["test_images"],
-                              test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES,
-                              protocol=protocol, seed=1, model_options={"width": 8}, accelerator="cpu",
-                              engine=engine, compile="false", pea=pea)
+        return train_and_test(
+            data["images"],
+            data["labels"],
+            test_images=data["test_images"],
+            test_labels=data["test_labels"],
+            model="convnet",
+            num_classes=NUM_CLASSES,
+            protocol=protocol,
+            seed=1,
+            model_options={"width": 8},
+            accelerator="cpu",
+            engine=engine,
+            compile="false",
+            pea=pea,
+        )
 
     def near_ties(pea=False) -> list[int]:
         # Test records whose two largest logits (Lightning's network) lie within 1e-3 of the logits'
         # scale, 40x the weights' tolerance: only their predictions may flip under rounding.
         counts = []
         for run in range(protocol.runs):
-            network = train_network(data["images"], data["labels"], model="convnet", num_classes=NUM_CLASSES,
-                                    protocol=protocol, seed=1, run=run, model_options={"width": 8},
-                                    accelerator="cpu", pea=pea, engine="lightning")
+            network = train_network(
+                data["images"],
+                data["labels"],
+                model="convnet",
+                num_classes=NUM_CLASSES,
+                protocol=protocol,
+                seed=1,
+                run=run,
+                model_options={"width": 8},
+                accelerator="cpu",
+                pea=pea,
+                engine="lightning",
+            )
             with torch.no_grad():
                 logits = network(data["test_images"])
             top = logits.topk(2, dim=1).values
@@ -132,13 +181,18 @@ def test_engines_report_the_same_accuracies(data):
 
     def agree(ours, reference, ties):
         # Equal counts of correct records but near-ties; torchmetrics reports float32 (within eps32).
-        return all(abs(a - b) <= t / len(data["test_labels"]) + EPS32 for a, b, t in zip(ours, reference, ties))
+        return all(
+            abs(a - b) <= t / len(data["test_labels"]) + EPS32
+            for a, b, t in zip(ours, reference, ties)
+        )
 
     lightning, ties = accuracies("lightning"), near_ties()
     assert agree(accuracies("sequential"), lightning, ties)
     assert agree(accuracies("auto"), lightning, ties)  # sequential on a CPU
     assert agree(accuracies("stacked"), lightning, ties)
-    assert agree(accuracies("sequential", pea=True), accuracies("lightning", pea=True), near_ties(pea=True))
+    assert agree(
+        accuracies("sequential", pea=True), accuracies("lightning", pea=True), near_ties(pea=True)
+    )
 
 
 def test_progress_counts_every_run_of_a_stacked_group(data):
@@ -155,10 +209,20 @@ def test_progress_counts_every_run_of_a_stacked_group(data):
             calls.append(("end", accuracy))
 
     progress = Recording(total_runs=3, enabled=False)
-    accuracies = train_and_test(data["images"], data["labels"], test_images=data["test_images"],
-                                test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
-                                protocol=PROTOCOL, seed=0, accelerator="cpu", engine="stacked", compile="false",
-                                progress=progress)
+    accuracies = train_and_test(
+        data["images"],
+        data["labels"],
+        test_images=data["test_images"],
+        test_labels=data["test_labels"],
+        model="mlp",
+        num_classes=NUM_CLASSES,
+        protocol=PROTOCOL,
+        seed=0,
+        accelerator="cpu",
+        engine="stacked",
+        compile="false",
+        progress=progress,
+    )
     progress.close()
     assert calls[0] == ("start", "mlp runs 1-3/3", PROTOCOL.train_epochs)
     assert [c[1] for c in calls if c[0] == "epoch"] == list(range(1, PROTOCOL.train_epochs + 1))
@@ -169,6 +233,7 @@ def test_a_failing_compiler_falls_back_to_eager_with_a_warning(data, monkeypatch
     def broken_compile(fn, **kwargs):
         def call(*args):
             raise RuntimeError("no C++ compiler")
+
         return call
 
     model, options = MODELS[0]  # batch norm: the failed call must not leave its statistics behind
@@ -188,18 +253,32 @@ def test_engine_and_compile_settings_are_checked():
     assert resolve_engine("auto", CPU) == "sequential"
     assert resolve_engine("auto", torch.device("cuda")) == "stacked"
     with pytest.raises(UserError, match="eval.compile='maybe' is not allowed"):
-        cost.plan_compile("maybe", device=CPU, model="convnet", pixels=1, train_images=1, test_images=1)
+        cost.plan_compile(
+            "maybe", device=CPU, model="convnet", pixels=1, train_images=1, test_images=1
+        )
 
 
 def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(data, monkeypatch):
     # torch.compile replaced by the identity: the compiled code path (one padded test shape) runs eagerly.
-    protocol = EvalProtocol(epochs=2, runs=2, batch_size=16, test_batch_size=6)  # 20 test images: 6+6+6+2
+    protocol = EvalProtocol(
+        epochs=2, runs=2, batch_size=16, test_batch_size=6
+    )  # 20 test images: 6+6+6+2
 
     def accuracies(compile):
-        return train_and_test(data["images"], data["labels"], test_images=data["test_images"],
-                              test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES,
-                              protocol=protocol, seed=2, model_options={"width": 8}, accelerator="cpu",
-                              engine="sequential", compile=compile)
+        return train_and_test(
+            data["images"],
+            data["labels"],
+            test_images=data["test_images"],
+            test_labels=data["test_labels"],
+            model="convnet",
+            num_classes=NUM_CLASSES,
+            protocol=protocol,
+            seed=2,
+            model_options={"width": 8},
+            accelerator="cpu",
+            engine="sequential",
+            compile=compile,
+        )
 
     plain = accuracies("false")
     shapes: list[int] = []
@@ -208,39 +287,82 @@ def test_compiled_test_pass_pads_its_last_batch_without_changing_the_accuracy(da
         def call(params, buffers, x, y):
             shapes.append(len(x))
             return fn(params, buffers, x, y)
+
         return call
 
     monkeypatch.setattr(torch, "compile", identity_compile)
     assert accuracies("true") == plain
-    assert set(shapes) == {16, 8, 6}  # training batches 16, 16, 8; every test batch 6 (the last one padded)
+    assert set(shapes) == {
+        16,
+        8,
+        6,
+    }  # training batches 16, 16, 8; every test batch 6 (the last one padded)
 
 
 def test_compile_auto_compiles_a_graph_only_past_its_measured_crossover():
     for pixels in (28 * 28, 16 * 16, 32 * 32):
         costs = cost.measured_costs(CPU, "convnet", pixels)
         crossing = int(costs["train"].crossover_pixels() / pixels)
-        assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=crossing - 1,
-                                 test_images=0) == CompilePlan(train=False, test=False)
-        assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=pixels, train_images=crossing + 1,
-                                 test_images=0) == CompilePlan(train=True, test=False)
+        assert cost.plan_compile(
+            "auto",
+            device=CPU,
+            model="convnet",
+            pixels=pixels,
+            train_images=crossing - 1,
+            test_images=0,
+        ) == CompilePlan(train=False, test=False)
+        assert cost.plan_compile(
+            "auto",
+            device=CPU,
+            model="convnet",
+            pixels=pixels,
+            train_images=crossing + 1,
+            test_images=0,
+        ) == CompilePlan(train=True, test=False)
     # The 16x16 measurement applies to 16x16 (a later crossover than 28x28), 28x28 and up use theirs.
-    assert cost.measured_costs(CPU, "convnet", 256)["train"].crossover_pixels() > \
-        cost.measured_costs(CPU, "convnet", 784)["train"].crossover_pixels()
+    assert (
+        cost.measured_costs(CPU, "convnet", 256)["train"].crossover_pixels()
+        > cost.measured_costs(CPU, "convnet", 784)["train"].crossover_pixels()
+    )
     assert cost.measured_costs(CPU, "convnet", 1024) == cost.measured_costs(CPU, "convnet", 784)
     test = cost.measured_costs(CPU, "convnet", 784)["test"]
     many_tests = int(test.crossover_pixels() / 784) + 1
-    assert cost.plan_compile("auto", device=CPU, model="convnet", pixels=784, train_images=0,
-                             test_images=many_tests) == CompilePlan(train=False, test=True)
+    assert cost.plan_compile(
+        "auto", device=CPU, model="convnet", pixels=784, train_images=0, test_images=many_tests
+    ) == CompilePlan(train=False, test=True)
     # Unmeasured: a test graph at 16x16, images below 16x16, another architecture or device: eager.
     for model, pixels in (("convnet", 256), ("convnet", 8 * 8), ("lenet", 784)):
-        assert cost.plan_compile("auto", device=CPU, model=model, pixels=pixels, train_images=0 if pixels == 256
-                                 else 10**12, test_images=10**12) == CompilePlan()
-    assert cost.plan_compile("auto", device=torch.device("cuda"), model="convnet", pixels=784, train_images=10**12,
-                             test_images=10**12) == CompilePlan()
-    assert cost.plan_compile("true", device=CPU, model="lenet", pixels=1, train_images=1,
-                             test_images=1) == CompilePlan(train=True, test=True)
-    assert cost.plan_compile(False, device=CPU, model="convnet", pixels=784, train_images=10**12,
-                             test_images=10**12) == CompilePlan()
+        assert (
+            cost.plan_compile(
+                "auto",
+                device=CPU,
+                model=model,
+                pixels=pixels,
+                train_images=0 if pixels == 256 else 10**12,
+                test_images=10**12,
+            )
+            == CompilePlan()
+        )
+    assert (
+        cost.plan_compile(
+            "auto",
+            device=torch.device("cuda"),
+            model="convnet",
+            pixels=784,
+            train_images=10**12,
+            test_images=10**12,
+        )
+        == CompilePlan()
+    )
+    assert cost.plan_compile(
+        "true", device=CPU, model="lenet", pixels=1, train_images=1, test_images=1
+    ) == CompilePlan(train=True, test=True)
+    assert (
+        cost.plan_compile(
+            False, device=CPU, model="convnet", pixels=784, train_images=10**12, test_images=10**12
+        )
+        == CompilePlan()
+    )
 
 
 def test_the_cost_model_counts_every_run_that_shares_the_step(data, monkeypatch):
@@ -254,12 +376,32 @@ def test_the_cost_model_counts_every_run_that_shares_the_step(data, monkeypatch)
 
     monkeypatch.setattr(train_test, "plan_compile", recording)
     protocol = EvalProtocol(epochs=2, runs=3, batch_size=16)
-    train_and_test(data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
-                   model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0, accelerator="cpu")
-    train_network(data["images"], data["labels"], model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0,
-                  accelerator="cpu", shared_runs=7)
+    train_and_test(
+        data["images"],
+        data["labels"],
+        test_images=data["test_images"],
+        test_labels=data["test_labels"],
+        model="mlp",
+        num_classes=NUM_CLASSES,
+        protocol=protocol,
+        seed=0,
+        accelerator="cpu",
+    )
+    train_network(
+        data["images"],
+        data["labels"],
+        model="mlp",
+        num_classes=NUM_CLASSES,
+        protocol=protocol,
+        seed=0,
+        accelerator="cpu",
+        shared_runs=7,
+    )
     n, passes = len(data["images"]), protocol.train_epochs
-    assert (seen[0]["train_images"], seen[0]["test_images"]) == (passes * n * 3, len(data["test_images"]) * 3)
+    assert (seen[0]["train_images"], seen[0]["test_images"]) == (
+        passes * n * 3,
+        len(data["test_images"]) * 3,
+    )
     assert (seen[1]["train_images"], seen[1]["test_images"]) == (passes * n * 7, 0)
     assert seen[0]["pixels"] == data["images"].shape[2] * data["images"].shape[3]
 
@@ -276,12 +418,33 @@ def test_one_compilation_serves_every_later_evaluation_of_the_architecture(data,
     monkeypatch.setattr(torch, "compile", counting_compile)
     protocol = EvalProtocol(epochs=1, runs=2, batch_size=16)
     for seed in (0, 1):
-        train_and_test(data["images"], data["labels"], test_images=data["test_images"],
-                       test_labels=data["test_labels"], model="convnet", num_classes=NUM_CLASSES, protocol=protocol,
-                       seed=seed, model_options={"width": 8}, accelerator="cpu", engine="sequential", compile="true")
+        train_and_test(
+            data["images"],
+            data["labels"],
+            test_images=data["test_images"],
+            test_labels=data["test_labels"],
+            model="convnet",
+            num_classes=NUM_CLASSES,
+            protocol=protocol,
+            seed=seed,
+            model_options={"width": 8},
+            accelerator="cpu",
+            engine="sequential",
+            compile="true",
+        )
     assert len(compiled) == 1
     # ...and another architecture gets its own.
-    train_and_test(data["images"], data["labels"], test_images=data["test_images"], test_labels=data["test_labels"],
-                   model="mlp", num_classes=NUM_CLASSES, protocol=protocol, seed=0, accelerator="cpu",
-                   engine="sequential", compile="true")
+    train_and_test(
+        data["images"],
+        data["labels"],
+        test_images=data["test_images"],
+        test_labels=data["test_labels"],
+        model="mlp",
+        num_classes=NUM_CLASSES,
+        protocol=protocol,
+        seed=0,
+        accelerator="cpu",
+        engine="sequential",
+        compile="true",
+    )
     assert len(compiled) == 2

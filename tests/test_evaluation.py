@@ -13,10 +13,10 @@ import pytest
 import torch
 
 import dpdc_lightning.models as models
+from dpdc_lightning.augment import DSA
 from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.data.subsets import random_real_subset
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.augment import DSA
 from dpdc_lightning.evaluation import (
     REDUCED_BANNER,
     EvalProtocol,
@@ -37,9 +37,11 @@ def patterns(per_class: int, generator: torch.Generator) -> tuple[torch.Tensor, 
     """
     rows = torch.arange(28).view(28, 1).expand(28, 28)
     cols = torch.arange(28).view(1, 28).expand(28, 28)
-    base = torch.stack(
-        [(rows < 14), (rows >= 14), (rows // 4) % 2 == 1, (cols // 4) % 2 == 1]
-    ).float() * 2 - 1
+    base = (
+        torch.stack([(rows < 14), (rows >= 14), (rows // 4) % 2 == 1, (cols // 4) % 2 == 1]).float()
+        * 2
+        - 1
+    )
     labels = torch.arange(NUM_CLASSES).repeat_interleave(per_class)
     noise = 0.3 * torch.randn(len(labels), 1, 28, 28, generator=generator)
     return base[labels].unsqueeze(1) + noise, labels
@@ -53,7 +55,9 @@ def data() -> dict[str, torch.Tensor]:
     return dict(images=images, labels=labels, test_images=test_images, test_labels=test_labels)
 
 
-def run(data, *, model="mlp", protocol=None, seed=0, model_options=None, engine="lightning", **kwargs) -> list[float]:
+def run(
+    data, *, model="mlp", protocol=None, seed=0, model_options=None, engine="lightning", **kwargs
+) -> list[float]:
     return train_and_test(
         data["images"],
         data["labels"],
@@ -90,12 +94,24 @@ def recorded_steps(monkeypatch) -> list[dict]:
     """lr, batch size, labels and DSA mode of every training step, whatever the engine: read where
     every engine passes (the loss, the protocol's optimiser, DSA)."""
     steps: list[dict] = []
-    real_loss, real_step, real_dsa = torch.nn.functional.cross_entropy, ProtocolSGD.step, DSA.__call__
-    modes: list[str] = []  # the k-th DSA call made the k-th batch (a loader may fetch it a step early)
+    real_loss, real_step, real_dsa = (
+        torch.nn.functional.cross_entropy,
+        ProtocolSGD.step,
+        DSA.__call__,
+    )
+    modes: list[
+        str
+    ] = []  # the k-th DSA call made the k-th batch (a loader may fetch it a step early)
 
     def loss(logits, labels, *args, **kwargs):
         if torch.is_grad_enabled():  # a training step (the test pass runs without gradients)
-            steps.append(dict(size=len(labels), labels=labels.clone(), dsa_mode=modes[len(steps)] if modes else None))
+            steps.append(
+                dict(
+                    size=len(labels),
+                    labels=labels.clone(),
+                    dsa_mode=modes[len(steps)] if modes else None,
+                )
+            )
         return real_loss(logits, labels, *args, **kwargs)
 
     def step(self, closure=None):
@@ -163,7 +179,7 @@ def test_lr_schedule_and_step_count_follow_the_reference(data, recorded_steps, e
     assert [s["size"] for s in recorded_steps] == [16, 16, 8] * 7
     # Each protocol pass is one pass over a permutation of the whole set.
     for epoch in range(7):
-        seen = torch.cat([s["labels"] for s in recorded_steps[3 * epoch: 3 * epoch + 3]])
+        seen = torch.cat([s["labels"] for s in recorded_steps[3 * epoch : 3 * epoch + 3]])
         assert torch.equal(seen.bincount(minlength=NUM_CLASSES), torch.full((NUM_CLASSES,), 10))
 
 
@@ -223,13 +239,27 @@ def test_inner_training_is_quiet_and_leaves_logging_and_warnings_as_found(data, 
 
 def test_bad_inputs_raise_user_error(data):
     with pytest.raises(UserError, match="labels"):
-        train_and_test(data["images"], data["labels"][:-1], test_images=data["test_images"],
-                       test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
-                       protocol=EvalProtocol(epochs=1, runs=1), seed=0)
+        train_and_test(
+            data["images"],
+            data["labels"][:-1],
+            test_images=data["test_images"],
+            test_labels=data["test_labels"],
+            model="mlp",
+            num_classes=NUM_CLASSES,
+            protocol=EvalProtocol(epochs=1, runs=1),
+            seed=0,
+        )
     with pytest.raises(UserError, match="must match"):
-        train_and_test(data["images"], data["labels"], test_images=data["test_images"][..., :20],
-                       test_labels=data["test_labels"], model="mlp", num_classes=NUM_CLASSES,
-                       protocol=EvalProtocol(epochs=1, runs=1), seed=0)
+        train_and_test(
+            data["images"],
+            data["labels"],
+            test_images=data["test_images"][..., :20],
+            test_labels=data["test_labels"],
+            model="mlp",
+            num_classes=NUM_CLASSES,
+            protocol=EvalProtocol(epochs=1, runs=1),
+            seed=0,
+        )
 
 
 # ------------------------------------------------------------------ protocol and results
@@ -238,21 +268,39 @@ def test_bad_inputs_raise_user_error(data):
 def test_protocol_defaults_are_the_papers_and_reduced_ones_say_so():
     paper = EvalProtocol()
     assert not paper.is_reduced()
-    assert (paper.epochs, paper.runs, paper.lr, paper.momentum, paper.weight_decay,
-            paper.batch_size, paper.train_epochs, paper.decay_epoch, paper.dsa_mode) == (
-        1000, 5, 0.01, 0.9, 5e-4, 256, 1001, 502, "single")
+    assert (
+        paper.epochs,
+        paper.runs,
+        paper.lr,
+        paper.momentum,
+        paper.weight_decay,
+        paper.batch_size,
+        paper.train_epochs,
+        paper.decay_epoch,
+        paper.dsa_mode,
+    ) == (1000, 5, 0.01, 0.9, 5e-4, 256, 1001, 502, "single")
     # 300 epochs: range(301), lr_schedule = [151] -> 152 passes at the initial lr
-    assert (EvalProtocol(epochs=300).train_epochs, EvalProtocol(epochs=300).decay_epoch) == (301, 152)
+    assert (EvalProtocol(epochs=300).train_epochs, EvalProtocol(epochs=300).decay_epoch) == (
+        301,
+        152,
+    )
     assert EvalProtocol(epochs=1).decay_epoch == 2  # never past the last pass
     assert "no lr decay" in EvalProtocol(epochs=1).describe()
     assert "momentum reset after 502 passes" in paper.describe()
-    assert "mode single" in paper.describe() and "mode all" in EvalProtocol(dsa_mode="all").describe()
+    assert (
+        "mode single" in paper.describe() and "mode all" in EvalProtocol(dsa_mode="all").describe()
+    )
     assert "reduced" not in paper.describe()
     assert EvalProtocol(epochs=999).is_reduced() and EvalProtocol(runs=4).is_reduced()
     text = EvalProtocol(epochs=300, runs=3).describe("ConvNet")
     assert text.startswith("ConvNet, 300 epochs (reduced; paper 1000), 3 runs (reduced")
-    for bad in (dict(epochs=0), dict(runs=-1), dict(lr=0.0), dict(lr_decay_at=1.5),
-                dict(dsa_mode="multiple")):
+    for bad in (
+        dict(epochs=0),
+        dict(runs=-1),
+        dict(lr=0.0),
+        dict(lr_decay_at=1.5),
+        dict(dsa_mode="multiple"),
+    ):
         with pytest.raises(UserError):
             EvalProtocol(**bad)
 
@@ -266,8 +314,9 @@ def test_model_result_mean_and_population_std_in_percent():
 
 def test_format_table_marks_reduced_protocols_and_prints_mean_pm_std():
     results = [ModelResult("convnet", [0.5, 0.6]), ModelResult("mlp", [0.25])]
-    reduced = format_table(results, title="digits, IPC 10", protocol=EvalProtocol(epochs=30),
-                           extra={"epsilon": "1.0"})
+    reduced = format_table(
+        results, title="digits, IPC 10", protocol=EvalProtocol(epochs=30), extra={"epsilon": "1.0"}
+    )
     assert REDUCED_BANNER in reduced and "30 epochs (reduced; paper 1000)" in reduced
     assert "| model | accuracy (%) | runs |" in reduced
     assert "| convnet | 55.00 ± 5.00 | 2 |" in reduced
@@ -281,10 +330,18 @@ def test_format_table_marks_reduced_protocols_and_prints_mean_pm_std():
 
 def test_results_to_json_round_trips_through_json():
     protocol = EvalProtocol(epochs=10, runs=2, dsa_mode="all")
-    payload = json.loads(json.dumps(results_to_json(
-        [ModelResult("convnet", [0.5, 0.6]), ModelResult("lenet", [])], protocol=protocol)))
+    payload = json.loads(
+        json.dumps(
+            results_to_json(
+                [ModelResult("convnet", [0.5, 0.6]), ModelResult("lenet", [])], protocol=protocol
+            )
+        )
+    )
     assert payload["protocol"]["epochs"] == 10 and payload["protocol"]["reduced"] is True
-    assert payload["protocol"]["dsa_mode"] == "all" and "mode all" in payload["protocol"]["description"]
+    assert (
+        payload["protocol"]["dsa_mode"] == "all"
+        and "mode all" in payload["protocol"]["description"]
+    )
     assert payload["results"]["convnet"]["mean"] == pytest.approx(55.0)
     assert payload["results"]["convnet"]["std"] == pytest.approx(5.0)
     assert payload["results"]["convnet"]["accuracies"] == pytest.approx([50.0, 60.0])
@@ -370,20 +427,32 @@ def _write(path, payload):
     [
         ("missing labels", lambda x, y: {"images": x}, "lacks tensor(s) 'labels'"),
         ("not a dict", lambda x, y: x, "must hold a dict"),
-        ("wrong image size", lambda x, y: {"images": x[..., :16, :16], "labels": y}, "expected [N, 1, 28, 28]"),
+        (
+            "wrong image size",
+            lambda x, y: {"images": x[..., :16, :16], "labels": y},
+            "expected [N, 1, 28, 28]",
+        ),
         ("3-d images", lambda x, y: {"images": x[:, 0], "labels": y}, "expected [N, 1, 28, 28]"),
         ("integer images", lambda x, y: {"images": x.long(), "labels": y}, "float tensor"),
         ("float labels", lambda x, y: {"images": x, "labels": y.float()}, "integer tensor"),
         ("label count", lambda x, y: {"images": x, "labels": y[:-1]}, "labels have shape"),
         ("label out of range", lambda x, y: {"images": x, "labels": y + 1}, "lie in [0, 3]"),
         ("negative label", lambda x, y: {"images": x, "labels": y - 1}, "lie in [0, 3]"),
-        ("nan pixel", lambda x, y: {"images": x.index_fill(0, torch.tensor([2]), float("nan")),
-                                    "labels": y}, "NaN or infinite"),
-        ("pickled object", lambda x, y: {"images": x, "labels": y, "extra": Path("/")},
-         "pickled Python objects"),
+        (
+            "nan pixel",
+            lambda x, y: {"images": x.index_fill(0, torch.tensor([2]), float("nan")), "labels": y},
+            "NaN or infinite",
+        ),
+        (
+            "pickled object",
+            lambda x, y: {"images": x, "labels": y, "extra": Path("/")},
+            "pickled Python objects",
+        ),
     ],
 )
-def test_images_file_bad_inputs_end_in_one_error_line(tmp_path, monkeypatch, capsys, label, payload, fragment):
+def test_images_file_bad_inputs_end_in_one_error_line(
+    tmp_path, monkeypatch, capsys, label, payload, fragment
+):
     monkeypatch.chdir(tmp_path)
     images, labels = torch.randn(8, 1, 28, 28), torch.arange(4).repeat(2)
     path = _write(tmp_path / "bad.pt", payload(images, labels))

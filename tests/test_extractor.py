@@ -2,11 +2,11 @@
 
 import pytest
 import torch
+from method_helpers import small_extractor
+from rounding import assert_close_normwise, float32_rounding
 
 from dpdc_lightning.methods.extractor import RandomExtractor
 from dpdc_lightning.seeding import derive_generator
-from method_helpers import small_extractor
-from rounding import assert_close_normwise, float32_rounding
 
 # The extractor's longest reductions: a 3x3 convolution over 16 channels and instance norm over a
 # 12x12 map, 144 terms each.
@@ -25,10 +25,12 @@ def _groups() -> list[torch.Tensor]:
 
 def test_batched_and_channels_last_match_loop_features():
     reference = _extractor(forward="loop", memory_format="contiguous").embed_groups(_groups())
-    for options in ({"forward": "batched", "memory_format": "contiguous"},
-                    {"forward": "loop", "memory_format": "channels_last"},
-                    {"forward": "batched", "memory_format": "channels_last"},
-                    {"forward": "batched", "memory_format": "auto"}):
+    for options in (
+        {"forward": "batched", "memory_format": "contiguous"},
+        {"forward": "loop", "memory_format": "channels_last"},
+        {"forward": "batched", "memory_format": "channels_last"},
+        {"forward": "batched", "memory_format": "auto"},
+    ):
         features = _extractor(**options).embed_groups(_groups())
         assert [f.shape for f in features] == [r.shape for r in reference], options
         for f, r in zip(features, reference):

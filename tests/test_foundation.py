@@ -12,22 +12,28 @@ import pytest
 import torch
 from torch import nn
 
-from dpdc_lightning.engine.condense import condense
-from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
+from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.config.schema import PLAN_TRAINER_KEYS
 from dpdc_lightning.data import ImageData, load_dataset
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.dm import DM
 from dpdc_lightning.methods.ndpdc import NDPDC
-from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.methods.synthetic import GeneratedImages
 from dpdc_lightning.seeding import derive_generator
-from dpdc_lightning.engine.training import train
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dpdc_lightning"
-SMALL = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
+SMALL = [
+    "dataset=toy",
+    "model.width=8",
+    "model.depth=2",
+    "method.ipc=2",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +74,25 @@ def _module_path(name: str) -> Path | None:
 def test_no_module_imports_itself_through_a_circle():
     graph = {}
     for path in PACKAGE.rglob("*.py"):
-        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
-        graph[name] = {target for target in _imports(path) if target != name and _module_path(target)}
-    assert "dpdc_lightning.methods.base" in graph and "dpdc_lightning.config" in graph["dpdc_lightning.evaluation.command"]
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(
+            ".__init__"
+        )
+        graph[name] = {
+            target for target in _imports(path) if target != name and _module_path(target)
+        }
+    assert (
+        "dpdc_lightning.methods.base" in graph
+        and "dpdc_lightning.config" in graph["dpdc_lightning.evaluation.command"]
+    )
     state: dict[str, int] = {}
 
     def visit(node: str, trail: list[str]) -> None:
         state[node] = 1
         for target in sorted(graph.get(node, ())):
             if state.get(target) == 1:
-                circle = trail[trail.index(target):] + [target] if target in trail else [node, target]
+                circle = (
+                    trail[trail.index(target) :] + [target] if target in trail else [node, target]
+                )
                 pytest.fail("import circle: " + " -> ".join(circle))
             if target not in state:
                 visit(target, trail + [target])
@@ -94,25 +109,55 @@ def test_no_module_imports_itself_through_a_circle():
 def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = ImageData.from_tensors(toy.train_images, toy.train_labels)
-    config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "method.iterations=3",
-                      "privacy.reproducible_noise=true"])
+    config = compose(
+        [
+            "method=ndpdc",
+            *SMALL,
+            "method.group_size=4",
+            "method.iterations=3",
+            "privacy.reproducible_noise=true",
+        ]
+    )
     result = condense(config, data)
-    assert result.images.shape == (8, 1, 28, 28) and result.labels.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
-    assert result.report["steps"] == 3 and result.report["epsilon"] == result.plan.planned_epsilon > 0
+    assert result.images.shape == (8, 1, 28, 28) and result.labels.tolist() == [
+        0,
+        0,
+        1,
+        1,
+        2,
+        2,
+        3,
+        3,
+    ]
+    assert (
+        result.report["steps"] == 3 and result.report["epsilon"] == result.plan.planned_epsilon > 0
+    )
     assert list(tmp_path.iterdir()) == []  # no run directory, TensorBoard log or checkpoint
-    again = condense(config, data)  # reproducible noise: the same images; nothing global was touched
+    again = condense(
+        config, data
+    )  # reproducible noise: the same images; nothing global was touched
     assert torch.equal(again.images, result.images)
 
 
 def test_condense_refuses_several_processes(toy):
-    config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "trainer.accelerator=cpu", "trainer.devices=2",
-                      "trainer.strategy=ddp"])
+    config = compose(
+        [
+            "method=ndpdc",
+            *SMALL,
+            "method.group_size=4",
+            "trainer.accelerator=cpu",
+            "trainer.devices=2",
+            "trainer.strategy=ddp",
+        ]
+    )
     with pytest.raises(UserError, match="one process"):
         condense(config, toy)
 
 
 def test_condense_on_a_chosen_subset_plans_from_the_subsets_class_sizes(toy):
-    keep = torch.randperm(len(toy.train_labels), generator=derive_generator(0, "half"))[: len(toy.train_labels) // 2]
+    keep = torch.randperm(len(toy.train_labels), generator=derive_generator(0, "half"))[
+        : len(toy.train_labels) // 2
+    ]
     subset = toy.subset(keep)
     assert sum(subset.class_sizes) == len(keep) and subset.test_images is toy.test_images
     config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "method.iterations=2"])
@@ -142,15 +187,28 @@ class _GeneratedDM(DM):
 
     def build_synthetic(self):
         weights = derive_generator(self.seed, "generator")
-        return GeneratedImages(_TinyGenerator(16, self.data.num_classes, weights), num_classes=self.data.num_classes,
-                               ipc=self.config.ipc, image_shape=self.data.image_shape, latent_dim=16,
-                               rng=derive_generator(self.seed, "latents"))
+        return GeneratedImages(
+            _TinyGenerator(16, self.data.num_classes, weights),
+            num_classes=self.data.num_classes,
+            ipc=self.config.ipc,
+            image_shape=self.data.image_shape,
+            latent_dim=16,
+            rng=derive_generator(self.seed, "latents"),
+        )
 
 
 def test_a_generated_synthetic_set_optimises_the_generator_weights(toy, monkeypatch):
     monkeypatch.setitem(METHODS, "dm", _GeneratedDM)
-    config = compose(["method=dm", *SMALL, "method.init=noise", "method.batch_real=8", "method.iterations=3",
-                      "method.lr_img=0.1"])
+    config = compose(
+        [
+            "method=dm",
+            *SMALL,
+            "method.init=noise",
+            "method.batch_real=8",
+            "method.iterations=3",
+            "method.lr_img=0.1",
+        ]
+    )
     captured = {}
     fit_start = _GeneratedDM.on_fit_start
 
@@ -163,11 +221,19 @@ def test_a_generated_synthetic_set_optimises_the_generator_weights(toy, monkeypa
     result = condense(config, toy)
     method = captured["method"]
     after = method.synthetic.state_dict()
-    assert not torch.equal(after["generator.out.weight"], captured["before"]["generator.out.weight"])
-    assert torch.equal(after["latents"], captured["before"]["latents"])  # codes are fixed, not optimised
-    assert {id(p) for p in method.synthetic.parameters()} == {id(p) for p in method.synthetic.generator.parameters()}
+    assert not torch.equal(
+        after["generator.out.weight"], captured["before"]["generator.out.weight"]
+    )
+    assert torch.equal(
+        after["latents"], captured["before"]["latents"]
+    )  # codes are fixed, not optimised
+    assert {id(p) for p in method.synthetic.parameters()} == {
+        id(p) for p in method.synthetic.generator.parameters()
+    }
     with torch.no_grad():
-        assert torch.equal(result.images, method.synthetic.generator(after["latents"], after["labels"]))
+        assert torch.equal(
+            result.images, method.synthetic.generator(after["latents"], after["labels"])
+        )
 
 
 # --------------------------------------------------------------------------- free steps, carried state
@@ -208,7 +274,11 @@ def test_free_steps_follow_the_private_ones_and_spend_nothing(toy, monkeypatch):
     config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "method.iterations=2"])
     captured = {}
     original = _TwoStage.on_fit_start
-    monkeypatch.setattr(_TwoStage, "on_fit_start", lambda self: (captured.setdefault("method", self), original(self)))
+    monkeypatch.setattr(
+        _TwoStage,
+        "on_fit_start",
+        lambda self: (captured.setdefault("method", self), original(self)),
+    )
     result = condense(config, toy)
     assert captured["method"].free_seen == [2, 3, 4] and captured["method"].counter.value == 3
     assert result.plan.data_steps == 2 and result.plan.free_steps == 3
@@ -225,10 +295,14 @@ def test_carried_state_is_saved_and_restored_in_either_order():
     first.on_save_checkpoint(checkpoint)
     assert checkpoint["carried_state"] == {"counter": {"value": 7}}
     checkpoint = json.loads(json.dumps(checkpoint))  # plain types only
-    restored = _TwoStage(config, data=spec, plan=plan, seed=0, noise_seed=0)  # carried in __init__, loaded after
+    restored = _TwoStage(
+        config, data=spec, plan=plan, seed=0, noise_seed=0
+    )  # carried in __init__, loaded after
     restored.on_load_checkpoint(checkpoint)
     assert restored.counter.value == 7
-    late = NDPDC(config, data=spec, plan=plan, seed=0, noise_seed=0)  # loaded first, carried later (setup())
+    late = NDPDC(
+        config, data=spec, plan=plan, seed=0, noise_seed=0
+    )  # loaded first, carried later (setup())
     late.on_load_checkpoint(checkpoint)
     assert late.carry("counter", _Counter()).value == 7
 
@@ -261,9 +335,20 @@ def test_resume_refuses_any_option_that_would_change_the_plan(tmp_path, key):
 
 def test_a_resumed_run_reuses_its_stored_plan(tmp_path, monkeypatch):
     """The issue's scenario: the first start plans 20 steps for ε = 2; the resumed run may not replan."""
-    run_dir = train(compose(["method=ndpdc", *SMALL, "method.group_size=4", "method.iterations=20",
-                             "privacy.target_epsilon=2", "trainer.max_steps=5", f"run_dir={tmp_path / 'r'}",
-                             "method.checkpoint_every=2"]))
+    run_dir = train(
+        compose(
+            [
+                "method=ndpdc",
+                *SMALL,
+                "method.group_size=4",
+                "method.iterations=20",
+                "privacy.target_epsilon=2",
+                "trainer.max_steps=5",
+                f"run_dir={tmp_path / 'r'}",
+                "method.checkpoint_every=2",
+            ]
+        )
+    )
     stored = json.loads((run_dir / "plan.json").read_text())
     report = json.loads((run_dir / "privacy.json").read_text())
     assert stored["data_steps"] == 5 and report["epsilon"] <= 2.0 and report["steps"] == 5
@@ -271,7 +356,9 @@ def test_a_resumed_run_reuses_its_stored_plan(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="privacy plan"):
         compose([f"resume={run_dir}", "trainer.max_steps=60", "trainer.min_steps=60"])
     # An unfinished run whose data changed since it started is refused (its rates would be stale).
-    monkeypatch.setattr("dpdc_lightning.engine.training.load_data",
-                        lambda config: load_dataset("toy").subset(torch.arange(0, 150)))
+    monkeypatch.setattr(
+        "dpdc_lightning.engine.training.load_data",
+        lambda config: load_dataset("toy").subset(torch.arange(0, 150)),
+    )
     with pytest.raises(UserError, match="class sizes changed"):
         train(compose([f"resume={run_dir}"]))

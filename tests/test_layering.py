@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("import_graph", ROOT / "benchmarks" / "import_graph.py")
+_spec = importlib.util.spec_from_file_location(
+    "import_graph", ROOT / "benchmarks" / "import_graph.py"
+)
 import_graph = importlib.util.module_from_spec(_spec)
 sys.modules["import_graph"] = import_graph
 _spec.loader.exec_module(import_graph)
-
 
 
 @pytest.fixture(scope="module")
@@ -34,11 +35,15 @@ def test_the_tool_sees_every_kind_of_import(tmp_path):
     package = tmp_path / "dpdc_lightning"
     (package / "low").mkdir(parents=True)
     (package / "__init__.py").write_text("")
-    (package / "low" / "__init__.py").write_text("from dpdc_lightning.lazy import lazy_getattr\n"
-                                                 "_WHERE = {'X': 'dpdc_lightning.high'}\n"
-                                                 "__getattr__ = lazy_getattr(__name__, _WHERE)\n")
+    (package / "low" / "__init__.py").write_text(
+        "from dpdc_lightning.lazy import lazy_getattr\n"
+        "_WHERE = {'X': 'dpdc_lightning.high'}\n"
+        "__getattr__ = lazy_getattr(__name__, _WHERE)\n"
+    )
     (package / "low" / "a.py").write_text("def f():\n    from ..errors import E\n")
-    (package / "low" / "b.py").write_text("import importlib\nimportlib.import_module('dpdc_lightning.high')\n")
+    (package / "low" / "b.py").write_text(
+        "import importlib\nimportlib.import_module('dpdc_lightning.high')\n"
+    )
     (package / "high.py").write_text("import lightning\nfrom dpdc_lightning.low import a\n")
     for name in ("errors", "lazy"):
         (package / f"{name}.py").write_text("")
@@ -46,7 +51,9 @@ def test_the_tool_sees_every_kind_of_import(tmp_path):
     assert graph.modules["dpdc_lightning.low.a"] == {"dpdc_lightning.errors"}
     assert graph.modules["dpdc_lightning.low.b"] == {"dpdc_lightning.high"}
     assert "dpdc_lightning.high" in graph.modules["dpdc_lightning.low"]
-    assert ("low", "high") in graph.arrows() and graph.importers_of("lightning") == {"dpdc_lightning.high"}
+    assert ("low", "high") in graph.arrows() and graph.importers_of("lightning") == {
+        "dpdc_lightning.high"
+    }
     # low's lazy export points at high, which imports low.a: the package and high form a circle.
     assert graph.circles() == [["dpdc_lightning.high", "dpdc_lightning.low"]]
     assert graph.upward() == []  # rooms not in the declared table rank as the top layer
@@ -61,10 +68,17 @@ def test_no_import_circle(graph):
 
 
 def test_privacy_imports_nothing_above_it(graph):
-    above = {(m, t) for m, targets in graph.modules.items() if graph.room(m) == "privacy" for t in targets
-             if import_graph.rank(graph.room(t)) > import_graph.rank("privacy")}
+    above = {
+        (m, t)
+        for m, targets in graph.modules.items()
+        if graph.room(m) == "privacy"
+        for t in targets
+        if import_graph.rank(graph.room(t)) > import_graph.rank("privacy")
+    }
     assert above == set()
-    assert all("lightning" not in graph.external[m] for m in graph.modules if graph.room(m) == "privacy")
+    assert all(
+        "lightning" not in graph.external[m] for m in graph.modules if graph.room(m) == "privacy"
+    )
 
 
 def test_only_the_engine_imports_lightning(graph):
@@ -73,24 +87,37 @@ def test_only_the_engine_imports_lightning(graph):
 
 
 def test_config_imports_no_torch_statically(graph):
-    assert {m for m in graph.modules if graph.room(m) == "config"
-            and graph.external[m] & {"torch", "lightning", "torchvision", "opacus"}} == set()
+    assert {
+        m
+        for m in graph.modules
+        if graph.room(m) == "config"
+        and graph.external[m] & {"torch", "lightning", "torchvision", "opacus"}
+    } == set()
 
 
 def test_config_composes_and_validates_without_torch(cli_env):
     """Composing and validating every method's config, and the help page, load neither torch nor Lightning."""
-    code = ("import sys\nfrom dpdc_lightning.config import compose, METHOD_SCHEMAS\n"
-            "from dpdc_lightning.config.help import help_text\n"
-            "for name in METHOD_SCHEMAS: compose([f'method={name}'])\nhelp_text('x', tokens=['method=dosser'])\n"
-            "print('LOADED', sorted(m for m in ('torch', 'lightning', 'torchvision') if m in sys.modules))\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=cli_env, capture_output=True, text=True,
-                          timeout=120)
+    code = (
+        "import sys\nfrom dpdc_lightning.config import compose, METHOD_SCHEMAS\n"
+        "from dpdc_lightning.config.help import help_text\n"
+        "for name in METHOD_SCHEMAS: compose([f'method={name}'])\nhelp_text('x', tokens=['method=dosser'])\n"
+        "print('LOADED', sorted(m for m in ('torch', 'lightning', 'torchvision') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert "LOADED []" in done.stdout, done.stdout + done.stderr
 
 
 def test_the_noise_multiplier_path_follows_import_arrows(graph):
     """Each hop of the documented path follows the import graph, one way or the other (a file reaches
     the other through its imports: a base class, a package's lazy export), or stays in one room."""
+
     def module(path: str) -> str:
         return "dpdc_lightning." + path.removesuffix(".py").replace("/", ".")
 
@@ -105,7 +132,9 @@ def test_the_noise_multiplier_path_follows_import_arrows(graph):
                 todo.extend(graph.modules.get(current, ()))
         return False
 
-    files = import_graph.NOISE_MULTIPLIER_PATHS["after"][1:]  # from the schema on (the YAML is read by Hydra)
+    files = import_graph.NOISE_MULTIPLIER_PATHS["after"][
+        1:
+    ]  # from the schema on (the YAML is read by Hydra)
     for a, b in zip(files, files[1:]):
         same_room = a.split("/")[0] == b.split("/")[0]
         assert same_room or imports(module(a), module(b)) or imports(module(b), module(a)), (a, b)
@@ -122,7 +151,9 @@ def test_the_readme_map_names_packages_that_exist():
     section = readme.split("## Architecture", 1)[1].split("\n## ", 1)[0]
     named = set(re.findall(r"^\s+([a-z_]+)/", section, flags=re.M))
     assert len(named) >= 8, section
-    missing = {name for name in named if not (ROOT / "dpdc_lightning" / name / "__init__.py").is_file()}
+    missing = {
+        name for name in named if not (ROOT / "dpdc_lightning" / name / "__init__.py").is_file()
+    }
     assert missing == set()
     package = {p.parent.name for p in (ROOT / "dpdc_lightning").glob("*/__init__.py")}
     assert package - named == set(), "a package the map does not mention"

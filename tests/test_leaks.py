@@ -16,28 +16,48 @@ import pytest
 import torch
 
 import dpdc_lightning.engine.planning as condense_module
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 import dpdc_lightning.methods.base as base_module
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main
-from dpdc_lightning.engine.condense import Condensation, condense
-from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import ImageData, load_dataset
+from dpdc_lightning.engine.condense import Condensation, condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.composition import Release, composed_epsilon, cost_by_data
 from dpdc_lightning.privacy.inputs import STATUSES
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.secret import derive_secret
 
-TINY = ["dataset=toy", "model.width=4", "model.depth=2", "method.ipc=1", "trainer.enable_progress_bar=false",
-        "trainer.accelerator=cpu"]
-PSG = ["method=psg", *TINY, "method.iterations=1", "method.outer_loop=1", "method.inner_loop=1", "method.batches=2",
-       "method.batch_size=16"]
+TINY = [
+    "dataset=toy",
+    "model.width=4",
+    "model.depth=2",
+    "method.ipc=1",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+]
+PSG = [
+    "method=psg",
+    *TINY,
+    "method.iterations=1",
+    "method.outer_loop=1",
+    "method.inner_loop=1",
+    "method.batches=2",
+    "method.batch_size=16",
+]
 PRIVATE_SIZES = ["privacy.class_sizes=private", "privacy.count_epsilon=0.5"]
-DOSSER = ["method=dosser", *TINY, "method.group_size=4", "method.sampling_steps=2", "method.optimisation_steps=2",
-          "method.subspace_dim=4", "method.ema=null"]
+DOSSER = [
+    "method=dosser",
+    *TINY,
+    "method.group_size=4",
+    "method.sampling_steps=2",
+    "method.optimisation_steps=2",
+    "method.subspace_dim=4",
+    "method.ema=null",
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +88,14 @@ def test_psg_given_the_same_released_sizes_neighbours_publish_identical_reports(
     """Conditioned on the output of the class-size release (the only accounted output that may move),
     D and D' with one record removed must give the same plan, report and method view of the data."""
     released = (47.25, 45.5, 49.75, 44.0)
-    monkeypatch.setattr(condense_module, "release_class_sizes", lambda sizes, **kwargs: (
-        released, PrivacyEvent(noise_multiplier=kwargs["noise_multiplier"], sample_rate=1.0)))
+    monkeypatch.setattr(
+        condense_module,
+        "release_class_sizes",
+        lambda sizes, **kwargs: (
+            released,
+            PrivacyEvent(noise_multiplier=kwargs["noise_multiplier"], sample_rate=1.0),
+        ),
+    )
     config = compose([*PSG, *PRIVATE_SIZES])
     full, neighbour = _without(toy, 7)
     runs = [condense(config, data, noise_seed=11) for data in (full, neighbour)]
@@ -77,7 +103,9 @@ def test_psg_given_the_same_released_sizes_neighbours_publish_identical_reports(
     assert runs[0].plan == runs[1].plan and runs[0].plan.class_sizes == released
     assert runs[0].report["expected_batch_size"] == pytest.approx(16.0)
     spec = Condensation(config, neighbour, plan=runs[1].plan, noise_seed=11).method.data
-    assert spec.class_sizes == released  # what a method sees: the plan's sizes, never the exact ones
+    assert (
+        spec.class_sizes == released
+    )  # what a method sees: the plan's sizes, never the exact ones
 
 
 def test_public_sizes_keep_the_exact_normaliser(toy):
@@ -92,26 +120,41 @@ def test_public_sizes_keep_the_exact_normaliser(toy):
 
 def _own(data: ImageData, *, test_images: torch.Tensor) -> ImageData:
     """Own data whose test split was held out from the private data (no dataset.test_root)."""
-    return ImageData.from_tensors(data.train_images, data.train_labels, num_classes=4, test_images=test_images,
-                                  test_labels=data.test_labels, name="tensors", test_is_private=True)
+    return ImageData.from_tensors(
+        data.train_images,
+        data.train_labels,
+        num_classes=4,
+        test_images=test_images,
+        test_labels=data.test_labels,
+        name="tensors",
+        test_is_private=True,
+    )
 
 
 def test_a_held_out_split_is_refused_as_public_auxiliary_data(toy):
     """Old: Dosser's default aux.source=public_split built SER's subspaces from the held-out split, so
     one held-out record moved released pixels by up to 0.62 while privacy.json said ε 0.12."""
     with pytest.raises(UserError) as info:
-        condense(compose([*DOSSER, "method.aux.source=public_split"]), _own(toy, test_images=toy.test_images),
-                 noise_seed=3)
+        condense(
+            compose([*DOSSER, "method.aux.source=public_split"]),
+            _own(toy, test_images=toy.test_images),
+            noise_seed=3,
+        )
     message = str(info.value)
     assert "\n" not in message and "held out" in message
-    assert all(word in message for word in ("method.aux.source=file", "dp", "none", "dataset.test_root"))
+    assert all(
+        word in message for word in ("method.aux.source=file", "dp", "none", "dataset.test_root")
+    )
 
 
 @pytest.mark.parametrize("method", ["dosser", "ndpdc"])
 def test_changing_a_held_out_record_leaves_the_release_bit_identical(toy, method):
     """The held-out split is private and never read: changing one of its records changes nothing."""
-    config = compose([*DOSSER, "method.aux.source=none"] if method == "dosser" else
-                     ["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=2"])
+    config = compose(
+        [*DOSSER, "method.aux.source=none"]
+        if method == "dosser"
+        else ["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=2"]
+    )
     changed = toy.test_images.clone()
     changed[0] = -changed[0]
     a = condense(config, _own(toy, test_images=toy.test_images), noise_seed=9)
@@ -122,8 +165,16 @@ def test_changing_a_held_out_record_leaves_the_release_bit_identical(toy, method
 # --------------------------------------------------------------------------- 3: a record that stops the run
 
 
-@pytest.mark.parametrize("method, value", [("ndpdc", float("nan")), ("ndpdc", 1e30), ("psg", 1e30),
-                                           ("ldpdc", float("nan")), ("dosser", float("nan"))])
+@pytest.mark.parametrize(
+    "method, value",
+    [
+        ("ndpdc", float("nan")),
+        ("ndpdc", 1e30),
+        ("psg", 1e30),
+        ("ldpdc", float("nan")),
+        ("dosser", float("nan")),
+    ],
+)
 def test_a_sampled_record_with_non_finite_features_never_stops_the_run(toy, method, value):
     """Old: a record at 1e30 passed the load check, its features became non-finite and the run
     aborted at the step that sampled it (2 of 3 runs finished). Load now refuses such a record; a
@@ -133,9 +184,15 @@ def test_a_sampled_record_with_non_finite_features_never_stops_the_run(toy, meth
     data = toy.subset(picked)
     data.train_images[0] = value  # past the load check, as an overflowing feature would be
     group = ["method.group_size=4"] if method != "psg" else []
-    extra = {"ndpdc": ["method.iterations=2"], "psg": [], "ldpdc": ["method.ipc=2"],
-             "dosser": ["method.aux.source=none"]}[method]
-    base = DOSSER if method == "dosser" else (PSG if method == "psg" else [f"method={method}", *TINY])
+    extra = {
+        "ndpdc": ["method.iterations=2"],
+        "psg": [],
+        "ldpdc": ["method.ipc=2"],
+        "dosser": ["method.aux.source=none"],
+    }[method]
+    base = (
+        DOSSER if method == "dosser" else (PSG if method == "psg" else [f"method={method}", *TINY])
+    )
     config = compose([*base, *group, *extra, "method.log_images_every=1000"])
     plan = plan_run(config, DataSpec.of(data), noise_seed=0)
     assert plan.sample_rate == 1.0  # every record, the bad one included, is sampled at every step
@@ -150,24 +207,34 @@ def test_a_sampled_record_with_non_finite_features_never_stops_the_run(toy, meth
 
 def test_composed_epsilon_of_several_releases_is_the_accountant_on_all_their_events():
     one = [{"name": "main", "kind": "mechanism", "history": [[1.2, 0.05, 40]], "steps": 40}]
-    two = [{"name": "class_counts", "kind": "mechanism", "history": [[8.0, 1.0, 1]], "steps": 1},
-           {"name": "main", "kind": "mechanism", "history": [[0.9, 0.05, 30]], "steps": 30}]
+    two = [
+        {"name": "class_counts", "kind": "mechanism", "history": [[8.0, 1.0, 1]], "steps": 1},
+        {"name": "main", "kind": "mechanism", "history": [[0.9, 0.05, 30]], "steps": 30},
+    ]
     expected = epsilon_from_history([(1.2, 0.05, 40), (8.0, 1.0, 1), (0.9, 0.05, 30)], delta=1e-5)
     total = composed_epsilon([one, two], delta=1e-5)
     assert total == pytest.approx(expected, rel=1e-12)
-    alone = [epsilon_from_history([(1.2, 0.05, 40)], delta=1e-5),
-             epsilon_from_history([(8.0, 1.0, 1), (0.9, 0.05, 30)], delta=1e-5)]
+    alone = [
+        epsilon_from_history([(1.2, 0.05, 40)], delta=1e-5),
+        epsilon_from_history([(8.0, 1.0, 1), (0.9, 0.05, 30)], delta=1e-5),
+    ]
     assert max(alone) < total < sum(alone)  # composed: more than either, less than the sum
 
 
 def test_cost_by_data_groups_by_the_data_read_and_a_non_private_member_makes_it_infinite():
     main = [{"name": "main", "kind": "mechanism", "history": [[1.0, 0.02, 50]], "steps": 50}]
     eps = epsilon_from_history([(1.0, 0.02, 50)], delta=1e-5)
-    releases = [Release("a", "digits", eps, 1e-5, "rdp", main), Release("b", "digits", eps, 1e-5, "rdp", main),
-                Release("c", "toy", eps, 1e-5, "rdp", main), Release("d", "toy", None, None, None, [])]
+    releases = [
+        Release("a", "digits", eps, 1e-5, "rdp", main),
+        Release("b", "digits", eps, 1e-5, "rdp", main),
+        Release("c", "toy", eps, 1e-5, "rdp", main),
+        Release("d", "toy", None, None, None, []),
+    ]
     digits, toy = cost_by_data(releases)
     assert digits.releases == ("a", "b") and digits.delta == 1e-5
-    assert digits.epsilon == pytest.approx(epsilon_from_history([(1.0, 0.02, 100)], delta=1e-5), rel=1e-12)
+    assert digits.epsilon == pytest.approx(
+        epsilon_from_history([(1.0, 0.02, 100)], delta=1e-5), rel=1e-12
+    )
     assert digits.sum_of_epsilons == pytest.approx(2 * eps)
     assert toy.epsilon is None and toy.not_private == ("d",)
 
@@ -176,8 +243,18 @@ def test_a_sweep_states_the_composed_total_and_keeps_wall_times_out_of_its_table
     """Old: four members on the same data reported ε per member, no total and no warning; and the
     tables held wall times, which depend on the realised sample sizes."""
     folder = tmp_path / "sweep"
-    code = run(train_main, ["-m", "method=ndpdc", *TINY, "method.group_size=4", "method.iterations=2",
-                            "privacy.noise_multiplier=1,2", f"run_dir={folder}"])
+    code = run(
+        train_main,
+        [
+            "-m",
+            "method=ndpdc",
+            *TINY,
+            "method.group_size=4",
+            "method.iterations=2",
+            "privacy.noise_multiplier=1,2",
+            f"run_dir={folder}",
+        ],
+    )
     assert code == 0
     out = capsys.readouterr().out
     phases = [json.loads(p.read_text())["phases"] for p in sorted(folder.glob("*/privacy.json"))]
@@ -206,8 +283,17 @@ def test_the_dp_auxiliary_run_has_a_256_bit_key_of_its_own(toy, monkeypatch):
 
     monkeypatch.setattr(base_module, "noise_source", spy)
     secret = (1 << 255) + 12345
-    config = compose([*DOSSER, "method.aux.source=dp", "method.aux.ipc=2", "method.aux.iterations=2",
-                      "method.aux.group_size=4", "method.aux.epsilon=0.5", "privacy.noise_multiplier=2"])
+    config = compose(
+        [
+            *DOSSER,
+            "method.aux.source=dp",
+            "method.aux.ipc=2",
+            "method.aux.iterations=2",
+            "method.aux.group_size=4",
+            "method.aux.epsilon=0.5",
+            "privacy.noise_multiplier=2",
+        ]
+    )
     condense(config, toy, noise_seed=secret)
     assert seeds == {secret, derive_secret(secret, "auxiliary")}
     assert derive_secret(secret, "auxiliary").bit_length() > 192  # 256 random bits, not 63
@@ -220,8 +306,11 @@ def _inputs(report: dict) -> dict[str, dict]:
 
 
 def test_privacy_json_lists_every_input_with_its_status(toy):
-    public = condense(compose(["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=1"]), toy,
-                      noise_seed=1).report
+    public = condense(
+        compose(["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=1"]),
+        toy,
+        noise_seed=1,
+    ).report
     inputs = _inputs(public)
     assert inputs["training records of toy"]["status"] == "private"
     assert inputs["training records of toy"]["epsilon_alone"] == public["phases"][0]["epsilon"]
@@ -234,21 +323,40 @@ def test_privacy_json_lists_every_input_with_its_status(toy):
     private = condense(compose([*PSG, *PRIVATE_SIZES]), toy, noise_seed=1).report
     sizes = _inputs(private)["class sizes"]
     assert sizes["status"] == "released under DP"
-    assert sizes["epsilon_alone"] == next(p["epsilon"] for p in private["phases"] if p["name"] == "class_counts")
+    assert sizes["epsilon_alone"] == next(
+        p["epsilon"] for p in private["phases"] if p["name"] == "class_counts"
+    )
 
-    dosser = condense(compose([*DOSSER, "method.aux.source=dp", "method.aux.ipc=2", "method.aux.iterations=2",
-                               "method.aux.group_size=4", "method.aux.epsilon=0.5", "privacy.noise_multiplier=2"]),
-                      toy, noise_seed=1).report
+    dosser = condense(
+        compose(
+            [
+                *DOSSER,
+                "method.aux.source=dp",
+                "method.aux.ipc=2",
+                "method.aux.iterations=2",
+                "method.aux.group_size=4",
+                "method.aux.epsilon=0.5",
+                "privacy.noise_multiplier=2",
+            ]
+        ),
+        toy,
+        noise_seed=1,
+    ).report
     aux = _inputs(dosser)["auxiliary image set"]
     assert aux["status"] == "released under DP"
-    assert aux["epsilon_alone"] == next(p["epsilon"] for p in dosser["phases"] if p["name"] == "auxiliary")
+    assert aux["epsilon_alone"] == next(
+        p["epsilon"] for p in dosser["phases"] if p["name"] == "auxiliary"
+    )
 
     split = condense(compose([*DOSSER, "method.aux.source=public_split"]), toy, noise_seed=1).report
     assert _inputs(split)["auxiliary image set"]["status"] == "declared public by the user"
     assert _inputs(split)["test split"]["read_by_release"] is True
 
-    held_out = condense(compose(["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=1"]),
-                        _own(toy, test_images=toy.test_images), noise_seed=1).report
+    held_out = condense(
+        compose(["method=ndpdc", *TINY, "method.group_size=4", "method.iterations=1"]),
+        _own(toy, test_images=toy.test_images),
+        noise_seed=1,
+    ).report
     assert _inputs(held_out)["test split"]["status"] == "private"
 
 
@@ -271,7 +379,10 @@ def test_removing_one_record_moves_no_other_record_between_the_splits(tmp_path):
         other = load_dataset("tensors", root=smaller)
         # Every record other than the removed one stays on its side: the training sets differ by at
         # most that record, and so do the held-out ones.
-        for a, b in ((data.train_images, other.train_images), (data.test_images, other.test_images)):
+        for a, b in (
+            (data.train_images, other.train_images),
+            (data.test_images, other.test_images),
+        ):
             rows_a, rows_b = {r.numpy().tobytes() for r in a}, {r.numpy().tobytes() for r in b}
             assert rows_b <= rows_a and len(rows_a - rows_b) <= 1
         assert len(data.train_images) + len(data.test_images) == 90

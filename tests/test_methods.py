@@ -13,24 +13,22 @@ from pathlib import Path
 
 import pytest
 import torch
+from method_helpers import build, stream
+from rounding import assert_close_normwise, float32_rounding
 
 import dpdc_lightning.methods.ldpdc as ldpdc_module
 import dpdc_lightning.methods.ndpdc as ndpdc_module
 from dpdc_lightning.config import ModelConfig, compose
+from dpdc_lightning.config.methods import DMConfig, LDPDCConfig, NDPDCConfig
 from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.dm import DM
-from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.ldpdc import LDPDC
-from dpdc_lightning.config.methods import LDPDCConfig
 from dpdc_lightning.methods.ndpdc import NDPDC
-from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.engine.training import train
-from method_helpers import build, stream
-from rounding import assert_close_normwise, float32_rounding
 
 SHAPE = (1, 28, 28)
 D = math.prod(SHAPE)
@@ -46,19 +44,41 @@ def _spec(class_sizes=(48, 48, 48, 48)) -> DataSpec:
     return DataSpec(num_classes=len(class_sizes), image_shape=SHAPE, class_sizes=tuple(class_sizes))
 
 
-def _ndpdc(*, seed: int = 0, forward: str = "loop", norm: str = "instancenorm", clip_norm: float = 1.0,
-           noise_multiplier: float = 1.0, group_size: float = 4.0, ipc: int = 2, class_sizes=(48, 48, 48, 48),
-           clip_gradient: str = "exact") -> NDPDC:
-    config = NDPDCConfig(ipc=ipc, group_size=group_size, clip_norm=clip_norm, forward=forward,
-                         clip_gradient=clip_gradient)
+def _ndpdc(
+    *,
+    seed: int = 0,
+    forward: str = "loop",
+    norm: str = "instancenorm",
+    clip_norm: float = 1.0,
+    noise_multiplier: float = 1.0,
+    group_size: float = 4.0,
+    ipc: int = 2,
+    class_sizes=(48, 48, 48, 48),
+    clip_gradient: str = "exact",
+) -> NDPDC:
+    config = NDPDCConfig(
+        ipc=ipc,
+        group_size=group_size,
+        clip_norm=clip_norm,
+        forward=forward,
+        clip_gradient=clip_gradient,
+    )
     model = ModelConfig(width=TINY.width, depth=TINY.depth, norm=norm)
-    method = build(NDPDC, config, _spec(class_sizes), seed=seed, model=model, noise_multiplier=noise_multiplier)
+    method = build(
+        NDPDC, config, _spec(class_sizes), seed=seed, model=model, noise_multiplier=noise_multiplier
+    )
     method.on_fit_start()  # builds the extractor and DSA (what a Trainer would do)
     return method
 
 
-def _ldpdc(*, ipc: int = 4, group_size: float = 4.0, bound: float = 1.0, noise_multiplier: float = 1.0,
-           class_sizes=(48, 48, 48, 48)) -> LDPDC:
+def _ldpdc(
+    *,
+    ipc: int = 4,
+    group_size: float = 4.0,
+    bound: float = 1.0,
+    noise_multiplier: float = 1.0,
+    class_sizes=(48, 48, 48, 48),
+) -> LDPDC:
     config = LDPDCConfig(ipc=ipc, group_size=group_size, bound=bound)
     return build(LDPDC, config, _spec(class_sizes), noise_multiplier=noise_multiplier)
 
@@ -101,13 +121,19 @@ def test_ndpdc_batched_forward_equals_loop(toy):
     # One forward per class or one for all: other kernels, so float32 rounding, norm-wise (the
     # longest reduction is instance norm over a 28x28 map); a class mixed into another's loss or
     # gradient moves them by O(1).
-    assert_close_normwise(loss_batched, loss_loop, rel=float32_rounding(28 * 28), what="class losses")
+    assert_close_normwise(
+        loss_batched, loss_loop, rel=float32_rounding(28 * 28), what="class losses"
+    )
     assert grad_loop.abs().sum() > 0
-    assert_close_normwise(grad_batched, grad_loop, rel=float32_rounding(28 * 28), what="image gradient")
+    assert_close_normwise(
+        grad_batched, grad_loop, rel=float32_rounding(28 * 28), what="image gradient"
+    )
 
 
 def test_extractor_speed_options_reach_the_extractor():
-    config = NDPDCConfig(ipc=2, group_size=4.0, forward="loop", memory_format="channels_last", autocast="bf16")
+    config = NDPDCConfig(
+        ipc=2, group_size=4.0, forward="loop", memory_format="channels_last", autocast="bf16"
+    )
     method = build(NDPDC, config, _spec(), model=TINY, noise_multiplier=1.0)
     method.on_fit_start()
     assert (method.extractor.memory_format, method.extractor.autocast) == ("channels_last", "bf16")
@@ -115,29 +141,46 @@ def test_extractor_speed_options_reach_the_extractor():
 
 def test_batched_forward_with_batchnorm_is_refused():
     with pytest.raises(UserError, match="batched"):
-        build(DM, DMConfig(ipc=2, init="noise", forward="batched"), _spec(),
-              model=ModelConfig(width=8, depth=2, norm="batchnorm"))
+        build(
+            DM,
+            DMConfig(ipc=2, init="noise", forward="batched"),
+            _spec(),
+            model=ModelConfig(width=8, depth=2, norm="batchnorm"),
+        )
     # VGG and ResNet take a norm as well: batch norm there is no more per-sample than in ConvNet.
     with pytest.raises(UserError, match="batched"):
-        build(DM, DMConfig(ipc=2, init="noise", forward="batched"), _spec(),
-              model=ModelConfig(name="vgg11", norm="batchnorm"))
+        build(
+            DM,
+            DMConfig(ipc=2, init="noise", forward="batched"),
+            _spec(),
+            model=ModelConfig(name="vgg11", norm="batchnorm"),
+        )
 
 
 @pytest.mark.parametrize("forward", ["loop", "batched", "auto"])
-@pytest.mark.parametrize("name", [n for n, cls in METHODS.items() if cls.private and issubclass(cls, FeatureMatchingMethod)])
+@pytest.mark.parametrize(
+    "name",
+    [n for n, cls in METHODS.items() if cls.private and issubclass(cls, FeatureMatchingMethod)],
+)
 def test_private_feature_matching_refuses_batchnorm(name, forward):
     """With batch norm one record changes every feature of its sample: the clip bound is void
     (on toy, one record moved a release clipped to 0.5 by about 10)."""
     cls = METHODS[name]
     with pytest.raises(UserError, match="batchnorm"):
-        build(cls, cls.config_class(ipc=2, forward=forward), _spec((1000,) * 4),
-              model=ModelConfig(width=8, depth=2, norm="batchnorm"))
+        build(
+            cls,
+            cls.config_class(ipc=2, forward=forward),
+            _spec((1000,) * 4),
+            model=ModelConfig(width=8, depth=2, norm="batchnorm"),
+        )
 
 
 @pytest.mark.parametrize("clip_norm", [0.5, 3.0])
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 @pytest.mark.parametrize("norm", ["instancenorm", "layernorm", "none"])
-def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(toy, monkeypatch, clip_norm, sign, norm):
+def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(
+    toy, monkeypatch, clip_norm, sign, norm
+):
     """Neighbouring datasets D and D + {x}: same step, same noise; the releases differ by <= G."""
     released = _capture(monkeypatch, ndpdc_module)
     method = _ndpdc(clip_norm=clip_norm, noise_multiplier=2.0, norm=norm)
@@ -180,14 +223,21 @@ def test_ndpdc_spends_one_event_per_class_per_step_at_its_own_rate(toy):
         events = method.pop_events()
         assert [partition for partition, _ in events] == classes
         # ... while each class's mechanism reports the rate it was sampled at.
-        assert all(event == PrivacyEvent(noise_multiplier=1.5, sample_rate=4.0 / sizes[c]) for c, event in events)
+        assert all(
+            event == PrivacyEvent(noise_multiplier=1.5, sample_rate=4.0 / sizes[c])
+            for c, event in events
+        )
     assert method.pop_events() == []
 
 
 def test_dm_is_not_private_and_spends_no_event(toy):
-    method = build(DM, DMConfig(ipc=2, batch_real=8, init="noise", forward="loop"), _spec(), model=TINY)
+    method = build(
+        DM, DMConfig(ipc=2, batch_real=8, init="noise", forward="loop"), _spec(), model=TINY
+    )
     method.on_fit_start()
-    method.optimise = lambda loss, **options: None  # the optimiser step needs a Trainer; the events do not
+    method.optimise = lambda loss, **options: (
+        None
+    )  # the optimiser step needs a Trainer; the events do not
     data = stream(toy, group_size=8, steps=2, sampling="per_class_fixed", private=False)
     loss = method.condensation_step(data.sample(0, [0, 1, 2, 3]), 0)
     assert torch.isfinite(loss)
@@ -245,7 +295,10 @@ def test_ldpdc_spends_one_planned_event_per_class(toy):
     method.condensation_step(_stream(toy).sample(0, [0, 1, 2, 3]), 0)
     events = method.pop_events()
     assert [p for p, _ in events] == [0, 1, 2, 3]
-    assert all(e == PrivacyEvent(noise_multiplier=1.0, sample_rate=4.0 / (48, 32, 48, 48)[c]) for c, e in events)
+    assert all(
+        e == PrivacyEvent(noise_multiplier=1.0, sample_rate=4.0 / (48, 32, 48, 48)[c])
+        for c, e in events
+    )
 
 
 # --------------------------------------------------------------------------- initialisation
@@ -281,13 +334,22 @@ def test_private_methods_refuse_real_initialisation(name):
 
 
 def _train(tmp_path: Path, name: str, *tokens: str) -> Path:
-    overrides = ["dataset=toy", "model.width=8", "model.depth=2", "method.ipc=3", "method.group_size=4",
-                 "trainer.enable_progress_bar=false", "trainer.enable_model_summary=false",
-                 f"run_dir={tmp_path / name}"]
+    overrides = [
+        "dataset=toy",
+        "model.width=8",
+        "model.depth=2",
+        "method.ipc=3",
+        "method.group_size=4",
+        "trainer.enable_progress_bar=false",
+        "trainer.enable_model_summary=false",
+        f"run_dir={tmp_path / name}",
+    ]
     if "method=ldpdc" not in tokens:  # LDPDC runs method.ipc steps and refuses method.iterations
         overrides.append("method.iterations=3")
     run_dir = train(compose([*overrides, *tokens]))
-    assert run_dir == tmp_path / name  # each in-process run writes its own folder, never an earlier one
+    assert (
+        run_dir == tmp_path / name
+    )  # each in-process run writes its own folder, never an earlier one
     return run_dir
 
 
@@ -297,9 +359,15 @@ def _images(run_dir: Path) -> torch.Tensor:
 
 @pytest.mark.parametrize("method", ["ndpdc", "ldpdc"])
 def test_reproducible_noise_repeats_and_secure_noise_does_not(tmp_path, method):
-    runs = {name: _train(tmp_path, name, f"method={method}", *extra) for name, extra in (
-        ("repro-a", ["privacy.reproducible_noise=true"]), ("repro-b", ["privacy.reproducible_noise=true"]),
-        ("secure-a", []), ("secure-b", []))}
+    runs = {
+        name: _train(tmp_path, name, f"method={method}", *extra)
+        for name, extra in (
+            ("repro-a", ["privacy.reproducible_noise=true"]),
+            ("repro-b", ["privacy.reproducible_noise=true"]),
+            ("secure-a", []),
+            ("secure-b", []),
+        )
+    }
     assert torch.equal(_images(runs["repro-a"]), _images(runs["repro-b"]))
     assert not torch.equal(_images(runs["secure-a"]), _images(runs["secure-b"]))
     assert not torch.equal(_images(runs["secure-a"]), _images(runs["repro-a"]))
@@ -310,11 +378,14 @@ def test_reproducible_noise_repeats_and_secure_noise_does_not(tmp_path, method):
 
 def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
     ipc = 3
-    run_dir = _train(tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}",
-                     "privacy.reproducible_noise=true")
+    run_dir = _train(
+        tmp_path, "ldpdc", "method=ldpdc", f"method.ipc={ipc}", "privacy.reproducible_noise=true"
+    )
     report = json.loads((run_dir / "privacy.json").read_text())
     assert report["steps"] == ipc
-    initial = _ldpdc(ipc=ipc).synthetic.images.detach()  # same seed (0): the init the run started from
+    initial = _ldpdc(
+        ipc=ipc
+    ).synthetic.images.detach()  # same seed (0): the init the run started from
     images = _images(run_dir)
     assert images.shape == initial.shape and torch.isfinite(images).all()
     changed = (images != initial).flatten(1).all(1)
@@ -362,8 +433,8 @@ def test_clip_gradient_option_reaches_ndpdc_gradient(toy):
 
 
 def test_clip_gradient_is_refused_for_dm_and_unknown_values():
-    from dpdc_lightning.errors import UserError
     from dpdc_lightning.config.methods import DMConfig
+    from dpdc_lightning.errors import UserError
 
     with pytest.raises(UserError, match="dm does not clip"):
         DMConfig(clip_gradient="detached")

@@ -6,12 +6,12 @@ import math
 
 import pytest
 import torch
+from rounding import assert_close_normwise, float32_rounding
 from torch import nn
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.models import NETWORKS, ConvNet, build_network, init_weights_
 from dpdc_lightning.models.convnet import NORMS, POOLINGS
-from rounding import assert_close_normwise, float32_rounding
 
 NUM_CLASSES = 10
 INPUTS = [(1, (28, 28)), (3, (32, 32))]
@@ -21,7 +21,9 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _build(name: str, channels: int, image_size: tuple[int, int], seed: int = 0, **options) -> nn.Module:
+def _build(
+    name: str, channels: int, image_size: tuple[int, int], seed: int = 0, **options
+) -> nn.Module:
     return build_network(
         name,
         channels=channels,
@@ -121,14 +123,26 @@ def test_convnet_pooling_sets_feature_dim(pooling):
     ("name", "image_size", "options", "longest_reduction"),
     [
         ("convnet", (32, 32), {"width": 8}, 32 * 32),  # instance norm over a 32x32 map
-        ("convnet", (32, 32), {"width": 8, "norm": "layernorm"}, 8 * 32 * 32),  # layer norm over C·H·W
+        (
+            "convnet",
+            (32, 32),
+            {"width": 8, "norm": "layernorm"},
+            8 * 32 * 32,
+        ),  # layer norm over C·H·W
         ("convnet", (32, 32), {"width": 8, "norm": "groupnorm"}, 8 * 32 * 32),
-        ("convnet", (32, 32), {"width": 8, "norm": "none"}, 8 * 4 * 4),  # the classifier's 128 inputs
+        (
+            "convnet",
+            (32, 32),
+            {"width": 8, "norm": "none"},
+            8 * 4 * 4,
+        ),  # the classifier's 128 inputs
         ("vgg11", (32, 32), {}, 3 * 3 * 512),  # a 3x3 convolution over 512 channels
         ("resnet18", (12, 12), {}, 3 * 3 * 512),
     ],
 )
-def test_output_of_a_sample_does_not_depend_on_the_batch(name, image_size, options, longest_reduction):
+def test_output_of_a_sample_does_not_depend_on_the_batch(
+    name, image_size, options, longest_reduction
+):
     net = _build(name, 3, image_size, **options).train()
     x = _inputs(2, 3, image_size)
     together = net(x)
@@ -136,8 +150,12 @@ def test_output_of_a_sample_does_not_depend_on_the_batch(name, image_size, optio
     for i in range(2):
         # A batch of 2 and a batch of 1 run different kernels: float32 rounding of the logits,
         # norm-wise; a layer that mixes the batch moves them by O(1) (the control test below).
-        assert_close_normwise(net(x[i : i + 1]), together[i : i + 1], rel=float32_rounding(longest_reduction),
-                              what=f"{name} sample {i}")
+        assert_close_normwise(
+            net(x[i : i + 1]),
+            together[i : i + 1],
+            rel=float32_rounding(longest_reduction),
+            what=f"{name} sample {i}",
+        )
 
 
 def test_batchnorm_in_training_mixes_the_batch():
@@ -162,9 +180,12 @@ def test_convnet_supports_per_example_gradients_with_vmap():
         single = torch.func.grad(loss)(params, x[i], y[i])
         # vmap's batched kernels against one sample alone: float32 rounding of the whole gradient,
         # norm-wise (a single coordinate may cancel); weight gradients sum over 16x16 pixels.
-        assert_close_normwise(torch.cat([grads[k][i].flatten() for k in params]),
-                              torch.cat([single[k].flatten() for k in params]), rel=float32_rounding(16 * 16),
-                              what=f"sample {i}")
+        assert_close_normwise(
+            torch.cat([grads[k][i].flatten() for k in params]),
+            torch.cat([single[k].flatten() for k in params]),
+            rel=float32_rounding(16 * 16),
+            what=f"sample {i}",
+        )
 
 
 @pytest.mark.parametrize("name", ["convnet", "mlp", "lenet"])
@@ -242,7 +263,9 @@ def test_unknown_network_names_the_allowed_ones():
     assert all(name in message for name in NETWORKS)
 
 
-@pytest.mark.parametrize(("name", "option"), [("convnet", "dropout"), ("mlp", "norm"), ("resnet18", "width")])
+@pytest.mark.parametrize(
+    ("name", "option"), [("convnet", "dropout"), ("mlp", "norm"), ("resnet18", "width")]
+)
 def test_unknown_option_is_a_user_error(name, option):
     with pytest.raises(UserError, match=option):
         _build(name, 3, (32, 32), **{option: 1})

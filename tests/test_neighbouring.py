@@ -17,18 +17,17 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import neighbouring
 import pytest
 import torch
-
-import neighbouring
-from dpdc_lightning.privacy.ledger import LEDGER, TEXT_OUTPUTS
 from neighbouring import Case, matrix, run_case
 from run_outputs import in_ledger
+
+from dpdc_lightning.privacy.ledger import LEDGER, TEXT_OUTPUTS
 
 
 def param(case: Case):
     return pytest.param(case, id=case.id)
-
 
 
 @pytest.fixture(scope="session")
@@ -68,11 +67,15 @@ def test_every_ledger_entry_names_a_real_output(work_root):
     """A ledger entry that matches no output of any configuration is stale (or misspelt). The
     configurations below produce every kind of output; epsilon_note appears only when ε is clamped at
     0 (a δ so large that the conversion goes negative), which no neighbouring case uses."""
-    configurations = [Case("psg", "tensors", "typical", sizes="private", test_root=True),
-                      Case("psg+generator", "tensors", "typical", sizes="private", test_root=True),
-                      Case("dosser", "tensors", "typical", sizes="private", test_root=True, aux="dp"),
-                      Case("ndpdc", "tensors", "typical", sizes="private", test_root=True, target=True, sweep=True),
-                      Case("dc", "digits", "typical")]
+    configurations = [
+        Case("psg", "tensors", "typical", sizes="private", test_root=True),
+        Case("psg+generator", "tensors", "typical", sizes="private", test_root=True),
+        Case("dosser", "tensors", "typical", sizes="private", test_root=True, aux="dp"),
+        Case(
+            "ndpdc", "tensors", "typical", sizes="private", test_root=True, target=True, sweep=True
+        ),
+        Case("dc", "digits", "typical"),
+    ]
     keys: set[str] = set()
     text = {name: "" for name in TEXT_OUTPUTS}
     for case in configurations:
@@ -81,15 +84,25 @@ def test_every_ledger_entry_names_a_real_output(work_root):
         keys |= set(outcome.outputs)
         for name in TEXT_OUTPUTS:
             text[name] += outcome.outputs[name]
-    stale = [entry for entry in LEDGER if entry.field != "epsilon_note" and not (
-        re.search(entry.field, text[entry.output]) if entry.output in TEXT_OUTPUTS
-        else any(in_ledger(key, (entry,)) for key in keys))]
+    stale = [
+        entry
+        for entry in LEDGER
+        if entry.field != "epsilon_note"
+        and not (
+            re.search(entry.field, text[entry.output])
+            if entry.output in TEXT_OUTPUTS
+            else any(in_ledger(key, (entry,)) for key in keys)
+        )
+    ]
     assert not stale, stale
 
 
 # --------------------------------------------------------------------------- the harness finds planted bugs
 
-def _planted(case: Case, work_root: Path, patch: pytest.MonkeyPatch, plant, modes: tuple[str, ...]) -> list[str]:
+
+def _planted(
+    case: Case, work_root: Path, patch: pytest.MonkeyPatch, plant, modes: tuple[str, ...]
+) -> list[str]:
     plant(patch)
     return run_case(case, work_root / case.folder, modes=modes).problems
 
@@ -105,9 +118,16 @@ def test_harness_catches_a_report_field_computed_from_exact_counts(work_root, mo
         result.report["records"] = len(self.datamodule.data.train_labels)
         return result
 
-    case = Case("ndpdc", "tensors", "smallest_class", sizes="private", test_root=True, planted="exact-n")
-    problems = _planted(case, work_root, monkeypatch, lambda patch: patch.setattr(Condensation, "fit", fit),
-                        modes=("plain",))
+    case = Case(
+        "ndpdc", "tensors", "smallest_class", sizes="private", test_root=True, planted="exact-n"
+    )
+    problems = _planted(
+        case,
+        work_root,
+        monkeypatch,
+        lambda patch: patch.setattr(Condensation, "fit", fit),
+        modes=("plain",),
+    )
     assert problems == ["(a) same secret: privacy.json:records: D 152 | D' 151"], problems
 
 
@@ -117,11 +137,26 @@ def test_harness_catches_noise_scaled_to_an_understated_sensitivity(work_root, m
 
     original = mechanisms.clip_rows
     case = Case("ndpdc", "tensors", "largest", sizes="private", test_root=True, planted="clip-3g")
-    problems = _planted(case, work_root, monkeypatch, lambda patch: patch.setattr(
-        mechanisms, "clip_rows", lambda x, *, max_norm, **kw: original(x, max_norm=3 * max_norm, **kw)),
-        modes=("coupled",))
-    moved = [float(m) for p in problems for m in re.findall(r"^\(c\) call \d+: the pre-noise sum moved by (\S+), "
-                                                           r"more than 1 x sensitivity 1$", p)]
+    problems = _planted(
+        case,
+        work_root,
+        monkeypatch,
+        lambda patch: patch.setattr(
+            mechanisms,
+            "clip_rows",
+            lambda x, *, max_norm, **kw: original(x, max_norm=3 * max_norm, **kw),
+        ),
+        modes=("coupled",),
+    )
+    moved = [
+        float(m)
+        for p in problems
+        for m in re.findall(
+            r"^\(c\) call \d+: the pre-noise sum moved by (\S+), "
+            r"more than 1 x sensitivity 1$",
+            p,
+        )
+    ]
     assert moved and 1 < max(moved) <= 3 * (1 + neighbouring.ROUNDING), problems
 
 
@@ -134,12 +169,23 @@ def test_harness_catches_a_mechanism_reading_the_held_out_split(work_root, monke
     def reads_held_out(self, step, classes):
         batch = original(self, step, classes)
         if "classes" in batch:  # every held-out record of the class joins each sample
-            batch["images"] = [torch.cat([rows, self.data.test_images[self.data.test_labels == c]])
-                               for c, rows in zip(batch["classes"], batch["images"])]
+            batch["images"] = [
+                torch.cat([rows, self.data.test_images[self.data.test_labels == c]])
+                for c, rows in zip(batch["classes"], batch["images"])
+            ]
         return batch
 
     case = Case("ldpdc", "tensors", "held_out", planted="reads-held-out")
-    problems = _planted(case, work_root, monkeypatch, lambda patch: patch.setattr(PrivateDataModule, "sample",
-                                                                                   reads_held_out), modes=("coupled",))
-    assert problems and all(re.match(r"\(c\) call \d+: the pre-noise sum moved by \S+, more than 0 x sensitivity 12$", p)
-                            for p in problems), problems  # LDPDC on 1x12x12 images: sensitivity b sqrt(d) = 12
+    problems = _planted(
+        case,
+        work_root,
+        monkeypatch,
+        lambda patch: patch.setattr(PrivateDataModule, "sample", reads_held_out),
+        modes=("coupled",),
+    )
+    assert problems and all(
+        re.match(
+            r"\(c\) call \d+: the pre-noise sum moved by \S+, more than 0 x sensitivity 12$", p
+        )
+        for p in problems
+    ), problems  # LDPDC on 1x12x12 images: sensitivity b sqrt(d) = 12

@@ -12,10 +12,10 @@ import pytest
 import torch
 from scipy import stats
 
-from dpdc_lightning.engine.condense import condense
-from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.privacy.mechanisms import gaussian_sum
@@ -51,8 +51,17 @@ def test_the_stream_is_deterministic_per_key_and_fresh_per_draw():
     assert first.dtype == torch.float64 and first.device.type == "cpu"
 
 
-@pytest.mark.parametrize("change", [dict(secret=SECRET + 1), dict(phase="other"), dict(step=4), dict(partition=2),
-                                    dict(partition=-1), dict(step=-3)])
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(secret=SECRET + 1),
+        dict(phase="other"),
+        dict(step=4),
+        dict(partition=2),
+        dict(partition=-1),
+        dict(step=-3),
+    ],
+)
 def test_every_part_of_the_key_changes_the_noise(change):
     secret = change.pop("secret", SECRET)
     base = _keyed().standard_normal((256,))
@@ -72,16 +81,22 @@ def test_the_bytes_are_shake256_of_the_documented_encoding():
     def integer(value: int) -> bytes:
         return field(value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True))
 
-    message = (field(b"dpdc_lightning/privacy-noise/v1") + integer(SECRET) + field(b"main") + integer(3) + integer(1)
-               + integer(0))
+    message = (
+        field(b"dpdc_lightning/privacy-noise/v1")
+        + integer(SECRET)
+        + field(b"main")
+        + integer(3)
+        + integer(1)
+        + integer(0)
+    )
     words = np.frombuffer(hashlib.shake_256(message).digest(8 * 5), dtype="<u8")
-    expected = [((int(w) >> 11) + 1) / 2 ** 53 for w in words]
+    expected = [((int(w) >> 11) + 1) / 2**53 for w in words]
     assert _keyed().uniforms(5).tolist() == expected
 
 
 def test_uniforms_have_53_bits_and_lie_in_the_open_zero_one_interval():
     u = _keyed(phase="uniforms").uniforms(1 << 18)
-    k = u * 2.0 ** 53
+    k = u * 2.0**53
     assert torch.equal(k, k.round())  # multiples of 2^-53 ...
     assert u.min() > 0 and u.max() <= 1  # ... in (0, 1]
     n = len(u)
@@ -91,7 +106,7 @@ def test_uniforms_have_53_bits_and_lie_in_the_open_zero_one_interval():
         ones = ((k.long() >> bit) & 1).sum().item()
         assert abs(ones - n / 2) < 5 * math.sqrt(n / 4), bit
     # Almost no value sits on the 24-bit grid of torch's float32 uniforms.
-    assert (u * 2.0 ** 24 == (u * 2.0 ** 24).round()).double().mean() < 1e-3
+    assert (u * 2.0**24 == (u * 2.0**24).round()).double().mean() < 1e-3
 
 
 def test_the_truncation_point_is_the_106_bit_box_muller_radius():
@@ -101,19 +116,31 @@ def test_the_truncation_point_is_the_106_bit_box_muller_radius():
 
     z = Extreme(0, **KEY).standard_normal((2,))
     assert math.isclose(z[0].item(), math.sqrt(212 * math.log(2)), rel_tol=1e-12)
-    assert math.isclose(TRUNCATION_RADIUS, 12.1222, abs_tol=1e-4) and TRUNCATION_RADIUS > FLOAT32_RANDN_BOUND + 6
-    assert PAIR_TAIL_MASS == 2.0 ** -106 == pytest.approx(math.exp(-TRUNCATION_RADIUS ** 2 / 2), rel=1e-12)
+    assert (
+        math.isclose(TRUNCATION_RADIUS, 12.1222, abs_tol=1e-4)
+        and TRUNCATION_RADIUS > FLOAT32_RANDN_BOUND + 6
+    )
+    assert (
+        PAIR_TAIL_MASS
+        == 2.0**-106
+        == pytest.approx(math.exp(-(TRUNCATION_RADIUS**2) / 2), rel=1e-12)
+    )
 
 
 def test_the_radius_uniform_reaches_below_the_53_bit_grid():
     """A radius uniform built from one word could not go below 2^-53 (|z| <= 8.57); the two-word one
     does, with float64's relative precision: (k1 2^53 + k2 + 1) 2^-106."""
+
     class Words(KeyedNoise):
         def _words(self, count):  # k1 = 0 and k2 = 2^40 - 1 for the radius; angle uniform 2^-53
-            return np.array([0.0] * (count // 3) + [2.0 ** 40 - 1] * (count // 3) + [0.0] * (count // 3))
+            return np.array(
+                [0.0] * (count // 3) + [2.0**40 - 1] * (count // 3) + [0.0] * (count // 3)
+            )
 
     z = Words(0, **KEY).standard_normal((2,))
-    assert math.isclose(z[0].item(), math.sqrt(-2 * math.log(2.0 ** -66)), rel_tol=1e-12)  # 9.56 > 8.57
+    assert math.isclose(
+        z[0].item(), math.sqrt(-2 * math.log(2.0**-66)), rel_tol=1e-12
+    )  # 9.56 > 8.57
 
 
 # --------------------------------------------------------------------------- the normal variates
@@ -135,7 +162,9 @@ def test_the_variates_pass_kolmogorov_smirnov_against_n01(normals):
 
 def test_pair_radii_are_rayleigh(normals):
     pairs = DRAWS // 2
-    r2 = normals[:pairs] ** 2 + normals[pairs:] ** 2  # the two halves of one draw share a Box-Muller pair
+    r2 = (
+        normals[:pairs] ** 2 + normals[pairs:] ** 2
+    )  # the two halves of one draw share a Box-Muller pair
     assert stats.kstest(r2[: 1 << 18].numpy(), "expon", args=(0, 2)).pvalue > 1e-3
 
 
@@ -168,8 +197,12 @@ def test_the_noise_is_added_in_float64_and_rounded_once():
     """The release equals round32(float64 sum + float64 noise). Rounding the noise to float32 first
     (the old path) gives a different float32 in some coordinates: double rounding near midpoints."""
     n, std = 1 << 18, 0.01
-    clipped_sum = torch.full((n,), 1000.0, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) * 1e-3
-    released, _ = gaussian_sum(clipped_sum, sensitivity=std, noise_multiplier=1.0, sample_rate=0.5, noise=_keyed())
+    clipped_sum = (
+        torch.full((n,), 1000.0, dtype=torch.float64) + torch.arange(n, dtype=torch.float64) * 1e-3
+    )
+    released, _ = gaussian_sum(
+        clipped_sum, sensitivity=std, noise_multiplier=1.0, sample_rate=0.5, noise=_keyed()
+    )
     noise = _keyed().standard_normal((n,)) * std
     assert torch.equal(released, (clipped_sum + noise).float())
     old_path = clipped_sum.float() + noise.float()
@@ -178,8 +211,13 @@ def test_the_noise_is_added_in_float64_and_rounded_once():
 
 def test_the_noise_std_is_the_multiplier_times_the_sensitivity():
     sensitivity, noise_multiplier, n = 2.5, 0.6, 1 << 18
-    released, _ = gaussian_sum(torch.zeros(n, dtype=torch.float64), sensitivity=sensitivity,
-                               noise_multiplier=noise_multiplier, sample_rate=0.1, noise=_keyed(phase="std"))
+    released, _ = gaussian_sum(
+        torch.zeros(n, dtype=torch.float64),
+        sensitivity=sensitivity,
+        noise_multiplier=noise_multiplier,
+        sample_rate=0.1,
+        noise=_keyed(phase="std"),
+    )
     std = released.double().std().item()
     assert abs(std / (sensitivity * noise_multiplier) - 1) < 5 / math.sqrt(2 * n)
 
@@ -187,11 +225,16 @@ def test_the_noise_std_is_the_multiplier_times_the_sensitivity():
 def test_reproducible_noise_is_a_seeded_float64_generator_and_not_secure():
     a = noise_source(7, reproducible=True, **KEY)
     assert isinstance(a, SeededNoise) and not a.secure
-    assert torch.equal(a.standard_normal((32,)), noise_source(7, reproducible=True, **KEY).standard_normal((32,)))
+    assert torch.equal(
+        a.standard_normal((32,)), noise_source(7, reproducible=True, **KEY).standard_normal((32,))
+    )
     assert a.standard_normal((4,)).dtype == torch.float64
     secure = noise_source(7, reproducible=False, **KEY)
     assert isinstance(secure, KeyedNoise) and secure.secure
-    assert "NOT private" in describe(reproducible=True, values_drawn=10, epsilon=1.0, delta=1e-5)["generator"]
+    assert (
+        "NOT private"
+        in describe(reproducible=True, values_drawn=10, epsilon=1.0, delta=1e-5)["generator"]
+    )
 
 
 def test_the_run_secret_is_256_bits_from_os_entropy():
@@ -199,8 +242,16 @@ def test_the_run_secret_is_256_bits_from_os_entropy():
     assert len(secrets) == 4 and max(s.bit_length() for s in secrets) > 200
 
 
-SMALL = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
-         "method.iterations=3", "trainer.enable_progress_bar=false"]
+SMALL = [
+    "method=ndpdc",
+    "dataset=toy",
+    "model.width=8",
+    "model.depth=2",
+    "method.ipc=2",
+    "method.group_size=4",
+    "method.iterations=3",
+    "trainer.enable_progress_bar=false",
+]
 
 
 @pytest.fixture(scope="module")
@@ -218,11 +269,14 @@ def test_a_secure_run_is_determined_by_its_secret_and_reports_its_noise(toy):
     assert report["noise_mode"] == "secure"
     noise = report["noise"]
     assert "SHAKE-256" in noise["generator"] and "106-bit radius" in noise["conversion"]
-    assert noise["truncation_bound_std"] == TRUNCATION_RADIUS and noise["tail_mass_per_pair"] == 2.0 ** -106
+    assert (
+        noise["truncation_bound_std"] == TRUNCATION_RADIUS
+        and noise["tail_mass_per_pair"] == 2.0**-106
+    )
     assert noise["tail_mass_per_value"] < 1e-32
     # 3 steps x 4 classes x the extractor's feature size, each value at most 2^-53 from ideal.
     assert noise["noise_values"] % (3 * 4) == 0 and noise["noise_values"] > 0
-    assert noise["truncation_tv_bound"] == noise["noise_values"] * 2.0 ** -106
+    assert noise["truncation_tv_bound"] == noise["noise_values"] * 2.0**-106
     assert report["delta"] <= noise["delta_with_truncation"] < report["delta"] * (1 + 1e-12)
 
 
@@ -230,13 +284,24 @@ def test_a_method_hands_out_keyed_streams_unless_noise_is_reproducible(toy):
     config = compose(SMALL)
     spec = DataSpec.of(toy)
     plan = plan_run(config, spec)
-    secure = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=SECRET, model=config.model)
+    secure = NDPDC(
+        config.method, data=spec, plan=plan, seed=0, noise_seed=SECRET, model=config.model
+    )
     stream = secure.noise_stream(5, 2)
     assert isinstance(stream, KeyedNoise)
     # Keyed by (secret, phase, step, partition) only: the same values as a stream built by hand.
     expected = KeyedNoise(SECRET, phase="main", step=5, partition=2).standard_normal((8,))
     assert torch.equal(stream.standard_normal((8,)), expected)
-    assert not torch.equal(secure.noise_stream(5, 2, phase="second-query").standard_normal((8,)), expected)
-    reproducible = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=0, model=config.model,
-                         reproducible_noise=True)
+    assert not torch.equal(
+        secure.noise_stream(5, 2, phase="second-query").standard_normal((8,)), expected
+    )
+    reproducible = NDPDC(
+        config.method,
+        data=spec,
+        plan=plan,
+        seed=0,
+        noise_seed=0,
+        model=config.model,
+        reproducible_noise=True,
+    )
     assert isinstance(reproducible.noise_stream(5, 2), SeededNoise)

@@ -27,8 +27,10 @@ def test_output_is_sorted_distinct_int64_in_range():
 def test_sample_size_mean_and_variance_are_binomial():
     n, q, draws = 1000, 0.05, 2000
     generator = derive_generator(2, "sizes")
-    sizes = torch.tensor([poisson_sample(n, sample_rate=q, generator=generator).numel() for _ in range(draws)],
-                         dtype=torch.float64)
+    sizes = torch.tensor(
+        [poisson_sample(n, sample_rate=q, generator=generator).numel() for _ in range(draws)],
+        dtype=torch.float64,
+    )
     mean, var = n * q, n * q * (1 - q)
     assert abs(sizes.mean().item() - mean) < 4 * math.sqrt(var / draws)
     # Relative standard error of a sample variance is about sqrt(2 / draws) for near-normal sizes.
@@ -50,8 +52,12 @@ def test_successive_steps_are_independent():
     n, q = 5000, 0.3
     bound = 5 / math.sqrt(n)  # Pearson correlation of independent indicators is ~N(0, 1/n)
     for step in range(10):
-        first = _indicators(poisson_sample(n, sample_rate=q, generator=derive_generator(4, "poisson", step)), n)
-        second = _indicators(poisson_sample(n, sample_rate=q, generator=derive_generator(4, "poisson", step + 1)), n)
+        first = _indicators(
+            poisson_sample(n, sample_rate=q, generator=derive_generator(4, "poisson", step)), n
+        )
+        second = _indicators(
+            poisson_sample(n, sample_rate=q, generator=derive_generator(4, "poisson", step + 1)), n
+        )
         correlation = torch.corrcoef(torch.stack([first, second]))[0, 1].item()
         assert abs(correlation) < bound
     # Two successive draws from one generator are independent as well.
@@ -64,7 +70,9 @@ def test_successive_steps_are_independent():
 def test_empty_samples_occur_with_the_right_probability():
     n, q, draws = 10, 0.05, 20000
     generator = derive_generator(5, "empty")
-    empty = sum(poisson_sample(n, sample_rate=q, generator=generator).numel() == 0 for _ in range(draws))
+    empty = sum(
+        poisson_sample(n, sample_rate=q, generator=generator).numel() == 0 for _ in range(draws)
+    )
     expected = (1 - q) ** n
     assert abs(empty / draws - expected) < 4 * math.sqrt(expected * (1 - expected) / draws)
 

@@ -53,7 +53,9 @@ def _opacus_epsilon(cls, history, delta=DELTA):
 
 @pytest.mark.parametrize("q, sigma, steps, expected", REFERENCE)
 def test_rdp_reproduces_the_reference_values(q, sigma, steps, expected):
-    assert epsilon_from_history([(sigma, q, steps)], delta=DELTA) == pytest.approx(expected, abs=PUBLISHED)
+    assert epsilon_from_history([(sigma, q, steps)], delta=DELTA) == pytest.approx(
+        expected, abs=PUBLISHED
+    )
 
 
 def test_rdp_matches_opacus_rdp_accountant_bit_for_bit():
@@ -72,7 +74,9 @@ def test_rdp_matches_opacus_rdp_accountant_bit_for_bit():
 
 def test_rdp_vector_composes_additively_and_scales_with_steps():
     first, second = [(1.0, 0.01, 300)], [(2.0, 0.05, 100), (0.9, 0.02, 7)]
-    assert np.allclose(rdp_vector(first + second), rdp_vector(first) + rdp_vector(second), rtol=1e-12)
+    assert np.allclose(
+        rdp_vector(first + second), rdp_vector(first) + rdp_vector(second), rtol=1e-12
+    )
     assert np.allclose(rdp_vector([(1.0, 0.01, 600)]), 2 * rdp_vector(first), rtol=1e-12)
     assert np.all(rdp_vector(first) > 0)
     assert epsilon_from_history([], delta=DELTA) == 0.0
@@ -127,7 +131,9 @@ def test_accountant_merges_consecutive_identical_events_like_opacus():
     for event in [E1, E1, E1, E2, E1, E1]:
         ours.step(event)
         theirs.step(noise_multiplier=event.noise_multiplier, sample_rate=event.sample_rate)
-    assert ours.history == theirs.history == [(1.0, 50 / 6000, 3), (2.0, 0.01, 1), (1.0, 50 / 6000, 2)]
+    assert (
+        ours.history == theirs.history == [(1.0, 50 / 6000, 3), (2.0, 0.01, 1), (1.0, 50 / 6000, 2)]
+    )
     assert ours.total_steps == 6
     assert ours.get_epsilon(delta=DELTA) == _opacus_epsilon(RDPAccountant, theirs.history)
     ours.step(E1, num_steps=10)
@@ -166,7 +172,10 @@ def test_fixed_cost_adds_epsilon_and_takes_its_delta():
     accountant.step(E1, num_steps=1000)
     expected = epsilon_from_history([(1.0, 50 / 6000, 1000)], delta=DELTA - 4e-6) + 0.5
     assert accountant.get_epsilon(delta=DELTA) == pytest.approx(expected, rel=1e-12)
-    assert accountant.get_epsilon(delta=DELTA) > epsilon_from_history([(1.0, 50 / 6000, 1000)], delta=DELTA) + 0.5
+    assert (
+        accountant.get_epsilon(delta=DELTA)
+        > epsilon_from_history([(1.0, 50 / 6000, 1000)], delta=DELTA) + 0.5
+    )
     with pytest.raises(UserError, match="delta"):
         accountant.get_epsilon(delta=4e-6)
     with pytest.raises(UserError):
@@ -217,7 +226,9 @@ def _calibration_round_trip(count: int) -> None:
         target = float(rng.uniform(0.5, 10))
         q = float(rng.uniform(1e-3, 0.1))
         steps = int(rng.integers(10, 2000))
-        sigma = calibrate_noise_multiplier(target_epsilon=target, delta=DELTA, sample_rate=q, steps=steps)
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=target, delta=DELTA, sample_rate=q, steps=steps
+        )
         achieved = epsilon_from_history([(sigma, q, steps)], delta=DELTA)
         assert achieved <= target
         assert achieved >= target - 0.05  # close: no needless noise
@@ -229,13 +240,17 @@ def test_calibration_never_exceeds_random_targets(count):
 
 
 def test_calibration_reproduces_dpdc_default_noise():
-    sigma = calibrate_noise_multiplier(target_epsilon=5.4427, delta=DELTA, sample_rate=50 / 6000, steps=10000)
+    sigma = calibrate_noise_multiplier(
+        target_epsilon=5.4427, delta=DELTA, sample_rate=50 / 6000, steps=10000
+    )
     assert sigma == pytest.approx(1.0, abs=0.01)
     assert epsilon_from_history([(sigma, 50 / 6000, 10000)], delta=DELTA) <= 5.4427
 
 
 def test_calibration_corrects_an_answer_above_target(monkeypatch):
-    true_sigma = calibrate_noise_multiplier(target_epsilon=2.0, delta=DELTA, sample_rate=0.02, steps=500)
+    true_sigma = calibrate_noise_multiplier(
+        target_epsilon=2.0, delta=DELTA, sample_rate=0.02, steps=500
+    )
     monkeypatch.setattr(opacus_utils, "get_noise_multiplier", lambda **kwargs: 0.97 * true_sigma)
     sigma = calibrate_noise_multiplier(target_epsilon=2.0, delta=DELTA, sample_rate=0.02, steps=500)
     assert sigma > 0.97 * true_sigma
@@ -295,12 +310,30 @@ def test_max_steps_is_the_last_step_within_target(target, q, sigma):
 
 
 def test_max_steps_dpdc_default_and_limits():
-    exact = epsilon_from_history([(1.0, 50 / 6000, 10000)], delta=DELTA)  # 5.44266 with Opacus 1.5-1.6
-    assert max_steps(target_epsilon=exact, delta=DELTA, sample_rate=50 / 6000, noise_multiplier=1.0) == 10000
+    exact = epsilon_from_history(
+        [(1.0, 50 / 6000, 10000)], delta=DELTA
+    )  # 5.44266 with Opacus 1.5-1.6
+    assert (
+        max_steps(target_epsilon=exact, delta=DELTA, sample_rate=50 / 6000, noise_multiplier=1.0)
+        == 10000
+    )
     # The paper's 5.4427 (± PUBLISHED) is within one step of 10000: a step adds 3.0e-4 to ε here.
-    assert abs(max_steps(target_epsilon=5.4427, delta=DELTA, sample_rate=50 / 6000, noise_multiplier=1.0) - 10000) <= 1
+    assert (
+        abs(
+            max_steps(
+                target_epsilon=5.4427, delta=DELTA, sample_rate=50 / 6000, noise_multiplier=1.0
+            )
+            - 10000
+        )
+        <= 1
+    )
     assert max_steps(target_epsilon=0.2, delta=DELTA, sample_rate=1.0, noise_multiplier=0.5) == 0
-    assert max_steps(target_epsilon=50.0, delta=DELTA, sample_rate=0.001, noise_multiplier=5.0, limit=777) == 777
+    assert (
+        max_steps(
+            target_epsilon=50.0, delta=DELTA, sample_rate=0.001, noise_multiplier=5.0, limit=777
+        )
+        == 777
+    )
     with pytest.raises(UserError):
         max_steps(target_epsilon=1.0, delta=DELTA, sample_rate=0.01, noise_multiplier=0.0)
 
@@ -311,13 +344,19 @@ def test_max_steps_after_prior_history_agrees_with_the_accountant():
     accountant.step(E1, num_steps=2000)
     target = accountant.get_epsilon(delta=DELTA) + 1.0
     n = max_steps(
-        target_epsilon=target, delta=DELTA, sample_rate=E1.sample_rate, noise_multiplier=1.0,
+        target_epsilon=target,
+        delta=DELTA,
+        sample_rate=E1.sample_rate,
+        noise_multiplier=1.0,
         prior_history=accountant.history,
     )
     assert accountant.epsilon_if(E1, num_steps=n, delta=DELTA) <= target
     assert accountant.epsilon_if(E1, num_steps=n + 1, delta=DELTA) > target
     spent = max_steps(
-        target_epsilon=accountant.get_epsilon(delta=DELTA) * 0.99, delta=DELTA, sample_rate=0.5,
-        noise_multiplier=1.0, prior_history=accountant.history,
+        target_epsilon=accountant.get_epsilon(delta=DELTA) * 0.99,
+        delta=DELTA,
+        sample_rate=0.5,
+        noise_multiplier=1.0,
+        prior_history=accountant.history,
     )
     assert spent == 0

@@ -13,14 +13,30 @@ from dpdc_lightning.privacy.__main__ import main
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 
 REPO = Path(__file__).resolve().parents[1]
-DPDC_DEFAULT = ["--sample-rate", "50/6000", "--noise-multiplier", "1", "--steps", "10000", "--delta", "1e-5"]
+DPDC_DEFAULT = [
+    "--sample-rate",
+    "50/6000",
+    "--noise-multiplier",
+    "1",
+    "--steps",
+    "10000",
+    "--delta",
+    "1e-5",
+]
 
 
 def _run_module(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    }
     return subprocess.run(
         [sys.executable, "-m", "dpdc_lightning.privacy", *args],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -32,14 +48,26 @@ def test_epsilon_of_the_dpdc_default_via_python_dash_m():
     result = _run_module("epsilon", *DPDC_DEFAULT)
     assert result.returncode == 0, result.stderr
     printed = float(_last_line(result.stdout))
-    exact = epsilon_from_history([(1.0, 50 / 6000, 10000)], delta=1e-5)  # 5.44266 with Opacus 1.5-1.6
+    exact = epsilon_from_history(
+        [(1.0, 50 / 6000, 10000)], delta=1e-5
+    )  # 5.44266 with Opacus 1.5-1.6
     assert exact <= printed < exact + 1e-4  # rounded up to 4 decimals...
     assert abs(printed - 5.4427) <= 1e-4  # ...it is the DPDC paper's ε to its printed precision
     assert len(result.stdout.strip().splitlines()) > 1  # an explanation precedes the answer
 
 
 def test_bad_argument_via_python_dash_m_is_one_stderr_line_and_exit_2():
-    result = _run_module("epsilon", "--sample-rate", "fifty", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5")
+    result = _run_module(
+        "epsilon",
+        "--sample-rate",
+        "fifty",
+        "--noise-multiplier",
+        "1",
+        "--steps",
+        "10",
+        "--delta",
+        "1e-5",
+    )
     assert result.returncode == 2
     assert result.stdout == ""
     lines = result.stderr.strip().splitlines()
@@ -48,7 +76,16 @@ def test_bad_argument_via_python_dash_m_is_one_stderr_line_and_exit_2():
 
 
 def test_printed_epsilon_is_rounded_up(capsys):
-    arguments = ["--sample-rate", "0.04", "--noise-multiplier", "1.5", "--steps", "2250", "--delta", "1e-5"]
+    arguments = [
+        "--sample-rate",
+        "0.04",
+        "--noise-multiplier",
+        "1.5",
+        "--steps",
+        "2250",
+        "--delta",
+        "1e-5",
+    ]
     assert main(["epsilon", *arguments]) == 0
     printed = float(_last_line(capsys.readouterr().out))
     exact = epsilon_from_history([(1.5, 0.04, 2250)], delta=1e-5)  # 7.32911...
@@ -56,14 +93,38 @@ def test_printed_epsilon_is_rounded_up(capsys):
 
 
 def test_calibrate_last_line_round_trips(capsys):
-    assert main(["calibrate", "--target-epsilon", "2", "--sample-rate", "50/6000", "--steps", "1000", "--delta", "1e-5"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--target-epsilon",
+                "2",
+                "--sample-rate",
+                "50/6000",
+                "--steps",
+                "1000",
+                "--delta",
+                "1e-5",
+            ]
+        )
+        == 0
+    )
     sigma = float(_last_line(capsys.readouterr().out))
     achieved = epsilon_from_history([(sigma, 50 / 6000, 1000)], delta=1e-5)
     assert 2 - 0.05 <= achieved <= 2
 
 
 def test_max_steps_last_line_is_the_step_count(capsys):
-    arguments = ["--target-epsilon", "5.4427", "--sample-rate", "50/6000", "--noise-multiplier", "1", "--delta", "1e-5"]
+    arguments = [
+        "--target-epsilon",
+        "5.4427",
+        "--sample-rate",
+        "50/6000",
+        "--noise-multiplier",
+        "1",
+        "--delta",
+        "1e-5",
+    ]
     assert main(["max-steps", *arguments]) == 0
     # The paper's 10000 steps, give or take the one step that ε's fourth decimal can hide (a step adds 3.0e-4).
     assert abs(int(_last_line(capsys.readouterr().out)) - 10000) <= 1
@@ -74,10 +135,48 @@ def test_max_steps_last_line_is_the_step_count(capsys):
     [
         [],
         ["bogus"],
-        ["epsilon", "--sample-rate", "0.01", "--steps", "10", "--delta", "1e-5"],  # missing noise multiplier
-        ["epsilon", "--sample-rate", "0.01", "--noise-multiplier", "one", "--steps", "10", "--delta", "1e-5"],
-        ["epsilon", "--sample-rate", "1/0", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5"],
-        ["epsilon", "--sample-rate", "0.01", "--noise-multiplier", "1", "--steps", "2.5", "--delta", "1e-5"],
+        [
+            "epsilon",
+            "--sample-rate",
+            "0.01",
+            "--steps",
+            "10",
+            "--delta",
+            "1e-5",
+        ],  # missing noise multiplier
+        [
+            "epsilon",
+            "--sample-rate",
+            "0.01",
+            "--noise-multiplier",
+            "one",
+            "--steps",
+            "10",
+            "--delta",
+            "1e-5",
+        ],
+        [
+            "epsilon",
+            "--sample-rate",
+            "1/0",
+            "--noise-multiplier",
+            "1",
+            "--steps",
+            "10",
+            "--delta",
+            "1e-5",
+        ],
+        [
+            "epsilon",
+            "--sample-rate",
+            "0.01",
+            "--noise-multiplier",
+            "1",
+            "--steps",
+            "2.5",
+            "--delta",
+            "1e-5",
+        ],
         ["epsilon", *DPDC_DEFAULT, "--accountant", "gdp"],
     ],
 )
@@ -93,16 +192,99 @@ def test_argument_errors_exit_2_with_one_line(argv, capsys):
 @pytest.mark.parametrize(
     "argv, named",
     [
-        (["epsilon", "--sample-rate", "2", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5"], "sample_rate"),
-        (["epsilon", "--sample-rate", "0.01", "--noise-multiplier", "0", "--steps", "10", "--delta", "1e-5"], "noise_multiplier"),
-        (["epsilon", "--sample-rate", "0.01", "--noise-multiplier", "1", "--steps", "10", "--delta", "1.5"], "delta"),
-        (["calibrate", "--target-epsilon", "1", "--sample-rate", "0.01", "--steps", "0", "--delta", "1e-5"], "steps"),
-        (["calibrate", "--target-epsilon", "-1", "--sample-rate", "0.01", "--steps", "5", "--delta", "1e-5"], "target_epsilon"),
-        (["calibrate", "--target-epsilon", "0.05", "--sample-rate", "0.01", "--steps", "5", "--delta", "1e-5"], "unreachable"),
+        (
+            [
+                "epsilon",
+                "--sample-rate",
+                "2",
+                "--noise-multiplier",
+                "1",
+                "--steps",
+                "10",
+                "--delta",
+                "1e-5",
+            ],
+            "sample_rate",
+        ),
+        (
+            [
+                "epsilon",
+                "--sample-rate",
+                "0.01",
+                "--noise-multiplier",
+                "0",
+                "--steps",
+                "10",
+                "--delta",
+                "1e-5",
+            ],
+            "noise_multiplier",
+        ),
+        (
+            [
+                "epsilon",
+                "--sample-rate",
+                "0.01",
+                "--noise-multiplier",
+                "1",
+                "--steps",
+                "10",
+                "--delta",
+                "1.5",
+            ],
+            "delta",
+        ),
+        (
+            [
+                "calibrate",
+                "--target-epsilon",
+                "1",
+                "--sample-rate",
+                "0.01",
+                "--steps",
+                "0",
+                "--delta",
+                "1e-5",
+            ],
+            "steps",
+        ),
+        (
+            [
+                "calibrate",
+                "--target-epsilon",
+                "-1",
+                "--sample-rate",
+                "0.01",
+                "--steps",
+                "5",
+                "--delta",
+                "1e-5",
+            ],
+            "target_epsilon",
+        ),
+        (
+            [
+                "calibrate",
+                "--target-epsilon",
+                "0.05",
+                "--sample-rate",
+                "0.01",
+                "--steps",
+                "5",
+                "--delta",
+                "1e-5",
+            ],
+            "unreachable",
+        ),
     ],
 )
 def test_out_of_range_values_exit_2_with_one_line(argv, named, capsys):
     assert main(argv) == 2
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
-    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("error: ") and named in lines[0]
+    assert (
+        captured.out == ""
+        and len(lines) == 1
+        and lines[0].startswith("error: ")
+        and named in lines[0]
+    )

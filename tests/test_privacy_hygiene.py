@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from dpdc_lightning.engine import run_folder, training
 from dpdc_lightning.cli import run
-from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.config import compose
-from dpdc_lightning.data.loaders import idx
 from dpdc_lightning.data import ImageData, load_dataset
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.data.loaders import idx
+from dpdc_lightning.engine import run_folder, training
 from dpdc_lightning.engine.bundle import load_bundle, save_bundle
+from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.training import train
+from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
@@ -28,11 +28,18 @@ from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import StepSchedule, make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import SECRET_FILE
-from dpdc_lightning.engine.training import train
 
 ROOT = Path(__file__).resolve().parent.parent
-TINY = ["method=ndpdc", "dataset=toy", "model.width=8", "model.depth=2", "method.ipc=2", "method.group_size=4",
-        "trainer.fast_dev_run=true", "trainer.enable_progress_bar=false"]
+TINY = [
+    "method=ndpdc",
+    "dataset=toy",
+    "model.width=8",
+    "model.depth=2",
+    "method.ipc=2",
+    "method.group_size=4",
+    "trainer.fast_dev_run=true",
+    "trainer.enable_progress_bar=false",
+]
 
 
 def _train_main():
@@ -54,6 +61,7 @@ def _one_error_line(capsys) -> str:
 
 # --------------------------------------------------------------------------- item 2: non-finite data
 
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf"), 1e30, 1.0001, -1.5])
 def test_a_record_outside_the_pixel_range_is_refused_at_load_naming_the_data_set(bad):
     """Issue 19: a finite record at 1e30 passed the load check, and the run aborted when it was sampled."""
@@ -69,8 +77,12 @@ def test_non_finite_test_record_is_refused_too():
     test_images = torch.zeros(3, 1, 4, 4)
     test_images[1] = float("nan")
     with pytest.raises(UserError, match="test record 1"):
-        ImageData.from_tensors(torch.zeros(4, 1, 4, 4), torch.arange(4) % 2, test_images=test_images,
-                               test_labels=torch.zeros(3, dtype=torch.long))
+        ImageData.from_tensors(
+            torch.zeros(4, 1, 4, 4),
+            torch.arange(4) % 2,
+            test_images=test_images,
+            test_labels=torch.zeros(3, dtype=torch.long),
+        )
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf")])
@@ -83,11 +95,18 @@ def test_mechanism_releases_a_non_finite_row_as_a_zero_row_instead_of_stopping(b
     zeroed[2] = 0.0
 
     def release(x):
-        return noisy_clipped_sum(x, max_norm=1.0, noise_multiplier=1.0, sample_rate=0.1,
-                                 noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False))[0]
+        return noisy_clipped_sum(
+            x,
+            max_norm=1.0,
+            noise_multiplier=1.0,
+            sample_rate=0.1,
+            noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False),
+        )[0]
 
     assert torch.equal(release(rows), release(zeroed)) and torch.isfinite(release(rows)).all()
-    with pytest.raises(UserError, match="NaN or Inf"):  # synthetic rows (public) are still refused loudly
+    with pytest.raises(
+        UserError, match="NaN or Inf"
+    ):  # synthetic rows (public) are still refused loudly
         clip_rows(rows, max_norm=1.0)
 
 
@@ -95,23 +114,41 @@ def test_ldpdc_clamp_keeps_nan_and_the_mechanism_zeroes_it():
     """LDPDC clamps records to [-b, b] before the sum; clamp keeps NaN, so the mechanism must handle it."""
     rows = torch.tensor([[0.5, float("nan")], [0.1, 0.2]]).clamp(-1.0, 1.0)
     assert torch.isnan(rows).any()
-    noise = dict(max_norm=2 ** 0.5, noise_multiplier=1.0, sample_rate=0.5)
-    released, _ = noisy_clipped_sum(rows, **noise, noise=noise_source(0, phase="main", step=0, partition=0,
-                                                                      reproducible=False))
-    alone, _ = noisy_clipped_sum(rows[1:], **noise, noise=noise_source(0, phase="main", step=0, partition=0,
-                                                                      reproducible=False))
+    noise = dict(max_norm=2**0.5, noise_multiplier=1.0, sample_rate=0.5)
+    released, _ = noisy_clipped_sum(
+        rows, **noise, noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False)
+    )
+    alone, _ = noisy_clipped_sum(
+        rows[1:],
+        **noise,
+        noise=noise_source(0, phase="main", step=0, partition=0, reproducible=False),
+    )
     assert torch.equal(released, alone)
 
 
 # --------------------------------------------------------------------------- item 3: budget sanity
 
-SCHEDULE = StepSchedule(private=True, sampling="per_class_poisson", sample_size=4.0, data_steps=3,
-                        default_noise_multiplier=1.0)
+SCHEDULE = StepSchedule(
+    private=True,
+    sampling="per_class_poisson",
+    sample_size=4.0,
+    data_steps=3,
+    default_noise_multiplier=1.0,
+)
 
 
 def _plan(delta: float, *, allow: bool = False, noise_multiplier: float | None = None):
-    return make_plan(SCHEDULE, class_sizes=(48,) * 4, method="test", noise_multiplier=noise_multiplier,
-                     target_epsilon=None, delta=delta, calibrate="sigma", accountant="rdp", allow_large_delta=allow)
+    return make_plan(
+        SCHEDULE,
+        class_sizes=(48,) * 4,
+        method="test",
+        noise_multiplier=noise_multiplier,
+        target_epsilon=None,
+        delta=delta,
+        calibrate="sigma",
+        accountant="rdp",
+        allow_large_delta=allow,
+    )
 
 
 def test_delta_must_be_below_one_over_the_number_of_records(capsys):
@@ -137,16 +174,32 @@ def test_reported_epsilon_is_never_negative_and_says_why(capsys):
     delta, sigma = 0.5, 20.0
     plan = _plan(delta, allow=True, noise_multiplier=sigma)
     capsys.readouterr()
-    assert epsilon_from_history([(sigma, plan.sample_rate, plan.data_steps)], delta=delta) < 0  # the attack
+    assert (
+        epsilon_from_history([(sigma, plan.sample_rate, plan.data_steps)], delta=delta) < 0
+    )  # the attack
     accountant = PrivacyAccountant()
     accountant.step(plan.event(), num_steps=plan.data_steps)
-    report = build_report(method="ndpdc", mechanism={"noise_multiplier": sigma}, accountant=accountant, delta=delta,
-                          plan=plan, reproducible_noise=False, config_hash="0")
+    report = build_report(
+        method="ndpdc",
+        mechanism={"noise_multiplier": sigma},
+        accountant=accountant,
+        delta=delta,
+        plan=plan,
+        reproducible_noise=False,
+        config_hash="0",
+    )
     assert report["epsilon"] == 0.0 and report["plan"]["planned_epsilon"] == 0.0
     assert all(phase["epsilon"] >= 0 for phase in report["phases"])
     assert "negative" in report["epsilon_note"]
-    ordinary = build_report(method="ndpdc", mechanism={"noise_multiplier": 1.0}, accountant=accountant, delta=1e-5,
-                            plan=_plan(1e-5), reproducible_noise=False, config_hash="0")
+    ordinary = build_report(
+        method="ndpdc",
+        mechanism={"noise_multiplier": 1.0},
+        accountant=accountant,
+        delta=1e-5,
+        plan=_plan(1e-5),
+        reproducible_noise=False,
+        config_hash="0",
+    )
     assert ordinary["epsilon"] > 0 and "epsilon_note" not in ordinary
 
 
@@ -157,20 +210,37 @@ def test_calculator_never_prints_a_negative_epsilon(capsys):
     assert main(["epsilon", *args]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1] == "0.0000" and any("negative" in line for line in lines)
-    assert main(["calibrate", "--target-epsilon", "1", "--sample-rate", "0.01", "--steps", "10",
-                 "--delta", "0.5"]) == 0
+    assert (
+        main(
+            [
+                "calibrate",
+                "--target-epsilon",
+                "1",
+                "--sample-rate",
+                "0.01",
+                "--steps",
+                "10",
+                "--delta",
+                "0.5",
+            ]
+        )
+        == 0
+    )
     assert "-" not in capsys.readouterr().out.split("gives epsilon")[1].splitlines()[0]
 
 
 def test_end_of_run_line_of_a_non_private_run(tmp_path):
     (tmp_path / "privacy.json").write_text(json.dumps({"method": "dm", "epsilon": None}))
-    assert run_folder.end_of_run_line(tmp_path) == f"bundle written to {tmp_path}: not private (ε = ∞)"
+    assert (
+        run_folder.end_of_run_line(tmp_path) == f"bundle written to {tmp_path}: not private (ε = ∞)"
+    )
     (tmp_path / "plan.json").write_text(json.dumps({"data_steps": 7}))
     line = run_folder.end_of_run_line(tmp_path, wall_seconds=75)
     assert line == f"bundle written to {tmp_path}: not private (ε = ∞), 7 steps, 1 min 15 s"
 
 
 # --------------------------------------------------------------------------- item 4: provenance
+
 
 def test_named_root_without_files_never_falls_back_to_the_system_copy(tmp_path, monkeypatch):
     system = tmp_path / "system"
@@ -202,8 +272,14 @@ def test_public_report_is_no_function_of_the_records_beyond_the_output():
     """Two data sets with the same (public) class sizes but different records, same noise: every
     field of the report must agree. A data hash, a record count or a statistic would differ."""
     data = load_dataset("toy")
-    other = ImageData.from_tensors(-data.train_images, data.train_labels.clone(), num_classes=4, name="toy",
-                                   test_images=data.test_images, test_labels=data.test_labels)  # the same public split
+    other = ImageData.from_tensors(
+        -data.train_images,
+        data.train_labels.clone(),
+        num_classes=4,
+        name="toy",
+        test_images=data.test_images,
+        test_labels=data.test_labels,
+    )  # the same public split
     config = compose(TINY)
     a, b = condense(config, data, noise_seed=3), condense(config, other, noise_seed=3)
     assert not torch.equal(a.images, b.images)  # the records did reach the output...
@@ -211,6 +287,7 @@ def test_public_report_is_no_function_of_the_records_beyond_the_output():
 
 
 # --------------------------------------------------------------------------- item 6 and whole runs
+
 
 @pytest.fixture(scope="module")
 def crashed_runs(tmp_path_factory):
@@ -238,6 +315,7 @@ def crashed_runs(tmp_path_factory):
 def copy_of(crashed_runs, tmp_path):
     def copy(name: str) -> Path:
         return Path(shutil.copytree(crashed_runs[name], tmp_path / name))
+
     return copy
 
 
@@ -248,13 +326,21 @@ def test_whole_run_prints_provenance_and_the_guarantee(tmp_path, capsys):
     assert "data: toy from no files (embedded data set toy)" in captured.err
     last = captured.out.strip().splitlines()[-1]
     report = json.loads((run_dir / "privacy.json").read_text())
-    assert re.fullmatch(re.escape(f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
-                                  "1 privacy-consuming step, ") + r"\d+\.\d s", last), last
+    assert re.fullmatch(
+        re.escape(
+            f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
+            "1 privacy-consuming step, "
+        )
+        + r"\d+\.\d s",
+        last,
+    ), last
     # The folder read is the owner's record, beside the secret (mode 0600), never in config.yaml or the bundle.
     provenance = run_dir / ".provenance.json"
     assert json.loads(provenance.read_text()) == {"data": "no files (embedded data set toy)"}
     assert provenance.stat().st_mode & 0o777 == 0o600
-    assert "embedded" not in (run_dir / "config.yaml").read_text() and "embedded" not in json.dumps(report)
+    assert "embedded" not in (run_dir / "config.yaml").read_text() and "embedded" not in json.dumps(
+        report
+    )
     assert not (run_dir / SECRET_FILE).exists()
 
 
@@ -313,8 +399,17 @@ def test_forget_on_a_finished_run_deletes_a_leftover(copy_of, capsys):
 
 
 def test_a_complete_bundle_written_by_save_bundle_has_only_output_fields(tmp_path):
-    save_bundle(tmp_path, images=torch.zeros(2, 1, 4, 4), labels=torch.tensor([0, 1]),
-                report={"method": "dm"}, grid_png=None)
+    save_bundle(
+        tmp_path,
+        images=torch.zeros(2, 1, 4, 4),
+        labels=torch.tensor([0, 1]),
+        report={"method": "dm"},
+        grid_png=None,
+    )
     report = json.loads((tmp_path / "privacy.json").read_text())
     assert set(report) == {"method", "bundle"}
-    assert set(report["bundle"]) == {"images_shape", "num_classes", "sha256"}  # all of the synthetic output
+    assert set(report["bundle"]) == {
+        "images_shape",
+        "num_classes",
+        "sha256",
+    }  # all of the synthetic output

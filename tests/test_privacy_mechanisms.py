@@ -34,7 +34,9 @@ def _mixed_rows(generator: torch.Generator) -> torch.Tensor:
     """Rows of norms far below, near, and far above 1, plus a zero row; shape [n, 3, 4]."""
     directions = torch.randn(40, 3, 4, generator=generator)
     directions = directions / _row_norms(directions).float().reshape(-1, 1, 1)
-    scales = torch.cat([torch.tensor([0.0, 1e-8, 0.999, 1.0, 1.001, 1e6]), torch.rand(34, generator=generator) * 5])
+    scales = torch.cat(
+        [torch.tensor([0.0, 1e-8, 0.999, 1.0, 1.001, 1e6]), torch.rand(34, generator=generator) * 5]
+    )
     return directions * scales.reshape(-1, 1, 1)
 
 
@@ -43,7 +45,16 @@ def _mixed_rows(generator: torch.Generator) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     "noise_multiplier, sample_rate",
-    [(0.0, 0.1), (-1.0, 0.1), (math.inf, 0.1), (math.nan, 0.1), (1.0, 0.0), (1.0, -0.1), (1.0, 1.5), (1.0, math.nan)],
+    [
+        (0.0, 0.1),
+        (-1.0, 0.1),
+        (math.inf, 0.1),
+        (math.nan, 0.1),
+        (1.0, 0.0),
+        (1.0, -0.1),
+        (1.0, 1.5),
+        (1.0, math.nan),
+    ],
 )
 def test_event_rejects_invalid_values(noise_multiplier, sample_rate):
     with pytest.raises(UserError):
@@ -72,9 +83,13 @@ def test_clipped_rows_are_within_bound_and_short_rows_untouched(max_norm):
     assert short.any() and torch.equal(clipped[short], rows[short])
     long = norms_before > max_norm * (1 + 1e-6)
     assert long.any()
-    assert torch.allclose(norms_after[long], torch.full_like(norms_after[long], max_norm), rtol=1e-5)
+    assert torch.allclose(
+        norms_after[long], torch.full_like(norms_after[long], max_norm), rtol=1e-5
+    )
     # Clipping only rescales: directions of long rows are kept.
-    cosine = (clipped[long] * rows[long]).flatten(1).sum(1).double() / (norms_after[long] * norms_before[long])
+    cosine = (clipped[long] * rows[long]).flatten(1).sum(1).double() / (
+        norms_after[long] * norms_before[long]
+    )
     assert torch.allclose(cosine, torch.ones_like(cosine), atol=1e-5)
 
 
@@ -91,7 +106,9 @@ def test_clip_keeps_float64_and_has_finite_gradients_at_zero_rows():
 
 def test_clip_handles_empty_batches_and_scalar_rows():
     assert clip_rows(torch.empty(0, 3, 4), max_norm=1.0).shape == (0, 3, 4)
-    assert torch.equal(clip_rows(torch.tensor([-5.0, 0.5]), max_norm=1.0), torch.tensor([-1.0, 0.5]))
+    assert torch.equal(
+        clip_rows(torch.tensor([-5.0, 0.5]), max_norm=1.0), torch.tensor([-1.0, 0.5])
+    )
 
 
 def test_clip_rejects_bad_bound_and_scalars():
@@ -122,7 +139,9 @@ def test_neighbouring_datasets_move_the_clipped_sum_by_at_most_the_sensitivity(m
         removed = clip_rows(torch.cat([data[:index], data[index + 1 :]]), max_norm=max_norm).sum(0)
         shifts.append(torch.linalg.vector_norm((removed - base).double()).item())
     assert max(shifts) <= max_norm * (1 + 1e-5)
-    assert max(shifts) >= max_norm * (1 - 1e-5)  # the bound is attained: the sensitivity is not overstated
+    assert max(shifts) >= max_norm * (
+        1 - 1e-5
+    )  # the bound is attained: the sensitivity is not overstated
 
 
 # --- noise ---------------------------------------------------------------------------------------
@@ -162,8 +181,13 @@ def test_noise_depends_only_on_the_key_and_is_float64_on_the_cpu():
 def test_a_torch_generator_is_refused_as_noise():
     # The old float32 Mersenne-Twister path must not come back through a stale call site.
     with pytest.raises(TypeError, match="NoiseStream"):
-        noisy_clipped_sum(torch.ones(2, 3), max_norm=1.0, noise_multiplier=1.0, sample_rate=0.5,
-                          noise=derive_generator(0, "noise"))
+        noisy_clipped_sum(
+            torch.ones(2, 3),
+            max_norm=1.0,
+            noise_multiplier=1.0,
+            sample_rate=0.5,
+            noise=derive_generator(0, "noise"),
+        )
 
 
 def test_noisy_clipped_sum_is_clipped_sum_plus_noise_of_std_max_norm_times_multiplier():
@@ -178,7 +202,9 @@ def test_noisy_clipped_sum_is_clipped_sum_plus_noise_of_std_max_norm_times_multi
     assert event == PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=0.1)
     assert released.dtype == torch.float32 and torch.equal(released, expected)
     # The huge row (norm 1e6) contributed at most max_norm: without clipping the sum would be far off.
-    assert torch.linalg.vector_norm(released.double() - expected_noise) <= len(rows) * max_norm * (1 + 1e-5)
+    assert torch.linalg.vector_norm(released.double() - expected_noise) <= len(rows) * max_norm * (
+        1 + 1e-5
+    )
 
 
 def test_empty_poisson_sample_releases_pure_noise_of_the_row_shape():
@@ -210,14 +236,18 @@ def test_noisy_clipped_mean_divides_by_the_expected_size_not_the_realised_one():
 
 
 def test_mechanisms_never_import_the_accountant_or_touch_global_rng():
-    source = Path(__import__("dpdc_lightning.privacy.mechanisms", fromlist=["x"]).__file__).read_text()
+    source = Path(
+        __import__("dpdc_lightning.privacy.mechanisms", fromlist=["x"]).__file__
+    ).read_text()
     imported = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             imported.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             imported.add(node.module or "")
-    assert not any("accounting" in name or "analysis" in name or "opacus" in name for name in imported)
+    assert not any(
+        "accounting" in name or "analysis" in name or "opacus" in name for name in imported
+    )
     state = torch.random.get_rng_state()
     noisy_clipped_sum(
         torch.ones(2, 3), max_norm=1.0, noise_multiplier=1.0, sample_rate=0.5, noise=_noise(8)

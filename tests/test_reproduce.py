@@ -20,18 +20,32 @@ from dpdc_repro.published import published_for  # noqa: E402
 SCRIPT = "benchmarks/reproduce.py"
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--rows", "dm,nonsense"], "nonsense"),
-    (["--scale", "huge"], "huge"),
-    (["--eval-runs", "0"], "positive integer"),
-    (["--dataset", "imagenet"], "imagenet"),
-    (["--out", "table.txt"], ".md"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--rows", "dm,nonsense"], "nonsense"),
+        (["--scale", "huge"], "huge"),
+        (["--eval-runs", "0"], "positive integer"),
+        (["--dataset", "imagenet"], "imagenet"),
+        (["--out", "table.txt"], ".md"),
+    ],
+)
 def test_bad_arguments_give_one_error_line_and_exit_2(args, named, repo_root, cli_env, tmp_path):
-    done = subprocess.run([sys.executable, SCRIPT, "--work-dir", str(tmp_path / "work"), *args], cwd=repo_root,
-                          env=cli_env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--work-dir", str(tmp_path / "work"), *args],
+        cwd=repo_root,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     lines = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:") and named in lines[0], done.stderr
+    assert (
+        done.returncode == 2
+        and len(lines) == 1
+        and lines[0].startswith("error:")
+        and named in lines[0]
+    ), done.stderr
     assert not (tmp_path / "work").exists() and done.stdout == ""
 
 
@@ -41,8 +55,20 @@ def test_rows_select_by_method_or_key_without_repeats():
 
     rows = SCALES["cpu"].rows
     assert [r.key for r in select("ndpdc", rows)] == ["ndpdc_eps1", "ndpdc_eps5_45"]
-    assert [r.key for r in select("ldpdc_eps1,ldpdc,dm", rows)] == ["ldpdc_eps1", "ldpdc_eps5_45", "dm"]
-    assert {r.method for r in select("all", rows)} == {"dm", "ldpdc", "ndpdc", "dc", "psg", "psg_generator", "dosser"}
+    assert [r.key for r in select("ldpdc_eps1,ldpdc,dm", rows)] == [
+        "ldpdc_eps1",
+        "ldpdc_eps5_45",
+        "dm",
+    ]
+    assert {r.method for r in select("all", rows)} == {
+        "dm",
+        "ldpdc",
+        "ndpdc",
+        "dc",
+        "psg",
+        "psg_generator",
+        "dosser",
+    }
     with pytest.raises(ValueError, match="psg_gen"):
         select("psg_gen", rows)
 
@@ -50,7 +76,14 @@ def test_rows_select_by_method_or_key_without_repeats():
 def test_every_scale_runs_every_method_and_only_paper_is_unreduced():
     for scale in SCALES.values():
         assert {r.method.removesuffix("_pea") for r in scale.rows} == {
-            "dm", "ldpdc", "ndpdc", "dc", "psg", "psg_generator", "dosser"}
+            "dm",
+            "ldpdc",
+            "ndpdc",
+            "dc",
+            "psg",
+            "psg_generator",
+            "dosser",
+        }
         assert len({r.key for r in scale.rows}) == len(scale.rows)
     assert all(s.eval_epochs < 1000 or s.eval_runs < 5 for n, s in SCALES.items() if n != "paper")
     paper = SCALES["paper"]
@@ -60,10 +93,19 @@ def test_every_scale_runs_every_method_and_only_paper_is_unreduced():
 def test_published_numbers_match_dataset_ipc_and_epsilon():
     ndpdc = published_for("ndpdc", dataset="fashion_mnist", ipc=50, epsilon=5.4427)
     assert ndpdc.accuracy == "82.72 ± 0.35" and "Table 1" in ndpdc.source
-    assert published_for("ndpdc", dataset="fashion_mnist", ipc=50, epsilon=0.99).accuracy == "78.79 ± 0.37"
-    assert published_for("ndpdc", dataset="fashion_mnist", ipc=10, epsilon=1.0).accuracy == "77.7 ± 0.6"
+    assert (
+        published_for("ndpdc", dataset="fashion_mnist", ipc=50, epsilon=0.99).accuracy
+        == "78.79 ± 0.37"
+    )
+    assert (
+        published_for("ndpdc", dataset="fashion_mnist", ipc=10, epsilon=1.0).accuracy
+        == "77.7 ± 0.6"
+    )
     assert published_for("psg", dataset="fashion_mnist", ipc=10, epsilon=1.0).accuracy == "68.5"
-    assert published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=None).accuracy == "86.90 ± 0.44"
+    assert (
+        published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=None).accuracy
+        == "86.90 ± 0.44"
+    )
     # a different ε, IPC, dataset or privacy status has no published number
     assert published_for("ndpdc", dataset="fashion_mnist", ipc=10, epsilon=5.45) is None
     assert published_for("ldpdc", dataset="fashion_mnist", ipc=10, epsilon=1.0) is None
@@ -73,45 +115,108 @@ def test_published_numbers_match_dataset_ipc_and_epsilon():
 
 
 def fake_result(accuracies, epsilon):
-    return {"accuracies": accuracies, "epsilon": epsilon, "delta": 1e-5 if epsilon else None,
-            "noise_multiplier": 1.0 if epsilon else None, "data_steps": 100, "free_steps": 0, "ipc": 10,
-            "condense_s": 61.0, "eval_s": 30.0, "device": "test CPU", "protocol": {"epochs": 30, "runs": 2}}
+    return {
+        "accuracies": accuracies,
+        "epsilon": epsilon,
+        "delta": 1e-5 if epsilon else None,
+        "noise_multiplier": 1.0 if epsilon else None,
+        "data_steps": 100,
+        "free_steps": 0,
+        "ipc": 10,
+        "condense_s": 61.0,
+        "eval_s": 30.0,
+        "device": "test CPU",
+        "protocol": {"epochs": 30, "runs": 2},
+    }
 
 
 def test_table_and_figure_show_finished_rows_and_the_banner(tmp_path):
-    from dpdc_lightning.evaluation import EvalProtocol
     from dpdc_repro.report import write_outputs
 
+    from dpdc_lightning.evaluation import EvalProtocol
+
     scale = SCALES["cpu"]
-    results = {"ndpdc_eps1": fake_result([0.70, 0.74], 0.995), "dm": fake_result([0.80, 0.80], None)}
+    results = {
+        "ndpdc_eps1": fake_result([0.70, 0.74], 0.995),
+        "dm": fake_result([0.80, 0.80], None),
+    }
     out = tmp_path / "reproduce.md"
-    text = write_outputs(out, list(scale.rows), results, scale=scale, dataset="fashion_mnist",
-                         protocol=EvalProtocol(epochs=30, runs=2), seed=0, accelerator="cpu", command="python x",
-                         test_size=2000)
-    assert "REDUCED PROTOCOL" in text and out.read_text().startswith(text) and "first 2000 records" in text
-    ndpdc = next(line for line in text.splitlines() if line.startswith("| NDPDC") and "0.995" in line)
-    assert "72.00 ± 2.00" in ndpdc and "77.7 ± 0.6 (Zheng et al. (Dosser) Table 1, IPC 10, ε 1)" in ndpdc
+    text = write_outputs(
+        out,
+        list(scale.rows),
+        results,
+        scale=scale,
+        dataset="fashion_mnist",
+        protocol=EvalProtocol(epochs=30, runs=2),
+        seed=0,
+        accelerator="cpu",
+        command="python x",
+        test_size=2000,
+    )
+    assert (
+        "REDUCED PROTOCOL" in text
+        and out.read_text().startswith(text)
+        and "first 2000 records" in text
+    )
+    ndpdc = next(
+        line for line in text.splitlines() if line.startswith("| NDPDC") and "0.995" in line
+    )
+    assert (
+        "72.00 ± 2.00" in ndpdc
+        and "77.7 ± 0.6 (Zheng et al. (Dosser) Table 1, IPC 10, ε 1)" in ndpdc
+    )
     assert "| 61 s | 30 s | test CPU |" in ndpdc and "30 epochs x 2 runs" in ndpdc
     assert text.count("(not run yet)") == len(scale.rows) - 2
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.slow  # every method at the tiny scale on digits, then again from the cache: ~4 min on 2 cores
-def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(tmp_path, repo_root, cli_env):
+def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
+    tmp_path, repo_root, cli_env
+):
     out = tmp_path / "tiny.md"
-    command = [sys.executable, SCRIPT, "--scale", "tiny", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
-    first = subprocess.run(command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=900)
+    command = [
+        sys.executable,
+        SCRIPT,
+        "--scale",
+        "tiny",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+    ]
+    first = subprocess.run(
+        command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=900
+    )
     assert first.returncode == 0, first.stderr[-2000:]
     text = out.read_text()
     rows = [line for line in text.splitlines() if line.startswith("| ") and "IPC 2" in line]
-    assert len(rows) == len(SCALES["tiny"].rows) and "not run yet" not in text and "REDUCED PROTOCOL" in text
+    assert (
+        len(rows) == len(SCALES["tiny"].rows)
+        and "not run yet" not in text
+        and "REDUCED PROTOCOL" in text
+    )
     assert all(re.search(r"\| \d+\.\d\d ± \d+\.\d\d \|", row) for row in rows)
     assert out.with_suffix(".png").is_file()
     cache = json.loads((tmp_path / "work" / "results.json").read_text())
     assert len(cache) == len(SCALES["tiny"].rows)
-    again = subprocess.run(command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and again.stdout.count("cached, skipped") == len(SCALES["tiny"].rows), again.stdout
+    again = subprocess.run(
+        command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and again.stdout.count("cached, skipped") == len(
+        SCALES["tiny"].rows
+    ), again.stdout
     assert "running" not in again.stdout
-    dry = subprocess.run([*command, "--dry-run"], cwd=repo_root, env=cli_env, capture_output=True, text=True,
-                         timeout=300)
-    assert dry.returncode == 0 and dry.stdout.count("cached") == len(SCALES["tiny"].rows) and "estimated work" in dry.stdout
+    dry = subprocess.run(
+        [*command, "--dry-run"],
+        cwd=repo_root,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        dry.returncode == 0
+        and dry.stdout.count("cached") == len(SCALES["tiny"].rows)
+        and "estimated work" in dry.stdout
+    )

@@ -15,21 +15,38 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
-COMMON = ["method=ndpdc", "dataset=toy", "model.width=16", "method.ipc=2", "method.group_size=8",
-          "method.iterations=40", "method.checkpoint_every=4", "trainer.enable_progress_bar=false",
-          "trainer.accelerator=cpu"]
+COMMON = [
+    "method=ndpdc",
+    "dataset=toy",
+    "model.width=16",
+    "method.ipc=2",
+    "method.group_size=8",
+    "method.iterations=40",
+    "method.checkpoint_every=4",
+    "trainer.enable_progress_bar=false",
+    "trainer.accelerator=cpu",
+]
 
 
 def _train(args: list[str], env: dict, script: tuple[str, ...] = ("train.py",)) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, *script, *args], env=env, cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, *script, *args],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _kill_after_second_checkpoint(run_dir: Path, env: dict, extra: list[str]) -> None:
     """The child SIGKILLs itself right after its second checkpoint (step 8 of 40): a kill from
     outside after a checkpoint appears races the run's end on a fast machine."""
-    process = _train([*COMMON, *extra, f"run_dir={run_dir}"], env,
-                     script=(str(ROOT / "tests" / "crash_after_checkpoint.py"), "2"))
+    process = _train(
+        [*COMMON, *extra, f"run_dir={run_dir}"],
+        env,
+        script=(str(ROOT / "tests" / "crash_after_checkpoint.py"), "2"),
+    )
     assert process.wait(timeout=300) == -signal.SIGKILL, process.stderr.read()
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)
     assert checkpoint["global_step"] < 40
@@ -39,8 +56,11 @@ def _kill_after_second_checkpoint(run_dir: Path, env: dict, extra: list[str]) ->
 @pytest.mark.slow
 @pytest.mark.parametrize("noise", ["reproducible", "secure", "private-class-sizes"])
 def test_killed_run_resumes_to_the_same_epsilon(tmp_path, cli_env, noise):
-    extra = {"reproducible": ["privacy.reproducible_noise=true"], "secure": [],
-             "private-class-sizes": ["privacy.class_sizes=private", "privacy.count_epsilon=0.5"]}[noise]
+    extra = {
+        "reproducible": ["privacy.reproducible_noise=true"],
+        "secure": [],
+        "private-class-sizes": ["privacy.class_sizes=private", "privacy.count_epsilon=0.5"],
+    }[noise]
     whole, killed = tmp_path / "whole", tmp_path / "killed"
     _kill_after_second_checkpoint(killed, cli_env, extra)
     assert (killed / ".private_seed").exists() == (noise != "reproducible")
@@ -59,12 +79,20 @@ def test_killed_run_resumes_to_the_same_epsilon(tmp_path, cli_env, noise):
     b = json.loads((killed / "privacy.json").read_text())
     assert b["steps"] == a["steps"] == 40
     assert b["epsilon"] == a["epsilon"]
-    assert b["noise_mode"] == a["noise_mode"] == ("reproducible" if noise == "reproducible" else "secure")
-    if noise == "private-class-sizes":  # the twin shares the secret and plan.json: the same released sizes
+    assert (
+        b["noise_mode"]
+        == a["noise_mode"]
+        == ("reproducible" if noise == "reproducible" else "secure")
+    )
+    if (
+        noise == "private-class-sizes"
+    ):  # the twin shares the secret and plan.json: the same released sizes
         released = json.loads((killed / "plan.json").read_text())["released_class_sizes"]
         assert a["class_sizes"]["released"] == b["class_sizes"]["released"] == released
         assert [p["steps"] for p in b["phases"]] == [1, 40]
-    assert not (killed / ".private_seed").exists(), "the secret seed must be deleted when the run finishes"
+    assert not (killed / ".private_seed").exists(), (
+        "the secret seed must be deleted when the run finishes"
+    )
     # Steps 8-39 were drawn by the resumed process and 0-39 by the twin: equal images mean equal noise.
     x = torch.load(whole / "synthetic.pt", weights_only=True)
     y = torch.load(killed / "synthetic.pt", weights_only=True)

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from dpdc_lightning.config import CONF_DIR, compose
-from dpdc_lightning.methods import METHODS
 from dpdc_lightning.engine.training import train
+from dpdc_lightning.methods import METHODS
 
 METHOD_CONFIGS = sorted(path.stem for path in (CONF_DIR / "method").glob("*.yaml"))
 TINY = ["model.width=8", "model.depth=2", "method.ipc=2", "trainer.enable_progress_bar=false"]
@@ -31,8 +31,15 @@ def test_every_method_config_is_discovered_and_registered():
 
 @pytest.mark.parametrize("method", METHOD_CONFIGS)
 def test_fast_dev_run_writes_a_bundle(tmp_path, method):
-    config = compose([f"method={method}", "dataset=toy", *TINY, "trainer.fast_dev_run=true",
-                      f"run_dir={tmp_path / method}"])
+    config = compose(
+        [
+            f"method={method}",
+            "dataset=toy",
+            *TINY,
+            "trainer.fast_dev_run=true",
+            f"run_dir={tmp_path / method}",
+        ]
+    )
     if hasattr(config.method, "group_size"):
         config.method.group_size = 4.0  # the toy has 48 records per class
     if hasattr(config.method, "subspace_dim"):
@@ -54,14 +61,26 @@ def test_fast_dev_run_writes_a_bundle(tmp_path, method):
 
 def _run(command: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
     env = {**env, "OMP_NUM_THREADS": "1"}  # see one_torch_thread
-    return subprocess.run([sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, *command], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 @pytest.mark.slow  # two fresh interpreters importing Lightning: ~25 s of CPU on its own
 def test_train_then_evaluate_from_the_command_line(tmp_path, repo_root, cli_env):
     run_dir = tmp_path / "e2e"
-    trained = _run(["train.py", "method=ndpdc", "dataset=digits", *TINY, "method.iterations=3",
-                    f"run_dir={run_dir}"], cli_env, repo_root)
+    trained = _run(
+        [
+            "train.py",
+            "method=ndpdc",
+            "dataset=digits",
+            *TINY,
+            "method.iterations=3",
+            f"run_dir={run_dir}",
+        ],
+        cli_env,
+        repo_root,
+    )
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert "Traceback" not in trained.stderr
     for name in ("synthetic.pt", "synthetic.png", "privacy.json", "config.yaml"):
@@ -69,8 +88,11 @@ def test_train_then_evaluate_from_the_command_line(tmp_path, repo_root, cli_env)
     report = json.loads((run_dir / "privacy.json").read_text())
     assert report["steps"] == 3 and 0 < report["epsilon"] < float("inf") and report["delta"] == 1e-5
 
-    evaluated = _run(["evaluate.py", str(run_dir), "eval.epochs=3", "eval.runs=1", "model=convnet"],
-                     cli_env, repo_root)
+    evaluated = _run(
+        ["evaluate.py", str(run_dir), "eval.epochs=3", "eval.runs=1", "model=convnet"],
+        cli_env,
+        repo_root,
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-2000:]
     results = json.loads((run_dir / "eval.json").read_text())["results"]
     accuracies = results["convnet"]["accuracies"]
@@ -78,8 +100,14 @@ def test_train_then_evaluate_from_the_command_line(tmp_path, repo_root, cli_env)
     assert results["convnet"]["mean"] == pytest.approx(accuracies[0])
 
 
-@pytest.mark.parametrize("override", ["method.ipc=0", pytest.param("privacy.delta=2", marks=pytest.mark.slow),
-                                      pytest.param("method.nonsense=1", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "method.ipc=0",
+        pytest.param("privacy.delta=2", marks=pytest.mark.slow),
+        pytest.param("method.nonsense=1", marks=pytest.mark.slow),
+    ],
+)
 def test_bad_override_is_one_error_line_and_nothing_written(tmp_path, repo_root, cli_env, override):
     run_dir = tmp_path / "never"
     result = _run(["train.py", "method=ndpdc", override, f"run_dir={run_dir}"], cli_env, repo_root)
@@ -94,10 +122,26 @@ def test_dm_real_init_starts_from_the_random_real_baseline(tmp_path):
     """So that DM vs random-real isolates what condensation adds: same seed, same starting images."""
     from dpdc_lightning.data import load_dataset, random_real_subset
 
-    config = compose(["method=dm", "dataset=toy", *TINY, "trainer.fast_dev_run=true", "method.init=real",
-                      "method.lr_img=1e-12", "seed=5", f"run_dir={tmp_path / 'dm'}"])
+    config = compose(
+        [
+            "method=dm",
+            "dataset=toy",
+            *TINY,
+            "trainer.fast_dev_run=true",
+            "method.init=real",
+            "method.lr_img=1e-12",
+            "seed=5",
+            f"run_dir={tmp_path / 'dm'}",
+        ]
+    )
     images = torch.load(train(config) / "synthetic.pt", weights_only=True)["images"]
     data = load_dataset("toy")
-    baseline, _ = random_real_subset(data.train_images, data.train_labels, ipc=2, num_classes=4, seed=5)
-    other, _ = random_real_subset(data.train_images, data.train_labels, ipc=2, num_classes=4, seed=6)
-    assert torch.allclose(images, baseline, atol=1e-6) and not torch.allclose(images, other, atol=1e-6)
+    baseline, _ = random_real_subset(
+        data.train_images, data.train_labels, ipc=2, num_classes=4, seed=5
+    )
+    other, _ = random_real_subset(
+        data.train_images, data.train_labels, ipc=2, num_classes=4, seed=6
+    )
+    assert torch.allclose(images, baseline, atol=1e-6) and not torch.allclose(
+        images, other, atol=1e-6
+    )

@@ -9,17 +9,22 @@ import textwrap
 
 import pytest
 import torch
+from method_helpers import build, small_extractor, stream
+from rounding import assert_close_normwise, float32_rounding
 
 from dpdc_lightning.config import ModelConfig
+from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.extractor import RandomExtractor, bucket_size, cudnn_tf32, resolve_autocast
+from dpdc_lightning.methods.extractor import (
+    RandomExtractor,
+    bucket_size,
+    cudnn_tf32,
+    resolve_autocast,
+)
 from dpdc_lightning.methods.ndpdc import NDPDC
-from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.seeding import derive_generator
-from method_helpers import build, stream, small_extractor
-from rounding import assert_close_normwise, float32_rounding
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(name="convnet", width=8, depth=2, norm="instancenorm")
@@ -46,7 +51,9 @@ def test_bucket_size_pads_little_and_to_few_shapes():
 
 def test_padding_of_private_batches_is_exact_and_synthetic_batches_keep_their_size():
     plain, padded = _extractor(), _extractor()
-    padded.compiled = True  # the padding path of a compiled extractor, run eagerly (compiling takes minutes)
+    padded.compiled = (
+        True  # the padding path of a compiled extractor, run eagerly (compiling takes minutes)
+    )
     shapes = []
     padded._embed = lambda x: shapes.append(len(x)) or padded.net.embed(x)
     for n in (5, 9, 50):
@@ -55,7 +62,9 @@ def test_padding_of_private_batches_is_exact_and_synthetic_batches_keep_their_si
             # Another batch size runs other kernels: float32 rounding, norm-wise (longest reductions:
             # 3x3 convolution over 8 channels, instance norm over 12x12); a padding row leaking into
             # a real image's features would move them by O(1).
-            assert_close_normwise(padded.embed(x), plain.embed(x), rel=float32_rounding(144), what=f"{n} images")
+            assert_close_normwise(
+                padded.embed(x), plain.embed(x), rel=float32_rounding(144), what=f"{n} images"
+            )
     assert shapes == [8, 16, 56]
     synthetic = _images(5).requires_grad_(True)
     padded.embed(synthetic).square().sum().backward()
@@ -77,11 +86,15 @@ def test_private_features_record_no_graph_and_equal_plain_features():
         expected = extractor.embed_groups(groups)
     for f, e in zip(features, expected):
         assert torch.is_inference(f) and not f.requires_grad
-        assert torch.equal(f, e)  # bit for bit: the same kernels on the same batches, only autograd is off
+        assert torch.equal(
+            f, e
+        )  # bit for bit: the same kernels on the same batches, only autograd is off
 
 
 def test_precision_modes_resolve_per_device_and_bad_values_are_refused():
-    assert resolve_autocast("auto", CPU) == "none"  # no bf16 default on a CPU (see resolve_autocast)
+    assert (
+        resolve_autocast("auto", CPU) == "none"
+    )  # no bf16 default on a CPU (see resolve_autocast)
     assert resolve_autocast("bf16", CPU) == "bf16"
     x = _images(6)
     # TF32 is a CUDA feature: on a CPU both run the same float32 kernels, so the bits are equal.
@@ -93,13 +106,18 @@ def test_precision_modes_resolve_per_device_and_bad_values_are_refused():
         assert torch.backends.cudnn.allow_tf32 is before
     with pytest.raises(ValueError, match="autocast"):
         _extractor(autocast="fp16")
-    with pytest.raises(UserError, match=r"method.autocast='fp8' is not allowed; choose one of: none, bf16, tf32, auto"):
+    with pytest.raises(
+        UserError,
+        match=r"method.autocast='fp8' is not allowed; choose one of: none, bf16, tf32, auto",
+    ):
         NDPDCConfig(autocast="fp8")
 
 
 def _ndpdc() -> NDPDC:
     spec = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48,) * 4)
-    method = build(NDPDC, NDPDCConfig(ipc=2, group_size=4.0), spec, model=MODEL, noise_multiplier=1.0)
+    method = build(
+        NDPDC, NDPDCConfig(ipc=2, group_size=4.0), spec, model=MODEL, noise_multiplier=1.0
+    )
     method.on_fit_start()
     return method
 
@@ -115,7 +133,9 @@ def test_noise_and_step_do_not_depend_on_any_torch_generator():
         torch.manual_seed(global_seed)
         state = torch.get_rng_state()
         losses = method.class_losses(batch, 3)
-        assert torch.equal(torch.get_rng_state(), state), "a step drew from torch's global generator"
+        assert torch.equal(torch.get_rng_state(), state), (
+            "a step drew from torch's global generator"
+        )
         losses.sum().backward()
         results.append((losses.detach(), method.synthetic.images.grad.clone()))
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
@@ -135,19 +155,25 @@ def test_comparison_script_refuses_a_directory_that_is_no_checkout(tmp_path, rep
         _script(repo_root).main(["--reference", str(tmp_path)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"error: --reference {tmp_path} is not a DPDC checkout (missing main_dpdc.py, utils.py, networks.py)"]
+        f"error: --reference {tmp_path} is not a DPDC checkout (missing main_dpdc.py, utils.py, networks.py)"
+    ]
 
 
-def test_comparison_script_extracts_and_runs_the_reference_loop_body(tmp_path, repo_root, monkeypatch):
+def test_comparison_script_extracts_and_runs_the_reference_loop_body(
+    tmp_path, repo_root, monkeypatch
+):
     # A stand-in checkout: its loop body records which iteration ran and what get_images returned.
     (tmp_path / "networks.py").write_text("")
-    (tmp_path / "utils.py").write_text(textwrap.dedent("""
+    (tmp_path / "utils.py").write_text(
+        textwrap.dedent("""
         class ParamDiffAug: pass
         def get_network(*args): return None
         def DiffAugment(x, *args, **kwargs): return x
         def poisson_sampling(n, rate): return [0, 1]
-    """))
-    (tmp_path / "main_dpdc.py").write_text(textwrap.dedent("""
+    """)
+    )
+    (tmp_path / "main_dpdc.py").write_text(
+        textwrap.dedent("""
         def main():
             for exp in range(1):
                 def get_images(c, n, indices_class):
@@ -157,7 +183,8 @@ def test_comparison_script_extracts_and_runs_the_reference_loop_body(tmp_path, r
                         print('evaluation, never run')
                     if it < args.Iteration:
                         seen.append((it, get_images(1, args.group_size, indices_class).tolist()))
-    """))
+    """)
+    )
     script = _script(repo_root)
     monkeypatch.delitem(sys.modules, "utils", raising=False)
     try:
@@ -169,7 +196,7 @@ def test_comparison_script_extracts_and_runs_the_reference_loop_body(tmp_path, r
     finally:
         sys.path.remove(str(tmp_path))
         sys.modules.pop("utils", None)
-    (it, picked), = reference.ns["seen"]
+    ((it, picked),) = reference.ns["seen"]
     assert it == 4 and [row[0][0][0] for row in picked] == [1.0, 11.0]
 
 
@@ -180,7 +207,9 @@ def test_compiled_extractor_matches_eager_features_and_gradients():
         x = _images(n, seed=n)
         with torch.inference_mode():
             # Inductor's fused kernels: float32 rounding of the features, norm-wise.
-            assert_close_normwise(compiled.embed(x), eager.embed(x), rel=float32_rounding(144), what=f"{n} images")
+            assert_close_normwise(
+                compiled.embed(x), eager.embed(x), rel=float32_rounding(144), what=f"{n} images"
+            )
     grads = []
     for extractor in (eager, compiled):
         images = _images(6).requires_grad_(True)
@@ -192,5 +221,9 @@ def test_compiled_extractor_matches_eager_features_and_gradients():
     compiled.resample(9)  # a new θ is an in-place re-draw: no recompilation, new features
     eager.resample(9)
     with torch.inference_mode():
-        assert_close_normwise(compiled.embed(_images(5)), eager.embed(_images(5)), rel=float32_rounding(144),
-                              what="after resample")
+        assert_close_normwise(
+            compiled.embed(_images(5)),
+            eager.embed(_images(5)),
+            rel=float32_rounding(144),
+            what="after resample",
+        )

@@ -9,8 +9,6 @@ import shutil
 import sys
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
@@ -22,43 +20,90 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def reproduce_table(rows: list[str], *, header: str = HEADER) -> str:
-    return "\n".join(["# Reproduction: every method on fashion_mnist, scale `cpu`", "",
-                      "**REDUCED PROTOCOL: scale `cpu` is not the papers' setting.**", "",
-                      "- evaluation: tested on the real test split (its first 2000 records only): 30 epochs", "",
-                      "## Results", "", header, "|---|---|---|---|---|---|---|---|---|---|", *rows, ""])
+    return "\n".join(
+        [
+            "# Reproduction: every method on fashion_mnist, scale `cpu`",
+            "",
+            "**REDUCED PROTOCOL: scale `cpu` is not the papers' setting.**",
+            "",
+            "- evaluation: tested on the real test split (its first 2000 records only): 30 epochs",
+            "",
+            "## Results",
+            "",
+            header,
+            "|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
-DM_ROW = ("| DM | IPC 10; 100 iterations | ∞ (not private) | 100 | 30 epochs x 2 runs | 70.00 ± 0.50 | x | 1 s | 1 s "
-          "| test CPU |")
-PSG_ROW = ("| PSG | IPC 10; 10 private steps | 0.990 (σ/sens. 0.776; δ 1e-05) | 10 | 30 epochs x 2 runs | 60.50 ± 1.00 "
-           "| x | 1 s | 1 s | test CPU |")
+DM_ROW = (
+    "| DM | IPC 10; 100 iterations | ∞ (not private) | 100 | 30 epochs x 2 runs | 70.00 ± 0.50 | x | 1 s | 1 s "
+    "| test CPU |"
+)
+PSG_ROW = (
+    "| PSG | IPC 10; 10 private steps | 0.990 (σ/sens. 0.776; δ 1e-05) | 10 | 30 epochs x 2 runs | 60.50 ± 1.00 "
+    "| x | 1 s | 1 s | test CPU |"
+)
 NOT_RUN = "| LDPDC | M = 10 | (not run yet) | | | | | | | |"
 
 
 def clip_record(seeds: dict) -> dict:
-    return {"dataset": "fashion_mnist", "delta": 1e-5, "device": "fixture CPU", "epsilon": 0.99, "eval_epochs": 300,
-            "eval_runs": 3, "ipc": 10, "method": "ndpdc", "noise_multiplier": 1.08, "steps": 200,
-            "setting": "IPC 10", "test_split": "full", "seeds": seeds}
+    return {
+        "dataset": "fashion_mnist",
+        "delta": 1e-5,
+        "device": "fixture CPU",
+        "epsilon": 0.99,
+        "eval_epochs": 300,
+        "eval_runs": 3,
+        "ipc": 10,
+        "method": "ndpdc",
+        "noise_multiplier": 1.08,
+        "steps": 200,
+        "setting": "IPC 10",
+        "test_split": "full",
+        "seeds": seeds,
+    }
 
 
 def modes(exact: list[float], detached: list[float]) -> dict:
-    return {"exact": {"accuracies": exact, "engine": "e", "source": "s"},
-            "detached": {"accuracies": detached, "engine": "e", "source": "s"}}
+    return {
+        "exact": {"accuracies": exact, "engine": "e", "source": "s"},
+        "detached": {"accuracies": detached, "engine": "e", "source": "s"},
+    }
 
 
 def test_page_on_a_tiny_fixture(tmp_path):
-    (tmp_path / "reproduce_fashion_mnist_cpu.md").write_text(reproduce_table([DM_ROW, NOT_RUN, PSG_ROW]))
-    seeds = {"0": modes([75.0, 76.0, 77.0], [70.0, 70.0, 70.0]), "1": modes([77.0, 77.0, 77.0], [71.0, 71.0, 71.0])}
+    (tmp_path / "reproduce_fashion_mnist_cpu.md").write_text(
+        reproduce_table([DM_ROW, NOT_RUN, PSG_ROW])
+    )
+    seeds = {
+        "0": modes([75.0, 76.0, 77.0], [70.0, 70.0, 70.0]),
+        "1": modes([77.0, 77.0, 77.0], [71.0, 71.0, 71.0]),
+    }
     (tmp_path / "clip_gradient_fashion_mnist_cpu.json").write_text(json.dumps(clip_record(seeds)))
     text = summary.page(tmp_path)
-    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line
+        for line in text.splitlines()
+        if line.startswith("| ")
+    }
     # DM: 70.00 against Dosser's Table 1 (84.6, IPC 10, non-private)
-    assert "**70.00** ± 0.50" in rows["DM"] and "84.6 (" in rows["DM"] and "| -14.60 |" in rows["DM"]
+    assert (
+        "**70.00** ± 0.50" in rows["DM"] and "84.6 (" in rows["DM"] and "| -14.60 |" in rows["DM"]
+    )
     assert "first 2000 test images" in rows["DM"] and "**REDUCED**" in rows["DM"]
     # NDPDC: the default mode's 6 runs pooled (mean 76.5, population std 0.764), against 77.7 (IPC 10, ε 1)
-    assert "**76.50** ± 0.76 (2 condensations x 3 runs)" in rows["NDPDC"] and "| -1.20 |" in rows["NDPDC"]
+    assert (
+        "**76.50** ± 0.76 (2 condensations x 3 runs)" in rows["NDPDC"]
+        and "| -1.20 |" in rows["NDPDC"]
+    )
     assert "68.5 (" in rows["PSG"] and "| -8.00 |" in rows["PSG"]
-    assert rows["LDPDC"].startswith("| LDPDC | (no measurement)") and "(no measurement)" in rows["Dosser"]
+    assert (
+        rows["LDPDC"].startswith("| LDPDC | (no measurement)")
+        and "(no measurement)" in rows["Dosser"]
+    )
     assert "no GPU was lent" in text and "REDUCED" in text.split("##")[0]
     assert "Zheng & Li" in text and "../shared" not in text
 
@@ -67,16 +112,22 @@ def test_best_row_is_the_highest_mean_and_digits_are_apart(tmp_path):
     better = DM_ROW.replace("70.00 ± 0.50", "71.00 ± 0.20")
     (tmp_path / "reproduce_fashion_mnist_cpu.md").write_text(reproduce_table([DM_ROW, better]))
     (tmp_path / "reproduce_digits_digits.md").write_text(
-        reproduce_table([DM_ROW.replace("70.00", "95.00")]).replace("on fashion_mnist", "on digits"))
+        reproduce_table([DM_ROW.replace("70.00", "95.00")]).replace("on fashion_mnist", "on digits")
+    )
     text = summary.page(tmp_path)
     paper_part, digits_part = text.split("## Best number per method on the embedded digits")
-    assert "**71.00** ± 0.20" in paper_part and "**70.00**" not in paper_part and "**95.00**" not in paper_part
+    assert (
+        "**71.00** ± 0.20" in paper_part
+        and "**70.00**" not in paper_part
+        and "**95.00**" not in paper_part
+    )
     assert "**95.00**" in digits_part
 
 
 def test_a_changed_table_format_is_refused(tmp_path, capsys):
     (tmp_path / "reproduce_fashion_mnist_cpu.md").write_text(
-        reproduce_table([DM_ROW], header=HEADER.replace("accuracy %", "acc")))
+        reproduce_table([DM_ROW], header=HEADER.replace("accuracy %", "acc"))
+    )
     assert summary.main(["--results", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "reproduce" in lines[0]
@@ -84,15 +135,19 @@ def test_a_changed_table_format_is_refused(tmp_path, capsys):
 
 
 def test_committed_page_is_what_the_script_writes():
-    assert (RESULTS / "README.md").read_text() == summary.page(RESULTS), \
+    assert (RESULTS / "README.md").read_text() == summary.page(RESULTS), (
         "benchmarks/results/README.md is out of date: run python benchmarks/summary.py"
+    )
 
 
 def test_clip_table_pairs_by_seed_and_keeps_exact_without_evidence(tmp_path):
     md = tmp_path / "clip.md"
     md.write_text(f"intro\n{clip_gradient_table.BEGIN}\nold\n{clip_gradient_table.END}\noutro\n")
-    seeds = {"0": modes([75.0, 75.0, 75.0], [75.5, 75.5, 75.5]), "1": modes([74.0, 74.0, 74.0], [73.0, 73.0, 73.0]),
-             "2": modes([74.0, 74.0, 74.0], [74.2, 74.2, 74.2])}
+    seeds = {
+        "0": modes([75.0, 75.0, 75.0], [75.5, 75.5, 75.5]),
+        "1": modes([74.0, 74.0, 74.0], [73.0, 73.0, 73.0]),
+        "2": modes([74.0, 74.0, 74.0], [74.2, 74.2, 74.2]),
+    }
     (tmp_path / "clip.json").write_text(json.dumps(clip_record(seeds)))
     assert clip_gradient_table.main(["--json", str(tmp_path / "clip.json"), "--md", str(md)]) == 0
     text = md.read_text()
@@ -110,29 +165,68 @@ def test_clip_table_pairs_by_seed_and_keeps_exact_without_evidence(tmp_path):
 def test_committed_clip_table_is_what_the_script_writes(tmp_path):
     for name in ("clip_gradient_fashion_mnist_cpu.json", "clip_gradient_fashion_mnist_cpu.md"):
         shutil.copy(RESULTS / name, tmp_path / name)
-    clip_gradient_table.main(["--json", str(tmp_path / "clip_gradient_fashion_mnist_cpu.json"),
-                              "--md", str(tmp_path / "clip_gradient_fashion_mnist_cpu.md")])
+    clip_gradient_table.main(
+        [
+            "--json",
+            str(tmp_path / "clip_gradient_fashion_mnist_cpu.json"),
+            "--md",
+            str(tmp_path / "clip_gradient_fashion_mnist_cpu.md"),
+        ]
+    )
     for name in ("clip_gradient_fashion_mnist_cpu.json", "clip_gradient_fashion_mnist_cpu.md"):
-        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), f"{name} is out of date"
+        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), (
+            f"{name} is out of date"
+        )
 
 
 def test_reproduce_json_is_read_in_place_of_its_table(tmp_path):
     """What reproduce.py writes beside its table (report.write_outputs) is what the page reads; the json wins."""
-    from dpdc_lightning.evaluation import EvalProtocol
     from dpdc_repro.plan import SCALES
     from dpdc_repro.report import write_outputs
 
+    from dpdc_lightning.evaluation import EvalProtocol
+
     scale = SCALES["cpu"]
-    result = {"accuracies": [0.70, 0.74], "epsilon": 0.995, "delta": 1e-5, "noise_multiplier": 1.0, "data_steps": 100,
-              "free_steps": 0, "ipc": 10, "condense_s": 61.0, "eval_s": 30.0, "device": "json CPU",
-              "protocol": {"epochs": 30, "runs": 2}, "run_dir": "/tmp/x"}
+    result = {
+        "accuracies": [0.70, 0.74],
+        "epsilon": 0.995,
+        "delta": 1e-5,
+        "noise_multiplier": 1.0,
+        "data_steps": 100,
+        "free_steps": 0,
+        "ipc": 10,
+        "condense_s": 61.0,
+        "eval_s": 30.0,
+        "device": "json CPU",
+        "protocol": {"epochs": 30, "runs": 2},
+        "run_dir": "/tmp/x",
+    }
     out = tmp_path / "reproduce_fashion_mnist_cpu.md"
-    write_outputs(out, list(scale.rows), {"ndpdc_eps1": result}, scale=scale, dataset="fashion_mnist",
-                  protocol=EvalProtocol(epochs=30, runs=2), seed=0, accelerator="cpu", command="python x",
-                  test_size=2000)
+    write_outputs(
+        out,
+        list(scale.rows),
+        {"ndpdc_eps1": result},
+        scale=scale,
+        dataset="fashion_mnist",
+        protocol=EvalProtocol(epochs=30, runs=2),
+        seed=0,
+        accelerator="cpu",
+        command="python x",
+        test_size=2000,
+    )
     stored = json.loads(out.with_suffix(".json").read_text())
-    assert stored["reduced"] and [r["key"] for r in stored["rows"]] == ["ndpdc_eps1"] and "run_dir" not in stored["rows"][0]
-    out.write_text(out.read_text().replace("72.00 ± 2.00", "10.00 ± 0.00"))  # the table disagrees: json is read
+    assert (
+        stored["reduced"]
+        and [r["key"] for r in stored["rows"]] == ["ndpdc_eps1"]
+        and "run_dir" not in stored["rows"][0]
+    )
+    out.write_text(
+        out.read_text().replace("72.00 ± 2.00", "10.00 ± 0.00")
+    )  # the table disagrees: json is read
     ndpdc = next(line for line in summary.page(tmp_path).splitlines() if line.startswith("| NDPDC"))
-    assert "**72.00** ± 2.00 (1 condensation, 2 runs)" in ndpdc and "json CPU" in ndpdc and "| -5.70 |" in ndpdc
+    assert (
+        "**72.00** ± 2.00 (1 condensation, 2 runs)" in ndpdc
+        and "json CPU" in ndpdc
+        and "| -5.70 |" in ndpdc
+    )
     assert "first 2000 test images" in ndpdc and "**REDUCED**" in ndpdc

@@ -9,15 +9,15 @@ import platform
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
+from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path wherever dpdc_repro is
 
 from dpdc_lightning.config import compose
+from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.results import ModelResult
-from dpdc_lightning.engine.training import train
-from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path wherever dpdc_repro is
 
 CACHE_FILE = "results.json"
 
@@ -34,7 +34,9 @@ def condense_run(tokens: list[str], *, run_dir: Path, accelerator: str, label: s
         except UserError as err:
             print(f"[{label}] cannot resume ({err}); starting this row again", flush=True)
     if run_dir.exists():  # an unfinished run of ours that cannot be continued
-        shutil.move(str(run_dir), str(run_dir.with_name(f"{run_dir.name}.stale-{int(time.time())}")))
+        shutil.move(
+            str(run_dir), str(run_dir.with_name(f"{run_dir.name}.stale-{int(time.time())}"))
+        )
     return train(compose([*tokens, f"run_dir={run_dir}", *trainer]))
 
 
@@ -47,7 +49,7 @@ class ResultCache:
         self.path = work_dir / CACHE_FILE
         self.rows: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
 
-    def get(self, key: str, fingerprint: Any) -> Optional[dict]:
+    def get(self, key: str, fingerprint: Any) -> dict | None:
         found = self.rows.get(key)
         return found if found is not None and found.get("fingerprint") == fingerprint else None
 
@@ -75,6 +77,12 @@ def device_name(accelerator: str) -> str:
 
 
 def device_line(accelerator: str) -> str:
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() and accelerator != "cpu" else None
-    return (f"{gpu}; " if gpu else "") + (f"{cpu_model()}, {torch.get_num_threads()} torch threads; "
-                                          f"torch {torch.__version__}, Python {platform.python_version()}")
+    gpu = (
+        torch.cuda.get_device_name(0)
+        if torch.cuda.is_available() and accelerator != "cpu"
+        else None
+    )
+    return (f"{gpu}; " if gpu else "") + (
+        f"{cpu_model()}, {torch.get_num_threads()} torch threads; "
+        f"torch {torch.__version__}, Python {platform.python_version()}"
+    )

@@ -15,7 +15,6 @@ The DC paper's numbers are not transcribed here, so DC rows show "—".
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 DPDC = "Zheng & Li (DPDC)"
 DOSSER = "Zheng et al. (Dosser)"
@@ -27,7 +26,7 @@ class Published:
     method: str  # dm, ldpdc, ndpdc, psg, dosser, dosser_pea
     dataset: str
     ipc: int
-    epsilon: Optional[float]  # None: not private
+    epsilon: float | None  # None: not private
     accuracy: str  # as printed in the paper, mean ± std where it gives one
     source: str  # paper and table
 
@@ -39,43 +38,103 @@ class Published:
 def _dpdc() -> list[Published]:
     out = []
     for dataset, dm, ld, ld_eps, nd, nd_eps, ld1, nd1 in (
-            ("mnist", "98.38 ± 0.05", "85.79 ± 0.81", 1.10, "97.35 ± 0.13", 6.12, "85.80 ± 0.39", "95.32 ± 0.29"),
-            ("fashion_mnist", "86.90 ± 0.44", "63.95 ± 0.42", 1.06, "82.72 ± 0.35", 5.45, "63.64 ± 0.76", "78.79 ± 0.37"),
-            ("cifar10", "59.69 ± 0.44", "25.81 ± 0.52", 1.14, "52.68 ± 0.40", 6.72, "25.46 ± 0.83", "42.40 ± 0.86")):
-        out += [Published("dm", dataset, 50, None, dm, f"{DPDC} Table 1"),
-                Published("ldpdc", dataset, 50, ld_eps, ld, f"{DPDC} Table 1"),
-                Published("ndpdc", dataset, 50, nd_eps, nd, f"{DPDC} Table 1"),
-                Published("ldpdc", dataset, 50, 1.0, ld1, f"{DPDC} Table 2"),
-                Published("ndpdc", dataset, 50, 1.0, nd1, f"{DPDC} Table 2")]
-    out += [Published("ndpdc", "fashion_mnist", 50, eps, acc, f"{DPDC} Table 8")
-            for eps, acc in ((1.93, "80.96"), (1.19, "79.43"), (0.85, "78.42"), (0.67, "77.81"))]
+        (
+            "mnist",
+            "98.38 ± 0.05",
+            "85.79 ± 0.81",
+            1.10,
+            "97.35 ± 0.13",
+            6.12,
+            "85.80 ± 0.39",
+            "95.32 ± 0.29",
+        ),
+        (
+            "fashion_mnist",
+            "86.90 ± 0.44",
+            "63.95 ± 0.42",
+            1.06,
+            "82.72 ± 0.35",
+            5.45,
+            "63.64 ± 0.76",
+            "78.79 ± 0.37",
+        ),
+        (
+            "cifar10",
+            "59.69 ± 0.44",
+            "25.81 ± 0.52",
+            1.14,
+            "52.68 ± 0.40",
+            6.72,
+            "25.46 ± 0.83",
+            "42.40 ± 0.86",
+        ),
+    ):
+        out += [
+            Published("dm", dataset, 50, None, dm, f"{DPDC} Table 1"),
+            Published("ldpdc", dataset, 50, ld_eps, ld, f"{DPDC} Table 1"),
+            Published("ndpdc", dataset, 50, nd_eps, nd, f"{DPDC} Table 1"),
+            Published("ldpdc", dataset, 50, 1.0, ld1, f"{DPDC} Table 2"),
+            Published("ndpdc", dataset, 50, 1.0, nd1, f"{DPDC} Table 2"),
+        ]
+    out += [
+        Published("ndpdc", "fashion_mnist", 50, eps, acc, f"{DPDC} Table 8")
+        for eps, acc in ((1.93, "80.96"), (1.19, "79.43"), (0.85, "78.42"), (0.67, "77.81"))
+    ]
     return out
 
 
 def _dosser() -> list[Published]:
     table = {  # dataset: {method: (IPC 10, IPC 50)}
-        "mnist": {"dm": ("97.8", "99.2"), "psg": ("78.6", None), "ndpdc": ("93.1 ± 0.4", "94.1 ± 0.4"),
-                  "dosser": ("95.3", "96.4"), "dosser_pea": ("96.4", "96.7")},
-        "fashion_mnist": {"dm": ("84.6", "88.7"), "psg": ("68.5", None), "ndpdc": ("77.7 ± 0.6", "78.8 ± 0.4"),
-                          "dosser": ("81.6", "81.8"), "dosser_pea": ("80.1", "83.1")},
-        "cifar10": {"dm": ("52.1", "60.6"), "psg": ("33.6", None), "ndpdc": ("39.4 ± 0.8", "42.3 ± 0.8"),
-                    "dosser": ("44.2", "49.1"), "dosser_pea": ("50.6", "52.3")},
+        "mnist": {
+            "dm": ("97.8", "99.2"),
+            "psg": ("78.6", None),
+            "ndpdc": ("93.1 ± 0.4", "94.1 ± 0.4"),
+            "dosser": ("95.3", "96.4"),
+            "dosser_pea": ("96.4", "96.7"),
+        },
+        "fashion_mnist": {
+            "dm": ("84.6", "88.7"),
+            "psg": ("68.5", None),
+            "ndpdc": ("77.7 ± 0.6", "78.8 ± 0.4"),
+            "dosser": ("81.6", "81.8"),
+            "dosser_pea": ("80.1", "83.1"),
+        },
+        "cifar10": {
+            "dm": ("52.1", "60.6"),
+            "psg": ("33.6", None),
+            "ndpdc": ("39.4 ± 0.8", "42.3 ± 0.8"),
+            "dosser": ("44.2", "49.1"),
+            "dosser_pea": ("50.6", "52.3"),
+        },
     }
-    return [Published(method, dataset, ipc, None if method == "dm" else 1.0, acc, f"{DOSSER} Table 1")
-            for dataset, methods in table.items() for method, pair in methods.items()
-            for ipc, acc in zip((10, 50), pair) if acc is not None]
+    return [
+        Published(method, dataset, ipc, None if method == "dm" else 1.0, acc, f"{DOSSER} Table 1")
+        for dataset, methods in table.items()
+        for method, pair in methods.items()
+        for ipc, acc in zip((10, 50), pair)
+        if acc is not None
+    ]
 
 
 PUBLISHED: tuple[Published, ...] = (
-    *_dpdc(), *_dosser(),
-    *(Published("psg", "cifar10", ipc, eps, acc, f"{PSG} Table 1")
-      for eps, accs in ((None, ("30.0", "48.6", "52.6")), (10.0, ("28.9", "40.3", "42.6")))
-      for ipc, acc in zip((1, 10, 20), accs)),
+    *_dpdc(),
+    *_dosser(),
+    *(
+        Published("psg", "cifar10", ipc, eps, acc, f"{PSG} Table 1")
+        for eps, accs in ((None, ("30.0", "48.6", "52.6")), (10.0, ("28.9", "40.3", "42.6")))
+        for ipc, acc in zip((1, 10, 20), accs)
+    ),
 )
 
 
-def published_for(method: Optional[str], *, dataset: str, ipc: int, epsilon: Optional[float],
-                  tolerance: float = 0.1) -> Optional[Published]:
+def published_for(
+    method: str | None,
+    *,
+    dataset: str,
+    ipc: int,
+    epsilon: float | None,
+    tolerance: float = 0.1,
+) -> Published | None:
     """The first published number for this method, dataset and IPC whose ε is within ``tolerance``
     (relative) of ``epsilon`` (both None: not private); DPDC's tables come first."""
     for entry in PUBLISHED:

@@ -4,64 +4,102 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Optional
 
 import torch
 
-from dpdc_repro.common import condense_run, device_name
-from dpdc_repro.plan import Row, Scale
-from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 from dpdc_lightning.engine.bundle import load_bundle
+from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 from dpdc_lightning.methods.spec import DataSpec
+from dpdc_repro.common import condense_run, device_name
+from dpdc_repro.plan import Row, Scale
 
 
 def row_tokens(row: Row, *, dataset: str, seed: int) -> list[str]:
     return [*row.tokens, f"dataset={dataset}", f"seed={seed}"]
 
 
-def fingerprint(row: Row, *, dataset: str, seed: int, protocol: EvalProtocol, test_size: Optional[int]) -> dict:
+def fingerprint(
+    row: Row, *, dataset: str, seed: int, protocol: EvalProtocol, test_size: int | None
+) -> dict:
     """Everything that changes a row's numbers: a cached row is reused only when all of it is equal."""
-    return {"tokens": row_tokens(row, dataset=dataset, seed=seed), "protocol": asdict(protocol),
-            "eval_pea": row.eval_pea, "test_size": test_size}
+    return {
+        "tokens": row_tokens(row, dataset=dataset, seed=seed),
+        "protocol": asdict(protocol),
+        "eval_pea": row.eval_pea,
+        "test_size": test_size,
+    }
 
 
-def test_split(data: ImageData, test_size: Optional[int]) -> tuple[torch.Tensor, torch.Tensor]:
+def test_split(data: ImageData, test_size: int | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The real test split, or its first ``test_size`` records (a reduced protocol says so)."""
     if test_size is None or test_size >= len(data.test_labels):
         return data.test_images, data.test_labels
     return data.test_images[:test_size], data.test_labels[:test_size]
 
 
-def run_row(row: Row, *, scale: Scale, dataset: str, data: ImageData, protocol: EvalProtocol, work_dir: Path,
-            seed: int, accelerator: str, test_size: Optional[int]) -> dict:
+def run_row(
+    row: Row,
+    *,
+    scale: Scale,
+    dataset: str,
+    data: ImageData,
+    protocol: EvalProtocol,
+    work_dir: Path,
+    seed: int,
+    accelerator: str,
+    test_size: int | None,
+) -> dict:
     run_dir = work_dir / "runs" / f"{dataset}-{scale.name}-{row.key}-seed{seed}"
-    result: dict = {"row": row.key, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    "continued": run_dir.exists(), "device": device_name(accelerator)}
+    result: dict = {
+        "row": row.key,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "continued": run_dir.exists(),
+        "device": device_name(accelerator),
+    }
     start = time.perf_counter()
-    run_dir = condense_run(row_tokens(row, dataset=dataset, seed=seed), run_dir=run_dir, accelerator=accelerator,
-                           label=row.key)
+    run_dir = condense_run(
+        row_tokens(row, dataset=dataset, seed=seed),
+        run_dir=run_dir,
+        accelerator=accelerator,
+        label=row.key,
+    )
     result["condense_s"] = time.perf_counter() - start
     bundle = load_bundle(run_dir)
     report, plan = bundle.report, bundle.report.get("plan", {})
     schedule = planned(row, dataset=dataset, seed=seed, data=data)
-    result.update(run_dir=str(run_dir), epsilon=report.get("epsilon"), delta=report.get("delta"),
-                  noise_multiplier=report.get("noise_multiplier"),
-                  data_steps=report.get("steps", schedule["data_steps"]),
-                  free_steps=plan.get("free_steps", schedule["free_steps"]),
-                  ipc=len(bundle.labels) // data.num_classes)
+    result.update(
+        run_dir=str(run_dir),
+        epsilon=report.get("epsilon"),
+        delta=report.get("delta"),
+        noise_multiplier=report.get("noise_multiplier"),
+        data_steps=report.get("steps", schedule["data_steps"]),
+        free_steps=plan.get("free_steps", schedule["free_steps"]),
+        ipc=len(bundle.labels) // data.num_classes,
+    )
     start = time.perf_counter()
     model = ModelConfig()
     test_images, test_labels = test_split(data, test_size)
     result["accuracies"] = train_and_test(
-        bundle.images, bundle.labels, test_images=test_images, test_labels=test_labels, model=model.name,
-        num_classes=data.num_classes, protocol=protocol, seed=seed, model_options=model.options(),
-        accelerator=accelerator, pea=row.eval_pea)
-    result.update(eval_s=time.perf_counter() - start, protocol=asdict(protocol), test_size=len(test_labels))
+        bundle.images,
+        bundle.labels,
+        test_images=test_images,
+        test_labels=test_labels,
+        model=model.name,
+        num_classes=data.num_classes,
+        protocol=protocol,
+        seed=seed,
+        model_options=model.options(),
+        accelerator=accelerator,
+        pea=row.eval_pea,
+    )
+    result.update(
+        eval_s=time.perf_counter() - start, protocol=asdict(protocol), test_size=len(test_labels)
+    )
     return result
 
 
@@ -69,20 +107,37 @@ def planned(row: Row, *, dataset: str, seed: int, data: ImageData) -> dict:
     """The row's privacy plan, made as the run makes it (no record read): steps, σ and planned ε."""
     config = compose([*row_tokens(row, dataset=dataset, seed=seed), "run_dir=/nonexistent/dry-run"])
     plan = plan_run(config, DataSpec.of(data))
-    return {"data_steps": plan.data_steps, "free_steps": plan.free_steps, "noise_multiplier": plan.noise_multiplier,
-            "epsilon": plan.planned_epsilon, "ipc": config.method.ipc}
+    return {
+        "data_steps": plan.data_steps,
+        "free_steps": plan.free_steps,
+        "noise_multiplier": plan.noise_multiplier,
+        "epsilon": plan.planned_epsilon,
+        "ipc": config.method.ipc,
+    }
 
 
 def estimate_s(row: Row, *, scale: Scale, protocol: EvalProtocol) -> float:
     """Rough wall time on a 2-core CPU from the step costs measured for the scale (plan.py)."""
     pea = 4 if row.eval_pea else 1
-    return row.step_s * row.steps + protocol.runs * (scale.eval_fixed_s + pea * protocol.epochs * scale.eval_epoch_s)
+    return row.step_s * row.steps + protocol.runs * (
+        scale.eval_fixed_s + pea * protocol.epochs * scale.eval_epoch_s
+    )
 
 
-def dry_run_text(rows: list[Row], *, scale: Scale, dataset: str, data: ImageData, protocol: EvalProtocol,
-                 seed: int, cached: set[str]) -> str:
-    lines = [f"plan: scale {scale.name}, dataset {dataset}, evaluation {protocol.epochs} epochs x {protocol.runs} runs",
-             f"{'row':<15} {'steps (private+free)':>21} {'σ/sens.':>8} {'planned ε':>10} {'est. min':>9}  setting"]
+def dry_run_text(
+    rows: list[Row],
+    *,
+    scale: Scale,
+    dataset: str,
+    data: ImageData,
+    protocol: EvalProtocol,
+    seed: int,
+    cached: set[str],
+) -> str:
+    lines = [
+        f"plan: scale {scale.name}, dataset {dataset}, evaluation {protocol.epochs} epochs x {protocol.runs} runs",
+        f"{'row':<15} {'steps (private+free)':>21} {'σ/sens.':>8} {'planned ε':>10} {'est. min':>9}  setting",
+    ]
     total = 0.0
     for row in rows:
         plan = planned(row, dataset=dataset, seed=seed, data=data)
@@ -90,7 +145,11 @@ def dry_run_text(rows: list[Row], *, scale: Scale, dataset: str, data: ImageData
         total += estimate
         sigma = "-" if plan["noise_multiplier"] is None else f"{plan['noise_multiplier']:.3g}"
         eps = "∞" if plan["epsilon"] is None else f"{plan['epsilon']:.3f}"
-        lines.append(f"{row.key:<15} {plan['data_steps']:>12} + {plan['free_steps']:<6} {sigma:>8} {eps:>10} "
-                     f"{'cached' if row.key in cached else f'{estimate / 60:.1f}':>9}  IPC {plan['ipc']}; {row.setting}")
-    lines.append(f"estimated work: {total / 60:.0f} min on a 2-core CPU (the paper scale is meant for a GPU)")
+        lines.append(
+            f"{row.key:<15} {plan['data_steps']:>12} + {plan['free_steps']:<6} {sigma:>8} {eps:>10} "
+            f"{'cached' if row.key in cached else f'{estimate / 60:.1f}':>9}  IPC {plan['ipc']}; {row.setting}"
+        )
+    lines.append(
+        f"estimated work: {total / 60:.0f} min on a 2-core CPU (the paper scale is meant for a GPU)"
+    )
     return "\n".join(lines)

@@ -27,18 +27,25 @@ from torch import Tensor
 HEURISTIC_LABEL = "HEURISTIC estimate (Grining & Klonowski noiseless privacy), NOT a differential-privacy guarantee"
 
 
-def dm_noise_initialisation(*, seed: int, num_classes: int, ipc: int, image_shape: tuple[int, int, int]
-                            ) -> tuple[Tensor, Tensor]:
+def dm_noise_initialisation(
+    *, seed: int, num_classes: int, ipc: int, image_shape: tuple[int, int, int]
+) -> tuple[Tensor, Tensor]:
     """The N(0, I) images a DM run with ``method.init=noise`` and run seed ``seed`` started from,
     redrawn exactly as the method draws them (``PixelImages`` from the generator (seed, "init"))."""
     from dpdc_lightning.methods.synthetic import PixelImages
     from dpdc_lightning.seeding import derive_generator
 
-    return PixelImages(num_classes=num_classes, ipc=ipc, image_shape=image_shape,
-                       generator=derive_generator(seed, "init")).export()
+    return PixelImages(
+        num_classes=num_classes,
+        ipc=ipc,
+        image_shape=image_shape,
+        generator=derive_generator(seed, "init"),
+    ).export()
 
 
-def closed_form_dm(train_images: Tensor, train_labels: Tensor, init: Tensor, init_labels: Tensor) -> Tensor:
+def closed_form_dm(
+    train_images: Tensor, train_labels: Tensor, init: Tensor, init_labels: Tensor
+) -> Tensor:
     """DPDC Eq. 8 per class: ``init`` [n, C, H, W] (class ``init_labels``) mapped to Q_c s̃ + mean_c."""
     out = torch.empty_like(init, dtype=torch.float64)
     d = init[0].numel()
@@ -66,13 +73,21 @@ def bai_saranadasa(x: Tensor, y: Tensor) -> dict[str, float]:
     tr_s, tr_s2 = float(gram.trace()), float((gram * gram).sum())
     scale = (n1 + n2) / (n1 * n2)
     m_stat = float(((x.mean(0) - y.mean(0)) ** 2).sum()) - scale * tr_s
-    b2 = n * n / ((n + 2) * (n - 1)) * (tr_s2 - tr_s ** 2 / n)
+    b2 = n * n / ((n + 2) * (n - 1)) * (tr_s2 - tr_s**2 / n)
     z = m_stat / (scale * math.sqrt(2 * (n + 1) / n) * math.sqrt(max(b2, 1e-300)))
-    return {"z": z, "p_two_sided": float(2 * norm.sf(abs(z))), "p_one_sided": float(norm.sf(z)),
-            "n1": n1, "n2": n2, "d": int(x.shape[1])}
+    return {
+        "z": z,
+        "p_two_sided": float(2 * norm.sf(abs(z))),
+        "p_one_sided": float(norm.sf(z)),
+        "n1": n1,
+        "n2": n2,
+        "d": int(x.shape[1]),
+    }
 
 
-def noiseless_privacy(train_images: Tensor, train_labels: Tensor, *, sensitivity: float = 2.0) -> dict:
+def noiseless_privacy(
+    train_images: Tensor, train_labels: Tensor, *, sensitivity: float = 2.0
+) -> dict:
     """Theorem 1 of "Connect the dots" per class and pixel for the per-class pixel sums; the worst
     (largest ε, and its δ) over classes and pixels. HEURISTIC, NOT A GUARANTEE."""
     worst: dict = {"epsilon": 0.0, "delta": 0.0}
@@ -83,18 +98,31 @@ def noiseless_privacy(train_images: Tensor, train_labels: Tensor, *, sensitivity
         mu = x.mean(0)
         var = ((x - mu) ** 2).mean(0)
         third = (x - mu).abs().pow(3).sum(0)
-        usable = var > 1e-12  # a constant pixel has no "inherent noise": the formula gives ε = ∞ there
+        usable = (
+            var > 1e-12
+        )  # a constant pixel has no "inherent noise": the formula gives ε = ∞ there
         constant += int((~usable).sum())
-        eps = torch.sqrt(sensitivity ** 2 * math.log(n) / (n * var[usable]))
-        delta = 1.12 * third[usable] / (n * var[usable]).pow(1.5) * (1 + torch.exp(eps.clamp(max=700))) \
-            + 4 / (5 * math.sqrt(n))
+        eps = torch.sqrt(sensitivity**2 * math.log(n) / (n * var[usable]))
+        delta = 1.12 * third[usable] / (n * var[usable]).pow(1.5) * (
+            1 + torch.exp(eps.clamp(max=700))
+        ) + 4 / (5 * math.sqrt(n))
         medians.append(float(eps.median()))
         j = int(eps.argmax())
         if float(eps[j]) >= worst["epsilon"]:
             pixel = int(torch.nonzero(usable).squeeze(1)[j])
-            worst = {"epsilon": float(eps[j]), "delta": float(delta[j]), "class": int(c), "pixel": pixel, "records": n}
-    return {"label": HEURISTIC_LABEL, "sensitivity": sensitivity, "worst_non_constant_pixel": worst,
-            "median_epsilon_over_pixels": float(torch.tensor(medians).median()),
-            "constant_pixels": constant,
-            "note": "per class and pixel, for the sum of that pixel over the class's records; a pixel constant "
-                    "within a class (counted above) has no inherent noise and gets ε = ∞ from this heuristic"}
+            worst = {
+                "epsilon": float(eps[j]),
+                "delta": float(delta[j]),
+                "class": int(c),
+                "pixel": pixel,
+                "records": n,
+            }
+    return {
+        "label": HEURISTIC_LABEL,
+        "sensitivity": sensitivity,
+        "worst_non_constant_pixel": worst,
+        "median_epsilon_over_pixels": float(torch.tensor(medians).median()),
+        "constant_pixels": constant,
+        "note": "per class and pixel, for the sum of that pixel over the class's records; a pixel constant "
+        "within a class (counted above) has no inherent noise and gets ε = ∞ from this heuristic",
+    }

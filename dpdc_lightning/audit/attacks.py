@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 import torch
@@ -28,13 +27,13 @@ from dpdc_lightning.audit.metrics import advantage, best_threshold, split_halves
 
 @dataclass(frozen=True)
 class ShadowStats:
-    mu_in: Tensor   # per record (NaN where no shadow held it)
+    mu_in: Tensor  # per record (NaN where no shadow held it)
     mu_out: Tensor  # per record (NaN where every shadow held it)
     sigma_in: float
     sigma_out: float
 
 
-def fit_gaussians(phi: Tensor, held: Tensor, *, used: Optional[Tensor] = None) -> ShadowStats:
+def fit_gaussians(phi: Tensor, held: Tensor, *, used: Tensor | None = None) -> ShadowStats:
     """``phi`` [S, n] of the reference shadows, ``held`` [S, n] their membership; entries where
     ``used`` is False are left out of both Gaussians (e.g. to give records that no shadow held as
     many OUT values as the others have, so their means are as noisy)."""
@@ -58,7 +57,7 @@ def _pooled_std(residuals: Tensor, counts: Tensor) -> float:
     dof = float((usable - 1).sum())
     if dof <= 0:
         return 1.0  # no record seen twice: a unit scale (the offline score's ranking does not depend on it)
-    return max(math.sqrt(float((residuals ** 2).sum()) / dof), 1e-3)
+    return max(math.sqrt(float((residuals**2).sum()) / dof), 1e-3)
 
 
 def lira_online(target_phi: Tensor, stats: ShadowStats) -> Tensor:
@@ -86,14 +85,21 @@ def loss_threshold(target_phi: Tensor, members: Tensor, *, seed: int) -> dict[st
     predicted = scores[certify] >= threshold
     tpr = float(predicted[truth[certify]].mean())
     fpr = float(predicted[~truth[certify]].mean())
-    return {"threshold_phi": threshold, "tpr": tpr, "fpr": fpr, "advantage": tpr - fpr,
-            "advantage_all_thresholds": advantage(scores, truth)}
+    return {
+        "threshold_phi": threshold,
+        "tpr": tpr,
+        "fpr": fpr,
+        "advantage": tpr - fpr,
+        "advantage_all_thresholds": advantage(scores, truth),
+    }
 
 
 def attack_scores(target_phi: Tensor, stats: ShadowStats, *, online: bool) -> dict[str, np.ndarray]:
     """Each attack's score per record (higher = member)."""
-    scores = {"loss_threshold": target_phi.double().numpy(),
-              "lira_offline": lira_offline(target_phi, stats).double().numpy()}
+    scores = {
+        "loss_threshold": target_phi.double().numpy(),
+        "lira_offline": lira_offline(target_phi, stats).double().numpy(),
+    }
     if online:
         scores["lira_online"] = lira_online(target_phi, stats).double().numpy()
     return scores

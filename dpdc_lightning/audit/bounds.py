@@ -33,7 +33,11 @@ from opacus.accountants.analysis.gdp import delta_eps_mu, eps_from_mu
 from scipy.stats import norm
 
 from dpdc_lightning.audit.canary import guess, one_run_epsilon_bound
-from dpdc_lightning.audit.metrics import certified_epsilon_many, clopper_pearson_lower_many, clopper_pearson_upper_many
+from dpdc_lightning.audit.metrics import (
+    certified_epsilon_many,
+    clopper_pearson_lower_many,
+    clopper_pearson_upper_many,
+)
 
 GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 _MU_CAP = 30.0  # beyond it the μ-GDP curve gives ε > 500 (Opacus' bracket): reported as inf
@@ -55,7 +59,9 @@ class Samples:
         return calibrate, trials - calibrate
 
 
-def _counts(scores: np.ndarray, members: np.ndarray, thresholds: np.ndarray) -> tuple[np.ndarray, ...]:
+def _counts(
+    scores: np.ndarray, members: np.ndarray, thresholds: np.ndarray
+) -> tuple[np.ndarray, ...]:
     """(fp, negatives, fn, positives) of the rule "score >= t" for every t in ``thresholds``."""
     s, m = scores.ravel(), members.ravel().astype(bool)
     inside, outside = np.sort(s[m]), np.sort(s[~m])
@@ -99,40 +105,84 @@ def _best(samples: Samples, trials: slice, objective) -> tuple[Choice, float]:
     return best
 
 
-def certify(samples: Samples, *, calibration: float, delta: float, confidence: float,
-            gdp_confidence: float) -> dict[str, Any]:
+def certify(
+    samples: Samples, *, calibration: float, delta: float, confidence: float, gdp_confidence: float
+) -> dict[str, Any]:
     """The three bounds (see the module docstring); ``confidence`` for each rigorous bound."""
     n_cal, n_cert = samples.split(calibration)
     cal, cert = slice(0, n_cal), slice(n_cal, None)
-    counts_of = lambda choice: [int(c[0]) for c in _counts(samples.scores[choice.statistic][cert],  # noqa: E731
-                                                            samples.members[cert], np.array([choice.threshold]))]
-    choice, _ = _best(samples, cal, lambda *c: certified_epsilon_many(*c, delta=delta, confidence=confidence))
+
+    def counts_of(choice):
+        scores = samples.scores[choice.statistic][cert]
+        return [
+            int(c[0]) for c in _counts(scores, samples.members[cert], np.array([choice.threshold]))
+        ]
+
+    choice, _ = _best(
+        samples, cal, lambda *c: certified_epsilon_many(*c, delta=delta, confidence=confidence)
+    )
     fp, neg, fn, pos = counts_of(choice)
     cp = float(certified_epsilon_many(fp, neg, fn, pos, delta=delta, confidence=confidence))
-    clopper_pearson = {"epsilon": cp, "confidence": confidence, **asdict(choice),
-                       "fp": fp, "negatives": neg, "fn": fn, "positives": pos}
+    clopper_pearson = {
+        "epsilon": cp,
+        "confidence": confidence,
+        **asdict(choice),
+        "fp": fp,
+        "negatives": neg,
+        "fn": fn,
+        "positives": pos,
+    }
 
     per_rate = 1 - (1 - confidence) / 2
-    mu_lower = lambda fp, neg, fn, pos: _gdp_mu(clopper_pearson_upper_many(fp, neg, confidence=per_rate),  # noqa: E731
-                                                clopper_pearson_upper_many(fn, pos, confidence=per_rate))
+
+    def mu_lower(fp, neg, fn, pos):
+        return _gdp_mu(
+            clopper_pearson_upper_many(fp, neg, confidence=per_rate),
+            clopper_pearson_upper_many(fn, pos, confidence=per_rate),
+        )
+
     gdp_choice, _ = _best(samples, cal, mu_lower)
     fp, neg, fn, pos = counts_of(gdp_choice)
     two_sided = 1 - (1 - gdp_confidence) / 4  # each rate bounded on both sides, all four at once
     mu = float(_gdp_mu(np.asarray(fp / neg), np.asarray(fn / pos)))
-    mu_low = float(_gdp_mu(clopper_pearson_upper_many(fp, neg, confidence=two_sided),
-                           clopper_pearson_upper_many(fn, pos, confidence=two_sided)))
-    mu_high = float(_gdp_mu(clopper_pearson_lower_many(fp, neg, confidence=two_sided),
-                            clopper_pearson_lower_many(fn, pos, confidence=two_sided)))
-    gaussian = {"epsilon": epsilon_of_mu(mu, delta=delta),
-                "interval": [epsilon_of_mu(mu_low, delta=delta), epsilon_of_mu(mu_high, delta=delta)],
-                "mu": mu, "mu_interval": [mu_low, mu_high], "confidence": gdp_confidence, **asdict(gdp_choice),
-                "fp": fp, "negatives": neg, "fn": fn, "positives": pos}
-    return {"calibration_trials": n_cal, "certification_trials": n_cert, "clopper_pearson": clopper_pearson,
-            "gaussian_dp": gaussian,
-            "one_run": one_run(samples, choice.statistic, n_cal=n_cal, delta=delta, confidence=confidence)}
+    mu_low = float(
+        _gdp_mu(
+            clopper_pearson_upper_many(fp, neg, confidence=two_sided),
+            clopper_pearson_upper_many(fn, pos, confidence=two_sided),
+        )
+    )
+    mu_high = float(
+        _gdp_mu(
+            clopper_pearson_lower_many(fp, neg, confidence=two_sided),
+            clopper_pearson_lower_many(fn, pos, confidence=two_sided),
+        )
+    )
+    gaussian = {
+        "epsilon": epsilon_of_mu(mu, delta=delta),
+        "interval": [epsilon_of_mu(mu_low, delta=delta), epsilon_of_mu(mu_high, delta=delta)],
+        "mu": mu,
+        "mu_interval": [mu_low, mu_high],
+        "confidence": gdp_confidence,
+        **asdict(gdp_choice),
+        "fp": fp,
+        "negatives": neg,
+        "fn": fn,
+        "positives": pos,
+    }
+    return {
+        "calibration_trials": n_cal,
+        "certification_trials": n_cert,
+        "clopper_pearson": clopper_pearson,
+        "gaussian_dp": gaussian,
+        "one_run": one_run(
+            samples, choice.statistic, n_cal=n_cal, delta=delta, confidence=confidence
+        ),
+    }
 
 
-def one_run(samples: Samples, statistic: str, *, n_cal: int, delta: float, confidence: float) -> dict[str, Any]:
+def one_run(
+    samples: Samples, statistic: str, *, n_cal: int, delta: float, confidence: float
+) -> dict[str, Any]:
     """Steinke et al. on the first certification run. Guesses: "in" for the highest share f of the
     scores, and either nothing or "out" for the lowest share f (an absent canary and a present one
     that was never sampled look alike, so "out" guesses can cost more than they bring); the
@@ -143,15 +193,32 @@ def one_run(samples: Samples, statistic: str, *, n_cal: int, delta: float, confi
 
     def bound(trial: int, option: tuple[float, bool]) -> tuple[float, int, int]:
         k = max(1, int(option[0] * m))
-        g = guess(_tensor(scores[trial]), _tensor(members[trial]).bool(), guesses_in=k,
-                  guesses_out=min(k, m - k) if option[1] else 0)
-        return one_run_epsilon_bound(m=m, r=g.r, v=g.v, delta=delta, confidence=confidence), g.r, g.v
+        g = guess(
+            _tensor(scores[trial]),
+            _tensor(members[trial]).bool(),
+            guesses_in=k,
+            guesses_out=min(k, m - k) if option[1] else 0,
+        )
+        return (
+            one_run_epsilon_bound(m=m, r=g.r, v=g.v, delta=delta, confidence=confidence),
+            g.r,
+            g.v,
+        )
 
     medians = [float(np.median([bound(t, option)[0] for t in range(n_cal)])) for option in options]
     fraction, both = options[int(np.argmax(medians))]
     epsilon, r, v = bound(n_cal, (fraction, both))
-    return {"epsilon": epsilon, "confidence": confidence, "statistic": statistic, "run": n_cal, "canaries": m,
-            "guesses": r, "correct": v, "guess_fraction": fraction, "guesses_out": both}
+    return {
+        "epsilon": epsilon,
+        "confidence": confidence,
+        "statistic": statistic,
+        "run": n_cal,
+        "canaries": m,
+        "guesses": r,
+        "correct": v,
+        "guess_fraction": fraction,
+        "guesses_out": both,
+    }
 
 
 def _tensor(values: np.ndarray):

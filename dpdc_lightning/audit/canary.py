@@ -48,7 +48,9 @@ def one_run_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> 
     return min(1.0, tail + 2 * m * delta * slack)
 
 
-def one_run_epsilon_bound(*, m: int, r: int, v: int, delta: float, confidence: float = 0.95) -> float:
+def one_run_epsilon_bound(
+    *, m: int, r: int, v: int, delta: float, confidence: float = 0.95
+) -> float:
     """The largest ε that ``v`` correct of ``r`` guesses refutes at ``confidence`` (0 if none)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
@@ -75,18 +77,24 @@ class Guesses:
     v: int
 
 
-def guess(scores: torch.Tensor, included: torch.Tensor, *, guesses_in: int, guesses_out: int) -> Guesses:
+def guess(
+    scores: torch.Tensor, included: torch.Tensor, *, guesses_in: int, guesses_out: int
+) -> Guesses:
     """Guess "in" for the ``guesses_in`` highest scores, "out" for the ``guesses_out`` lowest."""
     if guesses_in + guesses_out > len(scores):
         raise ValueError("more guesses than canaries")
     order = torch.argsort(scores, descending=True, stable=True)
-    top, bottom = order[:guesses_in], order[len(order) - guesses_out:] if guesses_out else order[:0]
+    top, bottom = (
+        order[:guesses_in],
+        order[len(order) - guesses_out :] if guesses_out else order[:0],
+    )
     correct = int(included[top].sum()) + int((~included[bottom]).sum())
     return Guesses(r=guesses_in + guesses_out, v=correct)
 
 
-def make_canaries(test_images: torch.Tensor, test_labels: torch.Tensor, *, m: int, num_classes: int,
-                  seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_canaries(
+    test_images: torch.Tensor, test_labels: torch.Tensor, *, m: int, num_classes: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(images, wrong labels, included mask): m test images relabelled (y + 1) mod C, each included
     with probability ½ from a generator of the audit's seed."""
     if m > len(test_images):
@@ -97,8 +105,12 @@ def make_canaries(test_images: torch.Tensor, test_labels: torch.Tensor, *, m: in
     return test_images[pick].clone(), (test_labels[pick] + 1) % num_classes, included
 
 
-def nearest_release_score(canaries: torch.Tensor, canary_labels: torch.Tensor, released: torch.Tensor,
-                          released_labels: torch.Tensor) -> torch.Tensor:
+def nearest_release_score(
+    canaries: torch.Tensor,
+    canary_labels: torch.Tensor,
+    released: torch.Tensor,
+    released_labels: torch.Tensor,
+) -> torch.Tensor:
     """Minus the L2 distance from each canary to the nearest released image of its label."""
     scores = torch.full((len(canaries),), -math.inf)
     flat, released_flat = canaries.flatten(1).double(), released.flatten(1).double()

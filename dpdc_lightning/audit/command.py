@@ -19,8 +19,10 @@ import numpy as np
 from dpdc_lightning.audit.files import finite, run_config
 from dpdc_lightning.errors import UserError
 
-METRICS_USAGE = ("usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
-                 "[--delta D] [--confidence C]")
+METRICS_USAGE = (
+    "usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
+    "[--delta D] [--confidence C]"
+)
 USAGE = "usage: python audit.py MODE ... (python audit.py --help lists the modes)"
 MODES = ("whitebox", "release", "mia", "selftest", "metrics")
 HELP = """usage: python audit.py MODE [ARGUMENTS] [audit.key=value ...]   (also dpdc-audit, python -m dpdc_lightning.audit)
@@ -90,11 +92,15 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     config = run_config(run_dir)
     data = load_data(config)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
-        raise UserError(f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
-                        f"{config.dataset.name} {tuple(data.train_images.shape[1:])}")
+        raise UserError(
+            f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
+            f"{config.dataset.name} {tuple(data.train_images.shape[1:])}"
+        )
     if settings.canaries > len(data.test_labels):
-        raise UserError(f"audit.canaries={settings.canaries} exceeds the {len(data.test_labels)} test images "
-                        "the canaries are made from")
+        raise UserError(
+            f"audit.canaries={settings.canaries} exceeds the {len(data.test_labels)} test images "
+            "the canaries are made from"
+        )
     names = _fresh_names(run_dir)
     from dpdc_lightning.audit.runner import run_audit
 
@@ -103,8 +109,13 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     _write_outputs(names, output)
     _print_summary(output.report, names["json"])
     if output.violations:
-        print("\n" + "!" * 78 + "\nAUDIT FAILED: an empirical lower bound exceeds the accounted epsilon. This means a\n"
-              "bug in the mechanism or its accounting (or a 1 - confidence false alarm):", flush=True)
+        print(
+            "\n"
+            + "!" * 78
+            + "\nAUDIT FAILED: an empirical lower bound exceeds the accounted epsilon. This means a\n"
+            "bug in the mechanism or its accounting (or a 1 - confidence false alarm):",
+            flush=True,
+        )
         for line in output.violations:
             print(f"  {line}")
         print("!" * 78)
@@ -115,8 +126,11 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
 def _fresh_names(run_dir: Path) -> dict[str, Path]:
     for k in range(1, 1000):
         suffix = "" if k == 1 else f"-{k}"
-        names = {"json": run_dir / f"audit{suffix}.json", "roc": run_dir / f"audit_roc{suffix}.png",
-                 "neighbours": run_dir / f"audit_neighbours{suffix}.png"}
+        names = {
+            "json": run_dir / f"audit{suffix}.json",
+            "roc": run_dir / f"audit_roc{suffix}.png",
+            "neighbours": run_dir / f"audit_neighbours{suffix}.png",
+        }
         if not any(p.exists() for p in names.values()):
             return names
     raise UserError(f"{run_dir} already holds 999 audits; move some away")
@@ -130,12 +144,19 @@ def _write_outputs(names: dict[str, Path], output) -> None:
         for key, payload in (("roc", output.roc_png), ("neighbours", output.neighbours_png)):
             atomic_write(names[key], lambda tmp, data=payload: tmp.write_bytes(data), replace=False)
             written.append(names[key])
-        text = json.dumps(finite(output.report), indent=2, allow_nan=False, default=_json_default) + "\n"
-        atomic_write(names["json"], lambda tmp: tmp.write_text(text), replace=False)  # last: marks a complete audit
+        text = (
+            json.dumps(finite(output.report), indent=2, allow_nan=False, default=_json_default)
+            + "\n"
+        )
+        atomic_write(
+            names["json"], lambda tmp: tmp.write_text(text), replace=False
+        )  # last: marks a complete audit
     except FileExistsError as err:
         for path in written:
             path.unlink(missing_ok=True)
-        raise UserError(f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun") from None
+        raise UserError(
+            f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun"
+        ) from None
 
 
 def _json_default(value):
@@ -146,21 +167,33 @@ def _json_default(value):
 
 def _print_summary(report: dict, path: Path) -> None:
     def fmt(x) -> str:
-        return "null" if x is None else (f"{x:.4f}" if isinstance(x, float) and math.isfinite(x) else str(x))
+        return (
+            "null"
+            if x is None
+            else (f"{x:.4f}" if isinstance(x, float) and math.isfinite(x) else str(x))
+        )
 
-    print(f"audit ({report['protocol']['reduced']}; confidence {report['confidence_per_bound']:.4f} per bound)")
+    print(
+        f"audit ({report['protocol']['reduced']}; confidence {report['confidence_per_bound']:.4f} per bound)"
+    )
     for name, entry in [(f"target{t}", e) for t, e in enumerate(report["targets"])]:
         for attack, m in entry["attacks"].items():
-            print(f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
-                  f"advantage={fmt(m['advantage'])} eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
-                  f"(accounted {fmt(entry['accounted_epsilon'])})")
+            print(
+                f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
+                f"advantage={fmt(m['advantage'])} eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
+                f"(accounted {fmt(entry['accounted_epsilon'])})"
+            )
     for attack, m in report["bundle"]["attacks"].items():
-        print(f"  bundle   {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
-              f"advantage={fmt(m['advantage'])} (attack strength: training vs test records, no epsilon bound)")
+        print(
+            f"  bundle   {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
+            f"advantage={fmt(m['advantage'])} (attack strength: training vs test records, no epsilon bound)"
+        )
     if "canary" in report:
         c = report["canary"]
-        print(f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "
-              f"(accounted {fmt(c['accounted_epsilon'])})")
+        print(
+            f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "
+            f"(accounted {fmt(c['accounted_epsilon'])})"
+        )
     print(f"results written to {path}\nwarning: {report['warning']}")
 
 
@@ -178,8 +211,14 @@ def metrics_main(argv: list[str]) -> int:
             raise UserError(f"{key} needs a value; {METRICS_USAGE}")
     if options["--scores"] is None or options["--members"] is None:
         raise UserError(f"--scores and --members are required; {METRICS_USAGE}")
-    delta, confidence = _number("--delta", options["--delta"]), _number("--confidence", options["--confidence"])
-    scores, members = _load_npy("--scores", options["--scores"]), _load_npy("--members", options["--members"])
+    delta, confidence = (
+        _number("--delta", options["--delta"]),
+        _number("--confidence", options["--confidence"]),
+    )
+    scores, members = (
+        _load_npy("--scores", options["--scores"]),
+        _load_npy("--members", options["--members"]),
+    )
     try:
         summary = metrics.summarise(scores, members, delta=delta, confidence=confidence)
     except ValueError as err:
@@ -203,7 +242,9 @@ def _load_npy(key: str, path: str) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as err:
-        raise UserError(f"{key} {path} cannot be read as a .npy array: {str(err).splitlines()[0]}") from None
+        raise UserError(
+            f"{key} {path} cannot be read as a .npy array: {str(err).splitlines()[0]}"
+        ) from None
     if array.dtype.kind not in "biuf":
         raise UserError(f"{key} {path} must hold numbers, got dtype {array.dtype}")
     return array

@@ -13,7 +13,14 @@ import numpy as np
 import torch
 from torchvision.io import encode_png
 
-COLOURS = ((31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14), (23, 190, 207))
+COLOURS = (
+    (31, 119, 180),
+    (214, 39, 40),
+    (44, 160, 44),
+    (148, 103, 189),
+    (255, 127, 14),
+    (23, 190, 207),
+)
 COLOUR_NAMES = ("blue", "red", "green", "purple", "orange", "cyan")
 SIZE, MARGIN, LOW = 320, 20, 1e-3
 
@@ -21,7 +28,9 @@ SIZE, MARGIN, LOW = 320, 20, 1e-3
 def _pixel(value: np.ndarray) -> np.ndarray:
     """Map a rate in [LOW, 1] (log scale) to a pixel offset in [0, SIZE - 2 MARGIN]."""
     span = SIZE - 2 * MARGIN
-    return np.round((np.log10(np.clip(value, LOW, 1.0)) - math.log10(LOW)) / -math.log10(LOW) * span).astype(int)
+    return np.round(
+        (np.log10(np.clip(value, LOW, 1.0)) - math.log10(LOW)) / -math.log10(LOW) * span
+    ).astype(int)
 
 
 def roc_png(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[bytes, dict[str, str]]:
@@ -36,12 +45,14 @@ def roc_png(curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> tuple[bytes, di
         py = _pixel(10 ** np.interp(t * (len(ly) - 1), np.arange(len(ly)), ly))
         cols, rows = MARGIN + px, SIZE - MARGIN - py
         for dr in (0, 1):
-            canvas[:, np.clip(rows + dr, 0, SIZE - 1), cols] = torch.tensor(colour, dtype=torch.uint8)[:, None]
+            canvas[:, np.clip(rows + dr, 0, SIZE - 1), cols] = torch.tensor(
+                colour, dtype=torch.uint8
+            )[:, None]
 
     for decade in (1e-3, 1e-2, 1e-1, 1.0):
         p = int(_pixel(np.array([decade]))[0])
-        canvas[:, MARGIN:SIZE - MARGIN + 1, MARGIN + p] = 220
-        canvas[:, SIZE - MARGIN - p, MARGIN:SIZE - MARGIN + 1] = 220
+        canvas[:, MARGIN : SIZE - MARGIN + 1, MARGIN + p] = 220
+        canvas[:, SIZE - MARGIN - p, MARGIN : SIZE - MARGIN + 1] = 220
     plot(np.array([LOW, 1.0]), np.array([LOW, 1.0]), (150, 150, 150))
     legend = {}
     for i, (name, (fpr, tpr)) in enumerate(curves.items()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 from omegaconf import OmegaConf
@@ -24,7 +24,9 @@ def run_config(run_dir: Path):
     try:
         return validate(OmegaConf.load(run_dir / CONFIG_FILE))
     except (OSError, OmegaConfBaseException) as err:
-        raise UserError(f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}") from None
+        raise UserError(
+            f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}"
+        ) from None
 
 
 def finite(value):
@@ -38,7 +40,7 @@ def finite(value):
     return value
 
 
-def json_target(out: Optional[str], run_dir: Optional[Path], stem: str) -> Optional[Path]:
+def json_target(out: str | None, run_dir: Path | None, stem: str) -> Path | None:
     """Where the report goes: ``audit.out`` if given (never replaced), else beside the run."""
     if out is not None:
         path = Path(out)

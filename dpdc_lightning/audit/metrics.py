@@ -22,8 +22,8 @@ Dong et al. and Carlini et al. but not a theorem. The one-run bound of Steinke, 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Optional, Sequence
 
 import numpy as np
 from scipy.stats import beta
@@ -46,7 +46,9 @@ def _as_arrays(scores: Sequence[float], members: Sequence[int]) -> tuple[np.ndar
     return scores, members
 
 
-def roc_curve(scores: Sequence[float], members: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def roc_curve(
+    scores: Sequence[float], members: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fpr, tpr, thresholds), thresholds decreasing; the first point is (0, 0) at threshold +inf.
     Ties share one point, so the curve does not depend on the order of tied examples."""
     scores, members = _as_arrays(scores, members)
@@ -84,12 +86,18 @@ def best_threshold(scores: Sequence[float], members: Sequence[int]) -> float:
     return float(thresholds[int(np.argmax(tpr - fpr))])
 
 
-def rates_at(scores: Sequence[float], members: Sequence[int], threshold: float) -> tuple[int, int, int, int]:
+def rates_at(
+    scores: Sequence[float], members: Sequence[int], threshold: float
+) -> tuple[int, int, int, int]:
     """(false positives, non-members, false negatives, members) of the rule ``score >= threshold``."""
     scores, members = _as_arrays(scores, members)
     predicted = scores >= threshold
-    return (int((predicted & ~members).sum()), int((~members).sum()),
-            int((~predicted & members).sum()), int(members.sum()))
+    return (
+        int((predicted & ~members).sum()),
+        int((~members).sum()),
+        int((~predicted & members).sum()),
+        int(members.sum()),
+    )
 
 
 def clopper_pearson_upper(k: int, n: int, *, confidence: float) -> float:
@@ -129,31 +137,52 @@ def epsilon_from_rates_many(fpr: np.ndarray, fnr: np.ndarray, *, delta: float) -
     best = np.zeros(np.broadcast(fpr, fnr).shape)
     with np.errstate(divide="ignore"):
         for num, den in ((1 - delta - fpr, fnr), (1 - delta - fnr, fpr)):
-            value = np.where(den <= 0, np.inf, np.log(np.maximum(num, 1e-300) / np.where(den <= 0, 1.0, den)))
+            value = np.where(
+                den <= 0, np.inf, np.log(np.maximum(num, 1e-300) / np.where(den <= 0, 1.0, den))
+            )
             best = np.maximum(best, np.where(num <= 0, 0.0, value))
     return best
 
 
-def certified_epsilon(fp: int, negatives: int, fn: int, positives: int, *, delta: float,
-                      confidence: float) -> float:
+def certified_epsilon(
+    fp: int, negatives: int, fn: int, positives: int, *, delta: float, confidence: float
+) -> float:
     """ε lower bound at one FIXED threshold: upper Clopper–Pearson bounds on FPR and FNR, each at
     1 − (1 − confidence)/2 (union bound), plugged into :func:`epsilon_from_rates`."""
-    return float(certified_epsilon_many(np.asarray(fp), np.asarray(negatives), np.asarray(fn), np.asarray(positives),
-                                        delta=delta, confidence=confidence))
+    return float(
+        certified_epsilon_many(
+            np.asarray(fp),
+            np.asarray(negatives),
+            np.asarray(fn),
+            np.asarray(positives),
+            delta=delta,
+            confidence=confidence,
+        )
+    )
 
 
-def certified_epsilon_many(fp: np.ndarray, negatives: np.ndarray, fn: np.ndarray, positives: np.ndarray, *,
-                           delta: float, confidence: float) -> np.ndarray:
+def certified_epsilon_many(
+    fp: np.ndarray,
+    negatives: np.ndarray,
+    fn: np.ndarray,
+    positives: np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+) -> np.ndarray:
     """:func:`certified_epsilon` elementwise (e.g. at every candidate threshold at once)."""
     per_rate = 1 - (1 - confidence) / 2
-    return epsilon_from_rates_many(clopper_pearson_upper_many(fp, negatives, confidence=per_rate),
-                                   clopper_pearson_upper_many(fn, positives, confidence=per_rate), delta=delta)
+    return epsilon_from_rates_many(
+        clopper_pearson_upper_many(fp, negatives, confidence=per_rate),
+        clopper_pearson_upper_many(fn, positives, confidence=per_rate),
+        delta=delta,
+    )
 
 
 @dataclass(frozen=True)
 class EpsilonBound:
-    epsilon: float       # the certified lower bound (0 when nothing is certified)
-    threshold: float     # chosen on the calibration half
+    epsilon: float  # the certified lower bound (0 when nothing is certified)
+    threshold: float  # chosen on the calibration half
     fp: int
     negatives: int
     fn: int
@@ -187,14 +216,24 @@ def split_halves(members: np.ndarray, *, seed: int) -> tuple[np.ndarray, np.ndar
     return calibrate, ~calibrate
 
 
-def epsilon_lower_bound(scores: Sequence[float], members: Sequence[int], *, delta: float,
-                        confidence: float = 0.95, seed: int = 0) -> EpsilonBound:
+def epsilon_lower_bound(
+    scores: Sequence[float],
+    members: Sequence[int],
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> EpsilonBound:
     """Choose the threshold on one half (largest ε estimate), certify it on the other half."""
     scores, members = _as_arrays(scores, members)
     _check_delta(delta)
     calibrate, certify = split_halves(members, seed=seed)
-    if members[calibrate].all() or not members[calibrate].any() or members[certify].all() \
-            or not members[certify].any():
+    if (
+        members[calibrate].all()
+        or not members[calibrate].any()
+        or members[certify].all()
+        or not members[certify].any()
+    ):
         raise ValueError("need at least two members and two non-members to split into halves")
     threshold = _point_epsilon_threshold(scores[calibrate], members[calibrate], delta=delta)
     fp, neg, fn, pos = rates_at(scores[certify], members[certify], threshold)
@@ -202,23 +241,40 @@ def epsilon_lower_bound(scores: Sequence[float], members: Sequence[int], *, delt
     return EpsilonBound(eps, threshold, fp, neg, fn, pos, delta, confidence, "split-half")
 
 
-def epsilon_lower_bound_bonferroni(scores: Sequence[float], members: Sequence[int], *, delta: float,
-                                   confidence: float = 0.95, thresholds: Optional[Sequence[float]] = None
-                                   ) -> EpsilonBound:
+def epsilon_lower_bound_bonferroni(
+    scores: Sequence[float],
+    members: Sequence[int],
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    thresholds: Sequence[float] | None = None,
+) -> EpsilonBound:
     """Certify every candidate threshold on ALL examples at confidence 1 − (1 − c)/k and keep the
     best: the union bound makes the maximum hold with probability >= c. Pass ``thresholds`` fixed
     in advance for a clean guarantee; the default (score quantiles 1/20 … 19/20) looks at the scores
     but not at the membership labels."""
     scores, members = _as_arrays(scores, members)
     _check_delta(delta)
-    candidates = np.quantile(scores, np.arange(1, 20) / 20) if thresholds is None else np.asarray(thresholds)
+    candidates = (
+        np.quantile(scores, np.arange(1, 20) / 20) if thresholds is None else np.asarray(thresholds)
+    )
     per = 1 - (1 - confidence) / len(candidates)
-    best: Optional[EpsilonBound] = None
+    best: EpsilonBound | None = None
     for t in candidates:
         fp, neg, fn, pos = rates_at(scores, members, float(t))
         eps = certified_epsilon(fp, neg, fn, pos, delta=delta, confidence=per)
         if best is None or eps > best.epsilon:
-            best = EpsilonBound(eps, float(t), fp, neg, fn, pos, delta, confidence, f"bonferroni over {len(candidates)}")
+            best = EpsilonBound(
+                eps,
+                float(t),
+                fp,
+                neg,
+                fn,
+                pos,
+                delta,
+                confidence,
+                f"bonferroni over {len(candidates)}",
+            )
     assert best is not None
     return best
 
@@ -227,8 +283,11 @@ def attack_strength(scores: Sequence[float], members: Sequence[int]) -> dict:
     """AUC, TPR at the FPR points and advantage: how strong an attack is, with NO ε bound. The only
     summary for attacks whose members and non-members are DIFFERENT records (training vs test
     records): two record sets can be told apart by the sets alone, even by a mechanism of true ε 0."""
-    return {"auc": auc(scores, members), "tpr_at_fpr": {str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
-            "advantage": advantage(scores, members)}
+    return {
+        "auc": auc(scores, members),
+        "tpr_at_fpr": {str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
+        "advantage": advantage(scores, members),
+    }
 
 
 @dataclass(frozen=True)
@@ -239,17 +298,29 @@ class AttackMetrics:
     bound: EpsilonBound
 
     def as_dict(self) -> dict:
-        return {"auc": self.auc, "tpr_at_fpr": self.tpr_at_fpr, "advantage": self.advantage,
-                "epsilon_lower_bound": self.bound.as_dict()}
+        return {
+            "auc": self.auc,
+            "tpr_at_fpr": self.tpr_at_fpr,
+            "advantage": self.advantage,
+            "epsilon_lower_bound": self.bound.as_dict(),
+        }
 
 
-def summarise(scores: Sequence[float], members: Sequence[int], *, delta: float, confidence: float = 0.95,
-              seed: int = 0) -> AttackMetrics:
+def summarise(
+    scores: Sequence[float],
+    members: Sequence[int],
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> AttackMetrics:
     """Every metric of one attack; ``advantage`` is on all examples, the ε bound split-half."""
-    return AttackMetrics(auc=auc(scores, members),
-                         tpr_at_fpr={str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
-                         advantage=advantage(scores, members),
-                         bound=epsilon_lower_bound(scores, members, delta=delta, confidence=confidence, seed=seed))
+    return AttackMetrics(
+        auc=auc(scores, members),
+        tpr_at_fpr={str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},
+        advantage=advantage(scores, members),
+        bound=epsilon_lower_bound(scores, members, delta=delta, confidence=confidence, seed=seed),
+    )
 
 
 def _check_counts(k: int, n: int) -> None:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.audit.files import json_target, run_config, write_json
 from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig, audit_tokens, load_settings
 from dpdc_lightning.errors import UserError
 
-WHITEBOX_USAGE = "usage: python audit.py whitebox (RUN_DIR | group=name key=value ...) [audit.key=value ...]"
+WHITEBOX_USAGE = (
+    "usage: python audit.py whitebox (RUN_DIR | group=name key=value ...) [audit.key=value ...]"
+)
 RELEASE_USAGE = "usage: python audit.py release RUN_DIR [audit.key=value ...]"
 
 
@@ -23,7 +25,7 @@ def say(message: str) -> None:
     print(f"audit: {message}", file=sys.stderr, flush=True)
 
 
-def _run_config(arguments: list[str], usage: str) -> tuple[Any, Optional[Path]]:
+def _run_config(arguments: list[str], usage: str) -> tuple[Any, Path | None]:
     """The configuration to audit: a run directory's config.yaml, or config overrides as train.py takes."""
     from dpdc_lightning.config import compose
 
@@ -68,23 +70,31 @@ def release_main(argv: list[str]) -> int:
 
     data = load_data(config)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
-        raise UserError(f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
-                        f"{config.dataset.name} {tuple(data.train_images.shape[1:])}")
+        raise UserError(
+            f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
+            f"{config.dataset.name} {tuple(data.train_images.shape[1:])}"
+        )
     report = release_audit(bundle.images, bundle.labels, config, data, settings, progress=say)
     report["accounted_epsilon"] = bundle.report.get("epsilon")
     for name, entry in report["bundle_strength"].items():
         if name != "note":
-            print(f"bundle   {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
-                  f"advantage={entry['advantage']:.4f} (attack strength: training vs test records)")
+            print(
+                f"bundle   {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
+                f"advantage={entry['advantage']:.4f} (attack strength: training vs test records)"
+            )
     for name, entry in report.get("initialisation_strength", {}).items():
         if name != "note":
-            print(f"init     {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
-                  f"advantage={entry['advantage']:.4f} (the records init=real copied vs test records)")
+            print(
+                f"init     {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
+                f"advantage={entry['advantage']:.4f} (the records init=real copied vs test records)"
+            )
     for target in report["targets"]:
         for name, b in target["bounds"].items():
             claim = target["accounted_epsilon"]
-            print(f"target{target['index']}  {name:8s} one-run lower bound {b['epsilon']:.4f} ({b['correct']}/"
-                  f"{b['guesses']} right; accounted ε {'∞ (not private)' if claim is None else f'{claim:.4f}'})")
+            print(
+                f"target{target['index']}  {name:8s} one-run lower bound {b['epsilon']:.4f} ({b['correct']}/"
+                f"{b['guesses']} right; accounted ε {'∞ (not private)' if claim is None else f'{claim:.4f}'})"
+            )
     return _finish(report, out, "release")
 
 
@@ -95,8 +105,10 @@ def selftest_main(argv: list[str]) -> int:
 
     unknown = [a for a in arguments if a not in CONFIGURATIONS]
     if unknown:
-        raise UserError(f"selftest takes method names ({', '.join(CONFIGURATIONS)}) and audit.key=value, "
-                        f"got {unknown[0]!r}")
+        raise UserError(
+            f"selftest takes method names ({', '.join(CONFIGURATIONS)}) and audit.key=value, "
+            f"got {unknown[0]!r}"
+        )
     out = json_target(settings.out, None, "")
     reports = run_selftest(settings, methods=arguments or None, progress=say)
     print_table(reports)
@@ -109,13 +121,17 @@ def selftest_main(argv: list[str]) -> int:
     return 1
 
 
-def _finish(report: dict[str, Any], out: Optional[Path], what: str) -> int:
+def _finish(report: dict[str, Any], out: Path | None, what: str) -> int:
     if out is not None:
         write_json(out, report)
         print(f"results written to {out}")
     if report["violations"]:
-        print("\n" + "!" * 78 + f"\nAUDIT FAILED ({what}): an empirical lower bound exceeds the accounted epsilon. "
-              "This means a\nbug in the mechanism or its accounting (or a 1 - confidence false alarm):")
+        print(
+            "\n"
+            + "!" * 78
+            + f"\nAUDIT FAILED ({what}): an empirical lower bound exceeds the accounted epsilon. "
+            "This means a\nbug in the mechanism or its accounting (or a 1 - confidence false alarm):"
+        )
         for line in report["violations"]:
             print(f"  {line}")
         print("!" * 78)

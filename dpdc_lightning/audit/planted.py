@@ -17,7 +17,7 @@ Nothing outside ``dpdc_lightning.audit`` imports this module, no config key sele
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -32,13 +32,28 @@ def _noise_scaled(rows: Tensor, *, mechanism: StepMechanism, **call) -> Tensor:
     return correct_release(rows, mechanism=quiet, **call)
 
 
-def _no_clipping(rows: Tensor, *, canaries: int, step: int, partition: int, secret: int,
-                 mechanism: StepMechanism, sample_rate: float) -> Tensor:
+def _no_clipping(
+    rows: Tensor,
+    *,
+    canaries: int,
+    step: int,
+    partition: int,
+    secret: int,
+    mechanism: StepMechanism,
+    sample_rate: float,
+) -> Tensor:
     noise = noise_source(secret, phase="main", step=step, partition=partition, reproducible=False)
-    released, _ = gaussian_sum(rows.double().sum(0), sensitivity=mechanism.sensitivity,
-                               noise_multiplier=mechanism.noise_multiplier, sample_rate=sample_rate, noise=noise)
+    released, _ = gaussian_sum(
+        rows.double().sum(0),
+        sensitivity=mechanism.sensitivity,
+        noise_multiplier=mechanism.noise_multiplier,
+        sample_rate=sample_rate,
+        noise=noise,
+    )
     normaliser = mechanism.normaliser or 1.0
-    return (released / normaliser).double() * normaliser  # the method's division by L or B, as its release
+    return (
+        released / normaliser
+    ).double() * normaliser  # the method's division by L or B, as its release
 
 
 def _noise_reused(rows: Tensor, *, step: int, **call) -> Tensor:
@@ -46,7 +61,7 @@ def _noise_reused(rows: Tensor, *, step: int, **call) -> Tensor:
 
 
 def _weight_doubled(rows: Tensor, *, canaries: int, **call) -> Tensor:
-    doubled = torch.cat([rows, rows[len(rows) - canaries:]]) if canaries else rows
+    doubled = torch.cat([rows, rows[len(rows) - canaries :]]) if canaries else rows
     return correct_release(doubled, canaries=2 * canaries, **call)
 
 

@@ -22,7 +22,8 @@ Two questions, two answers:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,19 +46,37 @@ def _features(extractor: RandomExtractor, images: Tensor) -> Tensor:
         return torch.cat([extractor.embed(chunk.float()) for chunk in images.split(512)]).float()
 
 
-def release_scores(config: RunConfig, data: ImageData, records: Tensor, labels: Tensor, released: Tensor,
-                   released_labels: Tensor, *, extractors: int, seed: int) -> dict[str, Tensor]:
+def release_scores(
+    config: RunConfig,
+    data: ImageData,
+    records: Tensor,
+    labels: Tensor,
+    released: Tensor,
+    released_labels: Tensor,
+    *,
+    extractors: int,
+    seed: int,
+) -> dict[str, Tensor]:
     """Per record: minus the distance to the nearest released image of its label (pixels; features)."""
     scores = {"pixel": canary.nearest_release_score(records, labels, released, released_labels)}
     if extractors:
-        extractor = RandomExtractor(config.model, channels=data.channels, num_classes=data.num_classes,
-                                    image_size=data.image_size, seed=derive_seed(seed, "release", "extractors"),
-                                    device=torch.device("cpu"))
+        extractor = RandomExtractor(
+            config.model,
+            channels=data.channels,
+            num_classes=data.num_classes,
+            image_size=data.image_size,
+            seed=derive_seed(seed, "release", "extractors"),
+            device=torch.device("cpu"),
+        )
         total = torch.zeros(len(records))
         for k in range(extractors):
             extractor.resample(k)
-            total += canary.nearest_release_score(_features(extractor, records), labels,
-                                                  _features(extractor, released), released_labels)
+            total += canary.nearest_release_score(
+                _features(extractor, records),
+                labels,
+                _features(extractor, released),
+                released_labels,
+            )
         scores["feature"] = total / extractors
     return scores
 
@@ -66,7 +85,7 @@ def strength(scores: Tensor, members: Tensor) -> dict[str, Any]:
     return metrics.attack_strength(scores.double().numpy(), members.numpy().astype(int))
 
 
-def initialisation_records(config: RunConfig, data: ImageData) -> Optional[Tensor]:
+def initialisation_records(config: RunConfig, data: ImageData) -> Tensor | None:
     """Indices of the training records a ``method.init=real`` run copied into its starting set."""
     if getattr(config.method, "init", None) != "real":
         return None
@@ -75,54 +94,128 @@ def initialisation_records(config: RunConfig, data: ImageData) -> Optional[Tenso
     return torch.cat([pool[pick] for pool, pick in zip(pools, picks)])
 
 
-def release_audit(released: Tensor, released_labels: Tensor, config: RunConfig, data: ImageData,
-                  settings: ReleaseConfig, *, progress: Callable[[str], None] = lambda message: None
-                  ) -> dict[str, Any]:
+def release_audit(
+    released: Tensor,
+    released_labels: Tensor,
+    config: RunConfig,
+    data: ImageData,
+    settings: ReleaseConfig,
+    *,
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, Any]:
     delta = settings.delta if settings.delta is not None else config.privacy.delta
     per_bound = 1 - (1 - settings.confidence) / max(1, settings.targets * len(SCORES))
     records = torch.cat([data.train_images, data.test_images])
     labels = torch.cat([data.train_labels, data.test_labels])
-    is_member = torch.cat([torch.ones(len(data.train_labels), dtype=torch.bool),
-                           torch.zeros(len(data.test_labels), dtype=torch.bool)])
+    is_member = torch.cat(
+        [
+            torch.ones(len(data.train_labels), dtype=torch.bool),
+            torch.zeros(len(data.test_labels), dtype=torch.bool),
+        ]
+    )
     progress("release: scoring the bundle")
-    scores = release_scores(config, data, records, labels, released, released_labels,
-                            extractors=settings.extractors, seed=settings.seed)
-    report: dict[str, Any] = {"delta": delta, "confidence_per_bound": per_bound, "settings": dataclasses.asdict(settings),
-                              "bundle_strength": {}, "targets": []}
+    scores = release_scores(
+        config,
+        data,
+        records,
+        labels,
+        released,
+        released_labels,
+        extractors=settings.extractors,
+        seed=settings.seed,
+    )
+    report: dict[str, Any] = {
+        "delta": delta,
+        "confidence_per_bound": per_bound,
+        "settings": dataclasses.asdict(settings),
+        "bundle_strength": {},
+        "targets": [],
+    }
     if len(data.test_labels):
         report["bundle_strength"] = {name: strength(s, is_member) for name, s in scores.items()}
-        report["bundle_strength"]["note"] = ("members = training records, non-members = test records: attack "
-                                             "strength of the release, NOT a per-record DP test, so no ε bound")
+        report["bundle_strength"]["note"] = (
+            "members = training records, non-members = test records: attack "
+            "strength of the release, NOT a per-record DP test, so no ε bound"
+        )
     init = initialisation_records(config, data)
     if init is not None and len(data.test_labels):
         chosen = torch.cat([init, len(data.train_labels) + torch.arange(len(data.test_labels))])
-        report["initialisation_strength"] = {name: strength(s[chosen], is_member[chosen]) for name, s in scores.items()}
-        report["initialisation_strength"]["note"] = (f"the {len(init)} records method.init=real started from against "
-                                                     "the test records (attack strength, not an ε bound)")
+        report["initialisation_strength"] = {
+            name: strength(s[chosen], is_member[chosen]) for name, s in scores.items()
+        }
+        report["initialisation_strength"]["note"] = (
+            f"the {len(init)} records method.init=real started from against "
+            "the test records (attack strength, not an ε bound)"
+        )
     for t in range(settings.targets):
-        report["targets"].append(_target(t, config, data, settings, delta=delta, confidence=per_bound,
-                                         guesses=settings.guesses or len(released), progress=progress))
-    report["violations"] = [f"target{t['index']} {name}: one-run lower bound {b['epsilon']:.4f} > accounted "
-                            f"epsilon {t['accounted_epsilon']:.4f}"
-                            for t in report["targets"] for name, b in t["bounds"].items()
-                            if t["accounted_epsilon"] is not None and b["epsilon"] > t["accounted_epsilon"]]
+        report["targets"].append(
+            _target(
+                t,
+                config,
+                data,
+                settings,
+                delta=delta,
+                confidence=per_bound,
+                guesses=settings.guesses or len(released),
+                progress=progress,
+            )
+        )
+    report["violations"] = [
+        f"target{t['index']} {name}: one-run lower bound {b['epsilon']:.4f} > accounted "
+        f"epsilon {t['accounted_epsilon']:.4f}"
+        for t in report["targets"]
+        for name, b in t["bounds"].items()
+        if t["accounted_epsilon"] is not None and b["epsilon"] > t["accounted_epsilon"]
+    ]
     return report
 
 
-def _target(t: int, config: RunConfig, data: ImageData, settings: ReleaseConfig, *, delta: float,
-            confidence: float, guesses: int, progress: Callable[[str], None]) -> dict[str, Any]:
+def _target(
+    t: int,
+    config: RunConfig,
+    data: ImageData,
+    settings: ReleaseConfig,
+    *,
+    delta: float,
+    confidence: float,
+    guesses: int,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
     progress(f"release: target condensation {t + 1}/{settings.targets}")
     n = len(data.train_labels)
     kept = torch.rand(n, generator=derive_generator(settings.seed, "release", "target", t)) < 0.5
-    run_config = dataclasses.replace(config, seed=derive_seed(settings.seed, "release", "target-run", t),
-                                     trainer={**config.trainer, "enable_progress_bar": False})
+    run_config = dataclasses.replace(
+        config,
+        seed=derive_seed(settings.seed, "release", "target-run", t),
+        trainer={**config.trainer, "enable_progress_bar": False},
+    )
     result = condense(run_config, data.subset(torch.nonzero(kept).squeeze(1)))
-    scores = release_scores(config, data, data.train_images, data.train_labels, result.images, result.labels,
-                            extractors=settings.extractors, seed=derive_seed(settings.seed, "release", t))
+    scores = release_scores(
+        config,
+        data,
+        data.train_images,
+        data.train_labels,
+        result.images,
+        result.labels,
+        extractors=settings.extractors,
+        seed=derive_seed(settings.seed, "release", t),
+    )
     bounds = {}
     for name, s in scores.items():
         g = canary.guess(s, kept, guesses_in=min(guesses, n), guesses_out=0)
-        bounds[name] = {"epsilon": canary.one_run_epsilon_bound(m=n, r=g.r, v=g.v, delta=delta, confidence=confidence),
-                        "guesses": g.r, "correct": g.v, "records": n, **strength(s, kept)}
-    return {"index": t, "records_in": int(kept.sum()), "accounted_epsilon": result.report.get("epsilon"),
-            "bounds": bounds, "best_epsilon": float(np.max([b["epsilon"] for b in bounds.values()]))}
+        bounds[name] = {
+            "epsilon": canary.one_run_epsilon_bound(
+                m=n, r=g.r, v=g.v, delta=delta, confidence=confidence
+            ),
+            "guesses": g.r,
+            "correct": g.v,
+            "records": n,
+            **strength(s, kept),
+        }
+    return {
+        "index": t,
+        "records_in": int(kept.sum()),
+        "accounted_epsilon": result.report.get("epsilon"),
+        "bounds": bounds,
+        "best_epsilon": float(np.max([b["epsilon"] for b in bounds.values()])),
+    }

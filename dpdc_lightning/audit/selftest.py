@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from dpdc_lightning.audit.planted import releases
 from dpdc_lightning.audit.settings import WhiteboxConfig
@@ -35,17 +36,28 @@ def verdict(report: dict[str, Any]) -> str:
     return "caught" if above else "MISSED"
 
 
-def run_selftest(settings: WhiteboxConfig, *, methods: Optional[list[str]] = None,
-                 progress: Callable[[str], None] = lambda message: None) -> list[dict[str, Any]]:
-    from dpdc_lightning.engine.planning import load_data
+def run_selftest(
+    settings: WhiteboxConfig,
+    *,
+    methods: list[str] | None = None,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[dict[str, Any]]:
     from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.planning import load_data
 
     reports = []
     for method in methods or list(CONFIGURATIONS):
-        config = compose([*CONFIGURATIONS[method], f"privacy.target_epsilon={CLAIMED_EPSILON}",
-                          "trainer.enable_progress_bar=false"])
+        config = compose(
+            [
+                *CONFIGURATIONS[method],
+                f"privacy.target_epsilon={CLAIMED_EPSILON}",
+                "trainer.enable_progress_bar=false",
+            ]
+        )
         started = time.monotonic()
-        transcript = Transcript(config, load_data(config), others=settings.others, seed=settings.seed)
+        transcript = Transcript(
+            config, load_data(config), others=settings.others, seed=settings.seed
+        )
         for report in whitebox_audit(transcript, settings, releases=releases(), progress=progress):
             report["configuration"] = CONFIGURATIONS[method]
             report["verdict"] = verdict(report)
@@ -55,12 +67,18 @@ def run_selftest(settings: WhiteboxConfig, *, methods: Optional[list[str]] = Non
 
 
 def print_table(reports: list[dict[str, Any]]) -> None:
-    print(f"self-test: claimed ε = {CLAIMED_EPSILON} (δ 1e-5); a bug is caught when the Clopper-Pearson lower "
-          "bound exceeds it")
-    print(f"{'method':7s} {'release':15s} {'lower bound':>11s} {'GDP estimate':>12s} {'one run':>8s}  verdict")
+    print(
+        f"self-test: claimed ε = {CLAIMED_EPSILON} (δ 1e-5); a bug is caught when the Clopper-Pearson lower "
+        "bound exceeds it"
+    )
+    print(
+        f"{'method':7s} {'release':15s} {'lower bound':>11s} {'GDP estimate':>12s} {'one run':>8s}  verdict"
+    )
     for r in reports:
-        print(f"{r['method']:7s} {r['release']:15s} {r['clopper_pearson']['epsilon']:11.3f} "
-              f"{r['gaussian_dp']['epsilon']:12.3f} {r['one_run']['epsilon']:8.3f}  {r['verdict']}")
+        print(
+            f"{r['method']:7s} {r['release']:15s} {r['clopper_pearson']['epsilon']:11.3f} "
+            f"{r['gaussian_dp']['epsilon']:12.3f} {r['one_run']['epsilon']:8.3f}  {r['verdict']}"
+        )
     sys.stdout.flush()
 
 

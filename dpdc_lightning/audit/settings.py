@@ -7,7 +7,7 @@ config hash must not move when audit defaults do), so they live here and not in 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, Optional
+from typing import Any
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -18,7 +18,7 @@ from dpdc_lightning.errors import UserError
 DEFAULTS = CONF_DIR / "audit" / "default.yaml"
 
 
-def check_confidence_and_delta(confidence: float, delta: Optional[float]) -> None:
+def check_confidence_and_delta(confidence: float, delta: float | None) -> None:
     if not 0 < confidence < 1:
         raise UserError(f"audit.confidence must be in (0, 1), got {confidence}")
     if delta is not None and not 0 <= delta < 1:
@@ -30,9 +30,9 @@ class AuditConfig:
     shadows: int = 4
     targets: int = 1
     epochs: int = 30
-    records: Optional[int] = None
+    records: int | None = None
     confidence: float = 0.95
-    delta: Optional[float] = None
+    delta: float | None = None
     one_run_guesses: float = 0.1
     canaries: int = 64
     canary_guesses: int = 8
@@ -42,8 +42,10 @@ class AuditConfig:
 
     def __post_init__(self) -> None:
         if self.shadows < 4 or self.shadows % 2:
-            raise UserError(f"audit.shadows must be even and >= 4 (online LiRA needs IN and OUT shadows for every "
-                            f"record), got {self.shadows}")
+            raise UserError(
+                f"audit.shadows must be even and >= 4 (online LiRA needs IN and OUT shadows for every "
+                f"record), got {self.shadows}"
+            )
         for key in ("targets", "epochs", "ssim_candidates"):
             if getattr(self, key) < 1:
                 raise UserError(f"audit.{key} must be >= 1, got {getattr(self, key)}")
@@ -55,8 +57,10 @@ class AuditConfig:
         if self.canaries < 0 or self.canary_guesses < 0:
             raise UserError("audit.canaries and audit.canary_guesses must be >= 0")
         if self.canaries and not 1 <= self.canary_guesses <= self.canaries:
-            raise UserError(f"audit.canary_guesses must be in [1, audit.canaries={self.canaries}], "
-                            f"got {self.canary_guesses}")
+            raise UserError(
+                f"audit.canary_guesses must be in [1, audit.canaries={self.canaries}], "
+                f"got {self.canary_guesses}"
+            )
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -66,20 +70,24 @@ class AuditConfig:
 class WhiteboxConfig:
     """``audit.*`` of ``audit.py whitebox`` (and ``selftest``); docs/audit.md explains each."""
 
-    trials: int = 48            # runs of the mechanism, each with a fresh secret
-    canaries: int = 1280        # canaries per trial, spread evenly over the partitions (classes)
-    canary: str = "row"         # row: orthogonal worst-case rows; image: one real image per partition
-    others: int = 16            # real records per class in the auditor's pool (known to the auditor)
-    calibration: float = 0.25   # share of the trials that choose the statistic, threshold and guesses
+    trials: int = 48  # runs of the mechanism, each with a fresh secret
+    canaries: int = 1280  # canaries per trial, spread evenly over the partitions (classes)
+    canary: str = "row"  # row: orthogonal worst-case rows; image: one real image per partition
+    others: int = 16  # real records per class in the auditor's pool (known to the auditor)
+    calibration: float = (
+        0.25  # share of the trials that choose the statistic, threshold and guesses
+    )
     confidence: float = 0.95
-    delta: Optional[float] = None
+    delta: float | None = None
     seed: int = 0
-    out: Optional[str] = None   # also write the report as JSON here
+    out: str | None = None  # also write the report as JSON here
 
     def __post_init__(self) -> None:
         for key in ("trials", "canaries", "others"):
             if getattr(self, key) < (2 if key == "trials" else 1):
-                raise UserError(f"audit.{key} must be >= {2 if key == 'trials' else 1}, got {getattr(self, key)}")
+                raise UserError(
+                    f"audit.{key} must be >= {2 if key == 'trials' else 1}, got {getattr(self, key)}"
+                )
         if self.canary not in ("row", "image"):
             raise UserError(f"audit.canary must be row or image, got {self.canary!r}")
         if not 0 < self.calibration < 1:
@@ -91,11 +99,11 @@ class WhiteboxConfig:
 class ReleaseConfig:
     """``audit.*`` of ``audit.py release``."""
 
-    targets: int = 1            # condensations on records kept with probability 1/2 (one-run bounds)
-    extractors: int = 4         # fresh random extractors of the method's network family
-    guesses: Optional[int] = None  # records guessed "in" per target (null: as many as released images)
+    targets: int = 1  # condensations on records kept with probability 1/2 (one-run bounds)
+    extractors: int = 4  # fresh random extractors of the method's network family
+    guesses: int | None = None  # records guessed "in" per target (null: as many as released images)
     confidence: float = 0.95
-    delta: Optional[float] = None
+    delta: float | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -108,7 +116,9 @@ class ReleaseConfig:
 
 def audit_tokens(argv: list[str]) -> tuple[list[str], list[str]]:
     """(``audit.*`` tokens, the other arguments)."""
-    return [a for a in argv if a.startswith("audit.")], [a for a in argv if not a.startswith("audit.")]
+    return [a for a in argv if a.startswith("audit.")], [
+        a for a in argv if not a.startswith("audit.")
+    ]
 
 
 def load_settings(tokens: list[str], schema: type = AuditConfig) -> Any:
@@ -117,7 +127,9 @@ def load_settings(tokens: list[str], schema: type = AuditConfig) -> Any:
     for token in tokens:
         key, sep, _ = token.partition("=")
         if not sep or not key.startswith("audit."):
-            raise UserError(f"cannot use argument '{token}': the audit takes audit.key=value overrides")
+            raise UserError(
+                f"cannot use argument '{token}': the audit takes audit.key=value overrides"
+            )
     try:
         overrides = OmegaConf.from_dotlist(tokens).get("audit", {}) if tokens else {}
         defaults = OmegaConf.load(DEFAULTS) if schema is AuditConfig else {}

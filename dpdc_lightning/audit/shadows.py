@@ -15,8 +15,8 @@ the image and its horizontal flip.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 from torch import Tensor, nn
@@ -37,8 +37,9 @@ def keep_matrix(shadows: int, records: int, *, generator: torch.Generator) -> Te
 
 
 @torch.no_grad()
-def logit_confidence(network: nn.Module, images: Tensor, labels: Tensor, *, batch_size: int = 1024
-                     ) -> tuple[Tensor, Tensor]:
+def logit_confidence(
+    network: nn.Module, images: Tensor, labels: Tensor, *, batch_size: int = 1024
+) -> tuple[Tensor, Tensor]:
     """(φ averaged over the image and its horizontal flip, top-1 correct on the original) per record."""
     network.eval()
     phis, correct = [], []
@@ -59,10 +60,10 @@ def logit_confidence(network: nn.Module, images: Tensor, labels: Tensor, *, batc
 class ShadowResult:
     """One shadow: who was in it, its ε, and φ on the scored training records and the test split."""
 
-    members: Tensor            # bool over ALL training records
-    epsilon: Optional[float]   # the shadow condensation's accounted ε (None: not private)
-    train_phi: Tensor          # [scored training records]
-    test_phi: Tensor           # [test records]
+    members: Tensor  # bool over ALL training records
+    epsilon: float | None  # the shadow condensation's accounted ε (None: not private)
+    train_phi: Tensor  # [scored training records]
+    test_phi: Tensor  # [test records]
     test_accuracy: float
 
 
@@ -71,7 +72,7 @@ class ShadowPlan:
     config: RunConfig
     data: ImageData
     protocol: EvalProtocol
-    scored: Tensor             # indices of the training records that are attacked
+    scored: Tensor  # indices of the training records that are attacked
     seed: int
     progress: Callable[[str], None] = field(default=lambda message: None)
     # Classifiers this audit trains in this process (run_shadows sets it): they share one step function,
@@ -81,29 +82,60 @@ class ShadowPlan:
     def run(self, members: Tensor, *, name: str) -> ShadowResult:
         """Condense on the training records ``members`` (bool mask), train, score."""
         seed = derive_seed(self.seed, "audit", name)
-        config = dataclasses.replace(self.config, seed=seed,
-                                     trainer={**self.config.trainer, "enable_progress_bar": False})
+        config = dataclasses.replace(
+            self.config, seed=seed, trainer={**self.config.trainer, "enable_progress_bar": False}
+        )
         released = condense(config, self.data.subset(torch.nonzero(members).squeeze(1)))
-        return self.score(released.images, released.labels, members=members,
-                          epsilon=released.report.get("epsilon"), seed=seed)
+        return self.score(
+            released.images,
+            released.labels,
+            members=members,
+            epsilon=released.report.get("epsilon"),
+            seed=seed,
+        )
 
-    def score(self, images: Tensor, labels: Tensor, *, members: Tensor, epsilon: Optional[float],
-              seed: int) -> ShadowResult:
+    def score(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        *,
+        members: Tensor,
+        epsilon: float | None,
+        seed: int,
+    ) -> ShadowResult:
         """Train one classifier on a released set and score every attacked record with it."""
         model = self.config.model
-        network = train_network(images, labels, model=model.name, num_classes=self.data.num_classes,
-                                protocol=self.protocol, seed=seed, model_options=model.options(),
-                                accelerator="cpu", pea=self.config.eval.pea,
-                                engine=self.config.eval.engine, compile=self.config.eval.compile,
-                                shared_runs=self.shared_runs)
+        network = train_network(
+            images,
+            labels,
+            model=model.name,
+            num_classes=self.data.num_classes,
+            protocol=self.protocol,
+            seed=seed,
+            model_options=model.options(),
+            accelerator="cpu",
+            pea=self.config.eval.pea,
+            engine=self.config.eval.engine,
+            compile=self.config.eval.compile,
+            shared_runs=self.shared_runs,
+        )
         data = self.data
-        train_phi, _ = logit_confidence(network, data.train_images[self.scored], data.train_labels[self.scored])
+        train_phi, _ = logit_confidence(
+            network, data.train_images[self.scored], data.train_labels[self.scored]
+        )
         test_phi, correct = logit_confidence(network, data.test_images, data.test_labels)
-        return ShadowResult(members=members, epsilon=epsilon, train_phi=train_phi, test_phi=test_phi,
-                            test_accuracy=float(correct.float().mean()))
+        return ShadowResult(
+            members=members,
+            epsilon=epsilon,
+            train_phi=train_phi,
+            test_phi=test_phi,
+            test_accuracy=float(correct.float().mean()),
+        )
 
 
-def run_shadows(plan: ShadowPlan, *, shadows: int, targets: int) -> tuple[list[ShadowResult], list[ShadowResult]]:
+def run_shadows(
+    plan: ShadowPlan, *, shadows: int, targets: int
+) -> tuple[list[ShadowResult], list[ShadowResult]]:
     """S reference shadows on the keep matrix, then ``targets`` held-out shadows (own coin flips)."""
     plan = dataclasses.replace(plan, shared_runs=shadows + targets)
     n = len(plan.data.train_labels)

@@ -26,7 +26,7 @@ sensitivity.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -53,49 +53,83 @@ class StepMechanism:
 
     sensitivity: float
     noise_multiplier: float
-    normaliser: Optional[float]  # the noisy sum is divided by it (Dosser: L, PSG: B); None: released as a sum
+    normaliser: (
+        float | None
+    )  # the noisy sum is divided by it (Dosser: L, PSG: B); None: released as a sum
 
     @property
     def noise_std(self) -> float:
         return self.sensitivity * self.noise_multiplier
 
     @classmethod
-    def of(cls, event: PrivacyEvent) -> "StepMechanism":
+    def of(cls, event: PrivacyEvent) -> StepMechanism:
         if event.sensitivity is None:
             raise RuntimeError(f"the method's step spent {event}, which states no sensitivity")
         return cls(event.sensitivity, event.noise_multiplier, event.expected_size)
 
 
 class Release(Protocol):
-    def __call__(self, rows: Tensor, *, canaries: int, step: int, partition: int, secret: int,
-                 mechanism: StepMechanism, sample_rate: float) -> Tensor: ...
+    def __call__(
+        self,
+        rows: Tensor,
+        *,
+        canaries: int,
+        step: int,
+        partition: int,
+        secret: int,
+        mechanism: StepMechanism,
+        sample_rate: float,
+    ) -> Tensor: ...
 
 
-def correct_release(rows: Tensor, *, canaries: int, step: int, partition: int, secret: int,
-                    mechanism: StepMechanism, sample_rate: float) -> Tensor:
+def correct_release(
+    rows: Tensor,
+    *,
+    canaries: int,
+    step: int,
+    partition: int,
+    secret: int,
+    mechanism: StepMechanism,
+    sample_rate: float,
+) -> Tensor:
     """The method's mechanism on the sampled ``rows`` (the last ``canaries`` of them are canaries),
     keyed by the trial's ``secret``; float64, in sum units."""
     noise = noise_source(secret, phase="main", step=step, partition=partition, reproducible=False)
     if mechanism.normaliser is None:
-        released, _ = noisy_clipped_sum(rows, max_norm=mechanism.sensitivity,
-                                        noise_multiplier=mechanism.noise_multiplier, sample_rate=sample_rate,
-                                        noise=noise)
+        released, _ = noisy_clipped_sum(
+            rows,
+            max_norm=mechanism.sensitivity,
+            noise_multiplier=mechanism.noise_multiplier,
+            sample_rate=sample_rate,
+            noise=noise,
+        )
         return released.double()
-    released, _ = noisy_clipped_mean(rows, max_norm=mechanism.sensitivity, noise_multiplier=mechanism.noise_multiplier,
-                                     sample_rate=sample_rate, expected_size=mechanism.normaliser, noise=noise)
+    released, _ = noisy_clipped_mean(
+        rows,
+        max_norm=mechanism.sensitivity,
+        noise_multiplier=mechanism.noise_multiplier,
+        sample_rate=sample_rate,
+        expected_size=mechanism.normaliser,
+        noise=noise,
+    )
     return released.double() * mechanism.normaliser
 
 
 class StepView:
     """The rows of one step: the pool of every partition, and any other images under the same θ_t."""
 
-    def __init__(self, transcript: "Transcript", step: int) -> None:
+    def __init__(self, transcript: Transcript, step: int) -> None:
         self.transcript, self.step = transcript, step
         self.context = transcript._prepare(step)
         self.pool_rows = {p: self.rows_of(p, *transcript.pools[p]) for p in transcript.partitions}
 
     def rows_of(self, partition: int, images: Tensor, labels: Tensor) -> Tensor:
-        return self.transcript._rows(self.step, partition, images, labels, self.context).detach().float().clone()
+        return (
+            self.transcript._rows(self.step, partition, images, labels, self.context)
+            .detach()
+            .float()
+            .clone()
+        )
 
 
 class Transcript:
@@ -105,23 +139,37 @@ class Transcript:
     def __init__(self, config: RunConfig, data: ImageData, *, others: int, seed: int) -> None:
         name = config.method.name
         if name not in AUDITED:
-            raise UserError(f"method {name} releases no noisy transcript (not private): the white-box audit takes "
-                            f"{', '.join(AUDITED)}; audit a non-private release with `audit.py release RUN_DIR`")
+            raise UserError(
+                f"method {name} releases no noisy transcript (not private): the white-box audit takes "
+                f"{', '.join(AUDITED)}; audit a non-private release with `audit.py release RUN_DIR`"
+            )
         self.name, self.config, self.data = name, config, data
-        self.plan = plan_run(config, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan"))
-        self._auxiliary = resolve_auxiliary(config, data, plan=self.plan,
-                                            noise_seed=derive_seed(seed, "whitebox", "aux"))
+        self.plan = plan_run(
+            config, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan")
+        )
+        self._auxiliary = resolve_auxiliary(
+            config, data, plan=self.plan, noise_seed=derive_seed(seed, "whitebox", "aux")
+        )
         self.method = self._build(noise_seed=derive_seed(seed, "whitebox", "method"))
-        self.partitions = [-1] if self.plan.sampling == "global_poisson" else list(range(data.num_classes))
+        self.partitions = (
+            [-1] if self.plan.sampling == "global_poisson" else list(range(data.num_classes))
+        )
         self.pools = self._pools(others, seed)
         self.mechanism = StepMechanism.of(self._spent_event(seed))
 
     def _build(self, *, noise_seed: int) -> CondensationMethod:
         """The method as ``condense`` builds it (the plan's class sizes), ready to step without a trainer."""
         config = self.config
-        method = METHODS[self.name](config.method, data=DataSpec.of(self.data, plan=self.plan), plan=self.plan,
-                                    seed=config.seed, noise_seed=noise_seed, model=config.model,
-                                    augment_mode=config.augment.mode, auxiliary=self._auxiliary)
+        method = METHODS[self.name](
+            config.method,
+            data=DataSpec.of(self.data, plan=self.plan),
+            plan=self.plan,
+            seed=config.seed,
+            noise_seed=noise_seed,
+            model=config.model,
+            augment_mode=config.augment.mode,
+            auxiliary=self._auxiliary,
+        )
         if method.uses_network:
             method.on_fit_start()  # builds the extractor and DSA, or PSG's network: no trainer needed
         return method
@@ -135,16 +183,26 @@ class Transcript:
             images, labels = self.pools[-1]
             probe.condensation_step({"step": 0, "images": images, "labels": labels}, 0)
         else:
-            probe.condensation_step({"step": 0, "classes": self.partitions,
-                                     "images": [self.pools[p][0] for p in self.partitions]}, 0)
+            probe.condensation_step(
+                {
+                    "step": 0,
+                    "classes": self.partitions,
+                    "images": [self.pools[p][0] for p in self.partitions],
+                },
+                0,
+            )
         events = [event for _, event in probe.pop_events()]
         # PrivacyEvent's equality is its cost only: compare what the audit uses, field by field.
         stated = {(e.sensitivity, e.noise_multiplier, e.expected_size) for e in events}
         if len(stated) != 1:
-            raise RuntimeError(f"the method's first step spent {len(stated)} different mechanisms; the audit takes one")
+            raise RuntimeError(
+                f"the method's first step spent {len(stated)} different mechanisms; the audit takes one"
+            )
         if events[0].noise_multiplier != self.plan.noise_multiplier:
-            raise RuntimeError(f"the method spent noise multiplier {events[0].noise_multiplier}, its plan has "
-                               f"{self.plan.noise_multiplier}")
+            raise RuntimeError(
+                f"the method spent noise multiplier {events[0].noise_multiplier}, its plan has "
+                f"{self.plan.noise_multiplier}"
+            )
         return events[0]
 
     @property
@@ -164,27 +222,44 @@ class Transcript:
         picks = []
         for c in range(self.data.num_classes):
             index = torch.nonzero(self.data.train_labels == c).squeeze(1)
-            picks.append(index[torch.randperm(len(index), generator=generator)[:others]].sort().values)
+            picks.append(
+                index[torch.randperm(len(index), generator=generator)[:others]].sort().values
+            )
         if self.partitions == [-1]:
             index = torch.cat(picks).sort().values
             return {-1: (self.data.train_images[index], self.data.train_labels[index])}
-        return {c: (self.data.train_images[i], self.data.train_labels[i]) for c, i in enumerate(picks)}
+        return {
+            c: (self.data.train_images[i], self.data.train_labels[i]) for c, i in enumerate(picks)
+        }
 
     # ---- the methods' per-step maths -------------------------------------------------------------
-    def _prepare(self, step: int) -> Optional[tuple[Tensor, Tensor]]:
+    def _prepare(self, step: int) -> tuple[Tensor, Tensor] | None:
         method = self.method
         if self.name in ("ndpdc", "dosser"):
             method.extractor.resample(step)  # θ_t: the generator Dosser's sampling stage loads too
             if self.name == "dosser" and method.ser:
                 with torch.no_grad():
-                    features = torch.cat([method.extractor.embed(chunk) for chunk in method.auxiliary.images.split(512)])
+                    features = torch.cat(
+                        [
+                            method.extractor.embed(chunk)
+                            for chunk in method.auxiliary.images.split(512)
+                        ]
+                    )
                 return principal_subspace(features, dim=method.config.subspace_dim)
         elif self.name == "psg":
-            method.start_round(step)  # θ_t: the network of round t's initialisation (the auditor's choice)
+            method.start_round(
+                step
+            )  # θ_t: the network of round t's initialisation (the auditor's choice)
         return None
 
-    def _rows(self, step: int, partition: int, images: Tensor, labels: Tensor,
-              context: Optional[tuple[Tensor, Tensor]]) -> Tensor:
+    def _rows(
+        self,
+        step: int,
+        partition: int,
+        images: Tensor,
+        labels: Tensor,
+        context: tuple[Tensor, Tensor] | None,
+    ) -> Tensor:
         method = self.method
         if self.name == "ldpdc":
             return images.clamp(-method.config.bound, method.config.bound).flatten(1).float()

@@ -24,8 +24,8 @@ QUANTILES = (0.0, 0.05, 0.25, 0.5)
 @dataclass(frozen=True)
 class Neighbours:
     l2_distance: Tensor  # [n_synthetic]
-    l2_index: Tensor     # index into the private images
-    ssim: Tensor         # [n_synthetic], the best SSIM found
+    l2_index: Tensor  # index into the private images
+    ssim: Tensor  # [n_synthetic], the best SSIM found
     ssim_index: Tensor
 
 
@@ -41,14 +41,22 @@ def nearest_l2(queries: Tensor, pool: Tensor, *, chunk: int = 512) -> tuple[Tens
     return torch.cat(dists), torch.cat(index)
 
 
-def nearest_neighbours(synthetic: Tensor, private: Tensor, *, ssim_candidates: int = 64) -> Neighbours:
+def nearest_neighbours(
+    synthetic: Tensor, private: Tensor, *, ssim_candidates: int = 64
+) -> Neighbours:
     l2, l2_index = nearest_l2(synthetic, private)
     k = min(ssim_candidates, len(private))
-    candidates = torch.cdist(synthetic.flatten(1).double(), private.flatten(1).double()).topk(k, largest=False).indices
+    candidates = (
+        torch.cdist(synthetic.flatten(1).double(), private.flatten(1).double())
+        .topk(k, largest=False)
+        .indices
+    )
     best, best_index = [], []
     for i, cand in enumerate(candidates):
         query = synthetic[i : i + 1].float().expand(k, *synthetic.shape[1:])
-        values = structural_similarity_index_measure(query, private[cand].float(), data_range=2.0, reduction="none")
+        values = structural_similarity_index_measure(
+            query, private[cand].float(), data_range=2.0, reduction="none"
+        )
         j = int(values.argmax())
         best.append(float(values[j]))
         best_index.append(int(cand[j]))
@@ -56,11 +64,14 @@ def nearest_neighbours(synthetic: Tensor, private: Tensor, *, ssim_candidates: i
 
 
 def summary(values: Tensor) -> dict[str, float]:
-    return {f"q{int(q * 100):02d}": float(values.quantile(q)) for q in QUANTILES} | {"mean": float(values.mean())}
+    return {f"q{int(q * 100):02d}": float(values.quantile(q)) for q in QUANTILES} | {
+        "mean": float(values.mean())
+    }
 
 
-def visual_report(synthetic: Tensor, private: Tensor, test: Tensor, *, ssim_candidates: int = 64
-                  ) -> tuple[dict, Neighbours]:
+def visual_report(
+    synthetic: Tensor, private: Tensor, test: Tensor, *, ssim_candidates: int = 64
+) -> tuple[dict, Neighbours]:
     """Distances of synthetic→private, synthetic→test and (reference) test→private."""
     found = nearest_neighbours(synthetic, private, ssim_candidates=ssim_candidates)
     syn_test, _ = nearest_l2(synthetic, test)
@@ -70,13 +81,17 @@ def visual_report(synthetic: Tensor, private: Tensor, test: Tensor, *, ssim_cand
         "synthetic_to_test_l2": summary(syn_test),
         "test_to_private_l2_reference": summary(test_private),
         "synthetic_best_ssim_with_private": summary(found.ssim),
-        "synthetic_closer_than_reference_q05": float((found.l2_distance < test_private.quantile(0.05)).float().mean()),
+        "synthetic_closer_than_reference_q05": float(
+            (found.l2_distance < test_private.quantile(0.05)).float().mean()
+        ),
         "ssim_search": f"among the {min(ssim_candidates, len(private))} nearest private images by L2",
     }
     return report, found
 
 
-def neighbour_pairs_png(synthetic: Tensor, private: Tensor, found: Neighbours, *, rows: int = 16) -> bytes:
+def neighbour_pairs_png(
+    synthetic: Tensor, private: Tensor, found: Neighbours, *, rows: int = 16
+) -> bytes:
     """Columns: synthetic image | nearest private by L2 | nearest private by SSIM; the closest
     (smallest L2) synthetic images first, ``rows`` of them."""
     order = found.l2_distance.argsort()[:rows]

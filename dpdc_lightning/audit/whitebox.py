@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,10 +40,10 @@ from torch import Tensor
 from dpdc_lightning.audit.bounds import Samples, certify
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.audit.transcripts import Release, StepView, Transcript, correct_release
-from dpdc_lightning.privacy.sampling import poisson_sample
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows
+from dpdc_lightning.privacy.sampling import poisson_sample
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 STATISTICS = ("llr", "spread")
@@ -55,21 +56,38 @@ class Canaries:
         self.transcript, self.kind, self.m = transcript, kind, per_partition
         data = transcript.data
         if kind == "image":
-            test = data.test_images if len(data.test_images) else torch.ones(1, *data.train_images.shape[1:])
-            test_labels = data.test_labels if len(data.test_labels) else torch.zeros(1, dtype=torch.long)
+            test = (
+                data.test_images
+                if len(data.test_images)
+                else torch.ones(1, *data.train_images.shape[1:])
+            )
+            test_labels = (
+                data.test_labels if len(data.test_labels) else torch.zeros(1, dtype=torch.long)
+            )
             self.images = {}
             for i, p in enumerate(transcript.partitions):
                 label = (int(test_labels[i % len(test)]) + 1) % data.num_classes if p < 0 else p
                 self.images[p] = (test[i % len(test)][None], torch.tensor([label]))
         elif transcript.name == "ldpdc":
             d = math.prod(data.train_images.shape[1:])
-            block = d & -d  # the largest power of two dividing d: Hadamard(block) ⊗ 1 gives orthogonal ±1 images
+            block = (
+                d & -d
+            )  # the largest power of two dividing d: Hadamard(block) ⊗ 1 gives orthogonal ±1 images
             if per_partition > block:
-                raise UserError(f"audit.canaries: at most {block} orthogonal ±1 canary images per class fit "
-                                f"{d} pixels, asked for {per_partition}")
-            pattern = torch.as_tensor(hadamard(block)[:per_partition], dtype=torch.float32).repeat_interleave(d // block, 1)
-            self.images = {p: (transcript.method.config.bound * pattern.view(-1, *data.train_images.shape[1:]),
-                               torch.full((per_partition,), max(p, 0))) for p in transcript.partitions}
+                raise UserError(
+                    f"audit.canaries: at most {block} orthogonal ±1 canary images per class fit "
+                    f"{d} pixels, asked for {per_partition}"
+                )
+            pattern = torch.as_tensor(
+                hadamard(block)[:per_partition], dtype=torch.float32
+            ).repeat_interleave(d // block, 1)
+            self.images = {
+                p: (
+                    transcript.method.config.bound * pattern.view(-1, *data.train_images.shape[1:]),
+                    torch.full((per_partition,), max(p, 0)),
+                )
+                for p in transcript.partitions
+            }
         else:
             self.images = None
 
@@ -81,7 +99,9 @@ class Canaries:
         pool = view.pool_rows[partition]
         d = pool.shape[1]
         if self.m > d:
-            raise UserError(f"audit.canaries: {self.m} canaries per partition do not fit the {d} dimensions of a row")
+            raise UserError(
+                f"audit.canaries: {self.m} canaries per partition do not fit the {d} dimensions of a row"
+            )
         directions = torch.zeros(self.m, d, dtype=torch.float64)
         directions[torch.arange(self.m), torch.arange(self.m) * (d // self.m)] = 1.0
         size = max(float(pool.double().norm(dim=1).max()), self.transcript.mechanism.sensitivity)
@@ -91,10 +111,12 @@ class Canaries:
 def sample_pool(size: int, *, sample_rate: float, secret: int, step: int, partition: int) -> Tensor:
     """The Poisson sample of a pool of ``size`` records, drawn as the data module draws a run's sample
     (its generator keyed by the run's secret, the step and the partition)."""
-    return poisson_sample(size, sample_rate=sample_rate, generator=derive_generator(secret, "sample", step, partition))
+    return poisson_sample(
+        size, sample_rate=sample_rate, generator=derive_generator(secret, "sample", step, partition)
+    )
 
 
-ROW_BUDGET = 2 ** 25  # float64 values of canary rows one mechanism call may hold (256 MB)
+ROW_BUDGET = 2**25  # float64 values of canary rows one mechanism call may hold (256 MB)
 
 
 def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
@@ -105,18 +127,28 @@ def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
     return max(1, min(settings.canaries // partitions, dim, ROW_BUDGET // dim))
 
 
-def run_trials(transcript: Transcript, settings: WhiteboxConfig, *, releases: dict[str, Release],
-               progress: Callable[[str], None] = lambda message: None) -> dict[str, Samples]:
+def run_trials(
+    transcript: Transcript,
+    settings: WhiteboxConfig,
+    *,
+    releases: dict[str, Release],
+    progress: Callable[[str], None] = lambda message: None,
+) -> dict[str, Samples]:
     """``settings.trials`` runs of every release in ``releases`` on the same canaries and coins."""
     parts, trials, mech = transcript.partitions, settings.trials, transcript.mechanism
     first = transcript.at(0)
     m = per_partition(settings, len(parts), first.pool_rows[parts[0]].shape[1])
     canaries = Canaries(transcript, kind=settings.canary, per_partition=m)
-    coins = torch.rand(trials, len(parts), m, generator=derive_generator(settings.seed, "whitebox", "coins")) < 0.5
+    coins = (
+        torch.rand(
+            trials, len(parts), m, generator=derive_generator(settings.seed, "whitebox", "coins")
+        )
+        < 0.5
+    )
     secrets = [derive_seed(settings.seed, "whitebox", "secret", k) for k in range(trials)]
     shape = (len(releases), trials, len(parts), m)
     llr, spread, last = (torch.zeros(shape, dtype=torch.float64) for _ in range(3))
-    variance = mech.noise_std ** 2
+    variance = mech.noise_std**2
     for step in range(transcript.steps):
         if step % max(1, transcript.steps // 10) == 0:
             progress(f"white-box: step {step + 1}/{transcript.steps}")
@@ -130,29 +162,56 @@ def run_trials(transcript: Transcript, settings: WhiteboxConfig, *, releases: di
             log_out, log_in = math.log1p(-q) if q < 1 else -math.inf, math.log(q)
             for k in range(trials):
                 inside = torch.nonzero(coins[k, p]).squeeze(1)
-                picks = sample_pool(len(others) + len(inside), sample_rate=q, secret=secrets[k], step=step,
-                                    partition=part)
-                mine, theirs = picks[picks < len(others)], inside[picks[picks >= len(others)] - len(others)]
+                picks = sample_pool(
+                    len(others) + len(inside),
+                    sample_rate=q,
+                    secret=secrets[k],
+                    step=step,
+                    partition=part,
+                )
+                mine, theirs = (
+                    picks[picks < len(others)],
+                    inside[picks[picks >= len(others)] - len(others)],
+                )
                 sampled = torch.cat([others[mine], rows[theirs]])
                 subtract = known[mine].sum(0)
                 for v, release in enumerate(releases.values()):
-                    y = release(sampled, canaries=len(theirs), step=step, partition=part, secret=secrets[k],
-                                mechanism=mech, sample_rate=q)
+                    y = release(
+                        sampled,
+                        canaries=len(theirs),
+                        step=step,
+                        partition=part,
+                        secret=secrets[k],
+                        mechanism=mech,
+                        sample_rate=q,
+                    )
                     x = (y - subtract) @ directions.T
-                    llr[v, k, p] += torch.logaddexp(torch.tensor(log_out, dtype=torch.float64),
-                                                    log_in + (shift * x - shift ** 2 / 2) / variance)
+                    llr[v, k, p] += torch.logaddexp(
+                        torch.tensor(log_out, dtype=torch.float64),
+                        log_in + (shift * x - shift**2 / 2) / variance,
+                    )
                     if step:
                         spread[v, k, p] += (x - last[v, k, p]) ** 2 / (2 * variance)
                     last[v, k, p] = x
     members = coins.reshape(trials, -1).numpy()
-    return {name: Samples({"llr": llr[v].reshape(trials, -1).numpy(), "spread": spread[v].reshape(trials, -1).numpy()},
-                          members) for v, name in enumerate(releases)}
+    return {
+        name: Samples(
+            {
+                "llr": llr[v].reshape(trials, -1).numpy(),
+                "spread": spread[v].reshape(trials, -1).numpy(),
+            },
+            members,
+        )
+        for v, name in enumerate(releases)
+    }
 
 
 def accounted(transcript: Transcript) -> dict[str, float]:
     """The ε the plan accounts (its accountant) and the other accountant's ε for the same events."""
     plan = transcript.plan
-    prior = [(event.noise_multiplier, event.sample_rate, runs) for _, event, runs in plan.prior_events()]
+    prior = [
+        (event.noise_multiplier, event.sample_rate, runs) for _, event, runs in plan.prior_events()
+    ]
     history = prior + [(plan.noise_multiplier, plan.sample_rate, plan.data_steps)]
     out = {plan.accountant: float(plan.planned_epsilon)}
     for other in ("rdp", "prv"):
@@ -161,47 +220,83 @@ def accounted(transcript: Transcript) -> dict[str, float]:
     return out
 
 
-def describe(transcript: Transcript, settings: WhiteboxConfig, samples: Samples, *, seconds: float,
-             release: str = "correct") -> dict[str, Any]:
+def describe(
+    transcript: Transcript,
+    settings: WhiteboxConfig,
+    samples: Samples,
+    *,
+    seconds: float,
+    release: str = "correct",
+) -> dict[str, Any]:
     """Bounds and everything needed to read them."""
     plan, mech = transcript.plan, transcript.mechanism
     delta = settings.delta if settings.delta is not None else plan.delta
     per_bound = 1 - (1 - settings.confidence) / 2  # two rigorous bounds are compared with the claim
-    bounds = certify(samples, calibration=settings.calibration, delta=delta, confidence=per_bound,
-                     gdp_confidence=settings.confidence)
+    bounds = certify(
+        samples,
+        calibration=settings.calibration,
+        delta=delta,
+        confidence=per_bound,
+        gdp_confidence=settings.confidence,
+    )
     claimed = float(plan.planned_epsilon)
-    violations = [f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > accounted epsilon {claimed:.4f}"
-                  for name in ("clopper_pearson", "one_run") if bounds[name]["epsilon"] > claimed]
-    return {"method": transcript.name, "release": release, "delta": delta, "accounted_epsilon": accounted(transcript),
-            "claimed_epsilon": claimed, "noise_multiplier": plan.noise_multiplier, "sample_rate": plan.sample_rate,
-            "steps": plan.data_steps, "sensitivity": mech.sensitivity, "noise_std": mech.noise_std,
-            "trials": samples.members.shape[0], "canaries_per_trial": samples.members.shape[1],
-            "canary": settings.canary, "others_per_class": settings.others,
-            "pool": {str(p): len(transcript.pools[p][0]) for p in transcript.partitions},
-            **bounds, "violations": violations, "wall_seconds": seconds,
-            "confidence_per_bound": per_bound, "seed": settings.seed}
+    violations = [
+        f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > accounted epsilon {claimed:.4f}"
+        for name in ("clopper_pearson", "one_run")
+        if bounds[name]["epsilon"] > claimed
+    ]
+    return {
+        "method": transcript.name,
+        "release": release,
+        "delta": delta,
+        "accounted_epsilon": accounted(transcript),
+        "claimed_epsilon": claimed,
+        "noise_multiplier": plan.noise_multiplier,
+        "sample_rate": plan.sample_rate,
+        "steps": plan.data_steps,
+        "sensitivity": mech.sensitivity,
+        "noise_std": mech.noise_std,
+        "trials": samples.members.shape[0],
+        "canaries_per_trial": samples.members.shape[1],
+        "canary": settings.canary,
+        "others_per_class": settings.others,
+        "pool": {str(p): len(transcript.pools[p][0]) for p in transcript.partitions},
+        **bounds,
+        "violations": violations,
+        "wall_seconds": seconds,
+        "confidence_per_bound": per_bound,
+        "seed": settings.seed,
+    }
 
 
-def whitebox_audit(transcript: Transcript, settings: WhiteboxConfig, *,
-                   progress: Callable[[str], None] = lambda message: None,
-                   releases: Optional[dict[str, Release]] = None) -> list[dict[str, Any]]:
+def whitebox_audit(
+    transcript: Transcript,
+    settings: WhiteboxConfig,
+    *,
+    progress: Callable[[str], None] = lambda message: None,
+    releases: dict[str, Release] | None = None,
+) -> list[dict[str, Any]]:
     """Run the trials (the correct mechanism unless ``releases`` is given) and report each release."""
     started = time.monotonic()
     releases = releases or {"correct": correct_release}
     all_samples = run_trials(transcript, settings, releases=releases, progress=progress)
     seconds = time.monotonic() - started
-    return [describe(transcript, settings, samples, seconds=seconds, release=name)
-            for name, samples in all_samples.items()]
+    return [
+        describe(transcript, settings, samples, seconds=seconds, release=name)
+        for name, samples in all_samples.items()
+    ]
 
 
 def summary_line(report: dict[str, Any]) -> str:
     cp, gdp, one = report["clopper_pearson"], report["gaussian_dp"], report["one_run"]
     eps = report["accounted_epsilon"]
-    return (f"{report['method']:7s} {report['release']:15s} accounted ε {report['claimed_epsilon']:.3f} "
-            f"(rdp {eps['rdp']:.3f}, prv {eps['prv']:.3f}) | white-box lower bound {cp['epsilon']:.3f} "
-            f"(Clopper-Pearson, {cp['statistic']}) | GDP estimate {_f(gdp['epsilon'])} "
-            f"[{_f(gdp['interval'][0])}, {_f(gdp['interval'][1])}] | one run {one['epsilon']:.3f} "
-            f"({one['correct']}/{one['guesses']}) | {report['trials']} trials x {report['canaries_per_trial']} canaries")
+    return (
+        f"{report['method']:7s} {report['release']:15s} accounted ε {report['claimed_epsilon']:.3f} "
+        f"(rdp {eps['rdp']:.3f}, prv {eps['prv']:.3f}) | white-box lower bound {cp['epsilon']:.3f} "
+        f"(Clopper-Pearson, {cp['statistic']}) | GDP estimate {_f(gdp['epsilon'])} "
+        f"[{_f(gdp['interval'][0])}, {_f(gdp['interval'][1])}] | one run {one['epsilon']:.3f} "
+        f"({one['correct']}/{one['guesses']}) | {report['trials']} trials x {report['canaries_per_trial']} canaries"
+    )
 
 
 def _f(x: float) -> str:

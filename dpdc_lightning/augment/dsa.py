@@ -134,13 +134,22 @@ class DSA:
         contrast: float = 0.5,
     ) -> None:
         if mode not in MODES:
-            raise UserError(f"augment mode {mode!r} is not known; choose one of: {', '.join(MODES)}")
+            raise UserError(
+                f"augment mode {mode!r} is not known; choose one of: {', '.join(MODES)}"
+            )
         self.strategy = strategy
         self.mode = mode
         self.families: dict[str, tuple[str, ...]] = dict(parse_families(strategy))
         self.transforms: tuple[str, ...] = parse_strategy(strategy)
-        ratios = dict(scale=scale, rotate=rotate, crop_pad=crop_pad, cutout=cutout,
-                      brightness=brightness, saturation=saturation, contrast=contrast)
+        ratios = dict(
+            scale=scale,
+            rotate=rotate,
+            crop_pad=crop_pad,
+            cutout=cutout,
+            brightness=brightness,
+            saturation=saturation,
+            contrast=contrast,
+        )
         for key, value in ratios.items():
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 raise UserError(f"augment ratio {key} must be a number, got {value!r}")

@@ -11,8 +11,15 @@ from dpdc_lightning.cli.evaluate import evaluate_main
 from dpdc_lightning.cli.export import export_main
 from dpdc_lightning.cli.train import train_main
 
-__all__ = ["audit_entry", "evaluate_entry", "evaluate_main", "export_entry", "privacy_entry", "train_entry",
-           "train_main"]
+__all__ = [
+    "audit_entry",
+    "evaluate_entry",
+    "evaluate_main",
+    "export_entry",
+    "privacy_entry",
+    "train_entry",
+    "train_main",
+]
 
 
 def train_entry() -> None:

@@ -12,22 +12,27 @@ one comparison table; a sweep folder's summary and plot follow its latest evalua
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from dpdc_lightning.cli.parser import Parser
 from dpdc_lightning.errors import UserError
 
 BASELINES = ("random-real",)
-USAGE = ("usage: python evaluate.py RUN_DIR [RUN_DIR ...|SWEEP_DIR] [model=a,b] [eval.runs=N] "
-         "| --images FILE.pt dataset=NAME [model=a,b] [eval.*=...] "
-         "| --baseline random-real [dataset=NAME] [method.ipc=N]")
-EXAMPLES = ("python evaluate.py runs/RUN_DIR eval=quick",
-            "python evaluate.py runs/RUN_DIR model=convnet,mlp,lenet,alexnet,vgg11,resnet18",
-            "python evaluate.py runs/A runs/B runs/C eval.epochs=300 eval.runs=3   # one comparison table",
-            "python evaluate.py runs/sweep-DATE eval=quick                       # every member of a sweep",
-            "python evaluate.py --images my_set.pt dataset=digits",
-            "python evaluate.py --baseline random-real dataset=digits method.ipc=10")
+USAGE = (
+    "usage: python evaluate.py RUN_DIR [RUN_DIR ...|SWEEP_DIR] [model=a,b] [eval.runs=N] "
+    "| --images FILE.pt dataset=NAME [model=a,b] [eval.*=...] "
+    "| --baseline random-real [dataset=NAME] [method.ipc=N]"
+)
+EXAMPLES = (
+    "python evaluate.py runs/RUN_DIR eval=quick",
+    "python evaluate.py runs/RUN_DIR model=convnet,mlp,lenet,alexnet,vgg11,resnet18",
+    "python evaluate.py runs/A runs/B runs/C eval.epochs=300 eval.runs=3   # one comparison table",
+    "python evaluate.py runs/sweep-DATE eval=quick                       # every member of a sweep",
+    "python evaluate.py --images my_set.pt dataset=digits",
+    "python evaluate.py --baseline random-real dataset=digits method.ipc=10",
+)
 
 
 def evaluate_main(argv: list[str]) -> int:
@@ -39,13 +44,22 @@ def evaluate_main(argv: list[str]) -> int:
     if args.help:
         from dpdc_lightning.config.help import help_text
 
-        print(help_text("python evaluate.py (or dpdc-evaluate) RUN_DIR [RUN_DIR ...]", examples=EXAMPLES), end="")
-        print("\nflags: --images FILE.pt, --baseline random-real, --no-progress; model=a,b,c evaluates several models")
+        print(
+            help_text(
+                "python evaluate.py (or dpdc-evaluate) RUN_DIR [RUN_DIR ...]", examples=EXAMPLES
+            ),
+            end="",
+        )
+        print(
+            "\nflags: --images FILE.pt, --baseline random-real, --no-progress; model=a,b,c evaluates several models"
+        )
         return 0
     tokens = [a for a in args.rest if "=" in a]
     run_dirs = [a for a in args.rest if "=" not in a]
     if bool(args.baseline) + (args.images is not None) + bool(run_dirs) != 1:
-        raise UserError("give exactly one of: run directories, --images FILE.pt, --baseline random-real")
+        raise UserError(
+            "give exactly one of: run directories, --images FILE.pt, --baseline random-real"
+        )
     models = _models(tokens)
     others = [t for t in tokens if t.partition("=")[0] != "model" and not t.startswith("model.")]
     if run_dirs:
@@ -56,15 +70,23 @@ def evaluate_main(argv: list[str]) -> int:
     return evaluate_other(args.images, compose(others), models, quiet=args.no_progress)
 
 
-def evaluate_run(run_dir: Any, *, models: Sequence[str] = ("convnet",), overrides: Sequence[str] = (),
-                 quiet: bool = False) -> dict[str, Any]:
+def evaluate_run(
+    run_dir: Any,
+    *,
+    models: Sequence[str] = ("convnet",),
+    overrides: Sequence[str] = (),
+    quiet: bool = False,
+) -> dict[str, Any]:
     """Evaluate one bundle with the protocol of its config.yaml plus ``overrides`` (e.g. ``eval=quick``)."""
     from dpdc_lightning.config.composition import compose_models, compose_saved
     from dpdc_lightning.evaluation.command import evaluate_bundle
 
     path = Path(run_dir)
-    config = compose_saved(path, [t for t in overrides if not t.startswith("model")]) \
-        if (path / "config.yaml").is_file() else _missing_config(path)
+    config = (
+        compose_saved(path, [t for t in overrides if not t.startswith("model")])
+        if (path / "config.yaml").is_file()
+        else _missing_config(path)
+    )
     return evaluate_bundle(path, config, compose_models(list(models), list(overrides)), quiet=quiet)
 
 
@@ -84,7 +106,11 @@ def _bundles(run_dirs: list[str], tokens: list[str], models: list[Any], *, quiet
     bundles = _expand(run_dirs)
     outcomes = []
     for path in bundles:
-        config = compose_saved(path, tokens) if (path / "config.yaml").is_file() else _missing_config(path)
+        config = (
+            compose_saved(path, tokens)
+            if (path / "config.yaml").is_file()
+            else _missing_config(path)
+        )
         outcomes.append(evaluate_bundle(path, config, models, quiet=quiet))
     if len(bundles) > 1:
         print(comparison_table(outcomes))
@@ -109,10 +135,16 @@ def _expand(run_dirs: list[str]) -> list[Path]:
     bundles: list[Path] = []
     for name in run_dirs:
         path = Path(name)
-        if path.is_dir() and not (path / PRIVACY_REPORT).exists() and not (path / "config.yaml").exists():
+        if (
+            path.is_dir()
+            and not (path / PRIVACY_REPORT).exists()
+            and not (path / "config.yaml").exists()
+        ):
             members = sorted(p.parent for p in path.glob(f"*/{PRIVACY_REPORT}"))
             if not members:
-                raise UserError(f"{path} holds no bundle (no {PRIVACY_REPORT} in it or in its sub-folders)")
+                raise UserError(
+                    f"{path} holds no bundle (no {PRIVACY_REPORT} in it or in its sub-folders)"
+                )
             bundles += members
         else:
             bundles.append(path)

@@ -21,16 +21,29 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpdc_lightning.cli.sweep_summary import SUMMARY_CSV, SUMMARY_MD, SWEEP_PLOT, read_rows, write_row
-from dpdc_lightning.config.composition import (compose, compose_raw, hydra_errors, hydra_overrides, refuse_retired,
-                                               selected)
+from dpdc_lightning.cli.sweep_summary import (
+    SUMMARY_CSV,
+    SUMMARY_MD,
+    SWEEP_PLOT,
+    read_rows,
+    write_row,
+)
+from dpdc_lightning.config.composition import (
+    compose,
+    compose_raw,
+    hydra_errors,
+    hydra_overrides,
+    refuse_retired,
+    selected,
+)
 from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
 from dpdc_lightning.errors import Interrupted, UserError
@@ -45,8 +58,12 @@ def _member_name(swept: str, *, _root_: Any) -> str:
     a safe name (``swept``: the swept keys joined by ``|``)."""
     keys, num = swept.split("|"), _root_.hydra.job.num
     parts = [o for o in _root_.hydra.overrides.task if o.partition("=")[0] in keys]
-    text = "-".join(f"{o.partition('=')[0].rsplit('.', 1)[-1]}={o.partition('=')[2]}" for o in parts)
-    return f"{int(num):03d}-" + ("".join(c if c.isalnum() or c in "=-_.," else "_" for c in text) or "run")
+    text = "-".join(
+        f"{o.partition('=')[0].rsplit('.', 1)[-1]}={o.partition('=')[2]}" for o in parts
+    )
+    return f"{int(num):03d}-" + (
+        "".join(c if c.isalnum() or c in "=-_.," else "_" for c in text) or "run"
+    )
 
 
 OmegaConf.register_new_resolver("dpdc_member", _member_name, replace=True)
@@ -71,11 +88,15 @@ def split_sweep(tokens: Sequence[str]) -> list[list[str]]:
 
 def sweep(tokens: list[str], *, evaluate: bool) -> int:
     refuse_retired(tokens)
-    hydra_tokens = [t for t in tokens if t.lstrip("+~").startswith("hydra")]  # the launcher and its options
+    hydra_tokens = [
+        t for t in tokens if t.lstrip("+~").startswith("hydra")
+    ]  # the launcher and its options
     job_tokens = [t for t in tokens if t not in hydra_tokens]
     members, swept = expand(job_tokens)
     if not swept:
-        raise UserError("--multirun needs at least one comma list, e.g. privacy.target_epsilon=1,2,5 seed=0,1,2")
+        raise UserError(
+            "--multirun needs at least one comma list, e.g. privacy.target_epsilon=1,2,5 seed=0,1,2"
+        )
     if any(k in swept for k in NOT_SWEPT):
         raise UserError("run_dir, runs_root and resume cannot be swept")
     if len(members) > MAX_MEMBERS:
@@ -88,15 +109,19 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
             raise UserError(f"sweep member {' '.join(member)}: {err}") from None
     folder = _sweep_folder(job_tokens)
     print(f"sweep: {len(members)} runs into {folder}", file=sys.stderr)
-    settings = [f"hydra.sweep.dir='{folder}'", "hydra.sweep.subdir=${dpdc_member:'" + "|".join(swept) + "'}",
-                f"++hydra.job.env_set.{SIZE_ENV}='{len(members)}'",
-                f"++hydra.job.env_set.{EVALUATE_ENV}='{int(evaluate)}'"]
+    settings = [
+        f"hydra.sweep.dir='{folder}'",
+        "hydra.sweep.subdir=${dpdc_member:'" + "|".join(swept) + "'}",
+        f"++hydra.job.env_set.{SIZE_ENV}='{len(members)}'",
+        f"++hydra.job.env_set.{EVALUATE_ENV}='{int(evaluate)}'",
+    ]
     try:
         hydra_app(["-m", *hydra_overrides(job_tokens), *hydra_tokens, *settings])
     except (KeyboardInterrupt, Interrupted):
         _finish(folder, job_tokens)
-        raise Interrupted(f"sweep interrupted; the members done so far are summarised in {folder / SUMMARY_MD}") \
-            from None
+        raise Interrupted(
+            f"sweep interrupted; the members done so far are summarised in {folder / SUMMARY_MD}"
+        ) from None
     return _finish(folder, job_tokens)
 
 
@@ -139,11 +164,21 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
 
     job = HydraConfig.get()
     member = Path(job.runtime.output_dir)
-    overrides = [o for o in job.overrides.task if o.partition("=")[0] not in ("run_dir", "runs_root")]
-    row: dict[str, Any] = {"member": member.name, "overrides": _swept_text(member.name, overrides), "status": "failed",
-                           "method": OmegaConf.select(cfg, "method.name"), "seed": OmegaConf.select(cfg, "seed"),
-                           "target_epsilon": OmegaConf.select(cfg, "privacy.target_epsilon")}
-    print(f"[{int(job.job.num) + 1}/{os.environ.get(SIZE_ENV, '?')}] {row['overrides']}", file=sys.stderr)
+    overrides = [
+        o for o in job.overrides.task if o.partition("=")[0] not in ("run_dir", "runs_root")
+    ]
+    row: dict[str, Any] = {
+        "member": member.name,
+        "overrides": _swept_text(member.name, overrides),
+        "status": "failed",
+        "method": OmegaConf.select(cfg, "method.name"),
+        "seed": OmegaConf.select(cfg, "seed"),
+        "target_epsilon": OmegaConf.select(cfg, "privacy.target_epsilon"),
+    }
+    print(
+        f"[{int(job.job.num) + 1}/{os.environ.get(SIZE_ENV, '?')}] {row['overrides']}",
+        file=sys.stderr,
+    )
     started = time.monotonic()
     try:
         config = validate(cfg, method=job.runtime.choices.get("method"), overrides=overrides)
@@ -165,7 +200,9 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
         row["error"] = str(err)
         print(f"sweep member {member.name} failed: {err}", file=sys.stderr)
     except Exception as err:  # one failed member must not end the sweep; report it in one line
-        row["error"] = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        row["error"] = (
+            f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        )
         print(f"sweep member {member.name} failed: {row['error']}", file=sys.stderr)
     with contextlib.suppress(OSError):
         member.rmdir()  # a member that failed before its run folder was made leaves no empty folder
@@ -176,8 +213,11 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
 def _swept_text(name: str, overrides: list[str]) -> str:
     """The member's swept values as the command line spelled them (its name holds their last key parts)."""
     parts = set(name.split("-", 1)[1].split("-")) if "-" in name else set()
-    return " ".join(o for o in overrides
-                    if f"{o.partition('=')[0].rsplit('.', 1)[-1]}={o.partition('=')[2]}" in parts)
+    return " ".join(
+        o
+        for o in overrides
+        if f"{o.partition('=')[0].rsplit('.', 1)[-1]}={o.partition('=')[2]}" in parts
+    )
 
 
 def _finish(folder: Path, tokens: list[str]) -> int:
@@ -187,13 +227,19 @@ def _finish(folder: Path, tokens: list[str]) -> int:
     if not rows:
         return 1
     write_summary(folder, tokens, rows, final=True)
-    print((folder / SUMMARY_MD).read_text())  # it ends with what publishing one or several members costs
-    print(f"sweep summary in {folder / SUMMARY_MD}, {folder / SUMMARY_CSV}"
-          + (f", plot {folder / SWEEP_PLOT}" if (folder / SWEEP_PLOT).is_file() else ""))
+    print(
+        (folder / SUMMARY_MD).read_text()
+    )  # it ends with what publishing one or several members costs
+    print(
+        f"sweep summary in {folder / SUMMARY_MD}, {folder / SUMMARY_CSV}"
+        + (f", plot {folder / SWEEP_PLOT}" if (folder / SWEEP_PLOT).is_file() else "")
+    )
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
-        print(f"{len(failed)} of {len(rows)} sweep members failed: {', '.join(r['member'] for r in failed)}",
-              file=sys.stderr)
+        print(
+            f"{len(failed)} of {len(rows)} sweep members failed: {', '.join(r['member'] for r in failed)}",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
@@ -217,8 +263,13 @@ def _report(run_dir: Path) -> dict[str, Any]:
     import json
 
     report = json.loads((Path(run_dir) / "privacy.json").read_text())
-    return {"epsilon": report.get("epsilon"), "delta": report.get("delta"), "steps": report.get("steps"),
-            "accountant": report.get("accountant"), "phases": report.get("phases", [])}
+    return {
+        "epsilon": report.get("epsilon"),
+        "delta": report.get("delta"),
+        "steps": report.get("steps"),
+        "accountant": report.get("accountant"),
+        "phases": report.get("phases", []),
+    }
 
 
 def _evaluate(run_dir: Path) -> dict[str, dict[str, float]]:
@@ -227,4 +278,3 @@ def _evaluate(run_dir: Path) -> dict[str, dict[str, float]]:
     from dpdc_lightning.cli.sweep_summary import summary_entries
 
     return summary_entries(evaluate_run(run_dir))
-

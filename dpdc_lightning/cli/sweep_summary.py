@@ -13,12 +13,17 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE = "summary.md", "summary.csv", "sweep.png", "sweep.json"
+SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE = (
+    "summary.md",
+    "summary.csv",
+    "sweep.png",
+    "sweep.json",
+)
 ROWS = ".rows"  # one JSON row per member while the sweep runs
 
 
@@ -26,7 +31,9 @@ def write_row(folder: Path, row: dict[str, Any]) -> None:
     from dpdc_lightning.engine.bundle import atomic_write_text
 
     (Path(folder) / ROWS).mkdir(parents=True, exist_ok=True)
-    atomic_write_text(Path(folder) / ROWS / f"{row['member']}.json", json.dumps(row, indent=2) + "\n")
+    atomic_write_text(
+        Path(folder) / ROWS / f"{row['member']}.json", json.dumps(row, indent=2) + "\n"
+    )
 
 
 def read_rows(folder: Path) -> list[dict[str, Any]]:
@@ -53,9 +60,19 @@ def summary_entries(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
     from dpdc_lightning.evaluation.results import protocol_line
 
     line = protocol_line(outcome["protocol"])
-    private_test = bool(outcome.get("private_test"))  # accuracy on a split held out from the private data
-    return {r.model: {"mean": r.mean, "std": r.std, "runs": r.runs, "protocol": line, "private_test": private_test}
-            for r in outcome["results"]}
+    private_test = bool(
+        outcome.get("private_test")
+    )  # accuracy on a split held out from the private data
+    return {
+        r.model: {
+            "mean": r.mean,
+            "std": r.std,
+            "runs": r.runs,
+            "protocol": line,
+            "private_test": private_test,
+        }
+        for r in outcome["results"]
+    }
 
 
 def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
@@ -70,54 +87,102 @@ def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
     return folder / SUMMARY_MD
 
 
-def write_summary(folder: Path, tokens: list[str], rows: list[dict[str, Any]], *, final: bool = False) -> None:
+def write_summary(
+    folder: Path, tokens: list[str], rows: list[dict[str, Any]], *, final: bool = False
+) -> None:
     """The record and the tables; ``final``: the rows are in sweep.json now, ``.rows/`` goes."""
     import shutil
 
     from dpdc_lightning.engine.bundle import atomic_write, atomic_write_text
 
-    atomic_write_text(folder / SWEEP_FILE, json.dumps({"command": tokens, "members": rows}, indent=2) + "\n")
+    atomic_write_text(
+        folder / SWEEP_FILE, json.dumps({"command": tokens, "members": rows}, indent=2) + "\n"
+    )
     if final:
         shutil.rmtree(folder / ROWS, ignore_errors=True)
         # Hydra's basic sweeper saves its whole config here; the sweep's record is sweep.json.
         (folder / "multirun.yaml").unlink(missing_ok=True)
     models = sorted({m for r in rows for m in r.get("evaluation", {})})
-    header = ["member", "overrides", "status", "method", "seed", "target_epsilon", "epsilon", "delta", "steps",
-              *[f"{m}_mean" for m in models], *[f"{m}_std" for m in models], "error"]
+    header = [
+        "member",
+        "overrides",
+        "status",
+        "method",
+        "seed",
+        "target_epsilon",
+        "epsilon",
+        "delta",
+        "steps",
+        *[f"{m}_mean" for m in models],
+        *[f"{m}_std" for m in models],
+        "error",
+    ]
     buffer = io.StringIO()
     writer = csv.writer(buffer)
     writer.writerow(header)
     for r in rows:
         evaluation = r.get("evaluation", {})
-        writer.writerow([r.get(k, "") if r.get(k) is not None else "" for k in header[:9]]
-                        + [_num(evaluation.get(m, {}).get("mean")) for m in models]
-                        + [_num(evaluation.get(m, {}).get("std")) for m in models] + [r.get("error", "")])
+        writer.writerow(
+            [r.get(k, "") if r.get(k) is not None else "" for k in header[:9]]
+            + [_num(evaluation.get(m, {}).get("mean")) for m in models]
+            + [_num(evaluation.get(m, {}).get("std")) for m in models]
+            + [r.get("error", "")]
+        )
     atomic_write_text(folder / SUMMARY_CSV, buffer.getvalue())
-    protocols = sorted({f"- {m}: {e['protocol']}" for r in rows for m, e in r.get("evaluation", {}).items()
-                        if e.get("protocol")})
-    lines = [f"### sweep {folder.name}: {' '.join(tokens)}", "", *protocols, *([""] if protocols else []),
-             "| member | status | method | seed | ε | δ | steps | "
-             + "".join(f"{m} accuracy (%) | " for m in models), "|---" * (7 + len(models)) + "|"]
+    protocols = sorted(
+        {
+            f"- {m}: {e['protocol']}"
+            for r in rows
+            for m, e in r.get("evaluation", {}).items()
+            if e.get("protocol")
+        }
+    )
+    lines = [
+        f"### sweep {folder.name}: {' '.join(tokens)}",
+        "",
+        *protocols,
+        *([""] if protocols else []),
+        "| member | status | method | seed | ε | δ | steps | "
+        + "".join(f"{m} accuracy (%) | " for m in models),
+        "|---" * (7 + len(models)) + "|",
+    ]
     for r in rows:
         evaluation = r.get("evaluation", {})
-        cells = [f"{evaluation[m]['mean']:.2f} ± {evaluation[m]['std']:.2f}" if m in evaluation else "-"
-                 for m in models]
-        eps = "∞" if r.get("status") == "ok" and r.get("epsilon") is None else _num(r.get("epsilon"), 3) or "-"
+        cells = [
+            f"{evaluation[m]['mean']:.2f} ± {evaluation[m]['std']:.2f}" if m in evaluation else "-"
+            for m in models
+        ]
+        eps = (
+            "∞"
+            if r.get("status") == "ok" and r.get("epsilon") is None
+            else _num(r.get("epsilon"), 3) or "-"
+        )
         status = r["status"] + (f": {r['error']}" if r.get("error") else "")
-        lines.append(f"| {r['member']} | {status} | {r['method']} | {r['seed']} | {eps} | {_num(r.get('delta')) or '-'} "
-                     f"| {r.get('steps', '-') or '-'} | " + "".join(f"{c} | " for c in cells))
+        lines.append(
+            f"| {r['member']} | {status} | {r['method']} | {r['seed']} | {eps} | {_num(r.get('delta')) or '-'} "
+            f"| {r.get('steps', '-') or '-'} | " + "".join(f"{c} | " for c in cells)
+        )
     if any(e.get("private_test") for r in rows for e in r.get("evaluation", {}).values()):
         from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE
 
-        lines += ["", f"Note: some accuracies come from a test split held out from the private data: {PRIVATE_TEST_NOTE}"]
-    lines += ["", *publishing_cost_lines(rows), "",
-              f"Wall times are in {SWEEP_FILE} only, the owner's record: they depend on the realised Poisson sample "
-              "sizes (a timing side channel); do not publish them."]
+        lines += [
+            "",
+            f"Note: some accuracies come from a test split held out from the private data: {PRIVATE_TEST_NOTE}",
+        ]
+    lines += [
+        "",
+        *publishing_cost_lines(rows),
+        "",
+        f"Wall times are in {SWEEP_FILE} only, the owner's record: they depend on the realised Poisson sample "
+        "sizes (a timing side channel); do not publish them.",
+    ]
     atomic_write_text(folder / SUMMARY_MD, "\n".join(lines) + "\n")
     if models:
         from dpdc_lightning.evaluation.plot import accuracy_vs_epsilon_png
 
-        png = accuracy_vs_epsilon_png(rows, model=models[0] if "convnet" not in models else "convnet")
+        png = accuracy_vs_epsilon_png(
+            rows, model=models[0] if "convnet" not in models else "convnet"
+        )
         if png is not None:
             atomic_write(folder / SWEEP_PLOT, lambda tmp: tmp.write_bytes(png))
 
@@ -127,26 +192,44 @@ def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
     accountant's composition of every member's events (privacy/composition.py), not a sum of ε."""
     from dpdc_lightning.privacy.composition import Release, cost_by_data
 
-    releases = [Release(name=r["member"], data=r["data"], epsilon=r.get("epsilon"), delta=r.get("delta"),
-                        accountant=r.get("accountant"), phases=r.get("phases") or [])
-                for r in rows if r.get("status") == "ok" and r.get("data")]
-    lines = ["Publishing members that read the same private data (failed members published nothing):"]
+    releases = [
+        Release(
+            name=r["member"],
+            data=r["data"],
+            epsilon=r.get("epsilon"),
+            delta=r.get("delta"),
+            accountant=r.get("accountant"),
+            phases=r.get("phases") or [],
+        )
+        for r in rows
+        if r.get("status") == "ok" and r.get("data")
+    ]
+    lines = [
+        "Publishing members that read the same private data (failed members published nothing):"
+    ]
     for cost in cost_by_data(releases):
         count = len(cost.releases)
-        lines.append(f"- {cost.data}: {count} member{'' if count == 1 else 's'} ({', '.join(cost.releases)}). "
-                     "Publishing one costs its own ε (table)." + ("" if count == 1 else _several(cost, count)))
+        lines.append(
+            f"- {cost.data}: {count} member{'' if count == 1 else 's'} ({', '.join(cost.releases)}). "
+            "Publishing one costs its own ε (table)."
+            + ("" if count == 1 else _several(cost, count))
+        )
     return lines if releases else []
 
 
 def _several(cost: Any, count: int) -> str:
     together = f"publishing all {count}, or one chosen by comparing them (e.g. by accuracy), costs"
     if cost.epsilon is None:
-        return f" {together.capitalize()} ε = ∞: {', '.join(cost.not_private)} carries no guarantee."
-    return (f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} (every member's events composed "
-            f"by the accountant; adding their ε would give {cost.sum_of_epsilons:.4f}).")
+        return (
+            f" {together.capitalize()} ε = ∞: {', '.join(cost.not_private)} carries no guarantee."
+        )
+    return (
+        f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} (every member's events composed "
+        f"by the accountant; adding their ε would give {cost.sum_of_epsilons:.4f})."
+    )
 
 
-def _num(value: Optional[float], digits: int = 4) -> str:
+def _num(value: float | None, digits: int = 4) -> str:
     if value is None or value == "":
         return ""
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)

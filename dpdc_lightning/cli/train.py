@@ -20,8 +20,10 @@ from omegaconf import OmegaConf
 from dpdc_lightning.cli.parser import Parser
 from dpdc_lightning.errors import UserError
 
-USAGE = ("python train.py [group=name ...] [key=value ...] [--cfg job|hydra|all] [--print-config] "
-         "[-m|--multirun] [--evaluate] [--help]")
+USAGE = (
+    "python train.py [group=name ...] [key=value ...] [--cfg job|hydra|all] [--print-config] "
+    "[-m|--multirun] [--evaluate] [--help]"
+)
 EXAMPLES = (
     "python train.py method=ndpdc                                 # embedded digits, CPU",
     "python train.py method=ndpdc dataset=imagefolder dataset.root=my_images dataset.image_size=32",
@@ -32,9 +34,11 @@ EXAMPLES = (
     "python train.py resume=runs/RUN_DIR        # continue an interrupted run",
     "python train.py forget=runs/RUN_DIR        # delete an abandoned run's secret",
 )
-FLAGS = ("\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the privacy plan, "
-         "run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, joblib, submitit_local, "
-         "submitit_slurm), --evaluate (evaluate each bundle after training)")
+FLAGS = (
+    "\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the privacy plan, "
+    "run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, joblib, submitit_local, "
+    "submitit_slurm), --evaluate (evaluate each bundle after training)"
+)
 
 
 def train_main(argv: list[str]) -> int:
@@ -50,7 +54,9 @@ def train_main(argv: list[str]) -> int:
     if args.help:
         from dpdc_lightning.config.help import help_text
 
-        print(help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens), end="")
+        print(
+            help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens), end=""
+        )
         print(FLAGS)
         return 0
     if args.shell_completion:  # Hydra's tab completion: python train.py -sc install=bash
@@ -68,12 +74,14 @@ def train_main(argv: list[str]) -> int:
     _forget_leftover_secret(tokens)
     if args.multirun:
         if args.print_config or args.cfg:
-            raise UserError("--print-config and --cfg show one run; drop --multirun (or the comma lists)")
+            raise UserError(
+                "--print-config and --cfg show one run; drop --multirun (or the comma lists)"
+            )
         from dpdc_lightning.cli.sweep import sweep
 
         return sweep(tokens, evaluate=args.evaluate)
     if args.cfg:
-        from dpdc_lightning.config.composition import compose_raw, compose
+        from dpdc_lightning.config.composition import compose, compose_raw
 
         compose(tokens)  # the same checks as a run
         raw, _ = compose_raw(tokens, keep_hydra=args.cfg != "job")
@@ -110,5 +118,7 @@ def _forget_leftover_secret(tokens: list[str]) -> None:
         from dpdc_lightning.engine.bundle import LEFTOVER_NOTE, forget_if_finished
 
         note = f"; {LEFTOVER_NOTE}" if forget_if_finished(Path(resume[-1])) else ""
-        raise UserError(f"resume={resume[-1]}: that run finished (privacy.json exists); a finished run is never "
-                        f"continued past its budget, start a new run instead{note}")
+        raise UserError(
+            f"resume={resume[-1]}: that run finished (privacy.json exists); a finished run is never "
+            f"continued past its budget, start a new run instead{note}"
+        )

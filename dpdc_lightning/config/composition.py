@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
-from dpdc_lightning.config.schema import CONF_DIR, GROUPS, PLAN_TRAINER_KEYS, ModelConfig, RunConfig, group_options
+from dpdc_lightning.config.schema import (
+    CONF_DIR,
+    GROUPS,
+    PLAN_TRAINER_KEYS,
+    ModelConfig,
+    RunConfig,
+    group_options,
+)
 from dpdc_lightning.config.validation import one_line, validate
 from dpdc_lightning.errors import UserError
 
@@ -30,7 +37,7 @@ RETIRED = {
     "privacy.planned_steps": "is recorded by the framework in the run's plan.json, never set by hand",
     "privacy.planned_epsilon": "is recorded by the framework in the run's plan.json, never set by hand",
     "dataset.resolved_root": "is recorded by the framework (the run's owner-only .provenance.json), never set by "
-                             "hand; set dataset.root instead",
+    "hand; set dataset.root instead",
 }
 TOP_KEYS = (*GROUPS, "augment", "seed", "run_dir", "runs_root", "resume")
 
@@ -65,7 +72,9 @@ def hydra_overrides(tokens: Sequence[str]) -> list[str]:
     return [f"++{t}" if t.startswith("trainer.") else t for t in tokens]
 
 
-def compose_raw(tokens: Sequence[str], *, keep_hydra: bool = False) -> tuple[DictConfig, dict[str, str]]:
+def compose_raw(
+    tokens: Sequence[str], *, keep_hydra: bool = False
+) -> tuple[DictConfig, dict[str, str]]:
     """Hydra's composition (typed by the ConfigStore schemas, not yet validated) and the option
     chosen in each group; ``keep_hydra`` keeps Hydra's own node (``--cfg hydra|all``)."""
     import hydra
@@ -75,12 +84,21 @@ def compose_raw(tokens: Sequence[str], *, keep_hydra: bool = False) -> tuple[Dic
 
     register_schemas()
     with hydra_errors(tokens):
-        if GlobalHydra.instance().is_initialized():  # inside a Hydra app (a sweep member): its search path
-            composed = hydra.compose(config_name="config", overrides=hydra_overrides(tokens), return_hydra_config=True)
+        if (
+            GlobalHydra.instance().is_initialized()
+        ):  # inside a Hydra app (a sweep member): its search path
+            composed = hydra.compose(
+                config_name="config", overrides=hydra_overrides(tokens), return_hydra_config=True
+            )
         else:
-            with hydra.initialize_config_dir(config_dir=str(CONF_DIR), version_base=None, job_name="dpdc"):
-                composed = hydra.compose(config_name="config", overrides=hydra_overrides(tokens),
-                                         return_hydra_config=True)
+            with hydra.initialize_config_dir(
+                config_dir=str(CONF_DIR), version_base=None, job_name="dpdc"
+            ):
+                composed = hydra.compose(
+                    config_name="config",
+                    overrides=hydra_overrides(tokens),
+                    return_hydra_config=True,
+                )
     choices = dict(composed.hydra.runtime.choices)
     if not keep_hydra:
         with open_dict(composed):
@@ -106,7 +124,9 @@ def _missing(err: Exception) -> str:
     if not found:
         return one_line(err)
     group, name = found.group(1).split("/")[-1], found.group(2)
-    if found.group(1).startswith("hydra/"):  # a Hydra group: its options are plugins (launchers, sweepers)
+    if found.group(1).startswith(
+        "hydra/"
+    ):  # a Hydra group: its options are plugins (launchers, sweepers)
         options = list(getattr(err, "options", None) or [])
     else:
         options = group_options(group) + (_registered_datasets() if group == "dataset" else [])
@@ -124,18 +144,32 @@ def _hydra_message(err: Exception, tokens: Sequence[str]) -> str:
     cause = err.__cause__
     if "Ambiguous value for argument" in text:
         token = re.search(r"argument '([^']+)'", text)
-        return (f"{token.group(1) if token else 'an argument'} is a comma list: to sweep over its values add --multirun "
-                "(-m); for a list value write key=[a,b]")
+        return (
+            f"{token.group(1) if token else 'an argument'} is a comma list: to sweep over its values add --multirun "
+            "(-m); for a list value write key=[a,b]"
+        )
     override = getattr(err, "override", None)
     if "Error parsing override" in text or override is not None:
         token = re.search(r"override '([^']*)'", text)
         token = override if override is not None else token.group(1) if token else text
-        detail = [line for line in text.splitlines()
-                  if line.strip() and not line.startswith(("Error parsing override", "See https"))]
-        return (f"cannot parse argument '{token}'" + (f" ({detail[0].strip()})" if detail else "")
-                + ": expected key=value (e.g. method=ndpdc, seed=3)")
-    if "Could not override" in text or "not in struct" in text or (cause is not None and "not in struct" in str(cause)):
-        key = re.search(r"Could not (?:override|append to config\. An item is already at) '([^']+)'", text)
+        detail = [
+            line
+            for line in text.splitlines()
+            if line.strip() and not line.startswith(("Error parsing override", "See https"))
+        ]
+        return (
+            f"cannot parse argument '{token}'"
+            + (f" ({detail[0].strip()})" if detail else "")
+            + ": expected key=value (e.g. method=ndpdc, seed=3)"
+        )
+    if (
+        "Could not override" in text
+        or "not in struct" in text
+        or (cause is not None and "not in struct" in str(cause))
+    ):
+        key = re.search(
+            r"Could not (?:override|append to config\. An item is already at) '([^']+)'", text
+        )
         key = key.group(1) if key else (getattr(cause, "full_key", None) or "?")
         return _unknown_key(key, tokens)
     if "Multiple values for" in text:
@@ -160,8 +194,11 @@ def _unknown_key(key: str, tokens: Sequence[str]) -> str:
         parent = parent.partition(".")[2]
     for part in [p for p in parent.split(".") if p]:
         types = {f.name: f.type for f in fields(schema)} if is_dataclass(schema) else {}
-        found = {f.name: f.default_factory for f in fields(schema) if callable(f.default_factory)} \
-            if is_dataclass(schema) else {}
+        found = (
+            {f.name: f.default_factory for f in fields(schema) if callable(f.default_factory)}
+            if is_dataclass(schema)
+            else {}
+        )
         schema = found.get(part, None) or types.get(part)
     known = ", ".join(f.name for f in fields(schema)) if is_dataclass(schema) else ""
     return f"unknown key {key}" + (f"; {key.rpartition('.')[0]} has: {known}" if known else "")
@@ -174,15 +211,25 @@ def compose_resume(run_dir: str, tokens: Sequence[str]) -> RunConfig:
     if not (path / "config.yaml").is_file():
         raise UserError(f"resume={run_dir}: no config.yaml there, so it is not a run directory")
     if (path / "privacy.json").exists():
-        raise UserError(f"resume={run_dir}: that run finished (privacy.json exists); a finished run is never "
-                        "continued past its budget, start a new run instead")
+        raise UserError(
+            f"resume={run_dir}: that run finished (privacy.json exists); a finished run is never "
+            "continued past its budget, start a new run instead"
+        )
     changed = [t.partition("=")[0] for t in tokens if not t.startswith("trainer.")]
     if changed:
-        raise UserError(f"resume keeps the run's config; only trainer.* may change, not {changed[0]}")
-    planned = [t.partition("=")[0] for t in tokens if t.partition("=")[0].removeprefix("trainer.") in PLAN_TRAINER_KEYS]
+        raise UserError(
+            f"resume keeps the run's config; only trainer.* may change, not {changed[0]}"
+        )
+    planned = [
+        t.partition("=")[0]
+        for t in tokens
+        if t.partition("=")[0].removeprefix("trainer.") in PLAN_TRAINER_KEYS
+    ]
     if planned:
-        raise UserError(f"resume keeps the run's privacy plan; {planned[0]} would change how many steps run, "
-                        "so it cannot be set on resume")
+        raise UserError(
+            f"resume keeps the run's privacy plan; {planned[0]} would change how many steps run, "
+            "so it cannot be set on resume"
+        )
     config = compose_saved(path, tokens)
     config.resume = str(path)
     return config
@@ -194,7 +241,9 @@ def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
     path = Path(run_dir) / "config.yaml"
     try:
         saved = OmegaConf.load(path)
-        for key in RETIRED:  # what older versions recorded in config.yaml is in plan.json / .provenance.json now
+        for key in (
+            RETIRED
+        ):  # what older versions recorded in config.yaml is in plan.json / .provenance.json now
             group, _, leaf = key.partition(".")
             if isinstance(saved.get(group), DictConfig) and leaf in saved[group]:
                 saved[group].pop(leaf)
@@ -202,13 +251,19 @@ def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
         for token in tokens:
             key, _, value = token.partition("=")
             if key == "dataset" and value != saved.dataset.name:
-                raise UserError(f"{run_dir} was condensed from dataset {saved.dataset.name}; it is evaluated on that "
-                                f"data set's test split, not on {value} (drop dataset=, or use dataset.root=DIR to "
-                                "point at its files)")
+                raise UserError(
+                    f"{run_dir} was condensed from dataset {saved.dataset.name}; it is evaluated on that "
+                    f"data set's test split, not on {value} (drop dataset=, or use dataset.root=DIR to "
+                    "point at its files)"
+                )
             if key == "eval":
                 if value not in group_options("eval"):
-                    raise UserError(f"unknown eval '{value}'; choose one of: {', '.join(group_options('eval'))}")
-                layers.append(OmegaConf.create({"eval": OmegaConf.load(CONF_DIR / "eval" / f"{value}.yaml")}))
+                    raise UserError(
+                        f"unknown eval '{value}'; choose one of: {', '.join(group_options('eval'))}"
+                    )
+                layers.append(
+                    OmegaConf.create({"eval": OmegaConf.load(CONF_DIR / "eval" / f"{value}.yaml")})
+                )
         dotted = [t for t in tokens if t.partition("=")[0] not in (*GROUPS, "experiment")]
         merged = OmegaConf.merge(saved, *layers, OmegaConf.from_dotlist(dotted))
     except (OSError, OmegaConfBaseException, ValueError) as err:
@@ -230,7 +285,7 @@ def compose_raw_model(name: str, dotted: Sequence[str]) -> ModelConfig:
         raise UserError(f"invalid model override for {name}: {one_line(err)}") from None
 
 
-def selected(tokens: Sequence[str], group: str) -> Optional[str]:
+def selected(tokens: Sequence[str], group: str) -> str | None:
     """The option a token list selects in ``group`` (None: the default)."""
     values = [t.partition("=")[2] for t in tokens if t.partition("=")[0] == group]
     return values[-1] if values else None

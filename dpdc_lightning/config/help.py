@@ -4,7 +4,7 @@ so it answers within a second."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -21,7 +21,9 @@ def _yaml(group: str, name: str) -> DictConfig:
 
             if name in DATASETS:  # added from Python with register_dataset: no YAML file
                 return OmegaConf.create({"name": name})
-        raise UserError(f"unknown {group} '{name}'; choose one of: {', '.join(group_options(group))}")
+        raise UserError(
+            f"unknown {group} '{name}'; choose one of: {', '.join(group_options(group))}"
+        )
     try:
         return OmegaConf.load(path)
     except (OSError, OmegaConfBaseException) as err:
@@ -30,9 +32,16 @@ def _yaml(group: str, name: str) -> DictConfig:
 
 def _keys_of(group: str, name: str) -> str:
     def flat(node: DictConfig, prefix: str = "") -> list[str]:
-        return [item for k in node if k not in ("name", "defaults")
-                for item in (flat(node[k], f"{prefix}{k}.") if isinstance(node[k], DictConfig)
-                             else [f"{prefix}{k}={node[k]}"])]
+        return [
+            item
+            for k in node
+            if k not in ("name", "defaults")
+            for item in (
+                flat(node[k], f"{prefix}{k}.")
+                if isinstance(node[k], DictConfig)
+                else [f"{prefix}{k}={node[k]}"]
+            )
+        ]
 
     return ", ".join(flat(_yaml(group, name)))
 
@@ -40,14 +49,24 @@ def _keys_of(group: str, name: str) -> str:
 def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[str] = ()) -> str:
     """Group selections among ``tokens`` (``method=dosser --help``) show the keys of the selected files."""
     root = OmegaConf.load(CONF_DIR / "config.yaml")
-    defaults = {k: v for entry in root.defaults if isinstance(entry, DictConfig) for k, v in entry.items()
-                if k in GROUPS}
-    chosen = {t.partition("=")[0]: t.partition("=")[2] for t in tokens if t.partition("=")[0] in GROUPS}
+    defaults = {
+        k: v
+        for entry in root.defaults
+        if isinstance(entry, DictConfig)
+        for k, v in entry.items()
+        if k in GROUPS
+    }
+    chosen = {
+        t.partition("=")[0]: t.partition("=")[2] for t in tokens if t.partition("=")[0] in GROUPS
+    }
     selected = {**defaults, **chosen}
     for group, name in selected.items():
         _yaml(group, name)  # an unknown name is refused as in a run
-    lines = [f"usage: {command} [GROUP=NAME ...] [KEY=VALUE ...] [flags]", "",
-             "config groups (GROUP=NAME selects dpdc_lightning/conf/GROUP/NAME.yaml):"]
+    lines = [
+        f"usage: {command} [GROUP=NAME ...] [KEY=VALUE ...] [flags]",
+        "",
+        "config groups (GROUP=NAME selects dpdc_lightning/conf/GROUP/NAME.yaml):",
+    ]
     for group in (*GROUPS, "experiment"):
         names = group_options(group)
         if group == "dataset":
@@ -55,16 +74,20 @@ def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[st
 
             names = sorted(set(names) | set(DATASETS))
         default = defaults.get(group)
-        lines.append(f"  {group:<11}{', '.join(names)}" + (f"   (default {default})" if default else ""))
+        lines.append(
+            f"  {group:<11}{', '.join(names)}" + (f"   (default {default})" if default else "")
+        )
     lines += ["", "main keys (KEY=VALUE; defaults of the selected groups):"]
     for group in ("method", "privacy", "eval"):
         lines.append(f"  {group}.* ({selected[group]}): {_keys_of(group, selected[group])}")
-    lines += ["  dataset.*: root=DIR|FILE, image_size=N, channels=1|3, test_root=DIR|FILE, test_fraction=0.2, "
-              "download=false",
-              "  trainer.*: any lightning.Trainer argument (accelerator, devices, precision, max_steps, ...)",
-              f"  top level: seed={root.seed}, run_dir=PATH, runs_root={root.runs_root}, resume=RUN_DIR, "
-              f"augment.mode={root.augment.mode}",
-              "  Hydra's override grammar applies: +key=value adds a key, key=[a,b] is a list, a,b sweeps with -m"]
+    lines += [
+        "  dataset.*: root=DIR|FILE, image_size=N, channels=1|3, test_root=DIR|FILE, test_fraction=0.2, "
+        "download=false",
+        "  trainer.*: any lightning.Trainer argument (accelerator, devices, precision, max_steps, ...)",
+        f"  top level: seed={root.seed}, run_dir=PATH, runs_root={root.runs_root}, resume=RUN_DIR, "
+        f"augment.mode={root.augment.mode}",
+        "  Hydra's override grammar applies: +key=value adds a key, key=[a,b] is a list, a,b sweeps with -m",
+    ]
     if examples:
         lines += ["", "examples:", *[f"  {e}" for e in examples]]
     return "\n".join(lines) + "\n"

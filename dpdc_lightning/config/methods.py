@@ -9,7 +9,7 @@ when ``privacy.noise_multiplier`` is null), the keys that set its steps, the sha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from dpdc_lightning.config.schema import at_least_one, choice, positive
 from dpdc_lightning.errors import UserError
@@ -17,12 +17,23 @@ from dpdc_lightning.errors import UserError
 # Extractor speed options (methods/extractor.py; benchmarks/results/ndpdc_speed_*.md).
 FORWARD_MODES = ("loop", "batched", "auto")
 MEMORY_FORMATS = ("contiguous", "channels_last", "auto")
-AUTOCAST_MODES = ("none", "bf16", "tf32", "auto")  # tf32: TensorFloat-32 on CUDA (Ampere+); a no-op elsewhere
+AUTOCAST_MODES = (
+    "none",
+    "bf16",
+    "tf32",
+    "auto",
+)  # tf32: TensorFloat-32 on CUDA (Ampere+); a no-op elsewhere
 CLIP_GRADIENTS = ("exact", "detached")
 # (outer T, inner J) per images per class, as in the reference code of DC and PSG. An IPC between
 # table entries takes the entry of the largest IPC below it (ours; the references stop there).
-LOOP_SIZES: dict[int, tuple[int, int]] = {1: (1, 1), 10: (10, 50), 20: (20, 25), 30: (30, 20), 40: (40, 15),
-                                          50: (50, 10)}
+LOOP_SIZES: dict[int, tuple[int, int]] = {
+    1: (1, 1),
+    10: (10, 50),
+    20: (20, 25),
+    30: (30, 20),
+    40: (40, 15),
+    50: (50, 10),
+}
 PRIORS = ("none", "generator")
 LOOP_CHOICES = ("auto", "table")
 # (T, J) of the PSG authors' generator-prior script (main_prior.py of DingfanChen/Private-Set).
@@ -51,7 +62,7 @@ class MethodConfig:
     # line is refused rather than silently ignored.
     ignored_keys: ClassVar[dict[str, str]] = {}
     # The noise multiplier the plan uses when privacy.noise_multiplier is null (None: not private).
-    default_noise_multiplier: ClassVar[Optional[float]] = None
+    default_noise_multiplier: ClassVar[float | None] = None
 
     name: str = ""
     ipc: int = 10
@@ -68,8 +79,10 @@ class MethodConfig:
         if not 0 <= self.momentum < 1:
             raise UserError(f"method.momentum must be in [0, 1), got {self.momentum}")
         if self.init == "real" and self.init not in self.allowed_inits:
-            raise UserError(f"method.init must be {' or '.join(self.allowed_inits)} for a private method "
-                            "(real images would leak membership)")
+            raise UserError(
+                f"method.init must be {' or '.join(self.allowed_inits)} for a private method "
+                "(real images would leak membership)"
+            )
         choice("method.init", self.init, self.allowed_inits)
 
 
@@ -90,10 +103,16 @@ class FeatureMatchingConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for key, allowed in (("clip_gradient", CLIP_GRADIENTS), ("forward", FORWARD_MODES),
-                             ("memory_format", MEMORY_FORMATS), ("autocast", AUTOCAST_MODES)):
+        for key, allowed in (
+            ("clip_gradient", CLIP_GRADIENTS),
+            ("forward", FORWARD_MODES),
+            ("memory_format", MEMORY_FORMATS),
+            ("autocast", AUTOCAST_MODES),
+        ):
             if getattr(self, key) not in allowed:
-                raise UserError(f"method.{key}={getattr(self, key)!r} is not allowed; choose one of: {', '.join(allowed)}")
+                raise UserError(
+                    f"method.{key}={getattr(self, key)!r} is not allowed; choose one of: {', '.join(allowed)}"
+                )
 
 
 @dataclass
@@ -106,13 +125,15 @@ class DMConfig(FeatureMatchingConfig):
         super().__post_init__()
         at_least_one("method", self, "batch_real")
         if self.clip_gradient != "exact":
-            raise UserError("method.clip_gradient applies to methods that clip features (ndpdc, dosser); dm does not clip")
+            raise UserError(
+                "method.clip_gradient applies to methods that clip features (ndpdc, dosser); dm does not clip"
+            )
 
 
 @dataclass
 class NDPDCConfig(FeatureMatchingConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
-    default_noise_multiplier: ClassVar[Optional[float]] = 1.0  # the paper's σ with G = 1
+    default_noise_multiplier: ClassVar[float | None] = 1.0  # the paper's σ with G = 1
 
     name: str = "ndpdc"
     group_size: float = 50.0  # L: expected Poisson sample per class
@@ -131,8 +152,9 @@ class LDPDCConfig(MethodConfig):
     ignored_keys: ClassVar[dict[str, str]] = {
         "iterations": "LDPDC runs exactly method.ipc steps, one per synthetic image",
         "lr_img": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample",
-        "momentum": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample"}
-    default_noise_multiplier: ClassVar[Optional[float]] = 1.0  # the paper's σ = √d with b = 1
+        "momentum": "LDPDC does not optimise: each image is one noisy mean of a Poisson sample",
+    }
+    default_noise_multiplier: ClassVar[float | None] = 1.0  # the paper's σ = √d with b = 1
 
     name: str = "ldpdc"
     iterations: int = 1  # not read: one step per synthetic image (ignored_keys)
@@ -149,8 +171,8 @@ class LDPDCConfig(MethodConfig):
 @dataclass
 class GradientMatchingConfig(MethodConfig):
     iterations: int = 1000  # network re-initialisations (DC's "Iteration", PSG's R)
-    outer_loop: Optional[int] = None  # T; None: the per-IPC table
-    inner_loop: Optional[int] = None  # J; None: the per-IPC table
+    outer_loop: int | None = None  # T; None: the per-IPC table
+    inner_loop: int | None = None  # J; None: the per-IPC table
     lr_img: float = 0.1
     momentum: float = 0.5
     lr_net: float = 0.01
@@ -161,7 +183,9 @@ class GradientMatchingConfig(MethodConfig):
         for key in ("outer_loop", "inner_loop"):
             value = getattr(self, key)
             if value is not None and value < 1:
-                raise UserError(f"method.{key} must be >= 1 (or null for the per-IPC table), got {value}")
+                raise UserError(
+                    f"method.{key} must be >= 1 (or null for the per-IPC table), got {value}"
+                )
         positive("method.lr_net", self.lr_net)
         at_least_one("method", self, "batch_train")
 
@@ -184,7 +208,7 @@ class DCConfig(GradientMatchingConfig):
 @dataclass
 class PSGConfig(GradientMatchingConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise",)
-    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
+    default_noise_multiplier: ClassVar[float | None] = 1.0
 
     name: str = "psg"
     batches: int = 10  # K: private batches per outer step
@@ -219,7 +243,9 @@ class AuxiliaryConfig:
     """Where Dosser's SER auxiliary set comes from (methods/auxiliary.py says what each source means)."""
 
     source: str = "none"
-    path: Optional[str] = None  # file: a .pt (dict with 'images', optional 'labels') or .npz with the same arrays
+    path: str | None = (
+        None  # file: a .pt (dict with 'images', optional 'labels') or .npz with the same arrays
+    )
     size: int = 1000  # at most this many images are used (a keyed subsample of a larger set)
     # source=dp: the private run that makes the set, and the ε it may spend alone (at privacy.delta)
     method: str = "ndpdc"
@@ -231,7 +257,9 @@ class AuxiliaryConfig:
     def __post_init__(self) -> None:
         choice("method.aux.source", self.source, AUX_SOURCES)
         if self.source == "file" and not self.path:
-            raise UserError("method.aux.source=file needs method.aux.path=FILE (.pt or .npz of public images)")
+            raise UserError(
+                "method.aux.source=file needs method.aux.path=FILE (.pt or .npz of public images)"
+            )
         if self.source != "file" and self.path:
             raise UserError("method.aux.path applies only with method.aux.source=file")
         choice("method.aux.method", self.method, AUX_DP_METHODS)
@@ -245,8 +273,9 @@ class DosserConfig(FeatureMatchingConfig):
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "aux")
     step_keys: ClassVar[tuple[str, ...]] = ("method.sampling_steps", "method.optimisation_steps")
     ignored_keys: ClassVar[dict[str, str]] = {
-        "iterations": "set method.sampling_steps (private steps) and method.optimisation_steps (free steps)"}
-    default_noise_multiplier: ClassVar[Optional[float]] = 1.0
+        "iterations": "set method.sampling_steps (private steps) and method.optimisation_steps (free steps)"
+    }
+    default_noise_multiplier: ClassVar[float | None] = 1.0
 
     name: str = "dosser"
     iterations: int = 1  # not read: the stages have their own step counts (ignored_keys)
@@ -257,7 +286,9 @@ class DosserConfig(FeatureMatchingConfig):
     subspace_dim: int = 500  # d of SER (used when method.aux.source is not none)
     subspace_cache: int = 0  # subspaces kept in memory (LRU); 0 recomputes P_i at every reuse
     pea: bool = False
-    ema: Optional[float] = None  # decay of an exponential moving average of the images (exported when set)
+    ema: float | None = (
+        None  # decay of an exponential moving average of the images (exported when set)
+    )
     aux: AuxiliaryConfig = field(default_factory=AuxiliaryConfig)
 
     def __post_init__(self) -> None:
@@ -270,11 +301,17 @@ class DosserConfig(FeatureMatchingConfig):
         if self.ema is not None and not 0 < self.ema < 1:
             raise UserError(f"method.ema must be in (0, 1) or null, got {self.ema}")
         if self.init == "aux" and self.aux.source not in ("dp", "file"):
-            raise UserError("method.init=aux needs method.aux.source=dp or file (the public split is what the "
-                            "evaluator tests on, so starting from it would inflate the accuracy)")
+            raise UserError(
+                "method.init=aux needs method.aux.source=dp or file (the public split is what the "
+                "evaluator tests on, so starting from it would inflate the accuracy)"
+            )
 
 
 METHOD_SCHEMAS: dict[str, type[MethodConfig]] = {
-    "dc": DCConfig, "dm": DMConfig, "dosser": DosserConfig, "ldpdc": LDPDCConfig, "ndpdc": NDPDCConfig,
+    "dc": DCConfig,
+    "dm": DMConfig,
+    "dosser": DosserConfig,
+    "ldpdc": LDPDCConfig,
+    "ndpdc": NDPDCConfig,
     "psg": PSGConfig,
 }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.errors import UserError
 
@@ -24,8 +24,19 @@ COMPILE_MODES: tuple[str, ...] = ("auto", "true", "false")
 # DSA: one transform family per call (the reference's mode 'S'), or all of them composed.
 AUGMENT_MODES: tuple[str, ...] = ("single", "all")
 # Trainer arguments the framework sets itself; letting a user override them would break outputs.
-RESERVED_TRAINER_KEYS = frozenset({"logger", "callbacks", "default_root_dir", "max_epochs", "min_epochs",
-                                   "enable_checkpointing", "plugins", "profiler", "model_registry"})
+RESERVED_TRAINER_KEYS = frozenset(
+    {
+        "logger",
+        "callbacks",
+        "default_root_dir",
+        "max_epochs",
+        "min_epochs",
+        "enable_checkpointing",
+        "plugins",
+        "profiler",
+        "model_registry",
+    }
+)
 # Trainer options that decide how many steps run: a resumed run keeps its plan, so they are refused there.
 PLAN_TRAINER_KEYS = ("max_steps", "min_steps", "max_epochs", "min_epochs", "max_time")
 
@@ -37,7 +48,9 @@ def group_options(group: str) -> list[str]:
 
 def choice(key: str, value: Any, allowed: Any) -> None:
     if value not in allowed:
-        raise UserError(f"{key}={value!r} is not allowed; choose one of: {', '.join(sorted(map(str, allowed)))}")
+        raise UserError(
+            f"{key}={value!r} is not allowed; choose one of: {', '.join(sorted(map(str, allowed)))}"
+        )
 
 
 def positive(key: str, value: float) -> None:
@@ -65,14 +78,14 @@ def check_finite(prefix: str, values: Any) -> None:
 @dataclass
 class DatasetConfig:
     name: str = "digits"
-    root: Optional[str] = None
+    root: str | None = None
     download: bool = False
-    cache_dir: Optional[str] = None  # default: ~/.cache/dpdc_lightning
+    cache_dir: str | None = None  # default: ~/.cache/dpdc_lightning
     # Own data (dataset=imagefolder / tensors): size and channels of the images, a public test
     # split, or else the fraction of every class held out (NOT covered by the guarantee).
-    image_size: Optional[int] = None
-    channels: Optional[int] = None
-    test_root: Optional[str] = None
+    image_size: int | None = None
+    channels: int | None = None
+    test_root: str | None = None
     test_fraction: float = 0.2
     split_seed: int = 0
 
@@ -89,14 +102,19 @@ class DatasetConfig:
 
     def own_data_options(self) -> dict[str, Any]:
         """Options of the own-data readers (None where not given)."""
-        return {"image_size": self.image_size, "channels": self.channels, "test_root": self.test_root,
-                "test_fraction": self.test_fraction, "split_seed": self.split_seed}
+        return {
+            "image_size": self.image_size,
+            "channels": self.channels,
+            "test_root": self.test_root,
+            "test_fraction": self.test_fraction,
+            "split_seed": self.split_seed,
+        }
 
 
 @dataclass
 class PrivacyConfig:
-    noise_multiplier: Optional[float] = None  # None: the method schema's default_noise_multiplier
-    target_epsilon: Optional[float] = None
+    noise_multiplier: float | None = None  # None: the method schema's default_noise_multiplier
+    target_epsilon: float | None = None
     delta: float = 1e-5
     accountant: str = "rdp"
     calibrate: str = "sigma"
@@ -104,7 +122,7 @@ class PrivacyConfig:
     # public: class sizes are assumed public (Zheng & Li's DPDC); private: release them with the
     # Gaussian mechanism at a budget share count_epsilon, composed into the total (privacy/counts.py)
     class_sizes: str = "public"
-    count_epsilon: Optional[float] = None
+    count_epsilon: float | None = None
     allow_large_delta: bool = False  # accept δ >= 1/N (N private records), with a warning
 
     def __post_init__(self) -> None:
@@ -112,12 +130,16 @@ class PrivacyConfig:
         choice("privacy.class_sizes", self.class_sizes, ("public", "private"))
         if self.class_sizes == "private":
             if self.count_epsilon is None:
-                raise UserError("privacy.class_sizes=private needs privacy.count_epsilon, the share of ε spent on "
-                                "releasing the class sizes (e.g. 0.2)")
+                raise UserError(
+                    "privacy.class_sizes=private needs privacy.count_epsilon, the share of ε spent on "
+                    "releasing the class sizes (e.g. 0.2)"
+                )
             positive("privacy.count_epsilon", self.count_epsilon)
             if self.target_epsilon is not None and not self.count_epsilon < self.target_epsilon:
-                raise UserError(f"privacy.count_epsilon={self.count_epsilon} must be below privacy.target_epsilon="
-                                f"{self.target_epsilon}: the condensation needs the rest")
+                raise UserError(
+                    f"privacy.count_epsilon={self.count_epsilon} must be below privacy.target_epsilon="
+                    f"{self.target_epsilon}: the condensation needs the rest"
+                )
         elif self.count_epsilon is not None:
             raise UserError("privacy.count_epsilon applies only with privacy.class_sizes=private")
         choice("privacy.calibrate", self.calibrate, ("sigma", "steps"))
@@ -169,7 +191,9 @@ class ModelConfig:
     pooling: str = "avgpool"
 
     def __post_init__(self) -> None:
-        choice("model.name", self.name, group_options("model"))  # one YAML file per network of models/
+        choice(
+            "model.name", self.name, group_options("model")
+        )  # one YAML file per network of models/
         for key in ("width", "depth"):
             if not getattr(self, key) > 0:
                 raise UserError(f"model.{key} must be > 0, got {getattr(self, key)}")
@@ -177,8 +201,13 @@ class ModelConfig:
     def options(self) -> dict[str, Any]:
         """The options ``models.build_network`` accepts for this architecture."""
         if self.name == "convnet":
-            return {"width": self.width, "depth": self.depth, "norm": self.norm, "act": self.act,
-                    "pooling": self.pooling}
+            return {
+                "width": self.width,
+                "depth": self.depth,
+                "norm": self.norm,
+                "act": self.act,
+                "pooling": self.pooling,
+            }
         if self.name in ("vgg11", "resnet18"):
             return {"norm": self.norm}
         return {}
@@ -210,6 +239,6 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     seed: int = 0
-    run_dir: Optional[str] = None
+    run_dir: str | None = None
     runs_root: str = "runs"
-    resume: Optional[str] = None
+    resume: str | None = None

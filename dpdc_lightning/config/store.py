@@ -21,7 +21,9 @@ def register_schemas() -> None:
         for name, schema in METHOD_SCHEMAS.items():
             store.store(group="method", name=f"{name}_schema", node=schema)
         _stored.add("schemas")
-    from dpdc_lightning.data.registry import DATASETS  # torch-free: built-in, own-data and registered names
+    from dpdc_lightning.data.registry import (
+        DATASETS,
+    )  # torch-free: built-in, own-data and registered names
 
     files = set(group_options("dataset"))
     for name in DATASETS:

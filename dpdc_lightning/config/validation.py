@@ -11,7 +11,8 @@ step cap the method cannot take, a trainer option Lightning does not know) belon
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -29,7 +30,9 @@ def one_line(err: Exception) -> str:
     return f"{key}: {first}" if key and key not in first else first
 
 
-def validate(raw: DictConfig, *, method: Optional[str] = None, overrides: Sequence[str] = ()) -> RunConfig:
+def validate(
+    raw: DictConfig, *, method: str | None = None, overrides: Sequence[str] = ()
+) -> RunConfig:
     """``raw`` checked against the schemas; ``method`` is the method selected by group (default: the
     config's own ``method.name``), ``overrides`` the command-line tokens (to refuse ignored keys)."""
     name = method or OmegaConf.select(raw, "method.name")
@@ -37,7 +40,9 @@ def validate(raw: DictConfig, *, method: Optional[str] = None, overrides: Sequen
     if OmegaConf.select(raw, "method.name") != name:
         raise UserError("method.name cannot be overridden; select the method with method=NAME")
     try:
-        merged = OmegaConf.merge(OmegaConf.structured(RunConfig(method=METHOD_SCHEMAS[name]())), raw)
+        merged = OmegaConf.merge(
+            OmegaConf.structured(RunConfig(method=METHOD_SCHEMAS[name]())), raw
+        )
         config: RunConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         raise UserError(f"invalid config: {one_line(err)}") from None
@@ -45,7 +50,9 @@ def validate(raw: DictConfig, *, method: Optional[str] = None, overrides: Sequen
     for section in ("method", "privacy", "eval", "model", "dataset"):
         check_finite(section, getattr(config, section))
     ignored = config.method.ignored_keys
-    for key in (t.partition("=")[0].removeprefix("method.") for t in overrides if t.startswith("method.")):
+    for key in (
+        t.partition("=")[0].removeprefix("method.") for t in overrides if t.startswith("method.")
+    ):
         if key in ignored:
             raise UserError(f"method.{key} is not used by method={name}: {ignored[key]}")
     return config
@@ -60,8 +67,10 @@ def _trainer_options(options: Any) -> dict[str, Any]:
     cap = options.get("max_steps")
     # Lightning reads 0 as "no step" and -1 as "no cap"; neither is what a cap of a private run means.
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise UserError(f"trainer.max_steps={cap} must be an integer >= 1 (it caps the method's steps; leave it out "
-                        "to run them all)")
+        raise UserError(
+            f"trainer.max_steps={cap} must be an integer >= 1 (it caps the method's steps; leave it out "
+            "to run them all)"
+        )
     return options
 
 

@@ -49,20 +49,28 @@ class ImageData:
     declared_class_sizes: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
-        for split, images, labels in (("train", self.train_images, self.train_labels),
-                                      ("test", self.test_images, self.test_labels)):
+        for split, images, labels in (
+            ("train", self.train_images, self.train_labels),
+            ("test", self.test_images, self.test_labels),
+        ):
             if images.dtype != torch.float32 or images.dim() != 4:
-                raise ValueError(f"{self.name}: {split} images must be float32 (N, C, H, W), "
-                                 f"got {images.dtype} {tuple(images.shape)}")
+                raise ValueError(
+                    f"{self.name}: {split} images must be float32 (N, C, H, W), "
+                    f"got {images.dtype} {tuple(images.shape)}"
+                )
             _check_range(self.name, split, images)
             if labels.dtype != torch.int64 or labels.shape != images.shape[:1]:
-                raise ValueError(f"{self.name}: {split} labels must be int64 of shape ({images.shape[0]},)")
+                raise ValueError(
+                    f"{self.name}: {split} labels must be int64 of shape ({images.shape[0]},)"
+                )
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
                 raise ValueError(f"{self.name}: {split} labels outside [0, {self.num_classes})")
         if self.train_images.shape[1:] != self.test_images.shape[1:]:
             raise ValueError(f"{self.name}: train and test images differ in shape")
         if len(self.class_names) != self.num_classes:
-            raise ValueError(f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes")
+            raise ValueError(
+                f"{self.name}: {len(self.class_names)} class names for {self.num_classes} classes"
+            )
 
     @property
     def channels(self) -> int:
@@ -80,12 +88,22 @@ class ImageData:
     @property
     def public_class_sizes(self) -> tuple[float, ...]:
         """The class sizes a plan with public sizes uses: the declared ones, else the exact ones."""
-        return self.declared_class_sizes if self.declared_class_sizes is not None else self.class_sizes
+        return (
+            self.declared_class_sizes if self.declared_class_sizes is not None else self.class_sizes
+        )
 
     @classmethod
-    def from_tensors(cls, images: Tensor, labels: Tensor, *, num_classes: int | None = None,
-                     test_images: Tensor | None = None, test_labels: Tensor | None = None,
-                     name: str = "tensors", test_is_private: bool = False) -> "ImageData":
+    def from_tensors(
+        cls,
+        images: Tensor,
+        labels: Tensor,
+        *,
+        num_classes: int | None = None,
+        test_images: Tensor | None = None,
+        test_labels: Tensor | None = None,
+        name: str = "tensors",
+        test_is_private: bool = False,
+    ) -> ImageData:
         """A dataset from tensors already in the normalised space (pixels in [-1, 1], refused
         otherwise); the test split is optional (empty when absent: condensation does not need it).
         A test split given here is declared public, unless ``test_is_private`` says it was held out
@@ -93,21 +111,38 @@ class ImageData:
         num_classes = int(labels.max()) + 1 if num_classes is None else num_classes
         if test_images is None:
             test_images, test_labels = images[:0], labels[:0]
-        return cls(name=name, train_images=images, train_labels=labels, test_images=test_images,
-                   test_labels=test_labels, num_classes=num_classes,
-                   class_names=tuple(str(c) for c in range(num_classes)), test_is_private=test_is_private)
+        return cls(
+            name=name,
+            train_images=images,
+            train_labels=labels,
+            test_images=test_images,
+            test_labels=test_labels,
+            num_classes=num_classes,
+            class_names=tuple(str(c) for c in range(num_classes)),
+            test_is_private=test_is_private,
+        )
 
-    def subset(self, indices: Tensor) -> "ImageData":
+    def subset(self, indices: Tensor) -> ImageData:
         """The same dataset restricted to the training records ``indices`` (the test split is kept):
         e.g. the shadow experiments of a membership-inference audit."""
         indices = torch.as_tensor(indices, dtype=torch.long)
-        return ImageData(name=f"{self.name}[subset]", train_images=self.train_images.index_select(0, indices),
-                         train_labels=self.train_labels.index_select(0, indices), test_images=self.test_images,
-                         test_labels=self.test_labels, num_classes=self.num_classes, class_names=self.class_names,
-                         source=self.source, test_is_private=self.test_is_private)
+        return ImageData(
+            name=f"{self.name}[subset]",
+            train_images=self.train_images.index_select(0, indices),
+            train_labels=self.train_labels.index_select(0, indices),
+            test_images=self.test_images,
+            test_labels=self.test_labels,
+            num_classes=self.num_classes,
+            class_names=self.class_names,
+            source=self.source,
+            test_is_private=self.test_is_private,
+        )
 
 
-PIXEL_RANGE = (-1.0, 1.0)  # the declared domain of every record: [0, 1] pixels after the fixed 0.5/0.5
+PIXEL_RANGE = (
+    -1.0,
+    1.0,
+)  # the declared domain of every record: [0, 1] pixels after the fixed 0.5/0.5
 
 
 def _check_range(dataset: str, split: str, images: Tensor) -> None:
@@ -124,9 +159,11 @@ def _check_range(dataset: str, split: str, images: Tensor) -> None:
     bad = ~((images >= low) & (images <= high)).flatten(1).all(dim=1)  # NaN fails both comparisons
     if bool(bad.any()):
         first = int(torch.nonzero(bad)[0])
-        raise UserError(f"{dataset}: {split} record {first} holds NaN, Inf or values outside [{low:g}, {high:g}] (and "
-                        f"{int(bad.sum()) - 1} more); records must be pixels in [0, 1] normalised by (x - 0.5) / 0.5: "
-                        "fix or drop such records before condensing")
+        raise UserError(
+            f"{dataset}: {split} record {first} holds NaN, Inf or values outside [{low:g}, {high:g}] (and "
+            f"{int(bad.sum()) - 1} more); records must be pixels in [0, 1] normalised by (x - 0.5) / 0.5: "
+            "fix or drop such records before condensing"
+        )
 
 
 def normalise(unit_images: Tensor) -> Tensor:

@@ -32,8 +32,14 @@ def _absolute(path: str | os.PathLike[str] | None, key: str) -> str | None:
     return os.path.abspath(os.path.expanduser(os.fspath(path)))
 
 
-def load_dataset(name: str, *, root: str | os.PathLike[str] | None = None, download: bool = False,
-                 cache_dir: str | os.PathLike[str] | None = None, **options: Any) -> ImageData:
+def load_dataset(
+    name: str,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    download: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> ImageData:
     """Load dataset ``name`` (one of ``DATASETS``), normalised to [-1, 1] with fixed constants.
 
     ``root`` is the folder holding the files (``dataset.root``); ``download`` lets torchvision fetch
@@ -47,35 +53,56 @@ def load_dataset(name: str, *, root: str | os.PathLike[str] | None = None, downl
         raise UserError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
     if not isinstance(download, bool):
         raise UserError(f"dataset.download must be true or false, got {download!r}")
-    if name not in OWN_DATA and any(options.get(key) is not None for key in ("image_size", "channels", "test_root")):
-        raise UserError(f"dataset.image_size, dataset.channels and dataset.test_root apply to dataset=imagefolder "
-                        f"or dataset=tensors, not to dataset={name}")
+    if name not in OWN_DATA and any(
+        options.get(key) is not None for key in ("image_size", "channels", "test_root")
+    ):
+        raise UserError(
+            f"dataset.image_size, dataset.channels and dataset.test_root apply to dataset=imagefolder "
+            f"or dataset=tensors, not to dataset={name}"
+        )
     if name in _EMBEDDED:  # no files involved: one cache entry regardless of the location arguments
         if _absolute(root, "dataset.root") is not None:
             # Ignoring it would condense the embedded data while the user believes their folder was read.
-            raise UserError(f"dataset.root={root} is set but dataset {name} is embedded and reads no files; "
-                            f"drop dataset.root, or select the data set its files belong to (dataset=NAME)")
+            raise UserError(
+                f"dataset.root={root} is set but dataset {name} is embedded and reads no files; "
+                f"drop dataset.root, or select the data set its files belong to (dataset=NAME)"
+            )
         return _load_cached(name, None, False, None, ())
     if name in OWN_DATA:
         if _absolute(root, "dataset.root") is None:
-            raise UserError(f"dataset={name} reads your own data: set dataset.root="
-                            f"{'DIR (a folder with one sub-folder of images per class)' if name == 'imagefolder' else 'FILE.pt or FILE.npz'}")
+            raise UserError(
+                f"dataset={name} reads your own data: set dataset.root="
+                f"{'DIR (a folder with one sub-folder of images per class)' if name == 'imagefolder' else 'FILE.pt or FILE.npz'}"
+            )
         if options.get("test_root") is not None:
             options = {**options, "test_root": _absolute(options["test_root"], "dataset.test_root")}
     extra = tuple(sorted(options.items())) if name in OWN_DATA else ()
-    return _load_cached(name, _absolute(root, "dataset.root"), download, _absolute(cache_dir, "dataset.cache_dir"), extra)
+    return _load_cached(
+        name,
+        _absolute(root, "dataset.root"),
+        download,
+        _absolute(cache_dir, "dataset.cache_dir"),
+        extra,
+    )
 
 
 @functools.lru_cache(maxsize=2)
-def _load_cached(name: str, root: str | None, download: bool, cache_dir: str | None,
-                 options: tuple[tuple[str, Any], ...]) -> ImageData:
+def _load_cached(
+    name: str,
+    root: str | None,
+    download: bool,
+    cache_dir: str | None,
+    options: tuple[tuple[str, Any], ...],
+) -> ImageData:
     root_path = Path(root) if root is not None else None
     if name in OWN_DATA:
         return DATASETS[name](root_path, **dict(options))
     if is_registered(name):
         data = DATASETS[name](root_path)
         if not isinstance(data, ImageData):
-            raise UserError(f"the loader registered for dataset {name!r} returned {type(data).__name__}, not ImageData")
+            raise UserError(
+                f"the loader registered for dataset {name!r} returned {type(data).__name__}, not ImageData"
+            )
         return data
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return DATASETS[name](root_path, download, cache)

@@ -15,8 +15,14 @@ from typing import Any
 from dpdc_lightning.errors import UserError
 
 # name -> module of dpdc_lightning.data.loaders holding its load_<name>
-BUILTIN = {"digits": "embedded", "toy": "embedded", "fashion_mnist": "idx", "mnist": "idx",
-           "cifar10": "torchvision_sets", "celeba": "torchvision_sets"}
+BUILTIN = {
+    "digits": "embedded",
+    "toy": "embedded",
+    "fashion_mnist": "idx",
+    "mnist": "idx",
+    "cifar10": "torchvision_sets",
+    "celeba": "torchvision_sets",
+}
 # Own data read from dataset.root (a folder of images, or a tensor file); they take more options.
 OWN_DATA = ("imagefolder", "tensors")
 _REGISTERED: dict[str, Callable[..., Any]] = {}
@@ -28,7 +34,9 @@ def register_dataset(name: str, loader: Callable[..., Any]) -> None:
     The loader returns an ``ImageData`` with pixels already normalised to [-1, 1] by fixed constants
     (never by statistics of the private data). Registering a name twice replaces the loader."""
     if not isinstance(name, str) or not name.isidentifier():
-        raise UserError(f"dataset name {name!r} must be a Python identifier (letters, digits, underscores)")
+        raise UserError(
+            f"dataset name {name!r} must be a Python identifier (letters, digits, underscores)"
+        )
     if name in BUILTIN or name in OWN_DATA:
         raise UserError(f"dataset name {name!r} is built in; choose another name")
     if not callable(loader):
@@ -46,7 +54,9 @@ class _Loaders(Mapping[str, Callable[..., Any]]):
     def __getitem__(self, name: str) -> Callable[..., Any]:
         if name in BUILTIN or name in OWN_DATA:
             module = BUILTIN.get(name, name)  # the own-data readers are modules of their own name
-            return getattr(importlib.import_module(f"dpdc_lightning.data.loaders.{module}"), f"load_{name}")
+            return getattr(
+                importlib.import_module(f"dpdc_lightning.data.loaders.{module}"), f"load_{name}"
+            )
         return _REGISTERED[name]
 
     def __contains__(self, name: object) -> bool:

@@ -7,7 +7,7 @@ the condensation itself adds.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -29,8 +29,9 @@ def random_class_picks(class_sizes: Sequence[int], *, ipc: int, seed: int) -> li
     return picks
 
 
-def random_real_subset(images: Tensor, labels: Tensor, *, ipc: int, num_classes: int,
-                       seed: int) -> tuple[Tensor, Tensor]:
+def random_real_subset(
+    images: Tensor, labels: Tensor, *, ipc: int, num_classes: int, seed: int
+) -> tuple[Tensor, Tensor]:
     """The random-real baseline: class by class (class 0 first), within a class in draw order."""
     if len(images) != len(labels):
         raise UserError(f"got {len(images)} images but {len(labels)} labels")

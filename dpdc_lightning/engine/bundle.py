@@ -11,10 +11,11 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -80,7 +81,9 @@ def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
         if path.exists():
             # A finished run someone points at again loses a leftover secret.
             note = f"; {LEFTOVER_NOTE}" if forget_if_finished(path) else ""
-            raise UserError(f"run_dir {path} already exists; choose a new one (runs are never overwritten){note}")
+            raise UserError(
+                f"run_dir {path} already exists; choose a new one (runs are never overwritten){note}"
+            )
         return path
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     path = Path(runs_root) / f"{label}-{stamp}"
@@ -100,19 +103,39 @@ def tensors_digest(images: Tensor, labels: Tensor) -> str:
     return digest.hexdigest()
 
 
-def save_bundle(run_dir: Path, *, images: Tensor, labels: Tensor, report: dict[str, Any], grid_png: bytes | None,
-                class_names: Sequence[str] | None = None) -> None:
+def save_bundle(
+    run_dir: Path,
+    *,
+    images: Tensor,
+    labels: Tensor,
+    report: dict[str, Any],
+    grid_png: bytes | None,
+    class_names: Sequence[str] | None = None,
+) -> None:
     """Write the bundle files; privacy.json (with the tensors' digest and the class names, public by
     assumption like the number of classes) goes last."""
     run_dir = Path(run_dir)
-    images, labels = images.detach().cpu().float().contiguous(), labels.detach().cpu().long().contiguous()
-    atomic_write(run_dir / BUNDLE_TENSORS, lambda tmp: torch.save({"images": images, "labels": labels}, tmp))
+    images, labels = (
+        images.detach().cpu().float().contiguous(),
+        labels.detach().cpu().long().contiguous(),
+    )
+    atomic_write(
+        run_dir / BUNDLE_TENSORS, lambda tmp: torch.save({"images": images, "labels": labels}, tmp)
+    )
     if grid_png is not None:
         atomic_write(run_dir / GRID_IMAGE, lambda tmp: tmp.write_bytes(grid_png))
-    report = {**report, "bundle": {"images_shape": list(images.shape), "num_classes": int(labels.max()) + 1,
-                                   "sha256": tensors_digest(images, labels),
-                                   **({"class_names": list(class_names)} if class_names is not None else {})}}
-    atomic_write_text(run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n")
+    report = {
+        **report,
+        "bundle": {
+            "images_shape": list(images.shape),
+            "num_classes": int(labels.max()) + 1,
+            "sha256": tensors_digest(images, labels),
+            **({"class_names": list(class_names)} if class_names is not None else {}),
+        },
+    }
+    atomic_write_text(
+        run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n"
+    )
 
 
 @dataclass(frozen=True)
@@ -130,8 +153,12 @@ def load_bundle(run_dir: str | Path) -> Bundle:
         raise UserError(f"bundle folder {path} does not exist")
     report_path = path / PRIVACY_REPORT
     if not report_path.is_file():
-        raise UserError(f"{path} has no {PRIVACY_REPORT}: the bundle is incomplete (unfinished or crashed run)")
-    if forget_if_finished(path):  # finished runs are never resumed: a secret left by a crash goes now
+        raise UserError(
+            f"{path} has no {PRIVACY_REPORT}: the bundle is incomplete (unfinished or crashed run)"
+        )
+    if forget_if_finished(
+        path
+    ):  # finished runs are never resumed: a secret left by a crash goes now
         print(f"note: {path}: {LEFTOVER_NOTE}", file=sys.stderr)
     try:
         report = json.loads(report_path.read_text())
@@ -141,18 +168,28 @@ def load_bundle(run_dir: str | Path) -> Bundle:
     if not tensor_path.is_file():
         raise UserError(f"{tensor_path} is missing")
     payload = load_plain(tensor_path, what="bundle tensors")
-    if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor) \
-            or not isinstance(payload.get("labels"), Tensor):
+    if (
+        not isinstance(payload, dict)
+        or not isinstance(payload.get("images"), Tensor)
+        or not isinstance(payload.get("labels"), Tensor)
+    ):
         raise UserError(f"{tensor_path} must hold tensors 'images' and 'labels'")
     images, labels = payload["images"], payload["labels"]
     expected = report.get("bundle", {})
-    if list(images.shape) != expected.get("images_shape") or len(labels) != len(images) \
-            or tensors_digest(images, labels) != expected.get("sha256"):
-        raise UserError(f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle")
+    if (
+        list(images.shape) != expected.get("images_shape")
+        or len(labels) != len(images)
+        or tensors_digest(images, labels) != expected.get("sha256")
+    ):
+        raise UserError(
+            f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle"
+        )
     return Bundle(path=path, images=images, labels=labels, report=report)
 
 
-def export_image_folder(run_dir: str | Path, destination: str | Path, *, scale: str = "fixed") -> str:
+def export_image_folder(
+    run_dir: str | Path, destination: str | Path, *, scale: str = "fixed"
+) -> str:
     """Write a bundle as an ImageFolder: ``DEST/<class name>/<index>.png``, plus ``labels.csv``
     (file, label, class name) and ``synthetic.pt`` (the exact float tensors; PNGs hold 8 bits).
 
@@ -170,8 +207,9 @@ def export_image_folder(run_dir: str | Path, destination: str | Path, *, scale: 
     destination = Path(destination)
     if destination.exists() and any(destination.iterdir()):
         raise UserError(f"--to {destination} exists and is not empty; choose a new folder")
-    names = bundle.report.get("bundle", {}).get("class_names") or \
-        [str(c) for c in range(int(bundle.labels.max()) + 1)]
+    names = bundle.report.get("bundle", {}).get("class_names") or [
+        str(c) for c in range(int(bundle.labels.max()) + 1)
+    ]
     images = bundle.images.float()
     unit = display_scale(images) if scale == "per-image" else (images * 0.5 + 0.5)
     clipped = float(((unit < 0) | (unit > 1)).float().mean())
@@ -182,7 +220,11 @@ def export_image_folder(run_dir: str | Path, destination: str | Path, *, scale: 
         for index, (image, label) in enumerate(zip(pixels, bundle.labels.tolist())):
             folder = destination / _safe_name(names[label])
             folder.mkdir(exist_ok=True)
-            array = image[0].numpy() if image.shape[0] == 1 else image[:3].permute(1, 2, 0).contiguous().numpy()
+            array = (
+                image[0].numpy()
+                if image.shape[0] == 1
+                else image[:3].permute(1, 2, 0).contiguous().numpy()
+            )
             path = folder / f"{index:05d}.png"
             Image.fromarray(array, "L" if image.shape[0] == 1 else "RGB").save(path)
             rows.append(f"{path.relative_to(destination)},{label},{names[label]}")
@@ -190,9 +232,15 @@ def export_image_folder(run_dir: str | Path, destination: str | Path, *, scale: 
         torch.save({"images": bundle.images, "labels": bundle.labels}, destination / BUNDLE_TENSORS)
     except OSError as err:
         raise UserError(f"cannot write to {destination}: {err.strerror or err}") from None
-    note = f"; {100 * clipped:.1f} % of pixels lay outside [-1, 1] and were clipped in the PNGs" if clipped else ""
-    return (f"wrote {len(pixels)} PNGs in {len(set(bundle.labels.tolist()))} class folders, labels.csv and "
-            f"{BUNDLE_TENSORS} (exact values) to {destination}{note}")
+    note = (
+        f"; {100 * clipped:.1f} % of pixels lay outside [-1, 1] and were clipped in the PNGs"
+        if clipped
+        else ""
+    )
+    return (
+        f"wrote {len(pixels)} PNGs in {len(set(bundle.labels.tolist()))} class folders, labels.csv and "
+        f"{BUNDLE_TENSORS} (exact values) to {destination}{note}"
+    )
 
 
 def _safe_name(name: str) -> str:

@@ -15,7 +15,7 @@ import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,8 +24,14 @@ from dpdc_lightning.config import RunConfig, config_hash
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.engine.method_module import MethodModule
-from dpdc_lightning.engine.planning import (auxiliary_config, auxiliary_run_config, check_memory, load_data,
-                                            noise_seed_for, plan_run)
+from dpdc_lightning.engine.planning import (
+    auxiliary_config,
+    auxiliary_run_config,
+    check_memory,
+    load_data,
+    noise_seed_for,
+    plan_run,
+)
 from dpdc_lightning.engine.privacy_callback import PrivacyCallback
 from dpdc_lightning.engine.trainer import build_trainer, quiet_libraries
 from dpdc_lightning.errors import UserError
@@ -40,7 +46,9 @@ from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.tensor_files import load_plain
 
-AUXILIARY_FILE = "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
+AUXILIARY_FILE = (
+    "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
+)
 
 quiet_libraries()
 
@@ -53,8 +61,14 @@ class CondensedSet:
     plan: PrivacyPlan
 
 
-def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
-                      run_dir: Optional[Path] = None) -> Optional[AuxiliarySet]:
+def resolve_auxiliary(
+    config: RunConfig,
+    data: ImageData,
+    *,
+    plan: PrivacyPlan,
+    noise_seed: int,
+    run_dir: Path | None = None,
+) -> AuxiliarySet | None:
     """The auxiliary set of a method that takes one: a public file, the declared-public test split,
     or (``dp``) the output of the auxiliary run the plan paid for, made here unless ``run_dir``
     already holds it (a resumed run reuses the release, it never makes a second one)."""
@@ -64,7 +78,9 @@ def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, 
     if aux.source == "file":
         found = load_file(aux.path)
     elif aux.source == "public_split":
-        found = public_split(data.test_images, data.test_labels, dataset=data.name, held_out=data.test_is_private)
+        found = public_split(
+            data.test_images, data.test_labels, dataset=data.name, held_out=data.test_is_private
+        )
     elif run_dir is not None and (run_dir / AUXILIARY_FILE).is_file():
         saved = load_plain(run_dir / AUXILIARY_FILE, what="the run's auxiliary set")
         found = AuxiliarySet(saved["images"], saved["labels"], saved["description"])
@@ -72,11 +88,21 @@ def resolve_auxiliary(config: RunConfig, data: ImageData, *, plan: PrivacyPlan, 
         if plan.auxiliary is None:
             raise ValueError("method.aux.source=dp but the privacy plan paid for no auxiliary run")
         # Its own 256-bit secret, derived from the run's: samples and noise independent of the main stage's.
-        made = Condensation(auxiliary_run_config(config), data, plan=plan.auxiliary,
-                            noise_seed=derive_secret(noise_seed, "auxiliary")).fit()
-        found = AuxiliarySet(made.images, made.labels, f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
-                                                         f"(phase 'auxiliary' of the privacy report)")
-        print(f"auxiliary set: {len(made.images)} images made by {found.description}", file=sys.stderr)
+        made = Condensation(
+            auxiliary_run_config(config),
+            data,
+            plan=plan.auxiliary,
+            noise_seed=derive_secret(noise_seed, "auxiliary"),
+        ).fit()
+        found = AuxiliarySet(
+            made.images,
+            made.labels,
+            f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
+            f"(phase 'auxiliary' of the privacy report)",
+        )
+        print(
+            f"auxiliary set: {len(made.images)} images made by {found.description}", file=sys.stderr
+        )
     return check_shape(found, DataSpec.of(data).image_shape).limited(aux.size, seed=config.seed)
 
 
@@ -86,68 +112,126 @@ def save_auxiliary(run_dir: Path, auxiliary: AuxiliarySet) -> None:
     if path.is_file():
         return
     temporary = path.with_suffix(".tmp")
-    torch.save({"images": auxiliary.images, "labels": auxiliary.labels, "description": auxiliary.description}, temporary)
+    torch.save(
+        {
+            "images": auxiliary.images,
+            "labels": auxiliary.labels,
+            "description": auxiliary.description,
+        },
+        temporary,
+    )
     os.replace(temporary, path)
 
 
 class Condensation:
     """The objects of one condensation, built and checked, nothing run or written yet."""
 
-    def __init__(self, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, noise_seed: int,
-                 run_dir: Optional[Path] = None) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        data: ImageData,
+        *,
+        plan: PrivacyPlan,
+        noise_seed: int,
+        run_dir: Path | None = None,
+    ) -> None:
         spec = DataSpec.of(data, plan=plan)  # the plan's class sizes: never exact private counts
         self.config, self.plan, self.run_dir = config, plan, run_dir
         check_memory(config, spec, plan)  # before anything is built (the auxiliary run included)
-        self.auxiliary = resolve_auxiliary(config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir)
+        self.auxiliary = resolve_auxiliary(
+            config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir
+        )
         self.method: CondensationMethod = METHODS[config.method.name](
-            config.method, data=spec, plan=plan, seed=config.seed, noise_seed=noise_seed, model=config.model,
-            augment_mode=config.augment.mode, reproducible_noise=config.privacy.reproducible_noise,
-            auxiliary=self.auxiliary)
+            config.method,
+            data=spec,
+            plan=plan,
+            seed=config.seed,
+            noise_seed=noise_seed,
+            model=config.model,
+            augment_mode=config.augment.mode,
+            reproducible_noise=config.privacy.reproducible_noise,
+            auxiliary=self.auxiliary,
+        )
         self.inputs = _release_inputs(config, data, plan=plan, auxiliary=self.auxiliary)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
         self.module = MethodModule(self.method)
-        self.trainer = build_trainer(config, plan=plan, run_dir=run_dir, callbacks=[self.privacy],
-                                     class_names=data.class_names)
-        if plan.sampling != "global_poisson":  # a global sample is shared out by records, not classes
-            owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)  # before any process starts
+        self.trainer = build_trainer(
+            config,
+            plan=plan,
+            run_dir=run_dir,
+            callbacks=[self.privacy],
+            class_names=data.class_names,
+        )
+        if (
+            plan.sampling != "global_poisson"
+        ):  # a global sample is shared out by records, not classes
+            owned_classes(
+                spec.num_classes, rank=0, world_size=self.trainer.world_size
+            )  # before any process starts
 
-    def fit(self, *, checkpoint: Optional[Path] = None) -> CondensedSet:
-        if self.run_dir is not None and self.plan.auxiliary is not None and self.auxiliary is not None:
+    def fit(self, *, checkpoint: Path | None = None) -> CondensedSet:
+        if (
+            self.run_dir is not None
+            and self.plan.auxiliary is not None
+            and self.auxiliary is not None
+        ):
             save_auxiliary(self.run_dir, self.auxiliary)
         self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=checkpoint)
         images, labels = self.method.synthetic_set()
         privacy = self.config.privacy
-        report = build_report(method=self.config.method.name, mechanism=report_mechanism(self.privacy.budget),
-                              accountant=self.privacy.accountant if self.plan.private else None,
-                              delta=privacy.delta, plan=self.plan, reproducible_noise=privacy.reproducible_noise,
-                              noise_values=self._noise_values(), config_hash=config_hash(self.config),
-                              inputs=self.inputs)
+        report = build_report(
+            method=self.config.method.name,
+            mechanism=report_mechanism(self.privacy.budget),
+            accountant=self.privacy.accountant if self.plan.private else None,
+            delta=privacy.delta,
+            plan=self.plan,
+            reproducible_noise=privacy.reproducible_noise,
+            noise_values=self._noise_values(),
+            config_hash=config_hash(self.config),
+            inputs=self.inputs,
+        )
         return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
 
-    def _noise_values(self) -> Optional[int]:
+    def _noise_values(self) -> int | None:
         """Normal values the whole run drew (the report's truncation bound counts them)."""
         per_step = self.method.noise_values_per_step()
         if per_step is None:
             return None
         released = len(self.plan.released_class_sizes) if self.plan.released_class_sizes else 0
-        return per_step * self.plan.data_steps + released  # the class-size release draws one value per class
+        return (
+            per_step * self.plan.data_steps + released
+        )  # the class-size release draws one value per class
 
 
-def _release_inputs(config: RunConfig, data: ImageData, *, plan: PrivacyPlan,
-                    auxiliary: Optional[AuxiliarySet]) -> list[dict[str, Any]]:
+def _release_inputs(
+    config: RunConfig, data: ImageData, *, plan: PrivacyPlan, auxiliary: AuxiliarySet | None
+) -> list[dict[str, Any]]:
     """Every input of the release with its status, for privacy.json (privacy/inputs.py)."""
     method_cls, aux = METHODS[config.method.name], auxiliary_config(config)
-    test_split = "held out" if data.test_is_private else "declared public" if len(data.test_labels) else "none"
-    return release_inputs(dataset=data.name, private=method_cls.private, init=config.method.init,
-                          class_sizes_released=plan.count_noise_multiplier is not None,
-                          network=method_cls.uses_network, test_split=test_split,
-                          auxiliary=(aux.source, auxiliary.description) if auxiliary is not None else None,
-                          reproducible_noise=config.privacy.reproducible_noise, count_phase=COUNT_PHASE)
+    test_split = (
+        "held out"
+        if data.test_is_private
+        else "declared public"
+        if len(data.test_labels)
+        else "none"
+    )
+    return release_inputs(
+        dataset=data.name,
+        private=method_cls.private,
+        init=config.method.init,
+        class_sizes_released=plan.count_noise_multiplier is not None,
+        network=method_cls.uses_network,
+        test_split=test_split,
+        auxiliary=(aux.source, auxiliary.description) if auxiliary is not None else None,
+        reproducible_noise=config.privacy.reproducible_noise,
+        count_phase=COUNT_PHASE,
+    )
 
 
-def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed: Optional[int] = None
-             ) -> CondensedSet:
+def condense(
+    config: RunConfig, data: ImageData | None = None, *, noise_seed: int | None = None
+) -> CondensedSet:
     """Condense ``data`` (default: the config's dataset) in process; writes nothing to disk."""
     data = load_data(config) if data is None else data
     seed = noise_seed_for(config) if noise_seed is None else noise_seed
@@ -156,7 +240,9 @@ def condense(config: RunConfig, data: Optional[ImageData] = None, *, noise_seed:
     if run.trainer.world_size > 1:
         # Lightning would re-run the calling script in each new process, and each would draw its own
         # secret: the processes must share one plan and seed, which train() hands over on disk.
-        raise UserError("condense() runs in one process; use train() (python train.py) for trainer.devices > 1")
+        raise UserError(
+            "condense() runs in one process; use train() (python train.py) for trainer.devices > 1"
+        )
     return run.fit()
 
 
@@ -165,8 +251,13 @@ class _CallableModule(types.ModuleType):
     would shadow the function that ``from dpdc_lightning import condense`` promises: calling the
     module calls :func:`condense`."""
 
-    def __call__(self, config: RunConfig, data: Optional[ImageData] = None, *,
-                 noise_seed: Optional[int] = None) -> CondensedSet:
+    def __call__(
+        self,
+        config: RunConfig,
+        data: ImageData | None = None,
+        *,
+        noise_seed: int | None = None,
+    ) -> CondensedSet:
         return condense(config, data, noise_seed=noise_seed)
 
 

@@ -17,35 +17,44 @@ step, so no trainer option can draw a sample the plan did not pay for.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import lightning as L
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.privacy.sampling import poisson_sample, sample_without_replacement
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.sampling import poisson_sample, sample_without_replacement
 from dpdc_lightning.seeding import derive_generator
 
 
 def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
     """Classes handled by one process: round-robin, so every class has exactly one owner."""
     if world_size > num_classes:
-        raise UserError(f"trainer.devices x trainer.num_nodes = {world_size} processes but only {num_classes} classes "
-                        f"to shard over them; use at most {num_classes} processes")
+        raise UserError(
+            f"trainer.devices x trainer.num_nodes = {world_size} processes but only {num_classes} classes "
+            f"to shard over them; use at most {num_classes} processes"
+        )
     return list(range(rank, num_classes, world_size))
 
 
 def record_share(batch: dict[str, Any], *, rank: int, world_size: int) -> dict[str, Any]:
     """One process's share of a global sample: every ``world_size``-th record from ``rank`` on. The
     shares are disjoint, cover the sample and differ in size by at most one record."""
-    return {**batch, "images": batch["images"][rank::world_size], "labels": batch["labels"][rank::world_size]}
+    return {
+        **batch,
+        "images": batch["images"][rank::world_size],
+        "labels": batch["labels"][rank::world_size],
+    }
 
 
 class _SampleStream(IterableDataset):
-    def __init__(self, module: "PrivateDataModule", classes: list[int], start: int, stop: int) -> None:
+    def __init__(
+        self, module: PrivateDataModule, classes: list[int], start: int, stop: int
+    ) -> None:
         self.module, self.classes, self.start, self.stop = module, classes, start, stop
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
@@ -53,7 +62,9 @@ class _SampleStream(IterableDataset):
         for step in range(self.start, self.stop):
             batch = self.module.sample(step, self.classes)
             if batch.get("free"):
-                batch["classes"] = self.classes  # what a free step works on (Dosser's optimisation stage)
+                batch["classes"] = (
+                    self.classes
+                )  # what a free step works on (Dosser's optimisation stage)
             elif "labels" in batch and world_size > 1:
                 batch = record_share(batch, rank=rank, world_size=world_size)
             yield batch
@@ -67,7 +78,11 @@ class _SampleStream(IterableDataset):
 class PrivateDataModule(L.LightningDataModule):
     def __init__(self, data: ImageData, *, plan: PrivacyPlan, sampling_seed: int) -> None:
         super().__init__()
-        expected = {"per_class_poisson": data.num_classes, "global_poisson": 1, "per_class_fixed": 0}[plan.sampling]
+        expected = {
+            "per_class_poisson": data.num_classes,
+            "global_poisson": 1,
+            "per_class_fixed": 0,
+        }[plan.sampling]
         if len(plan.sample_rates) != expected:
             raise ValueError("the plan's sample rates do not match the data's classes")
         self.data = data
@@ -75,7 +90,9 @@ class PrivateDataModule(L.LightningDataModule):
         self._sampling_seed = sampling_seed
         self.shard = (0, 1)  # (rank, world size): which share of a global sample this process keeps
         self._all_images, self._all_labels = data.train_images, data.train_labels
-        self._class_images = [data.train_images[data.train_labels == c] for c in range(data.num_classes)]
+        self._class_images = [
+            data.train_images[data.train_labels == c] for c in range(data.num_classes)
+        ]
 
     def class_images(self, class_index: int) -> Tensor:
         return self._class_images[class_index]
@@ -84,12 +101,20 @@ class PrivateDataModule(L.LightningDataModule):
         plan = self.plan
         if not plan.is_data_step(step):
             return {"step": step, "free": True}
-        if plan.sampling == "global_poisson":  # the whole sample: the same on every process (same key)
-            picks = poisson_sample(len(self._all_labels), sample_rate=plan.rate_of(-1),
-                                   generator=derive_generator(self._sampling_seed, "sample", step))
+        if (
+            plan.sampling == "global_poisson"
+        ):  # the whole sample: the same on every process (same key)
+            picks = poisson_sample(
+                len(self._all_labels),
+                sample_rate=plan.rate_of(-1),
+                generator=derive_generator(self._sampling_seed, "sample", step),
+            )
             picks = picks.to(self._all_images.device)
-            return {"step": step, "images": self._all_images.index_select(0, picks),
-                    "labels": self._all_labels.index_select(0, picks)}
+            return {
+                "step": step,
+                "images": self._all_images.index_select(0, picks),
+                "labels": self._all_labels.index_select(0, picks),
+            }
         batches = []
         for c in classes:
             pool = self._class_images[c]
@@ -97,19 +122,33 @@ class PrivateDataModule(L.LightningDataModule):
             if plan.sampling == "per_class_poisson":
                 picks = poisson_sample(len(pool), sample_rate=plan.rate_of(c), generator=generator)
             else:
-                picks = sample_without_replacement(len(pool), size=int(plan.sample_size), generator=generator)
+                picks = sample_without_replacement(
+                    len(pool), size=int(plan.sample_size), generator=generator
+                )
             # index_select, not pool[picks]: advanced indexing costs ~1000x more on a busy CPU.
             batches.append(pool.index_select(0, picks.to(pool.device)))
         return {"step": step, "classes": classes, "images": batches}
 
     def train_dataloader(self) -> DataLoader:
         trainer = self.trainer
-        classes = ([] if self.plan.sampling == "global_poisson" else
-                   owned_classes(self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size))
+        classes = (
+            []
+            if self.plan.sampling == "global_poisson"
+            else owned_classes(
+                self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size
+            )
+        )
         # Keep the private tensors on the compute device: indexing there avoids a copy per step.
         device = trainer.strategy.root_device
         self._class_images = [x.to(device) for x in self._class_images]
-        self._all_images, self._all_labels = self._all_images.to(device), self._all_labels.to(device)
+        self._all_images, self._all_labels = (
+            self._all_images.to(device),
+            self._all_labels.to(device),
+        )
         start = int(trainer.lightning_module.completed_steps)
         self.shard = (trainer.global_rank, trainer.world_size)
-        return DataLoader(_SampleStream(self, classes, start, self.plan.total_steps), batch_size=None, num_workers=0)
+        return DataLoader(
+            _SampleStream(self, classes, start, self.plan.total_steps),
+            batch_size=None,
+            num_workers=0,
+        )

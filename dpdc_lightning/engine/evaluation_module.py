@@ -26,7 +26,12 @@ class EvaluationModule(lightning.LightningModule):
     """A classifier trained on a synthetic set and tested on real data; ``make_optimizer`` builds the
     protocol's optimiser over the network's parameters."""
 
-    def __init__(self, network: nn.Module, *, make_optimizer: Callable[[Iterable[Tensor]], torch.optim.Optimizer]) -> None:
+    def __init__(
+        self,
+        network: nn.Module,
+        *,
+        make_optimizer: Callable[[Iterable[Tensor]], torch.optim.Optimizer],
+    ) -> None:
         super().__init__()
         self.network = network
         self.make_optimizer = make_optimizer
@@ -69,26 +74,55 @@ class _EpochCallback(lightning.Callback):
             self.epoch_done(trainer.global_step // self.steps_per_epoch)
 
 
-def fit(module: EvaluationModule, batches: Callable[[], Iterator[tuple[Tensor, Tensor]]], *, total_steps: int,
-        steps_per_epoch: int, accelerator: str, epoch_done: Callable[[int], None] | None = None) -> lightning.Trainer:
+def fit(
+    module: EvaluationModule,
+    batches: Callable[[], Iterator[tuple[Tensor, Tensor]]],
+    *,
+    total_steps: int,
+    steps_per_epoch: int,
+    accelerator: str,
+    epoch_done: Callable[[int], None] | None = None,
+) -> lightning.Trainer:
     """Train ``module`` for exactly ``total_steps`` optimiser steps on ``batches()``; returns its Trainer."""
-    callbacks = [] if epoch_done is None else [_EpochCallback(epoch_done, steps_per_epoch=steps_per_epoch)]
+    callbacks = (
+        [] if epoch_done is None else [_EpochCallback(epoch_done, steps_per_epoch=steps_per_epoch)]
+    )
     with quiet_lightning():
         trainer = lightning.Trainer(
-            max_epochs=1, max_steps=total_steps, accelerator=accelerator, devices=1, logger=False,
-            enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-            num_sanity_val_steps=0, limit_val_batches=0, use_distributed_sampler=False, callbacks=callbacks)
+            max_epochs=1,
+            max_steps=total_steps,
+            accelerator=accelerator,
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            num_sanity_val_steps=0,
+            limit_val_batches=0,
+            use_distributed_sampler=False,
+            callbacks=callbacks,
+        )
         trainer.fit(module, train_dataloaders=_loader(_Batches(batches)))
     if trainer.global_step != total_steps:
-        raise RuntimeError(f"evaluation trained {trainer.global_step} steps, protocol needs {total_steps}")
+        raise RuntimeError(
+            f"evaluation trained {trainer.global_step} steps, protocol needs {total_steps}"
+        )
     return trainer
 
 
-def accuracy(module: EvaluationModule, trainer: lightning.Trainer, test_images: Tensor, test_labels: Tensor, *,
-             batch_size: int) -> float:
+def accuracy(
+    module: EvaluationModule,
+    trainer: lightning.Trainer,
+    test_images: Tensor,
+    test_labels: Tensor,
+    *,
+    batch_size: int,
+) -> float:
     """Accuracy in [0, 1] of ``module`` on the test split, in batches of ``batch_size`` (eval mode)."""
-    batches = [(test_images[i:i + batch_size], test_labels[i:i + batch_size])
-               for i in range(0, len(test_images), batch_size)]
+    batches = [
+        (test_images[i : i + batch_size], test_labels[i : i + batch_size])
+        for i in range(0, len(test_images), batch_size)
+    ]
     module.correct, module.seen = 0, 0
     with quiet_lightning():
         trainer.test(module, dataloaders=_loader(batches), verbose=False)
@@ -108,7 +142,13 @@ def quiet_lightning() -> Iterator[None]:
     Logger levels and warning filters are restored on exit, so the caller's Lightning output
     (the condensation run's progress, its own warnings) is untouched.
     """
-    names = ("lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning", "lightning_fabric")
+    names = (
+        "lightning",
+        "lightning.pytorch",
+        "lightning.fabric",
+        "pytorch_lightning",
+        "lightning_fabric",
+    )
     loggers = [logging.getLogger(name) for name in names]
     levels = [lg.level for lg in loggers]
     try:

@@ -7,7 +7,7 @@ image is stretched on its own between its 1st and 99th percentile; the tensors a
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 import lightning as L
 import torch
@@ -19,7 +19,9 @@ LABEL_WIDTH = 96  # left margin for the class names
 GAP = 2
 
 
-DISPLAY_QUANTILE = 0.01  # the darkest and brightest 1 % of an image's pixels saturate: a few noisy pixels
+DISPLAY_QUANTILE = (
+    0.01  # the darkest and brightest 1 % of an image's pixels saturate: a few noisy pixels
+)
 # would otherwise take the whole grey range and leave the shape flat
 
 
@@ -34,7 +36,9 @@ def display_scale(images: Tensor) -> Tensor:
     return scaled.view(images.shape)
 
 
-def labelled_grid(images: Tensor, labels: Tensor, class_names: Optional[Sequence[str]] = None) -> Tensor:
+def labelled_grid(
+    images: Tensor, labels: Tensor, class_names: Sequence[str] | None = None
+) -> Tensor:
     """A uint8 [3, H, W] picture: one row per class, the class name on the left, every image
     scaled for display on its own and enlarged to at least ``MIN_TILE`` pixels."""
     from PIL import Image, ImageDraw
@@ -45,7 +49,9 @@ def labelled_grid(images: Tensor, labels: Tensor, class_names: Optional[Sequence
     height, width = images.shape[-2:]
     zoom = max(1, -(-MIN_TILE // min(height, width)))
     tile_h, tile_w = height * zoom, width * zoom
-    canvas = Image.new("RGB", (LABEL_WIDTH + per_row * (tile_w + GAP), len(classes) * (tile_h + GAP)), "white")
+    canvas = Image.new(
+        "RGB", (LABEL_WIDTH + per_row * (tile_w + GAP), len(classes) * (tile_h + GAP)), "white"
+    )
     draw = ImageDraw.Draw(canvas)
     for row, c in enumerate(classes):
         name = str(class_names[c]) if class_names is not None and c < len(class_names) else str(c)
@@ -55,35 +61,40 @@ def labelled_grid(images: Tensor, labels: Tensor, class_names: Optional[Sequence
             pixels = (image * 255).round().to(torch.uint8)
             pixels = pixels.expand(3, -1, -1) if pixels.shape[0] == 1 else pixels[:3]
             tile = Image.fromarray(pixels.permute(1, 2, 0).contiguous().numpy(), "RGB")
-            canvas.paste(tile.resize((tile_w, tile_h), Image.NEAREST), (LABEL_WIDTH + col * (tile_w + GAP), top))
+            canvas.paste(
+                tile.resize((tile_w, tile_h), Image.NEAREST),
+                (LABEL_WIDTH + col * (tile_w + GAP), top),
+            )
     import numpy as np
 
     return torch.from_numpy(np.asarray(canvas).copy()).permute(2, 0, 1).contiguous()
 
 
-def class_grid(images: Tensor, labels: Tensor, class_names: Optional[Sequence[str]] = None) -> Tensor:
+def class_grid(images: Tensor, labels: Tensor, class_names: Sequence[str] | None = None) -> Tensor:
     """The labelled grid as a float [3, H, W] image in [0, 1] (what TensorBoard shows)."""
     return labelled_grid(images, labels, class_names).float() / 255.0
 
 
-def grid_png(images: Tensor, labels: Tensor, class_names: Optional[Sequence[str]] = None) -> bytes:
+def grid_png(images: Tensor, labels: Tensor, class_names: Sequence[str] | None = None) -> bytes:
     """``synthetic.png``: the labelled grid, PNG-encoded."""
     import io
 
     from PIL import Image
 
     buffer = io.BytesIO()
-    Image.fromarray(labelled_grid(images, labels, class_names).permute(1, 2, 0).numpy(), "RGB").save(buffer, "PNG")
+    Image.fromarray(
+        labelled_grid(images, labels, class_names).permute(1, 2, 0).numpy(), "RGB"
+    ).save(buffer, "PNG")
     return buffer.getvalue()
 
 
 class ImageGridLogger(L.Callback):
     """Logs the labelled grid to TensorBoard every ``every_n_steps`` steps and at the end (once per step)."""
 
-    def __init__(self, *, every_n_steps: int, class_names: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, *, every_n_steps: int, class_names: Sequence[str] | None = None) -> None:
         self.every_n_steps = every_n_steps
         self.class_names = class_names
-        self._last_step: Optional[int] = None
+        self._last_step: int | None = None
 
     def _log(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         experiment = getattr(trainer.logger, "experiment", None)
@@ -93,7 +104,9 @@ class ImageGridLogger(L.Callback):
             experiment.add_image("synthetic", labelled_grid(images, labels, self.class_names), step)
             self._last_step = step
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object) -> None:
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, *args: object
+    ) -> None:
         if int(pl_module.completed_steps) % self.every_n_steps == 0:
             self._log(trainer, pl_module)
 

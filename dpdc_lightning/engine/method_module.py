@@ -9,7 +9,7 @@ and checkpoints. A checkpoint holds the method's own state dict, with the keys i
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import lightning as L
 import torch
@@ -19,7 +19,7 @@ from dpdc_lightning.methods.base import CondensationMethod, Runtime
 
 
 class _LightningRuntime(Runtime):
-    def __init__(self, module: "MethodModule") -> None:
+    def __init__(self, module: MethodModule) -> None:
         self.module = module
 
     @property
@@ -83,7 +83,7 @@ class MethodModule(L.LightningModule):
         self.method.on_load_checkpoint(checkpoint)
 
     # ---- the loop --------------------------------------------------------------------------------
-    def configure_optimizers(self) -> Optional[torch.optim.Optimizer]:
+    def configure_optimizers(self) -> torch.optim.Optimizer | None:
         return self.method.optimizer
 
     def setup(self, stage: str) -> None:
@@ -92,7 +92,7 @@ class MethodModule(L.LightningModule):
     def on_fit_start(self) -> None:
         self.method.on_fit_start()
 
-    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> Optional[int]:
+    def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> int | None:
         # -1 ends the epoch before the step runs, whatever trainer.min_steps says: no step past the plan.
         return -1 if int(batch["step"]) >= self.method.plan.total_steps else None
 
@@ -104,7 +104,9 @@ class MethodModule(L.LightningModule):
             # Under DDP a per-class loss covers the process's own classes only: their sum is the whole
             # loss. Global sampling's loss is the same on every process.
             reduce = "mean" if self.method.sampling == "global_poisson" else "sum"
-            self.log("loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx=reduce)
+            self.log(
+                "loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx=reduce
+            )
 
     def _idle_optimiser_step(self) -> None:
         """A step that changes no parameter (no gradients: SGD skips them, momentum included), so

@@ -11,7 +11,7 @@ from the plan and hands it to the mechanism, whose event the privacy budget comp
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData, load_dataset
@@ -28,11 +28,16 @@ from dpdc_lightning.seeding import derive_seed
 
 def load_data(config: RunConfig) -> ImageData:
     dataset = config.dataset
-    return load_dataset(dataset.name, root=dataset.root, download=dataset.download, cache_dir=dataset.cache_dir,
-                        **dataset.own_data_options())
+    return load_dataset(
+        dataset.name,
+        root=dataset.root,
+        download=dataset.download,
+        cache_dir=dataset.cache_dir,
+        **dataset.own_data_options(),
+    )
 
 
-def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = None) -> PrivacyPlan:
+def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None) -> PrivacyPlan:
     """The privacy plan of a config on data of this shape; ``trainer.max_steps`` caps the steps.
 
     With public class sizes (the default) no record is read. With ``privacy.class_sizes=private``
@@ -45,26 +50,52 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: Optional[int] = N
     class_sizes, count_event = data.public_class_sizes or data.class_sizes, None
     if privacy.class_sizes == "private":
         if not method_cls.private:
-            raise UserError(f"method {config.method.name} is not private: privacy.class_sizes=private does not apply")
+            raise UserError(
+                f"method {config.method.name} is not private: privacy.class_sizes=private does not apply"
+            )
         if noise_seed is None:
             raise ValueError("releasing private class sizes needs the run's noise seed")
         try:
-            count_sigma = calibrate_noise_multiplier(target_epsilon=privacy.count_epsilon, delta=privacy.delta,
-                                                     sample_rate=1.0, steps=1, accountant=privacy.accountant)
+            count_sigma = calibrate_noise_multiplier(
+                target_epsilon=privacy.count_epsilon,
+                delta=privacy.delta,
+                sample_rate=1.0,
+                steps=1,
+                accountant=privacy.accountant,
+            )
         except UserError as err:
-            raise UserError(f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
-                            f"raise it ({err})") from None
-        class_sizes, count_event = release_class_sizes(data.class_sizes, noise_multiplier=count_sigma,
-                                             noise=noise_source(noise_seed, phase=COUNT_PHASE, step=0, partition=-1,
-                                                                reproducible=privacy.reproducible_noise))
+            raise UserError(
+                f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
+                f"raise it ({err})"
+            ) from None
+        class_sizes, count_event = release_class_sizes(
+            data.class_sizes,
+            noise_multiplier=count_sigma,
+            noise=noise_source(
+                noise_seed,
+                phase=COUNT_PHASE,
+                step=0,
+                partition=-1,
+                reproducible=privacy.reproducible_noise,
+            ),
+        )
     refuse_step_cap(config)
     auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
-    return make_plan(method_cls.schedule(config.method), class_sizes=class_sizes, method=config.method.name,
-                     noise_multiplier=privacy.noise_multiplier, target_epsilon=privacy.target_epsilon,
-                     delta=privacy.delta, calibrate=privacy.calibrate, accountant=privacy.accountant,
-                     step_cap=config.trainer.get("max_steps"), count_event=count_event,
-                     allow_large_delta=privacy.allow_large_delta, auxiliary=auxiliary,
-                     auxiliary_method=config.method.aux.method if auxiliary is not None else None)
+    return make_plan(
+        method_cls.schedule(config.method),
+        class_sizes=class_sizes,
+        method=config.method.name,
+        noise_multiplier=privacy.noise_multiplier,
+        target_epsilon=privacy.target_epsilon,
+        delta=privacy.delta,
+        calibrate=privacy.calibrate,
+        accountant=privacy.accountant,
+        step_cap=config.trainer.get("max_steps"),
+        count_event=count_event,
+        allow_large_delta=privacy.allow_large_delta,
+        auxiliary=auxiliary,
+        auxiliary_method=config.method.aux.method if auxiliary is not None else None,
+    )
 
 
 def refuse_step_cap(config: RunConfig) -> None:
@@ -76,36 +107,62 @@ def refuse_step_cap(config: RunConfig) -> None:
     method, schema = METHODS[config.method.name], config.method
     keys = " and ".join(schema.step_keys)
     if method.free_steps(schema):
-        why = (f"it runs {method.data_steps(schema)} private steps, then {method.free_steps(schema)} free ones, and "
-               "a cap would cut the free stage first")
+        why = (
+            f"it runs {method.data_steps(schema)} private steps, then {method.free_steps(schema)} free ones, and "
+            "a cap would cut the free stage first"
+        )
     elif not method.steps_adjustable:
         why = "its algorithm fixes the number of steps (a cap would leave images unwritten)"
     else:
         return
-    raise UserError(f"trainer.max_steps does not apply to method={schema.name}: {why}; set {keys} instead")
+    raise UserError(
+        f"trainer.max_steps does not apply to method={schema.name}: {why}; set {keys} instead"
+    )
 
 
-def auxiliary_config(config: RunConfig) -> Optional[Any]:
+def auxiliary_config(config: RunConfig) -> Any | None:
     """``method.aux`` of a method that takes an auxiliary set, or None."""
     aux = getattr(config.method, "aux", None)
-    return aux if METHODS[config.method.name].uses_auxiliary and aux is not None and aux.source != "none" else None
+    return (
+        aux
+        if METHODS[config.method.name].uses_auxiliary and aux is not None and aux.source != "none"
+        else None
+    )
 
 
 def auxiliary_run_config(config: RunConfig) -> RunConfig:
     """The config of the private run that makes a DP auxiliary set (``method.aux.source=dp``)."""
     aux = config.method.aux
-    method = METHODS[aux.method].config_class(ipc=aux.ipc, iterations=aux.iterations, group_size=aux.group_size,
-                                               log_images_every=aux.iterations, checkpoint_every=aux.iterations)
-    privacy = dataclasses.replace(config.privacy, target_epsilon=aux.epsilon, noise_multiplier=None,
-                                  class_sizes="public", count_epsilon=None, calibrate="sigma")
+    method = METHODS[aux.method].config_class(
+        ipc=aux.ipc,
+        iterations=aux.iterations,
+        group_size=aux.group_size,
+        log_images_every=aux.iterations,
+        checkpoint_every=aux.iterations,
+    )
+    privacy = dataclasses.replace(
+        config.privacy,
+        target_epsilon=aux.epsilon,
+        noise_multiplier=None,
+        class_sizes="public",
+        count_epsilon=None,
+        calibrate="sigma",
+    )
     # One process: a multi-process main run makes it before its processes start (rank 0, which keeps
     # it in the run directory for the others); a trainer of its own would launch processes again.
     trainer = {**config.trainer, "devices": 1, "num_nodes": 1, "strategy": "auto"}
-    return dataclasses.replace(config, method=method, privacy=privacy, seed=derive_seed(config.seed, "auxiliary"),
-                               run_dir=None, resume=None, trainer=trainer)
+    return dataclasses.replace(
+        config,
+        method=method,
+        privacy=privacy,
+        seed=derive_seed(config.seed, "auxiliary"),
+        run_dir=None,
+        resume=None,
+        trainer=trainer,
+    )
 
 
-def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Optional[PrivacyPlan]:
+def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> PrivacyPlan | None:
     """The plan of the DP auxiliary run (``method.aux.source=dp``): the noise that costs
     ``method.aux.epsilon`` alone over its steps, at the run's δ and on the same class sizes."""
     aux = auxiliary_config(config)
@@ -113,13 +170,23 @@ def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Opti
         return None
     target = config.privacy.target_epsilon
     if target is not None and not aux.epsilon < target:
-        raise UserError(f"method.aux.epsilon={aux.epsilon} must be below privacy.target_epsilon={target}: "
-                        "the main stage needs the rest")
+        raise UserError(
+            f"method.aux.epsilon={aux.epsilon} must be below privacy.target_epsilon={target}: "
+            "the main stage needs the rest"
+        )
     run = auxiliary_run_config(config)
     privacy = run.privacy
-    return make_plan(METHODS[aux.method].schedule(run.method), class_sizes=class_sizes, method=aux.method,
-                     noise_multiplier=None, target_epsilon=aux.epsilon, delta=privacy.delta, calibrate="sigma",
-                     accountant=privacy.accountant, allow_large_delta=privacy.allow_large_delta)
+    return make_plan(
+        METHODS[aux.method].schedule(run.method),
+        class_sizes=class_sizes,
+        method=aux.method,
+        noise_multiplier=None,
+        target_epsilon=aux.epsilon,
+        delta=privacy.delta,
+        calibrate="sigma",
+        accountant=privacy.accountant,
+        allow_large_delta=privacy.allow_large_delta,
+    )
 
 
 def needs_secret(config: RunConfig) -> bool:
@@ -135,16 +202,18 @@ def noise_seed_for(config: RunConfig) -> int:
 
 def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
     """What the run will hold in memory (methods/memory.py says what is counted)."""
-    return METHODS[config.method.name].memory_needs(config.method, data=data, plan=plan, model=config.model,
-                                                    device=run_device(config.trainer))
+    return METHODS[config.method.name].memory_needs(
+        config.method, data=data, plan=plan, model=config.model, device=run_device(config.trainer)
+    )
 
 
 def check_memory(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> None:
     """Refuse, before any allocation, a run whose estimated memory exceeds what is available."""
     try:
         needs = memory_needs(config, data, plan)
-    except (RuntimeError, ValueError):  # a network that cannot take these images: the run itself says so
+    except (
+        RuntimeError,
+        ValueError,
+    ):  # a network that cannot take these images: the run itself says so
         return
     check_fits(needs, method=config.method.name, device=run_device(config.trainer))
-
-

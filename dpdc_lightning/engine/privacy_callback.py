@@ -7,7 +7,7 @@ step, logs ε, and keeps the budget's state in every checkpoint.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import lightning as L
 
@@ -20,14 +20,14 @@ class PrivacyCallback(L.Callback):
         self.budget = PrivacyBudget(plan)
         self.plan = plan
         self.log_every_n_steps = log_every_n_steps
-        self.epsilon: Optional[float] = None
+        self.epsilon: float | None = None
 
     @property
     def accountant(self) -> Any:
         return self.budget.accountant
 
     @property
-    def delta(self) -> Optional[float]:
+    def delta(self) -> float | None:
         return self.plan.delta
 
     @property
@@ -39,16 +39,26 @@ class PrivacyCallback(L.Callback):
             self.epsilon = self.budget.epsilon()
             self.budget.check_start()
 
-    def on_train_batch_start(self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any,
-                             batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.budget.check_step(int(batch["step"]))
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self,
+        trainer: L.Trainer,
+        pl_module: L.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
         step = int(batch["step"])
         if self.budget.spend(step, pl_module.pop_events()):
             # RDP is cheap enough to evaluate every step; PRV is not.
-            if self.accountant.accountant == "rdp" or self.data_steps_spent % self.log_every_n_steps == 0:
+            if (
+                self.accountant.accountant == "rdp"
+                or self.data_steps_spent % self.log_every_n_steps == 0
+            ):
                 self.epsilon = self.budget.epsilon()
         if step + 1 >= self.plan.total_steps:
             trainer.should_stop = True

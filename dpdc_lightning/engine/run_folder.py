@@ -13,12 +13,16 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Optional
 
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.engine.bundle import (CONFIG_FILE, LEFTOVER_NOTE, PRIVACY_REPORT, forget_if_finished,
-                                         new_run_dir)
+from dpdc_lightning.engine.bundle import (
+    CONFIG_FILE,
+    LEFTOVER_NOTE,
+    PRIVACY_REPORT,
+    forget_if_finished,
+    new_run_dir,
+)
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
@@ -43,7 +47,7 @@ def write_provenance(run_dir: Path, data: ImageData) -> None:
         handle.write(json.dumps({"data": data_provenance(data)}) + "\n")
 
 
-def read_provenance(run_dir: Path) -> Optional[str]:
+def read_provenance(run_dir: Path) -> str | None:
     """The recorded data folder of a run (older runs recorded it in config.yaml's dataset.resolved_root)."""
     path = Path(run_dir) / PROVENANCE_FILE
     if path.is_file():
@@ -60,8 +64,10 @@ def check_provenance(run_dir: Path, data: ImageData) -> None:
     """A resumed run must read the folder its first steps read."""
     recorded, now = read_provenance(run_dir), data_provenance(data)
     if recorded is not None and recorded != now:
-        raise UserError(f"{run_dir} was started on data read from {recorded}, now it would read {now}; a run must "
-                        "come from one data set, so it cannot be resumed")
+        raise UserError(
+            f"{run_dir} was started on data read from {recorded}, now it would read {now}; a run must "
+            "come from one data set, so it cannot be resumed"
+        )
 
 
 def discard(run_dir: Path) -> None:
@@ -80,15 +86,19 @@ def check_checkpoint(run_dir: Path) -> None:
     try:
         load_plain(checkpoint, what="checkpoint")
     except UserError as err:
-        raise UserError(f"resume={run_dir}: {err}; delete it to restart the run from step 0 (repeated steps redraw "
-                        "the same samples and noise, so nothing is spent twice) or start a new run") from None
+        raise UserError(
+            f"resume={run_dir}: {err}; delete it to restart the run from step 0 (repeated steps redraw "
+            "the same samples and noise, so nothing is spent twice) or start a new run"
+        ) from None
 
 
 def create(run_dir: Path) -> None:
     try:
         run_dir.mkdir(parents=True)
     except FileExistsError:
-        raise UserError(f"run_dir {run_dir} already exists; choose a new one (runs are never overwritten)") from None
+        raise UserError(
+            f"run_dir {run_dir} already exists; choose a new one (runs are never overwritten)"
+        ) from None
     except OSError as err:
         raise UserError(f"cannot create run_dir {run_dir}: {err.strerror or err}") from None
 
@@ -105,8 +115,10 @@ def end_of_run_line(run_dir: Path, *, wall_seconds: float | None = None) -> str:
         return f"bundle written to {run_dir}: not private (ε = ∞){counted}{took}"
     note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
     steps = report["steps"]
-    return (f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
-            f"{steps} privacy-consuming step{'' if steps == 1 else 's'}{took}")
+    return (
+        f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
+        f"{steps} privacy-consuming step{'' if steps == 1 else 's'}{took}"
+    )
 
 
 def _duration(seconds: float) -> str:
@@ -114,7 +126,11 @@ def _duration(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.1f} s"
     minutes, rest = divmod(int(round(seconds)), 60)
-    return f"{minutes} min {rest:02d} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+    return (
+        f"{minutes} min {rest:02d} s"
+        if minutes < 60
+        else f"{minutes // 60} h {minutes % 60:02d} min"
+    )
 
 
 def forget_run(path: Path) -> str:
@@ -125,27 +141,40 @@ def forget_run(path: Path) -> str:
         raise UserError(f"forget={path}: not a run directory (no {CONFIG_FILE} there)")
     if (path / PRIVACY_REPORT).is_file():
         deleted = forget_if_finished(path)
-        return f"{path} is a finished run; " + (LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}")
+        return f"{path} is a finished run; " + (
+            LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}"
+        )
     if not forget_secret(path):
         return f"{path} holds no {SECRET_FILE} (not private, reproducible noise, or already forgotten): nothing to delete"
-    return (f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no longer be "
-            "resumed (resume= will refuse it)")
+    return (
+        f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no longer be "
+        "resumed (resume= will refuse it)"
+    )
 
 
 def stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan:
     """The plan the run was started with. The data must still give the same sample rates."""
     path = run_dir / PLAN_FILE
     if not path.is_file():
-        raise UserError(f"{run_dir} has no {PLAN_FILE}: its privacy plan is unknown, so it cannot be resumed")
+        raise UserError(
+            f"{run_dir} has no {PLAN_FILE}: its privacy plan is unknown, so it cannot be resumed"
+        )
     try:
         plan = PrivacyPlan.from_dict(json.loads(path.read_text()))
     except (ValueError, TypeError, KeyError) as err:
         raise UserError(f"{path} is not a readable privacy plan ({err})") from None
     # Released (noisy) sizes are part of the plan itself, so only public sizes can be checked here.
-    if plan.released_class_sizes is None and \
-            sample_rates(METHODS[config.method.name].schedule(config.method), data.public_class_sizes or data.class_sizes) \
-            != plan.sample_rates:
-        raise UserError(f"the data set's class sizes changed since {run_dir} started; its plan no longer holds")
+    if (
+        plan.released_class_sizes is None
+        and sample_rates(
+            METHODS[config.method.name].schedule(config.method),
+            data.public_class_sizes or data.class_sizes,
+        )
+        != plan.sample_rates
+    ):
+        raise UserError(
+            f"the data set's class sizes changed since {run_dir} started; its plan no longer holds"
+        )
     return plan
 
 

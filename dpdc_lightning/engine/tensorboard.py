@@ -3,8 +3,9 @@ hparams tab; evaluation accuracies once evaluated. Nothing constant or duplicate
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
@@ -27,13 +28,15 @@ class RunLogger(TensorBoardLogger):
     """Lightning's TensorBoard logger without its constant ``epoch`` scalar (a condensation is one
     epoch) and with the run's own settings in the hparams tab (the method module has none)."""
 
-    def __init__(self, *args: Any, hparams: Mapping[str, Any], hp_metrics: Mapping[str, float], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, hparams: Mapping[str, Any], hp_metrics: Mapping[str, float], **kwargs: Any
+    ) -> None:
         super().__init__(*args, default_hp_metric=False, **kwargs)
         self._run_hparams, self._hp_metrics = dict(hparams), dict(hp_metrics)
         self._hparams_written = False
         self._writing_hparams = False
 
-    def log_metrics(self, metrics: Mapping[str, float], step: Optional[int] = None) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         if self._writing_hparams:
             # The hparams tab reads its metric columns from the run's own scalars (e.g. "epsilon",
             # logged every step); a second, constant point at step 0 would only blur that curve.
@@ -44,14 +47,17 @@ class RunLogger(TensorBoardLogger):
         if metrics:
             super().log_metrics(metrics, step)
 
-    def log_hyperparams(self, params: Any, metrics: Optional[Mapping[str, Any]] = None,
-                        step: Optional[int] = None) -> None:
+    def log_hyperparams(
+        self, params: Any, metrics: Mapping[str, Any] | None = None, step: int | None = None
+    ) -> None:
         # Lightning may call this with the module's (empty) hparams; write the run's settings once instead.
         if self._hparams_written:
             return
         self._hparams_written, self._writing_hparams = True, True
         try:
-            super().log_hyperparams(self._run_hparams, dict(self._hp_metrics) or {"epsilon": float("nan")})
+            super().log_hyperparams(
+                self._run_hparams, dict(self._hp_metrics) or {"epsilon": float("nan")}
+            )
         finally:
             self._writing_hparams = False
         # Lightning wrote hparams.yaml at fit start with the module's empty hparams and never rewrites an

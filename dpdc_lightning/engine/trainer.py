@@ -8,7 +8,7 @@ import logging
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import lightning as L
 
@@ -16,6 +16,7 @@ from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
+
 
 def quiet_libraries() -> None:
     """Lightning and Opacus print banners and advice that bury the few lines a user needs. Called
@@ -33,12 +34,18 @@ def quiet_libraries() -> None:
     warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*Optimal order is the largest alpha.*")
     warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
-    warnings.filterwarnings("ignore", message=".*You are using `torch.load` with `weights_only=False`.*")
+    warnings.filterwarnings(
+        "ignore", message=".*You are using `torch.load` with `weights_only=False`.*"
+    )
     warnings.filterwarnings("ignore", message=".*The number of training batches.*")
     # trainer.precision values Lightning would replace are refused by _check_precision.
-    warnings.filterwarnings("ignore", message=".*is supported for historical reasons but its usage is discouraged.*")
+    warnings.filterwarnings(
+        "ignore", message=".*is supported for historical reasons but its usage is discouraged.*"
+    )
     warnings.filterwarnings("ignore", message=".*is not supported on CPU. Using `precision=.*")
-    warnings.filterwarnings("ignore", message=".*Starting from v1.9.0, `tensorboardX` has been removed.*")
+    warnings.filterwarnings(
+        "ignore", message=".*Starting from v1.9.0, `tensorboardX` has been removed.*"
+    )
 
 
 def check_trainer_options(options: dict[str, Any]) -> None:
@@ -48,20 +55,39 @@ def check_trainer_options(options: dict[str, Any]) -> None:
     for key in options:
         if key not in parameters or key == "self":
             allowed = sorted(set(parameters) - RESERVED_TRAINER_KEYS - {"self"})
-            raise UserError(f"unknown trainer option '{key}'; lightning.Trainer accepts: {', '.join(allowed)}")
+            raise UserError(
+                f"unknown trainer option '{key}'; lightning.Trainer accepts: {', '.join(allowed)}"
+            )
 
 
-def build_trainer(config: RunConfig, *, plan: PrivacyPlan, run_dir: Optional[Path], callbacks: list[L.Callback],
-                  class_names: Optional[tuple[str, ...]] = None) -> L.Trainer:
+def build_trainer(
+    config: RunConfig,
+    *,
+    plan: PrivacyPlan,
+    run_dir: Path | None,
+    callbacks: list[L.Callback],
+    class_names: tuple[str, ...] | None = None,
+) -> L.Trainer:
     """The trainer of one condensation: on disk (checkpoints, TensorBoard with the config and the
     plan's outcome as hparams, image grids) when ``run_dir`` is given, else nothing written."""
     quiet_libraries()  # again here: pytest and notebooks reset warning filters between calls
     check_trainer_options(config.trainer)
-    options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps the steps
-    settings = {"log_every_n_steps": 1, "accelerator": "auto", "devices": 1, "enable_model_summary": False,
-                **options}
+    options = {
+        k: v for k, v in config.trainer.items() if k != "max_steps"
+    }  # the plan caps the steps
+    settings = {
+        "log_every_n_steps": 1,
+        "accelerator": "auto",
+        "devices": 1,
+        "enable_model_summary": False,
+        **options,
+    }
     if settings.get("enable_progress_bar", True):
-        from dpdc_lightning.engine.progress import CondensationProgressBar, ProgressLines, interactive
+        from dpdc_lightning.engine.progress import (
+            CondensationProgressBar,
+            ProgressLines,
+            interactive,
+        )
 
         if interactive(sys.stdout):  # where Lightning's bars write
             callbacks = [*callbacks, CondensationProgressBar()]
@@ -79,21 +105,43 @@ def build_trainer(config: RunConfig, *, plan: PrivacyPlan, run_dir: Optional[Pat
         from dpdc_lightning.engine.tensorboard import RunLogger, flat_hparams
 
         method = config.method
-        callbacks = [*callbacks, ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
-                     ModelCheckpoint(dirpath=run_dir / "checkpoints", save_last=True, save_top_k=0,
-                                     every_n_train_steps=method.checkpoint_every)]
+        callbacks = [
+            *callbacks,
+            ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
+            ModelCheckpoint(
+                dirpath=run_dir / "checkpoints",
+                save_last=True,
+                save_top_k=0,
+                every_n_train_steps=method.checkpoint_every,
+            ),
+        ]
         settings_tree = OmegaConf.to_container(OmegaConf.structured(config))
         for key in ("run_dir", "runs_root", "resume"):
             settings_tree.pop(key, None)
         # What the plan fixed, beside what was asked (the plan's outcome is never written into the config).
-        settings_tree["plan"] = {"noise_multiplier": plan.noise_multiplier, "data_steps": plan.data_steps,
-                                 "planned_epsilon": plan.planned_epsilon}
+        settings_tree["plan"] = {
+            "noise_multiplier": plan.noise_multiplier,
+            "data_steps": plan.data_steps,
+            "planned_epsilon": plan.planned_epsilon,
+        }
         planned = plan.planned_epsilon
-        logger = RunLogger(save_dir=run_dir, name="", version="tensorboard", hparams=flat_hparams(settings_tree),
-                           hp_metrics={"epsilon": planned} if planned is not None else {})
+        logger = RunLogger(
+            save_dir=run_dir,
+            name="",
+            version="tensorboard",
+            hparams=flat_hparams(settings_tree),
+            hp_metrics={"epsilon": planned} if planned is not None else {},
+        )
         disk = {"logger": logger, "default_root_dir": run_dir, "plugins": [SafeCheckpointIO()]}
     try:
-        trainer = L.Trainer(max_epochs=1, max_steps=-1, callbacks=callbacks, num_sanity_val_steps=0, **disk, **settings)
+        trainer = L.Trainer(
+            max_epochs=1,
+            max_steps=-1,
+            callbacks=callbacks,
+            num_sanity_val_steps=0,
+            **disk,
+            **settings,
+        )
     except Exception as err:  # Lightning reports bad options with assorted exception types
         raise UserError(f"invalid trainer option: {str(err).strip().splitlines()[0]}") from None
     _check_precision(settings.get("precision"), str(trainer.precision))
@@ -101,9 +149,19 @@ def build_trainer(config: RunConfig, *, plan: PrivacyPlan, run_dir: Optional[Pat
 
 
 # What Lightning means by each short spelling of trainer.precision.
-_PRECISION_NAMES = {"16": "16-mixed", "bf16": "bf16-mixed", "32": "32-true", "64": "64-true",
-                    "16-mixed": "16-mixed", "bf16-mixed": "bf16-mixed", "32-true": "32-true", "64-true": "64-true",
-                    "16-true": "16-true", "bf16-true": "bf16-true", "transformer-engine": "transformer-engine"}
+_PRECISION_NAMES = {
+    "16": "16-mixed",
+    "bf16": "bf16-mixed",
+    "32": "32-true",
+    "64": "64-true",
+    "16-mixed": "16-mixed",
+    "bf16-mixed": "bf16-mixed",
+    "32-true": "32-true",
+    "64-true": "64-true",
+    "16-true": "16-true",
+    "bf16-true": "bf16-true",
+    "transformer-engine": "transformer-engine",
+}
 
 
 def _check_precision(requested: Any, used: str) -> None:
@@ -112,7 +170,7 @@ def _check_precision(requested: Any, used: str) -> None:
         return
     wanted = _PRECISION_NAMES.get(str(requested), str(requested))
     if wanted != used:
-        raise UserError(f"trainer.precision={requested} means {wanted}, which this accelerator does not run: "
-                        f"Lightning would silently use {used} instead; set trainer.precision={used} to accept that")
-
-
+        raise UserError(
+            f"trainer.precision={requested} means {wanted}, which this accelerator does not run: "
+            f"Lightning would silently use {used} instead; set trainer.precision={used} to accept that"
+        )

@@ -18,11 +18,27 @@ from dpdc_lightning.config import RunConfig, to_yaml
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation
 from dpdc_lightning.engine.image_grid import grid_png
-from dpdc_lightning.engine.planning import load_data, memory_needs, needs_secret, noise_seed_for, plan_run
+from dpdc_lightning.engine.planning import (
+    load_data,
+    memory_needs,
+    needs_secret,
+    noise_seed_for,
+    plan_run,
+)
 from dpdc_lightning.engine.progress import say
-from dpdc_lightning.engine.run_folder import (PLAN_FILE, RUN_DIR_ENV, check_checkpoint, check_provenance, create,
-                                              data_provenance, discard, last_checkpoint, run_dir_of, stored_plan,
-                                              write_provenance)
+from dpdc_lightning.engine.run_folder import (
+    PLAN_FILE,
+    RUN_DIR_ENV,
+    check_checkpoint,
+    check_provenance,
+    create,
+    data_provenance,
+    discard,
+    last_checkpoint,
+    run_dir_of,
+    stored_plan,
+    write_provenance,
+)
 from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
@@ -45,8 +61,10 @@ def train(config: RunConfig) -> Path:
         plan = stored_plan(run_dir, config, DataSpec.of(data))
         seed = read_secret(run_dir) if secret_needed else config.seed
         if seed is None:
-            raise UserError(f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
-                            "resumed run would redraw the noise of repeated steps and spend them twice; start a new run")
+            raise UserError(
+                f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
+                "resumed run would redraw the noise of repeated steps and spend them twice; start a new run"
+            )
     if not fresh:
         check_provenance(run_dir, data)
     run = Condensation(config, data, plan=plan, noise_seed=seed, run_dir=run_dir)
@@ -57,8 +75,10 @@ def train(config: RunConfig) -> Path:
     if hands_run_dir:
         lines = [f"data: {config.dataset.name} from {data_provenance(data)}"]
         if data.test_is_private:
-            lines.append("note: the test split is held out from your private data: accuracy measured on it is NOT "
-                         "covered by the privacy guarantee (set dataset.test_root for a public test set)")
+            lines.append(
+                "note: the test split is held out from your private data: accuracy measured on it is NOT "
+                "covered by the privacy guarantee (set dataset.test_root for a public test set)"
+            )
         # Printed once the run starts (a failure before stays one line), before the progress starts.
         run.trainer.callbacks.insert(0, _Announce(lines))
         if fresh:
@@ -72,7 +92,9 @@ def train(config: RunConfig) -> Path:
                     store_secret(run_dir, seed)
             except OSError as err:
                 discard(run_dir)
-                raise UserError(f"cannot write to run_dir {run_dir}: {err.strerror or err}") from None
+                raise UserError(
+                    f"cannot write to run_dir {run_dir}: {err.strerror or err}"
+                ) from None
         os.environ[RUN_DIR_ENV] = str(run_dir)
     try:
         try:
@@ -85,7 +107,9 @@ def train(config: RunConfig) -> Path:
             if created and step == 0 and last_checkpoint(run_dir) is None:
                 discard(run_dir)
                 raise Interrupted("interrupted before the first step; nothing was kept") from None
-            raise Interrupted(f"interrupted at step {step}; resume with: python train.py resume={run_dir}") from None
+            raise Interrupted(
+                f"interrupted at step {step}; resume with: python train.py resume={run_dir}"
+            ) from None
         except NumericalFault as fault:
             raise UserError(_diverged(fault, run_dir, created=created)) from None
         except BaseException:
@@ -96,9 +120,14 @@ def train(config: RunConfig) -> Path:
                 discard(run_dir)
             raise
         if run.trainer.is_global_zero:
-            save_bundle(run_dir, images=result.images, labels=result.labels, report=result.report,
-                        grid_png=grid_png(result.images, result.labels, class_names=data.class_names),
-                        class_names=data.class_names)
+            save_bundle(
+                run_dir,
+                images=result.images,
+                labels=result.labels,
+                report=result.report,
+                grid_png=grid_png(result.images, result.labels, class_names=data.class_names),
+                class_names=data.class_names,
+            )
             forget_secret(run_dir)
     finally:
         if hands_run_dir:
@@ -124,24 +153,34 @@ def _diverged(fault: NumericalFault, run_dir: Path, *, created: bool) -> str:
         discard(run_dir)
         return f"{fault}; no checkpoint had been written, so the run folder {run_dir} was removed"
     forget_secret(run_dir)
-    kept = f"its last checkpoint {checkpoint} and TensorBoard log are kept" if checkpoint else "its folder is kept"
-    return (f"{fault}; {kept} for inspection, its secret was deleted (a resume would repeat the same steps and "
-            "diverge again): start a new run")
+    kept = (
+        f"its last checkpoint {checkpoint} and TensorBoard log are kept"
+        if checkpoint
+        else "its folder is kept"
+    )
+    return (
+        f"{fault}; {kept} for inspection, its secret was deleted (a resume would repeat the same steps and "
+        "diverge again): start a new run"
+    )
 
 
 def planned_config_text(config: RunConfig) -> str:
     """``--print-config``: the config and, as comments, the memory estimate and the plan's σ, steps and
-ε (nothing written; the plan is what plan.json will hold)."""
+    ε (nothing written; the plan is what plan.json will hold)."""
     data = load_data(config)
     spec = DataSpec.of(data)
     if config.privacy.class_sizes == "private":
         text = to_yaml(config)
         return text + "# plan: made after the private class-size release, when the run starts\n"
     plan = plan_run(config, spec, noise_seed=config.seed)
-    text = to_yaml(config) + (f"# memory: about {format_bytes(total_bytes(memory_needs(config, spec, plan)))} "
-                              "estimated before the run (what it counts: docs/methods.md)\n")
+    text = to_yaml(config) + (
+        f"# memory: about {format_bytes(total_bytes(memory_needs(config, spec, plan)))} "
+        "estimated before the run (what it counts: docs/methods.md)\n"
+    )
     if not plan.private:
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
-    return text + (f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} privacy-consuming "
-                   f"steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} at δ = {plan.delta:g} "
-                   f"({plan.accountant})\n")
+    return text + (
+        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} privacy-consuming "
+        f"steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} at δ = {plan.delta:g} "
+        f"({plan.accountant})\n"
+    )

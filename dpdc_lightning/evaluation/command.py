@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from dpdc_lightning.config import ModelConfig, RunConfig
 from dpdc_lightning.errors import Interrupted, UserError
@@ -27,12 +28,21 @@ def protocol_of(config: RunConfig) -> Any:
     from dpdc_lightning.evaluation import EvalProtocol
 
     e = config.eval
-    return EvalProtocol(epochs=e.epochs, runs=e.runs, lr=e.lr, momentum=e.momentum, weight_decay=e.weight_decay,
-                        batch_size=e.batch_size, dsa=e.dsa, dsa_mode=config.augment.mode)
+    return EvalProtocol(
+        epochs=e.epochs,
+        runs=e.runs,
+        lr=e.lr,
+        momentum=e.momentum,
+        weight_decay=e.weight_decay,
+        batch_size=e.batch_size,
+        dsa=e.dsa,
+        dsa_mode=config.augment.mode,
+    )
 
 
-def evaluate_bundle(path: Path, config: RunConfig, models: Sequence[ModelConfig], *, quiet: bool = False
-                    ) -> dict[str, Any]:
+def evaluate_bundle(
+    path: Path, config: RunConfig, models: Sequence[ModelConfig], *, quiet: bool = False
+) -> dict[str, Any]:
     """Evaluate the bundle in ``path`` with ``config`` (its config.yaml, with any evaluation
     overrides); the results are appended to its eval.json and returned (``results``: one ModelResult
     per model)."""
@@ -42,28 +52,49 @@ def evaluate_bundle(path: Path, config: RunConfig, models: Sequence[ModelConfig]
     _check_accelerator(config.eval.accelerator)
     data = _load(config)
     epsilon = bundle.report.get("epsilon")
-    title = (f"{config.method.name} on {config.dataset.name}, "
-             f"ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}")
+    title = (
+        f"{config.method.name} on {config.dataset.name}, "
+        f"ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}"
+    )
     note = _notes(config, data)
-    results, protocol = _run_models(bundle.images, bundle.labels, data, config, models, quiet=quiet,
-                                    title=title, note=note)
+    results, protocol = _run_models(
+        bundle.images, bundle.labels, data, config, models, quiet=quiet, title=title, note=note
+    )
     eval_path = path / EVAL_FILE
-    append_eval_json(eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note)
+    append_eval_json(
+        eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note
+    )
     try:
         from dpdc_lightning.engine.tensorboard import log_evaluation
 
-        log_evaluation(path, {r.model: [100 * a for a in r.accuracies] for r in results},
-                       protocol=f"e{protocol.epochs}_r{protocol.runs}")
+        log_evaluation(
+            path,
+            {r.model: [100 * a for a in r.accuracies] for r in results},
+            protocol=f"e{protocol.epochs}_r{protocol.runs}",
+        )
     except OSError:
         pass  # TensorBoard is a convenience; eval.json holds the results
     print(f"results appended to {eval_path}")
-    return {"path": path, "method": config.method.name, "dataset": config.dataset.name, "epsilon": epsilon,
-            "delta": bundle.report.get("delta"), "seed": config.seed, "results": results, "protocol": protocol,
-            "private_test": data.test_is_private}
+    return {
+        "path": path,
+        "method": config.method.name,
+        "dataset": config.dataset.name,
+        "epsilon": epsilon,
+        "delta": bundle.report.get("delta"),
+        "seed": config.seed,
+        "results": results,
+        "protocol": protocol,
+        "private_test": data.test_is_private,
+    }
 
 
-def evaluate_other(image_file: Optional[str], config: RunConfig, models: Sequence[ModelConfig], *,
-                   quiet: bool = False) -> int:
+def evaluate_other(
+    image_file: str | None,
+    config: RunConfig,
+    models: Sequence[ModelConfig],
+    *,
+    quiet: bool = False,
+) -> int:
     """Evaluate a plain tensor file (``image_file``) or, without one, the random-real baseline."""
     from dpdc_lightning.data.subsets import random_real_subset
     from dpdc_lightning.engine.bundle import atomic_write_text, new_run_dir
@@ -79,14 +110,29 @@ def evaluate_other(image_file: Optional[str], config: RunConfig, models: Sequenc
         note = {"privacy": NO_PRIVACY_REPORT, "images_file": str(path.resolve()), **note}
         eval_path = _fresh_eval_path(path)
     else:
-        images, labels = random_real_subset(data.train_images, data.train_labels, ipc=config.method.ipc,
-                                            num_classes=data.num_classes, seed=config.seed)
+        images, labels = random_real_subset(
+            data.train_images,
+            data.train_labels,
+            ipc=config.method.ipc,
+            num_classes=data.num_classes,
+            seed=config.seed,
+        )
         title = f"random-real baseline, {config.dataset.name}, {config.method.ipc} images per class"
-        out_dir = new_run_dir(run_dir=config.run_dir, runs_root=config.runs_root,
-                              label=f"random-real-{config.dataset.name}-ipc{config.method.ipc}")
+        out_dir = new_run_dir(
+            run_dir=config.run_dir,
+            runs_root=config.runs_root,
+            label=f"random-real-{config.dataset.name}-ipc{config.method.ipc}",
+        )
         eval_path = out_dir / EVAL_FILE
-    results, protocol = _run_models(images, labels, data, config, models, quiet=quiet, title=title, note=note)
-    payload = {"title": title, **note, "pea": bool(config.eval.pea), **results_to_json(results, protocol=protocol, extra=note or None)}
+    results, protocol = _run_models(
+        images, labels, data, config, models, quiet=quiet, title=title, note=note
+    )
+    payload = {
+        "title": title,
+        **note,
+        "pea": bool(config.eval.pea),
+        **results_to_json(results, protocol=protocol, extra=note or None),
+    }
     text = json.dumps(payload, indent=2) + "\n"
     if image_file is not None:
         _write_new(eval_path, text)
@@ -110,35 +156,67 @@ def _notes(config: Any, data: Any) -> dict[str, str]:
     # Engines share the protocol and every run's draws, but a compiled step rounds differently:
     # say which one produced the numbers.
     device = resolve_device(config.eval.accelerator)
-    note["engine"] = (f"{resolve_engine(config.eval.engine, device)} on {device.type} "
-                      f"(eval.engine={config.eval.engine}, eval.compile={config.eval.compile})")
+    note["engine"] = (
+        f"{resolve_engine(config.eval.engine, device)} on {device.type} "
+        f"(eval.engine={config.eval.engine}, eval.compile={config.eval.compile})"
+    )
     if config.eval.pea:
         note["pea"] = "on: each image split into 2x2 quadrants, each upsampled x2"
     return note
 
 
-def _run_models(images: Any, labels: Any, data: Any, config: Any, models: list[Any], *, quiet: bool,
-                title: str, note: dict[str, str]) -> tuple[list[Any], Any]:
-    from dpdc_lightning.evaluation.progress import EvalProgress
+def _run_models(
+    images: Any,
+    labels: Any,
+    data: Any,
+    config: Any,
+    models: list[Any],
+    *,
+    quiet: bool,
+    title: str,
+    note: dict[str, str],
+) -> tuple[list[Any], Any]:
     from dpdc_lightning.evaluation import ModelResult, format_table, train_and_test
+    from dpdc_lightning.evaluation.progress import EvalProgress
 
     if images.shape[1:] != data.test_images.shape[1:]:
-        raise UserError(f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
-                        f"{tuple(data.test_images.shape[1:])}")
+        raise UserError(
+            f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
+            f"{tuple(data.test_images.shape[1:])}"
+        )
     protocol = protocol_of(config)
     print(f"evaluating: {title}", file=sys.stderr)
     progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
     try:
-        results = [ModelResult(model=m.name, accuracies=train_and_test(
-            images, labels, test_images=data.test_images, test_labels=data.test_labels, model=m.name,
-            num_classes=data.num_classes, protocol=protocol, seed=config.seed, model_options=m.options(),
-            accelerator=config.eval.accelerator, pea=config.eval.pea, progress=progress, engine=config.eval.engine,
-            compile=config.eval.compile)) for m in models]
+        results = [
+            ModelResult(
+                model=m.name,
+                accuracies=train_and_test(
+                    images,
+                    labels,
+                    test_images=data.test_images,
+                    test_labels=data.test_labels,
+                    model=m.name,
+                    num_classes=data.num_classes,
+                    protocol=protocol,
+                    seed=config.seed,
+                    model_options=m.options(),
+                    accelerator=config.eval.accelerator,
+                    pea=config.eval.pea,
+                    progress=progress,
+                    engine=config.eval.engine,
+                    compile=config.eval.compile,
+                ),
+            )
+            for m in models
+        ]
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C inside a training into a graceful stop and sys.exit(1).
         if isinstance(err, SystemExit) and err.code not in (1, 130):
             raise
-        raise Interrupted("evaluation interrupted; no results were written (run the same command again)") from None
+        raise Interrupted(
+            "evaluation interrupted; no results were written (run the same command again)"
+        ) from None
     finally:
         progress.close()
     print(format_table(results, title=title, protocol=protocol, extra=note or None))
@@ -150,11 +228,17 @@ def _check_accelerator(accelerator: str) -> None:
     import torch
 
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
-        raise UserError(f"eval.accelerator={accelerator} but no CUDA GPU is available; use eval.accelerator=cpu or auto")
+        raise UserError(
+            f"eval.accelerator={accelerator} but no CUDA GPU is available; use eval.accelerator=cpu or auto"
+        )
     if accelerator == "mps" and not torch.backends.mps.is_available():
-        raise UserError("eval.accelerator=mps but MPS is not available; use eval.accelerator=cpu or auto")
+        raise UserError(
+            "eval.accelerator=mps but MPS is not available; use eval.accelerator=cpu or auto"
+        )
     if accelerator == "tpu":
-        raise UserError("eval.accelerator=tpu is not supported by the evaluator; use cpu, gpu or auto")
+        raise UserError(
+            "eval.accelerator=tpu is not supported by the evaluator; use cpu, gpu or auto"
+        )
 
 
 def load_image_file(path: Path, data: Any) -> tuple[Any, Any]:
@@ -173,25 +257,35 @@ def load_image_file(path: Path, data: Any) -> tuple[Any, Any]:
 
     payload = load_plain(path, what="--images file")
     if not isinstance(payload, dict):
-        raise UserError(f"{path} must hold a dict with tensors 'images' and 'labels', got {type(payload).__name__}")
+        raise UserError(
+            f"{path} must hold a dict with tensors 'images' and 'labels', got {type(payload).__name__}"
+        )
     missing = [key for key in ("images", "labels") if not isinstance(payload.get(key), Tensor)]
     if missing:
-        raise UserError(f"{path} lacks tensor(s) {', '.join(repr(k) for k in missing)}; "
-                        f"it must hold 'images' [N, C, H, W] float and 'labels' [N] int")
+        raise UserError(
+            f"{path} lacks tensor(s) {', '.join(repr(k) for k in missing)}; "
+            f"it must hold 'images' [N, C, H, W] float and 'labels' [N] int"
+        )
     images, labels = payload["images"], payload["labels"]
     expected = tuple(data.test_images.shape[1:])
     if images.dim() != 4 or tuple(images.shape[1:]) != expected or len(images) == 0:
-        raise UserError(f"{path}: images have shape {tuple(images.shape)}, expected [N, {', '.join(map(str, expected))}] "
-                        f"with N >= 1 (the test split's images)")
+        raise UserError(
+            f"{path}: images have shape {tuple(images.shape)}, expected [N, {', '.join(map(str, expected))}] "
+            f"with N >= 1 (the test split's images)"
+        )
     if not images.is_floating_point():
         raise UserError(f"{path}: images must be a float tensor, got {images.dtype}")
     if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
         raise UserError(f"{path}: labels must be an integer tensor, got {labels.dtype}")
     if labels.dim() != 1 or len(labels) != len(images):
-        raise UserError(f"{path}: labels have shape {tuple(labels.shape)}, expected [{len(images)}]")
+        raise UserError(
+            f"{path}: labels have shape {tuple(labels.shape)}, expected [{len(images)}]"
+        )
     if int(labels.min()) < 0 or int(labels.max()) >= data.num_classes:
-        raise UserError(f"{path}: labels must lie in [0, {data.num_classes - 1}], "
-                        f"found {int(labels.min())}..{int(labels.max())}")
+        raise UserError(
+            f"{path}: labels must lie in [0, {data.num_classes - 1}], "
+            f"found {int(labels.min())}..{int(labels.max())}"
+        )
     if not torch.isfinite(images).all():
         raise UserError(f"{path}: images contain NaN or infinite pixels")
     return images.detach().float().contiguous(), labels.detach().long().contiguous()
@@ -215,7 +309,9 @@ def _write_new(path: Path, text: str) -> None:
     try:
         atomic_write_text(path, text, replace=False)
     except FileExistsError:
-        raise UserError(f"{path} appeared while evaluating; results not written, rerun to pick a new name") from None
+        raise UserError(
+            f"{path} appeared while evaluating; results not written, rerun to pick a new name"
+        ) from None
     except OSError as err:
         raise UserError(f"cannot write {path}: {err.strerror or err}") from None
 

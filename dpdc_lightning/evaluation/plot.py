@@ -11,28 +11,39 @@ import io
 import math
 import statistics
 from collections import defaultdict
-from typing import Any, Optional
+from typing import Any
 
 WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 720, 480, 70, 190, 40, 60
 COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
-def series_of(rows: list[dict[str, Any]], *, model: str) -> dict[str, dict[Optional[float], list[float]]]:
+def series_of(
+    rows: list[dict[str, Any]], *, model: str
+) -> dict[str, dict[float | None, list[float]]]:
     """{line label: {ε (None: not private): [accuracy of each seed]}} from finished, evaluated members."""
-    lines: dict[str, dict[Optional[float], list[float]]] = defaultdict(lambda: defaultdict(list))
+    lines: dict[str, dict[float | None, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         accuracy = row.get("evaluation", {}).get(model, {}).get("mean")
         if row.get("status") != "ok" or accuracy is None:
             continue
-        others = [t for t in row["overrides"].split()
-                  if t.partition("=")[0] not in ("seed", "privacy.target_epsilon", "method")]
+        others = [
+            t
+            for t in row["overrides"].split()
+            if t.partition("=")[0] not in ("seed", "privacy.target_epsilon", "method")
+        ]
         label = " ".join([row["method"], *others])
-        x = row.get("target_epsilon") if row.get("target_epsilon") is not None else row.get("epsilon")
+        x = (
+            row.get("target_epsilon")
+            if row.get("target_epsilon") is not None
+            else row.get("epsilon")
+        )
         lines[label][x].append(accuracy)
     return lines
 
 
-def accuracy_vs_epsilon_png(rows: list[dict[str, Any]], *, model: str, spread_over: str = "seeds") -> Optional[bytes]:
+def accuracy_vs_epsilon_png(
+    rows: list[dict[str, Any]], *, model: str, spread_over: str = "seeds"
+) -> bytes | None:
     """The plot as PNG bytes, or None when no member was evaluated. ``spread_over`` names what the
     members of one point are (the caption says "mean +- std over" it)."""
     from PIL import Image, ImageDraw
@@ -70,17 +81,27 @@ def accuracy_vs_epsilon_png(rows: list[dict[str, Any]], *, model: str, spread_ov
     for x in xs:
         draw.line([px(x), TOP + plot_h, px(x), TOP + plot_h + 4], fill="black")
         draw.text((px(x) - 8, TOP + plot_h + 8), f"{x:g}", fill="black")
-    draw.text((LEFT + plot_w // 2 - 60, HEIGHT - 28), "epsilon" + (" (log scale)" if log_x else ""), fill="black")
-    draw.text((8, TOP - 28), f"{model} test accuracy (%), mean +- std over {spread_over}", fill="black")
+    draw.text(
+        (LEFT + plot_w // 2 - 60, HEIGHT - 28),
+        "epsilon" + (" (log scale)" if log_x else ""),
+        fill="black",
+    )
+    draw.text(
+        (8, TOP - 28), f"{model} test accuracy (%), mean +- std over {spread_over}", fill="black"
+    )
     for index, (label, points) in enumerate(sorted(lines.items())):
         colour = COLOURS[index % len(COLOURS)]
         finite = sorted((x, v) for x, v in points.items() if x is not None)
         coords = [(px(x), py(statistics.fmean(v))) for x, v in finite]
         if len(coords) > 1:
             draw.line(coords, fill=colour, width=2)
-        for (x, v), (cx, cy) in zip(finite, coords):
+        for (_x, v), (cx, cy) in zip(finite, coords):
             sd = statistics.pstdev(v)
-            draw.line([cx, py(statistics.fmean(v) + sd), cx, py(statistics.fmean(v) - sd)], fill=colour, width=1)
+            draw.line(
+                [cx, py(statistics.fmean(v) + sd), cx, py(statistics.fmean(v) - sd)],
+                fill=colour,
+                width=1,
+            )
             draw.ellipse([cx - 3, cy - 3, cx + 3, cy + 3], fill=colour)
         if None in points:  # not private: a dashed line at its accuracy
             y = py(statistics.fmean(points[None]))
@@ -88,7 +109,11 @@ def accuracy_vs_epsilon_png(rows: list[dict[str, Any]], *, model: str, spread_ov
                 draw.line([start, y, min(start + 6, LEFT + plot_w), y], fill=colour, width=2)
             label += " (not private)"
         legend_y = TOP + 16 * index
-        draw.line([LEFT + plot_w + 10, legend_y + 6, LEFT + plot_w + 30, legend_y + 6], fill=colour, width=3)
+        draw.line(
+            [LEFT + plot_w + 10, legend_y + 6, LEFT + plot_w + 30, legend_y + 6],
+            fill=colour,
+            width=3,
+        )
         draw.text((LEFT + plot_w + 34, legend_y), label[:26], fill="black")
     buffer = io.BytesIO()
     image.save(buffer, "PNG")

@@ -6,7 +6,7 @@ training and at most one every 20 s in between."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.engine.progress import Throttle, interactive
 
@@ -15,21 +15,38 @@ class EvalProgress:
     """``overall(total)`` once, then ``start_run(label, epochs)`` / ``epoch_done(n)`` / ``end_run()``
     per training. Disabled (no output) with ``enabled=False``."""
 
-    def __init__(self, *, total_runs: int, enabled: bool = True, throttle: Optional[Throttle] = None) -> None:
+    def __init__(
+        self, *, total_runs: int, enabled: bool = True, throttle: Throttle | None = None
+    ) -> None:
         from tqdm.auto import tqdm
 
         self._tqdm, self.enabled, self.total_runs = tqdm, enabled, total_runs
         self.bars = enabled and interactive(sys.stderr)
         self._lines = throttle or Throttle() if enabled and not self.bars else None
-        self._overall = tqdm(total=total_runs, desc="evaluation", unit="training", position=0, file=sys.stderr,
-                             disable=not self.bars, dynamic_ncols=True)
-        self._run: Optional[Any] = None
+        self._overall = tqdm(
+            total=total_runs,
+            desc="evaluation",
+            unit="training",
+            position=0,
+            file=sys.stderr,
+            disable=not self.bars,
+            dynamic_ncols=True,
+        )
+        self._run: Any | None = None
         self._label, self._epochs, self._done = "", 0, 0
 
     def start_run(self, label: str, epochs: int) -> None:
         self._label, self._epochs = label, epochs
-        self._run = self._tqdm(total=epochs, desc=label, unit="epoch", position=1, leave=False, file=sys.stderr,
-                               disable=not self.bars, dynamic_ncols=True)
+        self._run = self._tqdm(
+            total=epochs,
+            desc=label,
+            unit="epoch",
+            position=1,
+            leave=False,
+            file=sys.stderr,
+            disable=not self.bars,
+            dynamic_ncols=True,
+        )
 
     def epoch_done(self, epochs: int) -> None:
         if self._lines is not None and 0 < epochs < self._epochs:
@@ -38,14 +55,17 @@ class EvalProgress:
             self._run.n = min(epochs, self._run.total)
             self._run.refresh()
 
-    def end_run(self, accuracy: Optional[float] = None) -> None:
+    def end_run(self, accuracy: float | None = None) -> None:
         if self._run is not None:
             self._run.close()
             self._run = None
         self._done += 1
         if self._lines is not None:
             result = "" if accuracy is None else f" {100 * accuracy:.2f} %"
-            self._lines(f"{self._label}:{result} ({self._done} of {self.total_runs} trainings done)", force=True)
+            self._lines(
+                f"{self._label}:{result} ({self._done} of {self.total_runs} trainings done)",
+                force=True,
+            )
         if accuracy is not None:
             self._overall.set_postfix_str(f"last {100 * accuracy:.2f} %")
         self._overall.update(1)

@@ -49,8 +49,12 @@ class EvalProtocol:
     test_batch_size: int = 1024
 
     def __post_init__(self) -> None:
-        positive_ints = {"epochs": self.epochs, "runs": self.runs, "batch_size": self.batch_size,
-                         "test_batch_size": self.test_batch_size}
+        positive_ints = {
+            "epochs": self.epochs,
+            "runs": self.runs,
+            "batch_size": self.batch_size,
+            "test_batch_size": self.test_batch_size,
+        }
         for key, value in positive_ints.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise UserError(f"evaluation {key} must be a positive integer, got {value!r}")
@@ -63,7 +67,9 @@ class EvalProtocol:
         if not 0 < self.lr_decay_at <= 1:
             raise UserError(f"evaluation lr_decay_at must be in (0, 1], got {self.lr_decay_at!r}")
         if self.dsa_mode not in DSA_MODES:
-            raise UserError(f"evaluation dsa_mode must be one of {', '.join(DSA_MODES)}, got {self.dsa_mode!r}")
+            raise UserError(
+                f"evaluation dsa_mode must be one of {', '.join(DSA_MODES)}, got {self.dsa_mode!r}"
+            )
 
     def is_reduced(self) -> bool:
         """True when fewer epochs or runs than the papers' protocol are used."""
@@ -86,8 +92,12 @@ class EvalProtocol:
     def schedule(self, num_images: int) -> Schedule:
         """The optimiser steps of one run on ``num_images`` images."""
         steps_per_epoch = math.ceil(num_images / self.batch_size)
-        return Schedule(steps_per_epoch=steps_per_epoch, total_steps=self.train_epochs * steps_per_epoch,
-                        decay_step=self.decay_epoch * steps_per_epoch, lr=self.lr)
+        return Schedule(
+            steps_per_epoch=steps_per_epoch,
+            total_steps=self.train_epochs * steps_per_epoch,
+            decay_step=self.decay_epoch * steps_per_epoch,
+            lr=self.lr,
+        )
 
     def describe(self, model: str | None = None) -> str:
         """One line naming every protocol setting, flagging each reduced one."""
@@ -103,7 +113,8 @@ class EvalProtocol:
             f"{self.train_epochs} passes (range(epochs + 1), as the reference)",
             f"SGD (lr {self.lr:g}, momentum {self.momentum:g}, wd {self.weight_decay:g})",
             f"lr x0.1 and momentum reset after {self.decay_epoch} passes"
-            if self.decay_epoch < self.train_epochs else "no lr decay (too few passes)",
+            if self.decay_epoch < self.train_epochs
+            else "no lr decay (too few passes)",
             f"batch {self.batch_size}",
             f"DSA ({self.dsa_strategy}, mode {self.dsa_mode})" if self.dsa else "no DSA",
         ]
@@ -130,7 +141,9 @@ class Schedule:
         return step == 0 or step == self.decay_step
 
 
-def check_inputs(images: Tensor, labels: Tensor, test_images: Tensor, test_labels: Tensor, num_classes: int) -> None:
+def check_inputs(
+    images: Tensor, labels: Tensor, test_images: Tensor, test_labels: Tensor, num_classes: int
+) -> None:
     """One-line ``UserError`` for a training or test set the evaluation cannot use."""
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 2:
         raise UserError(f"num_classes must be an integer >= 2, got {num_classes!r}")
@@ -144,8 +157,10 @@ def check_inputs(images: Tensor, labels: Tensor, test_images: Tensor, test_label
         if y.min() < 0 or y.max() >= num_classes:
             raise UserError(f"{name} labels must lie in [0, {num_classes - 1}]")
     if test_images.shape[1:] != images.shape[1:]:
-        raise UserError(f"test images are {tuple(test_images.shape[1:])}, synthetic images are "
-                        f"{tuple(images.shape[1:])}; they must match")
+        raise UserError(
+            f"test images are {tuple(test_images.shape[1:])}, synthetic images are "
+            f"{tuple(images.shape[1:])}; they must match"
+        )
 
 
 def init_generator(seed: int, model: str, run: int) -> torch.Generator:
@@ -153,8 +168,9 @@ def init_generator(seed: int, model: str, run: int) -> torch.Generator:
     return derive_generator(seed, "eval", model, run)
 
 
-def training_batches(images: Tensor, labels: Tensor, *, protocol: EvalProtocol, seed: int, model: str,
-                     run: int) -> Iterator[tuple[Tensor, Tensor]]:
+def training_batches(
+    images: Tensor, labels: Tensor, *, protocol: EvalProtocol, seed: int, model: str, run: int
+) -> Iterator[tuple[Tensor, Tensor]]:
     """Run ``run``'s training batches, in order: one permutation per pass (the "shuffle" generator),
     split into batches (the last one may be short, as a shuffling DataLoader without ``drop_last``),
     each augmented by one DSA call (the "dsa" generator: one family per batch in single mode,
@@ -183,7 +199,9 @@ class ProtocolSGD(torch.optim.Optimizer):
     ``b = d`` on the first step after a (re)start, else ``b = momentum * b + d``; ``w -= lr * b``.
     Every engine steps this optimiser, so the update is one piece of code for all of them."""
 
-    def __init__(self, params: Iterable[Tensor], *, schedule: Schedule, momentum: float, weight_decay: float) -> None:
+    def __init__(
+        self, params: Iterable[Tensor], *, schedule: Schedule, momentum: float, weight_decay: float
+    ) -> None:
         super().__init__(params, {"lr": schedule.lr})
         self.schedule, self.momentum, self.weight_decay = schedule, momentum, weight_decay
         self.steps = 0
@@ -192,7 +210,9 @@ class ProtocolSGD(torch.optim.Optimizer):
     @torch.no_grad()
     def step(self, closure: Callable[[], Tensor] | None = None) -> Tensor | None:  # type: ignore[override]
         loss = None
-        if closure is not None:  # Lightning's automatic optimisation hands the forward and backward in
+        if (
+            closure is not None
+        ):  # Lightning's automatic optimisation hands the forward and backward in
             with torch.enable_grad():
                 loss = closure()
         if self.schedule.restarts_at(self.steps):

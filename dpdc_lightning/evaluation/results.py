@@ -11,7 +11,7 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,9 +19,11 @@ if TYPE_CHECKING:  # importing it loads Lightning; these functions only read its
     from dpdc_lightning.evaluation.protocol import EvalProtocol
 
 REDUCED_BANNER = "REDUCED PROTOCOL"
-PRIVATE_TEST_NOTE = ("NOT covered by the privacy guarantee: the test split was held out from the private data, so "
-                     "this accuracy is a function of private records; keep this file private (it is not part of "
-                     "the public bundle)")
+PRIVATE_TEST_NOTE = (
+    "NOT covered by the privacy guarantee: the test split was held out from the private data, so "
+    "this accuracy is a function of private records; keep this file private (it is not part of "
+    "the public bundle)"
+)
 
 
 @dataclass
@@ -62,8 +64,7 @@ def protocol_line(protocol: EvalProtocol) -> str:
     """The one-line protocol statement placed above every table."""
     if protocol.is_reduced():
         return (
-            f"**{REDUCED_BANNER} (not comparable with the papers' numbers):** "
-            f"{protocol.describe()}"
+            f"**{REDUCED_BANNER} (not comparable with the papers' numbers):** {protocol.describe()}"
         )
     return f"Protocol: {protocol.describe()}"
 
@@ -119,32 +120,57 @@ def results_to_json(
     }
 
 
-def append_eval_json(path: Path, *, title: str, results: list[Any], protocol: Any, seed: int, note: dict[str, str]) -> None:
+def append_eval_json(
+    path: Path, *, title: str, results: list[Any], protocol: Any, seed: int, note: dict[str, str]
+) -> None:
     """Add this evaluation to ``eval.json``: ``evaluations`` keeps every one (never overwritten),
     ``by_protocol[protocol][model]`` lists each evaluation's seed and accuracies; ``results`` and
     ``protocol`` repeat the latest for quick reading."""
-    from dpdc_lightning.errors import UserError
     from dpdc_lightning.engine.bundle import atomic_write_text
+    from dpdc_lightning.errors import UserError
 
     payload: dict[str, Any] = {}
     if path.is_file():
         try:
             payload = json.loads(path.read_text())
         except (OSError, ValueError) as err:
-            raise UserError(f"{path} is not valid JSON ({err}); move it away to start a new one") from None
+            raise UserError(
+                f"{path} is not valid JSON ({err}); move it away to start a new one"
+            ) from None
     latest = results_to_json(results, protocol=protocol, extra=note or None)
-    stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
     evaluations = payload.get("evaluations")
     if evaluations is None:  # a file from an earlier version: keep its one evaluation
-        evaluations = [{k: payload[k] for k in ("title", "protocol", "results") if k in payload}] if payload else []
+        evaluations = (
+            [{k: payload[k] for k in ("title", "protocol", "results") if k in payload}]
+            if payload
+            else []
+        )
     evaluations.append({"title": title, "date": stamp, "seed": seed, **latest})
     by_protocol = payload.get("by_protocol", {})
-    key = protocol.describe() + ("; PEA expansion" if "pea" in note else "")  # PEA results never mix with plain ones
+    key = protocol.describe() + (
+        "; PEA expansion" if "pea" in note else ""
+    )  # PEA results never mix with plain ones
     for model, entry in latest["results"].items():
         by_protocol.setdefault(key, {}).setdefault(model, []).append(
-            {"seed": seed, "date": stamp, "mean": entry["mean"], "std": entry["std"], "accuracies": entry["accuracies"]})
-    document = {"title": title, **note, "pea": "pea" in note, "unit": "percent", "protocol": latest["protocol"], "results": latest["results"],
-                "by_protocol": by_protocol, "evaluations": evaluations}
+            {
+                "seed": seed,
+                "date": stamp,
+                "mean": entry["mean"],
+                "std": entry["std"],
+                "accuracies": entry["accuracies"],
+            }
+        )
+    document = {
+        "title": title,
+        **note,
+        "pea": "pea" in note,
+        "unit": "percent",
+        "protocol": latest["protocol"],
+        "results": latest["results"],
+        "by_protocol": by_protocol,
+        "evaluations": evaluations,
+    }
     atomic_write_text(path, json.dumps(document, indent=2) + "\n")
 
 
@@ -153,14 +179,23 @@ def comparison_table(outcomes: list[dict[str, Any]]) -> str:
     models = sorted({r.model for o in outcomes for r in o["results"]})
     lines = ["### comparison", "", protocol_line(outcomes[0]["protocol"]), ""]
     if any(o["private_test"] for o in outcomes):
-        lines += [f"- note: some rows are {PRIVATE_TEST_NOTE.split(':')[0]} (test split held out from private data)",
-                  ""]
-    lines += ["| run | method | dataset | ε | δ | seed | " + " | ".join(f"{m} (%)" for m in models) + " |",
-              "|---" * (6 + len(models)) + "|"]
+        lines += [
+            f"- note: some rows are {PRIVATE_TEST_NOTE.split(':')[0]} (test split held out from private data)",
+            "",
+        ]
+    lines += [
+        "| run | method | dataset | ε | δ | seed | "
+        + " | ".join(f"{m} (%)" for m in models)
+        + " |",
+        "|---" * (6 + len(models)) + "|",
+    ]
     for o in outcomes:
         cells = {r.model: r.cell() for r in o["results"]}
         eps = "∞" if o["epsilon"] is None else f"{o['epsilon']:.3f}"
         delta = "-" if o["delta"] is None else f"{o['delta']:g}"
-        lines.append(f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | {o['seed']} | "
-                     + " | ".join(cells.get(m, "-") for m in models) + " |")
+        lines.append(
+            f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | {o['seed']} | "
+            + " | ".join(cells.get(m, "-") for m in models)
+            + " |"
+        )
     return "\n".join(lines) + "\n"

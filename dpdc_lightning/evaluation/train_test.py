@@ -20,8 +20,16 @@ if TYPE_CHECKING:
     from dpdc_lightning.evaluation.progress import EvalProgress
 
 
-def make_engine(engine: str, task: EvalTask, *, accelerator: str, compile: str | bool, runs: int, test_images: int,
-                shared_runs: int = 1) -> Engine:
+def make_engine(
+    engine: str,
+    task: EvalTask,
+    *,
+    accelerator: str,
+    compile: str | bool,
+    runs: int,
+    test_images: int,
+    shared_runs: int = 1,
+) -> Engine:
     """The engine ``engine`` (``auto`` resolved for the device) for ``runs`` runs of ``task``, each tested
     on ``test_images`` images; ``compile`` (``eval.compile``) is decided by the cost model for the images
     the shared step will see: these runs, times ``shared_runs`` such calls a caller announces (an
@@ -32,27 +40,61 @@ def make_engine(engine: str, task: EvalTask, *, accelerator: str, compile: str |
         check_compile(compile)
         return engine_class(name)(device, accelerator=accelerator)
     uses = runs * shared_runs  # every pass of a run trains on each image once
-    plan = plan_compile(compile, device=device, model=task.model, pixels=task.images.shape[2] * task.images.shape[3],
-                        train_images=task.protocol.train_epochs * len(task.images) * uses,
-                        test_images=test_images * uses)
+    plan = plan_compile(
+        compile,
+        device=device,
+        model=task.model,
+        pixels=task.images.shape[2] * task.images.shape[3],
+        train_images=task.protocol.train_epochs * len(task.images) * uses,
+        test_images=test_images * uses,
+    )
     return engine_class(name)(device, compile=plan)
 
 
-def _task(images: Tensor, labels: Tensor, *, model: str, num_classes: int, protocol: EvalProtocol, seed: int,
-          model_options: dict | None, pea: bool) -> EvalTask:
+def _task(
+    images: Tensor,
+    labels: Tensor,
+    *,
+    model: str,
+    num_classes: int,
+    protocol: EvalProtocol,
+    seed: int,
+    model_options: dict | None,
+    pea: bool,
+) -> EvalTask:
     images, labels = images.detach().float().cpu(), labels.detach().long().cpu()
     if pea:  # once, here, for every engine
         from dpdc_lightning.augment.pea import partition_and_expand
 
         images, labels = partition_and_expand(images, labels)
-    return EvalTask(images=images, labels=labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed,
-                    model_options=dict(model_options or {}))
+    return EvalTask(
+        images=images,
+        labels=labels,
+        model=model,
+        num_classes=num_classes,
+        protocol=protocol,
+        seed=seed,
+        model_options=dict(model_options or {}),
+    )
 
 
-def train_and_test(images: Tensor, labels: Tensor, *, test_images: Tensor, test_labels: Tensor, model: str,
-                   num_classes: int, protocol: EvalProtocol, seed: int, model_options: dict | None = None,
-                   accelerator: str = "auto", pea: bool = False, progress: EvalProgress | None = None,
-                   engine: str = "auto", compile: str | bool = "auto") -> list[float]:
+def train_and_test(
+    images: Tensor,
+    labels: Tensor,
+    *,
+    test_images: Tensor,
+    test_labels: Tensor,
+    model: str,
+    num_classes: int,
+    protocol: EvalProtocol,
+    seed: int,
+    model_options: dict | None = None,
+    accelerator: str = "auto",
+    pea: bool = False,
+    progress: EvalProgress | None = None,
+    engine: str = "auto",
+    compile: str | bool = "auto",
+) -> list[float]:
     """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the real split.
     Returns one accuracy in [0, 1] per run.
 
@@ -62,17 +104,35 @@ def train_and_test(images: Tensor, labels: Tensor, *, test_images: Tensor, test_
     step of the trainer-free engines runs through torch.compile (auto: when it pays back).
     """
     check_inputs(images, labels, test_images, test_labels, num_classes)
-    task = _task(images, labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed,
-                 model_options=model_options, pea=pea)
-    runner = make_engine(engine, task, accelerator=accelerator, compile=compile, runs=protocol.runs,
-                         test_images=len(test_images))
+    task = _task(
+        images,
+        labels,
+        model=model,
+        num_classes=num_classes,
+        protocol=protocol,
+        seed=seed,
+        model_options=model_options,
+        pea=pea,
+    )
+    runner = make_engine(
+        engine,
+        task,
+        accelerator=accelerator,
+        compile=compile,
+        runs=protocol.runs,
+        test_images=len(test_images),
+    )
     accuracies: list[float] = []
     for group in runner.groups(range(protocol.runs)):
         if progress is not None:
-            which = f"run {group[0] + 1}" if len(group) == 1 else f"runs {group[0] + 1}-{group[-1] + 1}"
+            which = (
+                f"run {group[0] + 1}" if len(group) == 1 else f"runs {group[0] + 1}-{group[-1] + 1}"
+            )
             progress.start_run(f"{model} {which}/{protocol.runs}", protocol.train_epochs)
         trained = runner.train(task, group, progress=progress)
-        group_accuracies = runner.test(trained, test_images, test_labels, batch_size=protocol.test_batch_size)
+        group_accuracies = runner.test(
+            trained, test_images, test_labels, batch_size=protocol.test_batch_size
+        )
         accuracies += group_accuracies
         if progress is not None:
             for accuracy in group_accuracies:
@@ -80,17 +140,45 @@ def train_and_test(images: Tensor, labels: Tensor, *, test_images: Tensor, test_
     return accuracies
 
 
-def train_network(images: Tensor, labels: Tensor, *, model: str, num_classes: int, protocol: EvalProtocol, seed: int,
-                  run: int = 0, model_options: dict | None = None, accelerator: str = "auto", pea: bool = False,
-                  engine: str = "auto", compile: str | bool = "auto", shared_runs: int = 1) -> nn.Module:
+def train_network(
+    images: Tensor,
+    labels: Tensor,
+    *,
+    model: str,
+    num_classes: int,
+    protocol: EvalProtocol,
+    seed: int,
+    run: int = 0,
+    model_options: dict | None = None,
+    accelerator: str = "auto",
+    pea: bool = False,
+    engine: str = "auto",
+    compile: str | bool = "auto",
+    shared_runs: int = 1,
+) -> nn.Module:
     """Run ``run`` of the protocol on (images, labels) and return the trained network (eval mode, on
     the CPU): the network :func:`train_and_test` would test, for attacks that query it. A caller that
     trains ``shared_runs`` such networks of one architecture in this process (an audit's shadows) says
     so, and the cost model counts their steps when deciding whether compiling pays back."""
     check_inputs(images, labels, images[:1], labels[:1], num_classes)
-    task = _task(images, labels, model=model, num_classes=num_classes, protocol=protocol, seed=seed,
-                 model_options=model_options, pea=pea)
-    runner = make_engine(engine, task, accelerator=accelerator, compile=compile, runs=1, test_images=0,
-                         shared_runs=shared_runs)
+    task = _task(
+        images,
+        labels,
+        model=model,
+        num_classes=num_classes,
+        protocol=protocol,
+        seed=seed,
+        model_options=model_options,
+        pea=pea,
+    )
+    runner = make_engine(
+        engine,
+        task,
+        accelerator=accelerator,
+        compile=compile,
+        runs=1,
+        test_images=0,
+        shared_runs=shared_runs,
+    )
     (network,) = runner.networks(runner.train(task, [run]))
     return network

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -30,36 +29,49 @@ from dpdc_lightning.seeding import derive_generator
 from dpdc_lightning.tensor_files import load_plain
 
 
-
 @dataclass(frozen=True)
 class AuxiliarySet:
     """Images [n, C, H, W] in the data's normalised space; labels [n] when known (else None)."""
 
     images: Tensor
-    labels: Optional[Tensor]
+    labels: Tensor | None
     description: str
 
     def __post_init__(self) -> None:
         if self.images.dim() != 4 or not self.images.is_floating_point() or len(self.images) == 0:
-            raise UserError(f"the auxiliary set must be float images [n, C, H, W] with n >= 1, got "
-                            f"{self.images.dtype} {tuple(self.images.shape)}")
+            raise UserError(
+                f"the auxiliary set must be float images [n, C, H, W] with n >= 1, got "
+                f"{self.images.dtype} {tuple(self.images.shape)}"
+            )
         if not bool(torch.isfinite(self.images).all()):
             raise UserError("the auxiliary set holds NaN or infinite pixels")
         if self.labels is not None and tuple(self.labels.shape) != (len(self.images),):
-            raise UserError(f"the auxiliary set has {len(self.images)} images but labels of shape {tuple(self.labels.shape)}")
+            raise UserError(
+                f"the auxiliary set has {len(self.images)} images but labels of shape {tuple(self.labels.shape)}"
+            )
 
-    def limited(self, size: int, *, seed: int) -> "AuxiliarySet":
+    def limited(self, size: int, *, seed: int) -> AuxiliarySet:
         """At most ``size`` images: a subsample keyed by the public run seed, in the original order."""
         if len(self.images) <= size:
             return self
-        keep = torch.randperm(len(self.images), generator=derive_generator(seed, "auxiliary-subsample"))[:size].sort().values
+        keep = (
+            torch.randperm(
+                len(self.images), generator=derive_generator(seed, "auxiliary-subsample")
+            )[:size]
+            .sort()
+            .values
+        )
         labels = None if self.labels is None else self.labels[keep]
-        return AuxiliarySet(self.images[keep].contiguous(), labels, f"{self.description}, {size} kept")
+        return AuxiliarySet(
+            self.images[keep].contiguous(), labels, f"{self.description}, {size} kept"
+        )
 
 
 def check_shape(aux: AuxiliarySet, image_shape: tuple[int, int, int]) -> AuxiliarySet:
     if tuple(aux.images.shape[1:]) != tuple(image_shape):
-        raise UserError(f"the auxiliary images have shape {tuple(aux.images.shape[1:])}, the data {tuple(image_shape)}")
+        raise UserError(
+            f"the auxiliary images have shape {tuple(aux.images.shape[1:])}, the data {tuple(image_shape)}"
+        )
     return aux
 
 
@@ -75,25 +87,40 @@ def load_file(path: str) -> AuxiliarySet:
     if isinstance(payload, Tensor):
         payload = {"images": payload}
     if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor):
-        raise UserError(f"method.aux.path={path} must hold a tensor 'images' [n, C, H, W] (and optionally 'labels')")
+        raise UserError(
+            f"method.aux.path={path} must hold a tensor 'images' [n, C, H, W] (and optionally 'labels')"
+        )
     labels = payload.get("labels")
     if labels is not None and (not isinstance(labels, Tensor) or labels.is_floating_point()):
         raise UserError(f"method.aux.path={path}: 'labels' must be an integer tensor")
     images = payload["images"]
     if not images.is_floating_point():
-        raise UserError(f"method.aux.path={path}: 'images' must be float pixels in the data's normalised space")
-    return AuxiliarySet(images.float().contiguous(), None if labels is None else labels.long(),
-                        f"public file {file.name}")
+        raise UserError(
+            f"method.aux.path={path}: 'images' must be float pixels in the data's normalised space"
+        )
+    return AuxiliarySet(
+        images.float().contiguous(),
+        None if labels is None else labels.long(),
+        f"public file {file.name}",
+    )
 
 
-def public_split(test_images: Tensor, test_labels: Tensor, *, dataset: str, held_out: bool) -> AuxiliarySet:
+def public_split(
+    test_images: Tensor, test_labels: Tensor, *, dataset: str, held_out: bool
+) -> AuxiliarySet:
     """The test split as a public auxiliary set. Refused when it was ``held_out`` from the private
     data (own data without ``dataset.test_root``): those records are private, and SER's subspaces
     would carry them into the released images outside any accounting."""
     if held_out:
-        raise UserError(f"method.aux.source=public_split: the test split of {dataset} was held out from your private "
-                        "data (no dataset.test_root), so it is private; use method.aux.source=file (public images), "
-                        "dp (made under DP on a budget share) or none, or set dataset.test_root to a public test set")
+        raise UserError(
+            f"method.aux.source=public_split: the test split of {dataset} was held out from your private "
+            "data (no dataset.test_root), so it is private; use method.aux.source=file (public images), "
+            "dp (made under DP on a budget share) or none, or set dataset.test_root to a public test set"
+        )
     if len(test_images) == 0:
-        raise UserError(f"method.aux.source=public_split: the data set {dataset} has no test split to use")
-    return AuxiliarySet(test_images, test_labels, f"the test split of {dataset}, declared public by the user")
+        raise UserError(
+            f"method.aux.source=public_split: the data set {dataset} has no test split to use"
+        )
+    return AuxiliarySet(
+        test_images, test_labels, f"the test split of {dataset}, declared public by the user"
+    )

@@ -23,7 +23,7 @@ step counts) and noise seed; nothing is patched onto it afterwards.
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -67,8 +67,9 @@ class Runtime:
 
 def _network_on_meta(model: ModelConfig, data: DataSpec) -> torch.nn.Module:
     with torch.device("meta"):
-        return NETWORKS[model.name].factory(data.image_shape[0], data.num_classes, tuple(data.image_shape[1:]),
-                                            **model.options())
+        return NETWORKS[model.name].factory(
+            data.image_shape[0], data.num_classes, tuple(data.image_shape[1:]), **model.options()
+        )
 
 
 class CondensationMethod(torch.nn.Module):
@@ -77,14 +78,25 @@ class CondensationMethod(torch.nn.Module):
     config_class: ClassVar[type[MethodConfig]] = MethodConfig
     private: ClassVar[bool] = False
     sampling: ClassVar[str] = "per_class_poisson"
-    steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the number of data steps
+    steps_adjustable: ClassVar[bool] = (
+        True  # False where the algorithm fixes the number of data steps
+    )
     uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
     uses_network: ClassVar[bool] = True  # False for a method that never builds model.* (LDPDC)
 
-    def __init__(self, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, seed: int,
-                 noise_seed: Optional[int] = None, model: Optional[ModelConfig] = None,
-                 augment_mode: str = "single", reproducible_noise: bool = False,
-                 auxiliary: Optional[Any] = None) -> None:
+    def __init__(
+        self,
+        config: MethodConfig,
+        *,
+        data: DataSpec,
+        plan: PrivacyPlan,
+        seed: int,
+        noise_seed: int | None = None,
+        model: ModelConfig | None = None,
+        augment_mode: str = "single",
+        reproducible_noise: bool = False,
+        auxiliary: Any | None = None,
+    ) -> None:
         """``noise_seed`` keys the privacy noise (the run's secret; required for a private method);
         ``reproducible_noise`` swaps the keyed SHAKE-256 stream for a seeded torch generator (then
         ``noise_seed`` is the public run seed and the output is NOT private). ``auxiliary`` is an
@@ -92,25 +104,31 @@ class CondensationMethod(torch.nn.Module):
         that declare ``uses_auxiliary``."""
         super().__init__()
         if plan.private != self.private or plan.sampling != self.sampling:
-            raise ValueError(f"the plan is for a {'private' if plan.private else 'non-private'} {plan.sampling} "
-                             f"method, {type(self).__name__} is not")
+            raise ValueError(
+                f"the plan is for a {'private' if plan.private else 'non-private'} {plan.sampling} "
+                f"method, {type(self).__name__} is not"
+            )
         if self.private and noise_seed is None:
             raise ValueError("a private method needs the run's noise seed")
         self.config = config
         self.model_config = model or ModelConfig()
         if self.private and self.uses_network:
             # Structural, before anything runs: the network as built, on the meta device (no storage).
-            refuse_batch_norm(_network_on_meta(self.model_config, data), method=config.name or type(self).__name__)
+            refuse_batch_norm(
+                _network_on_meta(self.model_config, data), method=config.name or type(self).__name__
+            )
         self.data, self.plan, self.seed, self.augment_mode = data, plan, seed, augment_mode
         self.runtime = Runtime()
         self._noise_seed = noise_seed
         self._reproducible_noise = reproducible_noise
         self._noise_streams: list[NoiseStream] = []  # handed out during the current step
-        self._noise_values_per_partition = 0  # largest draw of one partition in a step, for the report
+        self._noise_values_per_partition = (
+            0  # largest draw of one partition in a step, for the report
+        )
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
         self._restored_carried: dict[str, Any] = {}
-        self._optimizer: Optional[torch.optim.Optimizer] = None
+        self._optimizer: torch.optim.Optimizer | None = None
         self.optimised = False  # set by optimise() within a step
         self.auxiliary = auxiliary
         self.synthetic = self.build_synthetic()
@@ -134,33 +152,53 @@ class CondensationMethod(torch.nn.Module):
     @classmethod
     def schedule(cls, config: MethodConfig) -> StepSchedule:
         """What this method asks of the privacy plan; known before the method is built."""
-        return StepSchedule(private=cls.private, sampling=cls.sampling, sample_size=cls.sample_size(config),
-                            data_steps=cls.data_steps(config), free_steps=cls.free_steps(config),
-                            default_noise_multiplier=config.default_noise_multiplier,
-                            steps_adjustable=cls.steps_adjustable)
+        return StepSchedule(
+            private=cls.private,
+            sampling=cls.sampling,
+            sample_size=cls.sample_size(config),
+            data_steps=cls.data_steps(config),
+            free_steps=cls.free_steps(config),
+            default_noise_multiplier=config.default_noise_multiplier,
+            steps_adjustable=cls.steps_adjustable,
+        )
 
     @classmethod
-    def memory_needs(cls, config: MethodConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
-                     device: torch.device) -> list[Need]:
+    def memory_needs(
+        cls,
+        config: MethodConfig,
+        *,
+        data: DataSpec,
+        plan: PrivacyPlan,
+        model: ModelConfig,
+        device: torch.device,
+    ) -> list[Need]:
         """What a run of this method holds in memory (methods/memory.py says what is counted).
         The base: the synthetic set, its gradient, SGD's momentum and the exported copy."""
         pixels = data.num_classes * config.ipc * math.prod(data.image_shape) * FLOAT
-        return [Need("synthetic set (values, gradient, momentum, export)", 4 * pixels, "method.ipc")]
+        return [
+            Need("synthetic set (values, gradient, momentum, export)", 4 * pixels, "method.ipc")
+        ]
 
     def build_synthetic(self) -> SyntheticSet:
-        return PixelImages(num_classes=self.data.num_classes, ipc=self.config.ipc, image_shape=self.data.image_shape,
-                           generator=derive_generator(self.seed, "init"))
+        return PixelImages(
+            num_classes=self.data.num_classes,
+            ipc=self.config.ipc,
+            image_shape=self.data.image_shape,
+            generator=derive_generator(self.seed, "init"),
+        )
 
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         """One data step on one sampled batch; returns the loss to log (or None)."""
         raise NotImplementedError
 
-    def free_step(self, step: int) -> Optional[Tensor]:
+    def free_step(self, step: int) -> Tensor | None:
         """One step that reads no private data and spends nothing."""
         raise NotImplementedError(f"{type(self).__name__} declares free steps but no free_step")
 
-    def configure_optimizers(self) -> Optional[torch.optim.Optimizer]:
-        return torch.optim.SGD(self.synthetic.parameters(), lr=self.config.lr_img, momentum=self.config.momentum)
+    def configure_optimizers(self) -> torch.optim.Optimizer | None:
+        return torch.optim.SGD(
+            self.synthetic.parameters(), lr=self.config.lr_img, momentum=self.config.momentum
+        )
 
     def on_fit_start(self) -> None:
         """Called once the module is on its device, before the first step."""
@@ -179,7 +217,7 @@ class CondensationMethod(torch.nn.Module):
         return self.runtime.world_size
 
     @property
-    def optimizer(self) -> Optional[torch.optim.Optimizer]:
+    def optimizer(self) -> torch.optim.Optimizer | None:
         """The optimiser of the synthetic set, made once (the engine hands this object to its trainer)."""
         if self._optimizer is None:
             self._optimizer = self.configure_optimizers()
@@ -191,7 +229,7 @@ class CondensationMethod(torch.nn.Module):
         return "sampling" if self.plan.is_data_step(int(self.completed_steps)) else "optimising"
 
     @property
-    def noise_multiplier(self) -> Optional[float]:
+    def noise_multiplier(self) -> float | None:
         return self.plan.noise_multiplier
 
     def log(self, name: str, value: Any, **options: Any) -> None:
@@ -207,12 +245,17 @@ class CondensationMethod(torch.nn.Module):
         Keyed by the run's secret and the draw's purpose only, so a resumed step or a class run on
         another DDP process gets the same noise. A method with several noised queries per step
         names each with its own ``phase``."""
-        stream = noise_source(self._noise_seed, phase=phase, step=step, partition=partition,
-                              reproducible=self._reproducible_noise)
+        stream = noise_source(
+            self._noise_seed,
+            phase=phase,
+            step=step,
+            partition=partition,
+            reproducible=self._reproducible_noise,
+        )
         self._noise_streams.append(stream)
         return stream
 
-    def noise_values_per_step(self) -> Optional[int]:
+    def noise_values_per_step(self) -> int | None:
         """Normal values one data step draws over all partitions (None before any draw).
         Each process sees only its own classes under DDP; every class draws the same number."""
         if not self._noise_values_per_partition:
@@ -238,7 +281,9 @@ class CondensationMethod(torch.nn.Module):
         return state
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["carried_state"] = {name: state.state_dict() for name, state in self._carried.items()}
+        checkpoint["carried_state"] = {
+            name: state.state_dict() for name, state in self._carried.items()
+        }
         checkpoint["noise_values_per_partition"] = self._noise_values_per_partition
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -254,34 +299,45 @@ class CondensationMethod(torch.nn.Module):
 
     def _init_from_real(self) -> None:
         if self.private:
-            raise UserError("method.init=real copies private images into the output; private methods need init=noise")
+            raise UserError(
+                "method.init=real copies private images into the output; private methods need init=noise"
+            )
         if not isinstance(self.synthetic, PixelImages):
             raise UserError("method.init=real needs a pixel synthetic set")
         pools = [self.runtime.class_images(c) for c in range(self.data.num_classes)]
         # The same draw as the random-real baseline of evaluate.py: DM starts from exactly that set.
-        picks = random_class_picks([len(pool) for pool in pools], ipc=self.config.ipc, seed=self.seed)
+        picks = random_class_picks(
+            [len(pool) for pool in pools], ipc=self.config.ipc, seed=self.seed
+        )
         with torch.no_grad():
             view = self.class_view()
             for c, (pool, pick) in enumerate(zip(pools, picks)):
                 view[c].copy_(pool[pick].to(view.device))
 
-    def run_step(self, batch: dict[str, Any]) -> Optional[Tensor]:
+    def run_step(self, batch: dict[str, Any]) -> Tensor | None:
         """One step (data or free) and its checks; returns the loss to log (or None)."""
         step = int(batch["step"])
         self.optimised = False
         try:
-            loss = self.condensation_step(batch, step) if self.plan.is_data_step(step) else self.free_step(step)
+            loss = (
+                self.condensation_step(batch, step)
+                if self.plan.is_data_step(step)
+                else self.free_step(step)
+            )
             # Raised before the checkpoint is written, so a checkpoint on disk is never a diverged one.
             if loss is not None and not torch.isfinite(loss):
                 raise NumericalFault(f"the loss is {loss.item()}")
             if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
                 raise NumericalFault("the synthetic set holds NaN or Inf")
         except NumericalFault as fault:
-            raise NumericalFault(fault.what, step=step, total=self.plan.total_steps,
-                                 cause=self.divergence_cause()) from None
+            raise NumericalFault(
+                fault.what, step=step, total=self.plan.total_steps, cause=self.divergence_cause()
+            ) from None
         streams, self._noise_streams = self._noise_streams, []
         for stream in streams:
-            self._noise_values_per_partition = max(self._noise_values_per_partition, stream.values_drawn)
+            self._noise_values_per_partition = max(
+                self._noise_values_per_partition, stream.values_drawn
+            )
         self.completed_steps += 1
         return loss
 

@@ -12,14 +12,14 @@ on S (SGD lr_net, DSA per image). ``method.dsa_strategy=''`` is plain DC (no aug
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from dpdc_lightning.config.methods import DCConfig
+from dpdc_lightning.methods.gradient_matching import GradientMatchingMethod, layerwise_distance
 from dpdc_lightning.methods.memory import NetworkCost
-from dpdc_lightning.methods.gradient_matching import (GradientMatchingMethod, layerwise_distance)
 from dpdc_lightning.seeding import derive_generator
 
 
@@ -41,7 +41,7 @@ class DC(GradientMatchingMethod):
     def real_batch_bytes(cls, config: DCConfig, *, cost: NetworkCost, image: int) -> int:
         return config.batch_real * (cost.saved + 3 * image)  # one class's real batch, augmented
 
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         outer, inner = self.config.loops()
         round_index, outer_index = divmod(step, outer)
         if outer_index == 0:
@@ -56,14 +56,21 @@ class DC(GradientMatchingMethod):
             g_syn = self.network_gradient(syn_aug, labels_syn, create_graph=True)
             loss = loss + layerwise_distance(g_syn, g_real)
         self.optimise(loss)
-        if outer_index < outer - 1:  # the reference trains θ between outer steps, not after the last
+        if (
+            outer_index < outer - 1
+        ):  # the reference trains θ between outer steps, not after the last
             self.train_inner(step, inner)
         return loss.detach()
 
-    def _augment_pair(self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int) -> tuple[Tensor, Tensor]:
+    def _augment_pair(
+        self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int
+    ) -> tuple[Tensor, Tensor]:
         """One DSA draw for both batches of a class (Siamese), keyed by (seed, step, class)."""
         if self.dsa is None:
             return real, synthetic
-        params = self.dsa.sample(1, image_size=self.data.image_shape[1:],
-                                 generator=derive_generator(self.seed, "dsa", step, class_index))
+        params = self.dsa.sample(
+            1,
+            image_size=self.data.image_shape[1:],
+            generator=derive_generator(self.seed, "dsa", step, class_index),
+        )
         return self.dsa.apply(real, params), self.dsa.apply(synthetic, params)

@@ -6,7 +6,7 @@ Non-private baseline: loss = Σ_c ‖mean_i Φ(A(x_i^c)) − mean_j Φ(A(s_j^c))
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -24,11 +24,13 @@ class DM(FeatureMatchingMethod):
     def sample_size(cls, config: DMConfig) -> float:
         return config.batch_real
 
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         reals, syns = self.augmented_pairs(batch, step)
         with torch.no_grad():
             real_features = self.extractor.embed_groups(reals)
         syn_features = self.extractor.embed_groups(syns)
-        loss = sum(((r.mean(0) - s.mean(0)) ** 2).sum() for r, s in zip(real_features, syn_features))
+        loss = sum(
+            ((r.mean(0) - s.mean(0)) ** 2).sum() for r, s in zip(real_features, syn_features)
+        )
         self.optimise(loss)
         return loss

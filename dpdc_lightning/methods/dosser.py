@@ -28,20 +28,20 @@ optimisation stage each process matches its own classes.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.augment.pea import partition_and_expand
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods.memory import FLOAT, Need, network_cost
-from dpdc_lightning.methods.spec import DataSpec
-from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
-from dpdc_lightning.methods.signal_bank import SignalBank
-from dpdc_lightning.methods.subspace import SubspaceCache, Subspace, principal_subspace, project
+from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
+from dpdc_lightning.methods.memory import FLOAT, Need, network_cost
+from dpdc_lightning.methods.signal_bank import SignalBank
+from dpdc_lightning.methods.spec import DataSpec
+from dpdc_lightning.methods.subspace import Subspace, SubspaceCache, principal_subspace, project
 from dpdc_lightning.models import build_network, init_weights_
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_mean
 from dpdc_lightning.privacy.plan import PrivacyPlan
@@ -73,22 +73,44 @@ class Dosser(FeatureMatchingMethod):
         return 4 if config.pea else 1  # PEA's default factor 2: 2 x 2 tiles of every image
 
     @classmethod
-    def memory_needs(cls, config: DosserConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
-                     device: torch.device) -> list[Need]:
+    def memory_needs(
+        cls,
+        config: DosserConfig,
+        *,
+        data: DataSpec,
+        plan: PrivacyPlan,
+        model: ModelConfig,
+        device: torch.device,
+    ) -> list[Need]:
         """Feature matching's needs plus the bank, the subspaces kept, the auxiliary set's
         features (host memory) and the EMA of the images."""
         cost = network_cost(model, data.image_shape, data.num_classes, whole=False)
         dim = config.subspace_dim if config.aux.source != "none" else cost.features
         steps, classes = plan.data_steps, data.num_classes
         image = math.prod(data.image_shape) * FLOAT
-        needs = [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
-                 Need("signal bank", steps * classes * (dim * FLOAT + 9) + 8 * steps, "method.sampling_steps",
-                      host=True)]
+        needs = [
+            *super().memory_needs(config, data=data, plan=plan, model=model, device=device),
+            Need(
+                "signal bank",
+                steps * classes * (dim * FLOAT + 9) + 8 * steps,
+                "method.sampling_steps",
+                host=True,
+            ),
+        ]
         if config.aux.source != "none":
             kept = min(config.subspace_cache, steps) * cost.features * (dim + 1) * FLOAT
-            aux = config.aux.size * (image + 2 * cost.features * FLOAT)  # images, features and their centred copy
-            needs += [Need("subspace cache", kept, "method.subspace_cache or method.subspace_dim", host=True),
-                      Need("auxiliary set and its features", aux, "method.aux.size", host=True)]
+            aux = config.aux.size * (
+                image + 2 * cost.features * FLOAT
+            )  # images, features and their centred copy
+            needs += [
+                Need(
+                    "subspace cache",
+                    kept,
+                    "method.subspace_cache or method.subspace_dim",
+                    host=True,
+                ),
+                Need("auxiliary set and its features", aux, "method.aux.size", host=True),
+            ]
         if config.ema is not None:
             needs.append(Need("EMA of the images", classes * config.ipc * image, "method.ipc"))
         return needs
@@ -96,24 +118,42 @@ class Dosser(FeatureMatchingMethod):
     def __init__(self, config: DosserConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         channels, height, width = self.data.image_shape
-        probe = build_network(self.model_config.name, channels=channels, num_classes=self.data.num_classes,
-                              image_size=(height, width), generator=derive_generator(self.seed, "probe"),
-                              device=torch.device("cpu"), **self.model_config.options())
+        probe = build_network(
+            self.model_config.name,
+            channels=channels,
+            num_classes=self.data.num_classes,
+            image_size=(height, width),
+            generator=derive_generator(self.seed, "probe"),
+            device=torch.device("cpu"),
+            **self.model_config.options(),
+        )
         with torch.no_grad():
             feature_dim = int(probe.embed(torch.zeros(1, channels, height, width)).shape[1])
         self.ser = config.aux.source != "none"
         if self.ser:
             if self.auxiliary is None:
-                raise ValueError("method.aux.source is set but no auxiliary set was handed to the method")
+                raise ValueError(
+                    "method.aux.source is set but no auxiliary set was handed to the method"
+                )
             limit = min(feature_dim, len(self.auxiliary.images) - 1)
             if config.subspace_dim > limit:
-                raise UserError(f"method.subspace_dim={config.subspace_dim} is too large: it must be at most "
-                                f"min(feature dimension {feature_dim}, auxiliary images {len(self.auxiliary.images)} - 1)"
-                                f" = {limit}")
-        self.bank = self.carry("signal_bank", SignalBank(steps=self.plan.data_steps, classes=self.data.num_classes,
-                                                         dim=config.subspace_dim if self.ser else feature_dim))
+                raise UserError(
+                    f"method.subspace_dim={config.subspace_dim} is too large: it must be at most "
+                    f"min(feature dimension {feature_dim}, auxiliary images {len(self.auxiliary.images)} - 1)"
+                    f" = {limit}"
+                )
+        self.bank = self.carry(
+            "signal_bank",
+            SignalBank(
+                steps=self.plan.data_steps,
+                classes=self.data.num_classes,
+                dim=config.subspace_dim if self.ser else feature_dim,
+            ),
+        )
         self.subspaces = SubspaceCache(config.subspace_cache)
-        self.owned = list(range(self.data.num_classes))  # this process's classes, set by each step's batch
+        self.owned = list(
+            range(self.data.num_classes)
+        )  # this process's classes, set by each step's batch
         if config.ema is not None:
             self.register_buffer("ema_images", self.synthetic.images.detach().clone())
 
@@ -123,13 +163,13 @@ class Dosser(FeatureMatchingMethod):
         else:
             super().setup(stage)
 
-    def run_step(self, batch: dict[str, Any]) -> Optional[Tensor]:
+    def run_step(self, batch: dict[str, Any]) -> Tensor | None:
         # The classes this process owns (all in one process); free steps carry them too.
         self.owned = list(batch.get("classes", range(self.data.num_classes)))
         return super().run_step(batch)
 
     # ---- the two stages ------------------------------------------------------------------------
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         theta_seed = derive_seed(self.seed, "theta", step)
         self._load_theta(theta_seed)
         subspace = self._subspace(step)
@@ -138,31 +178,53 @@ class Dosser(FeatureMatchingMethod):
             with torch.no_grad():
                 features = self.extractor.embed(self.dsa.apply(real, self._dsa_params(dsa_seed)))
                 rows = project(features.float(), subspace)
-            signal, event = noisy_clipped_mean(rows, max_norm=self.config.clip_norm,
-                                               noise_multiplier=self.noise_multiplier,
-                                               sample_rate=self.plan.rate_of(c), expected_size=self.plan.sample_size,
-                                               noise=self.noise_stream(step, c),
-                                               rows_are="features projected onto the SER subspace" if self.ser else "features")
+            signal, event = noisy_clipped_mean(
+                rows,
+                max_norm=self.config.clip_norm,
+                noise_multiplier=self.noise_multiplier,
+                sample_rate=self.plan.rate_of(c),
+                expected_size=self.plan.sample_size,
+                noise=self.noise_stream(step, c),
+                rows_are="features projected onto the SER subspace" if self.ser else "features",
+            )
             self.spend(event, partition=c)
             self.bank.store(step, c, signal, theta_seed=theta_seed, dsa_seed=dsa_seed)
-        if self.world_size > 1:  # the other processes' releases of this step (each class spent once, by its owner)
-            self.bank.receive(step, owned=batch["classes"], reduce_sum=self.runtime.reduce_sum, device=self.device,
-                              dsa_seeds=[derive_seed(self.seed, "dsa", step, c) for c in range(self.data.num_classes)])
+        if (
+            self.world_size > 1
+        ):  # the other processes' releases of this step (each class spent once, by its owner)
+            self.bank.receive(
+                step,
+                owned=batch["classes"],
+                reduce_sum=self.runtime.reduce_sum,
+                device=self.device,
+                dsa_seeds=[
+                    derive_seed(self.seed, "dsa", step, c) for c in range(self.data.num_classes)
+                ],
+            )
         self.log("stage", 0.0, batch_size=1)
         return None
 
-    def free_step(self, step: int) -> Optional[Tensor]:
-        entry = int(torch.randint(self.plan.data_steps, (1,), generator=derive_generator(self.seed, "entry", step)))
+    def free_step(self, step: int) -> Tensor | None:
+        entry = int(
+            torch.randint(
+                self.plan.data_steps, (1,), generator=derive_generator(self.seed, "entry", step)
+            )
+        )
         self._load_theta(int(self.bank.theta_seeds[entry]))
         subspace = self._subspace(entry)
         synthetic = self.class_view()
         scale = self.plan.sample_size  # L, the normaliser the bank's signals were divided by
         losses = []
-        for c in self.owned:  # the loss of the process's classes; optimise() makes DDP's average their sum
+        for c in (
+            self.owned
+        ):  # the loss of the process's classes; optimise() makes DDP's average their sum
             target = self.bank.signal(entry, c).to(self.device)
             images = partition_and_expand(synthetic[c])[0] if self.config.pea else synthetic[c]
             augmented = self.dsa.apply(images, self._dsa_params(int(self.bank.dsa_seeds[entry, c])))
-            rows = self.clip_synthetic(project(self.extractor.embed(augmented).float(), subspace), max_norm=self.config.clip_norm)
+            rows = self.clip_synthetic(
+                project(self.extractor.embed(augmented).float(), subspace),
+                max_norm=self.config.clip_norm,
+            )
             losses.append(((scale * rows.mean(0) - scale * target) ** 2).sum())
         loss = torch.stack(losses).sum()
         self.optimise(loss)
@@ -190,7 +252,7 @@ class Dosser(FeatureMatchingMethod):
         generator.manual_seed(dsa_seed)
         return self.dsa.sample(1, image_size=self.data.image_shape[1:], generator=generator)
 
-    def _subspace(self, step: int) -> Optional[Subspace]:
+    def _subspace(self, step: int) -> Subspace | None:
         """P_i and m_i of the auxiliary set under the extractor now loaded (θ_i); None without SER."""
         if not self.ser:
             return None
@@ -199,22 +261,30 @@ class Dosser(FeatureMatchingMethod):
     def _compute_subspace(self) -> Subspace:
         images = self.auxiliary.images
         with torch.no_grad():
-            features = torch.cat([self.extractor.embed(chunk.to(self.device)).float().cpu()
-                                  for chunk in images.split(_AUX_CHUNK)])
+            features = torch.cat(
+                [
+                    self.extractor.embed(chunk.to(self.device)).float().cpu()
+                    for chunk in images.split(_AUX_CHUNK)
+                ]
+            )
         return principal_subspace(features, dim=self.config.subspace_dim)
 
     def _init_from_auxiliary(self) -> None:
         aux = self.auxiliary
         if aux is None or aux.labels is None:
-            raise UserError("method.init=aux needs a labelled auxiliary set ('labels' in the file, or source=dp)")
+            raise UserError(
+                "method.init=aux needs a labelled auxiliary set ('labels' in the file, or source=dp)"
+            )
         generator = derive_generator(self.seed, "init-aux")
         with torch.no_grad():
             view = self.class_view()
             for c in range(self.data.num_classes):
                 pool = aux.images[aux.labels == c]
                 if len(pool) < self.config.ipc:
-                    raise UserError(f"method.init=aux: the auxiliary set has {len(pool)} images of class {c}, "
-                                    f"fewer than method.ipc={self.config.ipc}")
+                    raise UserError(
+                        f"method.init=aux: the auxiliary set has {len(pool)} images of class {c}, "
+                        f"fewer than method.ipc={self.config.ipc}"
+                    )
                 pick = torch.randperm(len(pool), generator=generator)[: self.config.ipc]
                 view[c].copy_(pool[pick].to(view.device))
             if self.config.ema is not None:

@@ -49,7 +49,11 @@ def resolve_autocast(autocast: str, device: torch.device) -> str:
         raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {autocast!r}")
     if autocast != "auto":
         return autocast
-    if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.get_device_capability(device)[0] >= 8:
+    if (
+        device.type == "cuda"
+        and torch.cuda.is_available()
+        and torch.cuda.get_device_capability(device)[0] >= 8
+    ):
         return "tf32"
     return "none"
 
@@ -69,9 +73,20 @@ def cudnn_tf32(allowed: bool) -> Iterator[None]:
 class RandomExtractor:
     """Holds one network whose weights are re-drawn in place by ``resample(step)``."""
 
-    def __init__(self, model: ModelConfig, *, channels: int, num_classes: int, image_size: tuple[int, int],
-                 seed: int, device: torch.device, forward: str = "auto", memory_format: str = "auto",
-                 autocast: str = "none", compile: bool = False) -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        *,
+        channels: int,
+        num_classes: int,
+        image_size: tuple[int, int],
+        seed: int,
+        device: torch.device,
+        forward: str = "auto",
+        memory_format: str = "auto",
+        autocast: str = "none",
+        compile: bool = False,
+    ) -> None:
         """``memory_format`` is the layout of the inputs ("auto": the faster one measured on this
         device type); ``autocast`` the precision of the forward ("none": float32, on CUDA with cuDNN's
         TF32 switched off; "bf16": bfloat16 autocast; "tf32": TF32 on CUDA; "auto": see
@@ -82,17 +97,27 @@ class RandomExtractor:
         the compiled backward moves image gradients by 1e-4..1e-3 relative (measured,
         benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
         if memory_format not in MEMORY_FORMATS:
-            raise ValueError(f"memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}")
+            raise ValueError(
+                f"memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}"
+            )
         self.autocast = resolve_autocast(autocast, device)
         self.seed = seed
-        self.net = build_network(model.name, channels=channels, num_classes=num_classes, image_size=image_size,
-                                 generator=derive_generator(seed, "theta", "build"), device=device,
-                                 **model.options())
+        self.net = build_network(
+            model.name,
+            channels=channels,
+            num_classes=num_classes,
+            image_size=image_size,
+            generator=derive_generator(seed, "theta", "build"),
+            device=device,
+            **model.options(),
+        )
         self.net.train()  # DM/DPDC extract features with the network in training mode
         for parameter in self.net.parameters():
             parameter.requires_grad_(False)  # gradients are wanted for the images only
         # Batching all classes in one forward is only exact when normalisation is per sample.
-        per_sample = "norm" not in model.options() or model.norm != "batchnorm"  # VGG/ResNet take a norm too
+        per_sample = (
+            "norm" not in model.options() or model.norm != "batchnorm"
+        )  # VGG/ResNet take a norm too
         self.per_sample = per_sample
         if forward == "auto":
             # CPU: one forward per class. Batched ran at 0.7-0.8x of loop on a 2-core Xeon
@@ -101,7 +126,9 @@ class RandomExtractor:
             # CUDA: one forward for all classes, since a GPU is starved by 50-image batches.
             forward = "batched" if device.type == "cuda" and per_sample else "loop"
         if forward == "batched" and not per_sample:
-            raise ValueError(f"batched forward needs per-sample normalisation, model.norm is {model.norm}")
+            raise ValueError(
+                f"batched forward needs per-sample normalisation, model.norm is {model.norm}"
+            )
         self.forward_mode = forward
         if memory_format == "auto":
             memory_format = _auto_memory_format(device, compiled=bool(compile))
@@ -140,10 +167,13 @@ class RandomExtractor:
         pad = self.compiled and self.per_sample and n > 0 and not x.requires_grad
         if pad and bucket_size(n) > n:
             x = torch.cat([x, x.new_zeros((bucket_size(n) - n, *x.shape[1:]))])
-        fn = self._embed if n > 0 else self.net.embed  # an empty batch is not worth a compiled graph
+        fn = (
+            self._embed if n > 0 else self.net.embed
+        )  # an empty batch is not worth a compiled graph
         limit = contextlib.nullcontext()
         if self.compiled:
             import torch._dynamo as dynamo  # noqa: PLC0415  (torch.compile has loaded it already)
+
             limit = dynamo.config.patch(recompile_limit=_RECOMPILE_LIMIT)
         with limit, self._precision():
             features = fn(x)

@@ -10,18 +10,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.config.methods import FeatureMatchingConfig
 from dpdc_lightning.augment import DSA
-from dpdc_lightning.errors import NumericalFault, UserError
-from dpdc_lightning.methods.memory import FLOAT, Need, network_cost, poisson_high
-from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.methods.spec import DataSpec
-from dpdc_lightning.methods.extractor import RandomExtractor
+from dpdc_lightning.config.methods import FeatureMatchingConfig
 from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.methods.extractor import RandomExtractor
+from dpdc_lightning.methods.memory import FLOAT, Need, network_cost, poisson_high
+from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.privacy.mechanisms import clip_rows
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
-
 
 
 class FeatureMatchingMethod(CondensationMethod):
@@ -30,8 +29,10 @@ class FeatureMatchingMethod(CondensationMethod):
         # A private method with batch norm is refused by the base (privacy/per_example.py).
         if "norm" in self.model_config.options() and self.model_config.norm == "batchnorm":
             if config.forward == "batched":
-                raise UserError("method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
-                                "choose method.forward=loop or auto")
+                raise UserError(
+                    "method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
+                    "choose method.forward=loop or auto"
+                )
 
     @classmethod
     def expansion(cls, config: FeatureMatchingConfig) -> int:
@@ -39,8 +40,15 @@ class FeatureMatchingMethod(CondensationMethod):
         return 1
 
     @classmethod
-    def memory_needs(cls, config: FeatureMatchingConfig, *, data: DataSpec, plan: PrivacyPlan,
-                     model: ModelConfig, device: torch.device) -> list[Need]:
+    def memory_needs(
+        cls,
+        config: FeatureMatchingConfig,
+        *,
+        data: DataSpec,
+        plan: PrivacyPlan,
+        model: ModelConfig,
+        device: torch.device,
+    ) -> list[Need]:
         """The base's needs, the synthetic set's graph through the extractor (every class before one
         backward) and the forward of one real batch (per class, or all classes when batched)."""
         cost = network_cost(model, data.image_shape, data.num_classes, whole=False)
@@ -49,40 +57,67 @@ class FeatureMatchingMethod(CondensationMethod):
         # From the config alone, never the class sizes (private with privacy.class_sizes=private).
         size = cls.sample_size(config)
         batch = int(size) if cls.sampling == "per_class_fixed" else poisson_high(size)
-        batched = config.forward == "batched" or (config.forward == "auto" and device.type == "cuda")
+        batched = config.forward == "batched" or (
+            config.forward == "auto" and device.type == "cuda"
+        )
         real = batch * (cost.forward + 2 * image) * (data.num_classes if batched else 1)
         # Per synthetic image: what autograd keeps, the gradient of the widest layer while the backward
         # passes it (half its input + output), and DSA's copies (input, sampling grid, output).
-        return [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
-                Need("extractor activations of the synthetic set",
-                     synthetic * (cost.saved + cost.forward // 2 + 3 * image),
-                     f"method.ipc or model.width/model.depth ({model.name})", step=True),
-                Need("a real batch's forward", real + data.num_classes * batch * image,
-                     "method.group_size (or method.batch_real)", step=True)]
+        return [
+            *super().memory_needs(config, data=data, plan=plan, model=model, device=device),
+            Need(
+                "extractor activations of the synthetic set",
+                synthetic * (cost.saved + cost.forward // 2 + 3 * image),
+                f"method.ipc or model.width/model.depth ({model.name})",
+                step=True,
+            ),
+            Need(
+                "a real batch's forward",
+                real + data.num_classes * batch * image,
+                "method.group_size (or method.batch_real)",
+                step=True,
+            ),
+        ]
 
     def on_fit_start(self) -> None:
         # Here, not in setup(): the module is on its device only from now on.
         config = self.config
-        self.extractor = RandomExtractor(self.model_config, channels=self.data.image_shape[0],
-                                         num_classes=self.data.num_classes, image_size=self.data.image_shape[1:],
-                                         seed=self.seed, device=self.device, forward=config.forward,
-                                         memory_format=config.memory_format, autocast=config.autocast,
-                                         compile=config.compile)
+        self.extractor = RandomExtractor(
+            self.model_config,
+            channels=self.data.image_shape[0],
+            num_classes=self.data.num_classes,
+            image_size=self.data.image_shape[1:],
+            seed=self.seed,
+            device=self.device,
+            forward=config.forward,
+            memory_format=config.memory_format,
+            autocast=config.autocast,
+            compile=config.compile,
+        )
         self.dsa = DSA(self.config.dsa_strategy, mode=self.augment_mode)
 
-    def augmented_pairs(self, batch: dict[str, Any], step: int) -> tuple[list[Tensor], list[Tensor]]:
+    def augmented_pairs(
+        self, batch: dict[str, Any], step: int
+    ) -> tuple[list[Tensor], list[Tensor]]:
         """The step's extractor drawn, then each class's real batch and synthetic images under one
         Siamese DSA draw: (real batches, synthetic batches), in the batch's class order."""
         self.extractor.resample(step)
         synthetic = self.class_view()
-        pairs = [self.augment_pair(real, synthetic[c], step=step, class_index=c)
-                 for c, real in zip(batch["classes"], batch["images"])]
+        pairs = [
+            self.augment_pair(real, synthetic[c], step=step, class_index=c)
+            for c, real in zip(batch["classes"], batch["images"])
+        ]
         return [real for real, _ in pairs], [syn for _, syn in pairs]
 
-    def augment_pair(self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int) -> tuple[Tensor, Tensor]:
+    def augment_pair(
+        self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int
+    ) -> tuple[Tensor, Tensor]:
         """One DSA draw applied to both batches of a class (Siamese)."""
-        params = self.dsa.sample(1, image_size=self.data.image_shape[1:],
-                                 generator=derive_generator(self.seed, "dsa", step, class_index))
+        params = self.dsa.sample(
+            1,
+            image_size=self.data.image_shape[1:],
+            generator=derive_generator(self.seed, "dsa", step, class_index),
+        )
         return self.dsa.apply(real, params), self.dsa.apply(synthetic, params)
 
     def clip_synthetic(self, features: Tensor, *, max_norm: float) -> Tensor:
@@ -91,4 +126,6 @@ class FeatureMatchingMethod(CondensationMethod):
         non-finite row (diverged images) stops the run here, named as a divergence."""
         if not bool(torch.isfinite(features).all()):
             raise NumericalFault("the synthetic images' features hold NaN or Inf")
-        return clip_rows(features, max_norm=max_norm, constant_factor=self.config.clip_gradient == "detached")
+        return clip_rows(
+            features, max_norm=max_norm, constant_factor=self.config.clip_gradient == "detached"
+        )

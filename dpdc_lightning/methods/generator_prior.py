@@ -26,7 +26,14 @@ def _pixel_norm(x: Tensor, eps: float = 1e-8) -> Tensor:
 
 
 class ConditionalGenerator(nn.Module):
-    def __init__(self, *, latent_dim: int, num_classes: int, image_shape: tuple[int, int, int], width: int = 64) -> None:
+    def __init__(
+        self,
+        *,
+        latent_dim: int,
+        num_classes: int,
+        image_shape: tuple[int, int, int],
+        width: int = 64,
+    ) -> None:
         super().__init__()
         channels, height, breadth = image_shape
         self.num_classes, self.width, self.image_shape = num_classes, width, tuple(image_shape)
@@ -45,13 +52,30 @@ class ConditionalGenerator(nn.Module):
         return self.out(x)[:, :, :height, :breadth]
 
 
-def generated_images(*, num_classes: int, ipc: int, image_shape: tuple[int, int, int], latent_dim: int, width: int,
-                     weights: torch.Generator, latents: torch.Generator) -> GeneratedImages:
+def generated_images(
+    *,
+    num_classes: int,
+    ipc: int,
+    image_shape: tuple[int, int, int],
+    latent_dim: int,
+    width: int,
+    weights: torch.Generator,
+    latents: torch.Generator,
+) -> GeneratedImages:
     """The synthetic set G(z_i, y_i; φ): φ drawn from ``weights``, z_i ~ N(0, I) from ``latents``."""
-    with torch.device("meta"):  # no draw from the global RNG: init_weights_ fills every weight below
-        network = ConditionalGenerator(latent_dim=latent_dim, num_classes=num_classes, image_shape=image_shape,
-                                       width=width)
+    with torch.device(
+        "meta"
+    ):  # no draw from the global RNG: init_weights_ fills every weight below
+        network = ConditionalGenerator(
+            latent_dim=latent_dim, num_classes=num_classes, image_shape=image_shape, width=width
+        )
     network.to_empty(device="cpu")
     init_weights_(network, generator=weights)
-    return GeneratedImages(network, num_classes=num_classes, ipc=ipc, image_shape=image_shape,
-                           latent_dim=latent_dim, rng=latents)
+    return GeneratedImages(
+        network,
+        num_classes=num_classes,
+        ipc=ipc,
+        image_shape=image_shape,
+        latent_dim=latent_dim,
+        rng=latents,
+    )

@@ -11,18 +11,18 @@ distance Σ_layers Σ_rows (1 − cos); between outer steps θ is trained J epoc
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from dpdc_lightning.config.methods import GradientMatchingConfig
 from dpdc_lightning.augment import DSA
-from dpdc_lightning.methods.memory import FLOAT, Need, NetworkCost, network_cost
-from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.methods.spec import DataSpec
+from dpdc_lightning.config.methods import GradientMatchingConfig
 from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.methods.memory import FLOAT, Need, NetworkCost, network_cost
+from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.models import build_network, init_weights_
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
@@ -59,7 +59,9 @@ class InnerNetwork:
 
     def reinitialise(self, generator: torch.Generator) -> None:
         init_weights_(self.net, generator=generator)
-        self.optimizer = torch.optim.SGD(self.net.parameters(), lr=self.lr)  # a fresh optimiser per round
+        self.optimizer = torch.optim.SGD(
+            self.net.parameters(), lr=self.lr
+        )  # a fresh optimiser per round
 
     def params(self) -> list[Tensor]:
         return list(self.net.parameters())
@@ -79,8 +81,15 @@ class GradientMatchingMethod(CondensationMethod):
     inner_augment: bool = False  # DSA in the inner training (DC/DSA yes, PSG no)
 
     @classmethod
-    def memory_needs(cls, config: GradientMatchingConfig, *, data: DataSpec, plan: PrivacyPlan,
-                     model: ModelConfig, device: torch.device) -> list[Need]:
+    def memory_needs(
+        cls,
+        config: GradientMatchingConfig,
+        *,
+        data: DataSpec,
+        plan: PrivacyPlan,
+        model: ModelConfig,
+        device: torch.device,
+    ) -> list[Need]:
         """The base's needs, the inner network, and the larger of: the synthetic set's graph through
         the gradient (create_graph keeps the first backward's graph: about three times a forward's),
         with the real batch's part (:meth:`real_batch_bytes`); the inner training on S."""
@@ -89,35 +98,54 @@ class GradientMatchingMethod(CondensationMethod):
         augmented = 3 * image if getattr(config, "dsa_strategy", "") else 0
         synthetic = data.num_classes * config.ipc * (3 * cost.saved + augmented)
         width = f"model.width/model.depth ({model.name})"
-        return [*super().memory_needs(config, data=data, plan=plan, model=model, device=device),
-                Need("inner network and its gradient", 2 * cost.parameters * FLOAT, width),
-                Need("gradient-matching graph of the synthetic set and a real batch",
-                     synthetic + cls.real_batch_bytes(config, cost=cost, image=image), f"method.ipc or {width}",
-                     step=True),
-                Need("inner training batch", config.batch_train * (cost.saved + augmented), "method.batch_train",
-                     step=True)]
+        return [
+            *super().memory_needs(config, data=data, plan=plan, model=model, device=device),
+            Need("inner network and its gradient", 2 * cost.parameters * FLOAT, width),
+            Need(
+                "gradient-matching graph of the synthetic set and a real batch",
+                synthetic + cls.real_batch_bytes(config, cost=cost, image=image),
+                f"method.ipc or {width}",
+                step=True,
+            ),
+            Need(
+                "inner training batch",
+                config.batch_train * (cost.saved + augmented),
+                "method.batch_train",
+                step=True,
+            ),
+        ]
 
     @classmethod
-    def real_batch_bytes(cls, config: GradientMatchingConfig, *, cost: NetworkCost, image: int) -> int:
+    def real_batch_bytes(
+        cls, config: GradientMatchingConfig, *, cost: NetworkCost, image: int
+    ) -> int:
         """Memory of the real side of one step's gradient."""
         raise NotImplementedError
 
     def on_fit_start(self) -> None:
         # Here, not in __init__: the module is on its device only from now on.
         data = self.data
-        network = build_network(self.model_config.name, channels=data.image_shape[0], num_classes=data.num_classes,
-                                image_size=data.image_shape[1:], generator=derive_generator(self.seed, "net", "build"),
-                                device=self.device, **self.model_config.options())
+        network = build_network(
+            self.model_config.name,
+            channels=data.image_shape[0],
+            num_classes=data.num_classes,
+            image_size=data.image_shape[1:],
+            generator=derive_generator(self.seed, "net", "build"),
+            device=self.device,
+            **self.model_config.options(),
+        )
         self.inner = self.carry("inner_network", InnerNetwork(network, lr=self.config.lr_net))
         strategy = getattr(self.config, "dsa_strategy", "")
-        self.dsa: Optional[DSA] = DSA(strategy, mode=self.augment_mode) if strategy else None
+        self.dsa: DSA | None = DSA(strategy, mode=self.augment_mode) if strategy else None
 
     def start_round(self, round_index: int) -> None:
         """θ_0 of round ``round_index``: drawn from a generator keyed by (seed, round), so a resumed
         or repeated run draws the same network."""
         self.inner.reinitialise(derive_generator(self.seed, "net", round_index))
 
-    def network_gradient(self, images: Tensor, labels: Tensor, *, create_graph: bool) -> list[Tensor]:
+    def network_gradient(
+        self, images: Tensor, labels: Tensor, *, create_graph: bool
+    ) -> list[Tensor]:
         """∇_θ of the mean CE loss of (images, labels); differentiable in the images if
         ``create_graph``. (The image update's backward through it also fills θ's ``.grad``;
         ``train_inner`` clears that before every use, so it never reaches θ.)"""
@@ -135,10 +163,12 @@ class GradientMatchingMethod(CondensationMethod):
             generator = derive_generator(self.seed, "inner", step, epoch)
             order = torch.randperm(len(labels), generator=generator).to(images.device)
             for start in range(0, len(order), self.config.batch_train):
-                pick = order[start:start + self.config.batch_train]
+                pick = order[start : start + self.config.batch_train]
                 x = images.index_select(0, pick)
                 if self.inner_augment and self.dsa is not None:
-                    x = self.dsa(x, generator=generator)  # one draw per image, as the reference's training
+                    x = self.dsa(
+                        x, generator=generator
+                    )  # one draw per image, as the reference's training
                 loss = F.cross_entropy(net(x), labels.index_select(0, pick))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

@@ -10,16 +10,16 @@ multiplier (the paper's default σ = √d with b = 1 is z = 1). The run has exac
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from dpdc_lightning.config.methods import LDPDCConfig
-from dpdc_lightning.methods.memory import FLOAT, Need, poisson_high
-from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.methods.memory import FLOAT, Need, poisson_high
+from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
@@ -40,13 +40,31 @@ class LDPDC(CondensationMethod):
         return config.group_size
 
     @classmethod
-    def memory_needs(cls, config: LDPDCConfig, *, data: DataSpec, plan: PrivacyPlan, model: ModelConfig,
-                     device: torch.device) -> list[Need]:
+    def memory_needs(
+        cls,
+        config: LDPDCConfig,
+        *,
+        data: DataSpec,
+        plan: PrivacyPlan,
+        model: ModelConfig,
+        device: torch.device,
+    ) -> list[Need]:
         """The images and their exported copy (no gradient, no optimiser), and one class's sample
         clamped in float32 and summed in float64."""
         image = math.prod(data.image_shape) * FLOAT
-        return [Need("synthetic set (values, export)", 2 * data.num_classes * config.ipc * image, "method.ipc"),
-                Need("a real batch", poisson_high(config.group_size) * 4 * image, "method.group_size", step=True)]
+        return [
+            Need(
+                "synthetic set (values, export)",
+                2 * data.num_classes * config.ipc * image,
+                "method.ipc",
+            ),
+            Need(
+                "a real batch",
+                poisson_high(config.group_size) * 4 * image,
+                "method.group_size",
+                step=True,
+            ),
+        ]
 
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))
@@ -55,20 +73,25 @@ class LDPDC(CondensationMethod):
         return None
 
     @torch.no_grad()
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         b, view = self.config.bound, self.class_view()
         for c, real in zip(batch["classes"], batch["images"]):
             rows = real.clamp(-b, b).flatten(1).float()
-            noisy_sum, event = noisy_clipped_sum(rows, max_norm=self.sensitivity(), noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.plan.rate_of(c), noise=self.noise_stream(step, c),
-                                                 rows_are=f"records clamped to [-{b:g}, {b:g}]^d",
-                                                 expected_size=self.plan.sample_size)
+            noisy_sum, event = noisy_clipped_sum(
+                rows,
+                max_norm=self.sensitivity(),
+                noise_multiplier=self.noise_multiplier,
+                sample_rate=self.plan.rate_of(c),
+                noise=self.noise_stream(step, c),
+                rows_are=f"records clamped to [-{b:g}, {b:g}]^d",
+                expected_size=self.plan.sample_size,
+            )
             self.spend(event, partition=c)
             # Divided by the plan's expected sample L (= method.group_size), never the realised size.
             view[c, step].copy_((noisy_sum / self.plan.sample_size).view(self.data.image_shape))
         return None
 
-    def run_step(self, batch: dict[str, Any]) -> Optional[Tensor]:
+    def run_step(self, batch: dict[str, Any]) -> Tensor | None:
         loss = super().run_step(batch)
         self._share_row(int(batch["step"]), batch["classes"])
         return loss

@@ -33,15 +33,15 @@ passes close to the limit may still fail.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Optional
 
 import torch
 
-from dpdc_lightning.errors import UserError
 from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.errors import UserError
 from dpdc_lightning.models.registry import NETWORKS
 
 FLOAT = 4  # bytes of a float32
@@ -74,16 +74,20 @@ def poisson_high(expected: float) -> int:
     return int(math.ceil(expected + 4 * math.sqrt(expected) + 4))
 
 
-def network_cost(model: ModelConfig, image_shape: tuple[int, int, int], num_classes: int, *,
-                 whole: bool) -> NetworkCost:
+def network_cost(
+    model: ModelConfig, image_shape: tuple[int, int, int], num_classes: int, *, whole: bool
+) -> NetworkCost:
     """Per-image memory of ``model``: ``whole`` runs the classifier with parameter gradients (the
     gradient-matching methods), otherwise the embedding with frozen weights (feature matching)."""
-    return _network_cost(model.name, tuple(sorted(model.options().items())), tuple(image_shape), num_classes, whole)
+    return _network_cost(
+        model.name, tuple(sorted(model.options().items())), tuple(image_shape), num_classes, whole
+    )
 
 
 @lru_cache(maxsize=64)
-def _network_cost(name: str, options: tuple, image_shape: tuple[int, int, int], num_classes: int,
-                  whole: bool) -> NetworkCost:
+def _network_cost(
+    name: str, options: tuple, image_shape: tuple[int, int, int], num_classes: int, whole: bool
+) -> NetworkCost:
     channels, height, width = image_shape
     with torch.device("meta"):
         net = NETWORKS[name].factory(channels, num_classes, (height, width), **dict(options))
@@ -115,8 +119,12 @@ def _network_cost(name: str, options: tuple, image_shape: tuple[int, int, int], 
     # its weight for the input's gradient) are not counted once per image.
     four = saved_bytes(4)
     features = int(net.embed(torch.empty(2, *image_shape, device="meta")).shape[1])
-    return NetworkCost(saved=(four - two) // 2, forward=widest[0] * FLOAT, features=features,
-                       parameters=sum(p.numel() for p in net.parameters()))
+    return NetworkCost(
+        saved=(four - two) // 2,
+        forward=widest[0] * FLOAT,
+        features=features,
+        parameters=sum(p.numel() for p in net.parameters()),
+    )
 
 
 def run_device(trainer: dict) -> torch.device:
@@ -128,10 +136,12 @@ def run_device(trainer: dict) -> torch.device:
 
 def total_bytes(needs: Iterable[Need]) -> int:
     needs = list(needs)
-    return sum(n.bytes for n in needs if not n.step) + max((n.bytes for n in needs if n.step), default=0)
+    return sum(n.bytes for n in needs if not n.step) + max(
+        (n.bytes for n in needs if n.step), default=0
+    )
 
 
-def host_available() -> Optional[int]:
+def host_available() -> int | None:
     """Bytes this process may still allocate: the kernel's MemAvailable, lowered by a cgroup limit
     (a container's memory.max) when there is one. None where neither can be read."""
     found: list[int] = []
@@ -141,8 +151,10 @@ def host_available() -> Optional[int]:
                 found.append(int(line.split()[1]) * 1024)
     except (OSError, ValueError, IndexError):
         pass
-    for limit, usage in (("memory.max", "memory.current"),  # cgroup v2, then v1
-                         ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+    for limit, usage in (
+        ("memory.max", "memory.current"),  # cgroup v2, then v1
+        ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes"),
+    ):
         try:
             cap = Path("/sys/fs/cgroup", limit).read_text().strip()
             if cap != "max" and int(cap) < 1 << 60:
@@ -154,7 +166,7 @@ def host_available() -> Optional[int]:
 
 
 def format_bytes(n: int) -> str:
-    return f"{n / 2 ** 30:.1f} GiB" if n >= 2 ** 27 else f"{n / 2 ** 20:.0f} MiB"
+    return f"{n / 2**30:.1f} GiB" if n >= 2**27 else f"{n / 2**20:.0f} MiB"
 
 
 def check_fits(needs: list[Need], *, method: str, device: torch.device) -> None:
@@ -162,13 +174,17 @@ def check_fits(needs: list[Need], *, method: str, device: torch.device) -> None:
     pools = [("", needs, host_available())]
     if device.type == "cuda":
         free = int(torch.cuda.mem_get_info(device)[0])
-        pools = [(" on the GPU", [n for n in needs if not n.host], free),
-                 (" in host memory", [n for n in needs if n.host], host_available())]
+        pools = [
+            (" on the GPU", [n for n in needs if not n.host], free),
+            (" in host memory", [n for n in needs if n.host], host_available()),
+        ]
     for where, members, available in pools:
         need = total_bytes(members)
         if available is None or need <= available:
             continue
         largest = sorted(members, key=lambda n: n.bytes, reverse=True)
         parts = ", ".join(f"{n.what} {format_bytes(n.bytes)}" for n in largest[:3] if n.bytes)
-        raise UserError(f"method={method} would need about {format_bytes(need)} of memory{where} but "
-                        f"{format_bytes(available)} are available ({parts}); lower {largest[0].keys}")
+        raise UserError(
+            f"method={method} would need about {format_bytes(need)} of memory{where} but "
+            f"{format_bytes(available)} are available ({parts}); lower {largest[0].keys}"
+        )

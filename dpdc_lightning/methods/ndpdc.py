@@ -10,7 +10,7 @@ multiplier (the paper's σ with G = 1; the public reference forgets the factor G
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -37,15 +37,20 @@ class NDPDC(FeatureMatchingMethod):
         clip, scale = self.config.clip_norm, self.config.group_size / self.config.ipc
         losses = []
         for i, c in enumerate(batch["classes"]):
-            noisy_sum, event = noisy_clipped_sum(real_features[i].float(), max_norm=clip, noise_multiplier=self.noise_multiplier,
-                                                 sample_rate=self.plan.rate_of(c),
-                                                 noise=self.noise_stream(step, c), rows_are="features")
+            noisy_sum, event = noisy_clipped_sum(
+                real_features[i].float(),
+                max_norm=clip,
+                noise_multiplier=self.noise_multiplier,
+                sample_rate=self.plan.rate_of(c),
+                noise=self.noise_stream(step, c),
+                rows_are="features",
+            )
             self.spend(event, partition=c)
             synthetic_sum = self.clip_synthetic(syn_features[i].float(), max_norm=clip).sum(0)
             losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())
         return torch.stack(losses)
 
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         loss = self.class_losses(batch, step).sum()
         self.optimise(loss)
         return loss

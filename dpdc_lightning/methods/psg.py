@@ -32,19 +32,18 @@ image size, theirs only 28x28; same width 64, latent 10, Adam 0.01, identity out
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from dpdc_lightning.config.methods import PSGConfig
-from dpdc_lightning.methods.memory import FLOAT, NetworkCost, poisson_high
 from dpdc_lightning.methods.generator_prior import generated_images
-from dpdc_lightning.methods.gradient_matching import (GradientMatchingMethod, layerwise_distance)
+from dpdc_lightning.methods.gradient_matching import GradientMatchingMethod, layerwise_distance
+from dpdc_lightning.methods.memory import FLOAT, NetworkCost, poisson_high
 from dpdc_lightning.methods.synthetic import SyntheticSet
 from dpdc_lightning.privacy.per_example import private_gradient
 from dpdc_lightning.seeding import derive_generator
-
 
 
 class PSG(GradientMatchingMethod):
@@ -63,10 +62,15 @@ class PSG(GradientMatchingMethod):
     def build_synthetic(self) -> SyntheticSet:
         if self.config.prior == "none":
             return super().build_synthetic()
-        return generated_images(num_classes=self.data.num_classes, ipc=self.config.ipc,
-                                image_shape=self.data.image_shape, latent_dim=self.config.latent_dim,
-                                width=self.config.generator_width, weights=derive_generator(self.seed, "generator"),
-                                latents=derive_generator(self.seed, "latents"))
+        return generated_images(
+            num_classes=self.data.num_classes,
+            ipc=self.config.ipc,
+            image_shape=self.data.image_shape,
+            latent_dim=self.config.latent_dim,
+            width=self.config.generator_width,
+            weights=derive_generator(self.seed, "generator"),
+            latents=derive_generator(self.seed, "latents"),
+        )
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.config.prior == "generator":
@@ -78,7 +82,9 @@ class PSG(GradientMatchingMethod):
         """One chunk of per-example gradients (vmap: the chunk's activations and one flat gradient
         per record, clipped copy included) and the float64 clipped sum."""
         chunk = min(config.chunk_size, poisson_high(config.batch_size))
-        return chunk * (cost.saved + image + 2 * cost.parameters * FLOAT) + 2 * cost.parameters * FLOAT
+        return (
+            chunk * (cost.saved + image + 2 * cost.parameters * FLOAT) + 2 * cost.parameters * FLOAT
+        )
 
     def divergence_cause(self) -> str:
         if self.config.prior == "generator":
@@ -96,17 +102,23 @@ class PSG(GradientMatchingMethod):
         k = self.config.batches
         return step // (outer * k), (step // k) % outer, step % k
 
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Optional[Tensor]:
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         outer, inner = self.config.loops()
         round_index, outer_index, batch_index = self.round_position(step)
         if outer_index == 0 and batch_index == 0:
             self.start_round(round_index)
-        real, event = private_gradient(self.inner.net, batch["images"], batch["labels"],
-                                       max_norm=self.config.clip_norm, noise_multiplier=self.noise_multiplier,
-                                       sample_rate=self.plan.rate_of(-1),
-                                       expected_batch_size=self.expected_batch_size(),
-                                       noise=self.noise_stream(step, -1), chunk_size=self.config.chunk_size,
-                                       reduce_sum=self.runtime.reduce_sum)
+        real, event = private_gradient(
+            self.inner.net,
+            batch["images"],
+            batch["labels"],
+            max_norm=self.config.clip_norm,
+            noise_multiplier=self.noise_multiplier,
+            sample_rate=self.plan.rate_of(-1),
+            expected_batch_size=self.expected_batch_size(),
+            noise=self.noise_stream(step, -1),
+            chunk_size=self.config.chunk_size,
+            reduce_sum=self.runtime.reduce_sum,
+        )
         self.spend(event, partition=-1)
         # From here every process holds the same release, θ and S: the rest is replicated.
         synthetic = self.synthetic()

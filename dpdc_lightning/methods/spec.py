@@ -4,7 +4,7 @@ image shape (public by assumption) and the class sizes of the privacy plan."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
@@ -21,7 +21,7 @@ class DataSpec:
     public_class_sizes: tuple[float, ...] = ()
 
     @classmethod
-    def of(cls, data: Any, *, plan: Optional[PrivacyPlan] = None) -> "DataSpec":
+    def of(cls, data: Any, *, plan: PrivacyPlan | None = None) -> DataSpec:
         """The spec of an ``ImageData``. Without ``plan``: its exact class sizes, the input of the
         plan (privacy/plan.py) and of nothing else. With it: the plan's sizes (public, or released
         under DP with ``privacy.class_sizes=private``), what every method is built with, so that no
@@ -31,5 +31,9 @@ class DataSpec:
         sizes = plan.class_sizes if plan is not None and plan.class_sizes else data.class_sizes
         if plan is not None:
             public = tuple(plan.class_sizes) if plan.class_sizes else public
-        return cls(num_classes=data.num_classes, image_shape=tuple(data.train_images.shape[1:]),
-                   class_sizes=tuple(sizes), public_class_sizes=public)
+        return cls(
+            num_classes=data.num_classes,
+            image_shape=tuple(data.train_images.shape[1:]),
+            class_sizes=tuple(sizes),
+            public_class_sizes=public,
+        )

@@ -14,7 +14,7 @@ with each direction's sign fixed by its largest entry (an SVD's signs are otherw
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -27,7 +27,9 @@ def principal_subspace(features: Tensor, *, dim: int) -> Subspace:
     ``dim <= min(n - 1, D)`` (centred data of n rows has rank at most n - 1)."""
     n, width = features.shape
     if not 1 <= dim <= min(n - 1, width):
-        raise ValueError(f"subspace dimension {dim} needs 1 <= d <= min(n - 1, D) = {min(n - 1, width)}")
+        raise ValueError(
+            f"subspace dimension {dim} needs 1 <= d <= min(n - 1, D) = {min(n - 1, width)}"
+        )
     x = features.detach().to(dtype=torch.float64)
     mean = x.mean(0)
     _, _, vh = torch.linalg.svd(x - mean, full_matrices=False)
@@ -55,7 +57,9 @@ class SubspaceCache:
             raise ValueError(f"cache capacity must be >= 0, got {capacity}")
         self.capacity = capacity
         self._items: OrderedDict[int, Subspace] = OrderedDict()
-        self.computed = 0  # how many subspaces were computed (cache misses), for the memory/time trade-off
+        self.computed = (
+            0  # how many subspaces were computed (cache misses), for the memory/time trade-off
+        )
 
     def get(self, key: int, compute: Callable[[], Subspace]) -> Subspace:
         if key in self._items:

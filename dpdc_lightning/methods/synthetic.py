@@ -36,10 +36,18 @@ class SyntheticSet(nn.Module):
 class PixelImages(SyntheticSet):
     """The pixels are the parameter, initialised from N(0, I) drawn from ``generator``."""
 
-    def __init__(self, *, num_classes: int, ipc: int, image_shape: tuple[int, int, int],
-                 generator: torch.Generator) -> None:
+    def __init__(
+        self,
+        *,
+        num_classes: int,
+        ipc: int,
+        image_shape: tuple[int, int, int],
+        generator: torch.Generator,
+    ) -> None:
         super().__init__(num_classes=num_classes, ipc=ipc, image_shape=image_shape)
-        self.images = nn.Parameter(torch.randn(num_classes * ipc, *image_shape, generator=generator))
+        self.images = nn.Parameter(
+            torch.randn(num_classes * ipc, *image_shape, generator=generator)
+        )
 
     def forward(self) -> Tensor:
         return self.images
@@ -52,8 +60,16 @@ class GeneratedImages(SyntheticSet):
     are a buffer drawn once from ``rng``, so the set is a deterministic function of the weights.
     """
 
-    def __init__(self, generator: nn.Module, *, num_classes: int, ipc: int, image_shape: tuple[int, int, int],
-                 latent_dim: int, rng: torch.Generator) -> None:
+    def __init__(
+        self,
+        generator: nn.Module,
+        *,
+        num_classes: int,
+        ipc: int,
+        image_shape: tuple[int, int, int],
+        latent_dim: int,
+        rng: torch.Generator,
+    ) -> None:
         super().__init__(num_classes=num_classes, ipc=ipc, image_shape=image_shape)
         self.generator = generator
         self.register_buffer("latents", torch.randn(num_classes * ipc, latent_dim, generator=rng))
@@ -62,5 +78,7 @@ class GeneratedImages(SyntheticSet):
         images = self.generator(self.latents, self.labels)
         expected = (len(self.labels), *self.image_shape)
         if tuple(images.shape) != expected:
-            raise ValueError(f"the generator made images of shape {tuple(images.shape)}, expected {expected}")
+            raise ValueError(
+                f"the generator made images of shape {tuple(images.shape)}, expected {expected}"
+            )
         return images

@@ -49,7 +49,9 @@ def _check_image_size(image_size: Sequence[int]) -> tuple[int, int]:
     except TypeError:
         size = ()
     if len(size) != 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in size):
-        raise UserError(f"image_size must be two positive integers (height, width), got {image_size!r}")
+        raise UserError(
+            f"image_size must be two positive integers (height, width), got {image_size!r}"
+        )
     return size  # type: ignore[return-value]
 
 

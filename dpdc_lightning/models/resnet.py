@@ -19,7 +19,9 @@ class BasicBlock(nn.Module):
 
     def __init__(self, in_planes: int, planes: int, *, stride: int, norm: str) -> None:
         super().__init__()
-        self.conv1 = nn.Conv2d(in_planes, planes, kernel_size=3, stride=stride, padding=1, bias=False)
+        self.conv1 = nn.Conv2d(
+            in_planes, planes, kernel_size=3, stride=stride, padding=1, bias=False
+        )
         self.norm1 = make_norm(norm, planes)
         self.conv2 = nn.Conv2d(planes, planes, kernel_size=3, stride=1, padding=1, bias=False)
         self.norm2 = make_norm(norm, planes)

@@ -18,9 +18,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+from collections.abc import Sequence
 from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
-from typing import NoReturn, Sequence
+from typing import NoReturn
 
 from dpdc_lightning.errors import UserError
 
@@ -43,7 +44,9 @@ def _number(text: str) -> float:
     try:
         return float(Fraction(text.strip()))
     except (ValueError, ZeroDivisionError):
-        raise argparse.ArgumentTypeError(f"expected a number or a fraction like 50/6000, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number or a fraction like 50/6000, got {text!r}"
+        ) from None
 
 
 def _epsilon_text(epsilon: float) -> str:
@@ -57,23 +60,53 @@ def _build_parser() -> argparse.ArgumentParser:
         prog="python -m dpdc_lightning.privacy",
         description="Privacy calculator for the Poisson-subsampled Gaussian mechanism.",
     )
-    verbs = parser.add_subparsers(dest="verb", metavar="{epsilon,calibrate,max-steps}", required=True)
+    verbs = parser.add_subparsers(
+        dest="verb", metavar="{epsilon,calibrate,max-steps}", required=True
+    )
 
     def add(name: str, help_text: str, *, target: bool, noise: bool, steps: bool) -> None:
         sub = verbs.add_parser(name, help=help_text, description=help_text)
         if target:
-            sub.add_argument("--target-epsilon", type=_number, required=True, help="target epsilon (> 0)")
-        sub.add_argument("--sample-rate", type=_number, required=True, help="Poisson sample rate q in (0, 1], e.g. 50/6000")
+            sub.add_argument(
+                "--target-epsilon", type=_number, required=True, help="target epsilon (> 0)"
+            )
+        sub.add_argument(
+            "--sample-rate",
+            type=_number,
+            required=True,
+            help="Poisson sample rate q in (0, 1], e.g. 50/6000",
+        )
         if noise:
-            sub.add_argument("--noise-multiplier", type=_number, required=True, help="noise std / L2 sensitivity (> 0)")
+            sub.add_argument(
+                "--noise-multiplier",
+                type=_number,
+                required=True,
+                help="noise std / L2 sensitivity (> 0)",
+            )
         if steps:
-            sub.add_argument("--steps", type=int, required=True, help="number of mechanism runs (>= 1)")
+            sub.add_argument(
+                "--steps", type=int, required=True, help="number of mechanism runs (>= 1)"
+            )
         sub.add_argument("--delta", type=_number, required=True, help="delta in (0, 1)")
-        sub.add_argument("--accountant", choices=sorted(_ACCOUNTANT_NAMES), default="rdp", help="default: rdp")
+        sub.add_argument(
+            "--accountant", choices=sorted(_ACCOUNTANT_NAMES), default="rdp", help="default: rdp"
+        )
 
     add("epsilon", "epsilon spent by a number of steps", target=False, noise=True, steps=True)
-    add("calibrate", "noise multiplier that reaches a target epsilon", target=True, noise=False, steps=True)
-    add("max-steps", "largest number of steps within a target epsilon", target=True, noise=True, steps=False)
+    add(
+        "calibrate",
+        "noise multiplier that reaches a target epsilon",
+        target=True,
+        noise=False,
+        steps=True,
+    )
+    add(
+        "max-steps",
+        "largest number of steps within a target epsilon",
+        target=True,
+        noise=True,
+        steps=False,
+    )
     return parser
 
 
@@ -86,7 +119,9 @@ def _run(args: argparse.Namespace) -> None:
     accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
     if args.verb == "epsilon":
         epsilon = epsilon_from_history(
-            [(args.noise_multiplier, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant
+            [(args.noise_multiplier, args.sample_rate, args.steps)],
+            delta=args.delta,
+            accountant=args.accountant,
         )
         print(
             f"Poisson-subsampled Gaussian mechanism: noise multiplier {args.noise_multiplier:g}, "
@@ -107,8 +142,15 @@ def _run(args: argparse.Namespace) -> None:
             accountant=args.accountant,
         )
         achieved, clamped = nonnegative_epsilon(
-            epsilon_from_history([(sigma, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant))
-        print(f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, {args.steps} steps")
+            epsilon_from_history(
+                [(sigma, args.sample_rate, args.steps)],
+                delta=args.delta,
+                accountant=args.accountant,
+            )
+        )
+        print(
+            f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, {args.steps} steps"
+        )
         print(accountant)
         if clamped:
             print(f"note: {CLAMP_NOTE}")

@@ -85,7 +85,9 @@ class PrivacyAccountant:
             self.start_phase(DEFAULT_PHASE)
         current = self._phases[-1]
         if current.is_fixed:
-            raise RuntimeError(f"the current phase {current.name!r} is a fixed cost; call start_phase() before step()")
+            raise RuntimeError(
+                f"the current phase {current.name!r} is a fixed cost; call start_phase() before step()"
+            )
         history = merge_step(
             current.history,
             noise_multiplier=event.noise_multiplier,
@@ -98,7 +100,9 @@ class PrivacyAccountant:
         """Record a phase whose cost is only known as (epsilon, delta) (sequential composition)."""
         epsilon, delta = float(epsilon), float(delta)
         if not (epsilon >= 0 and epsilon != float("inf")):
-            raise UserError(f"fixed-cost phase {name!r}: epsilon must be a finite number >= 0, got {epsilon!r}")
+            raise UserError(
+                f"fixed-cost phase {name!r}: epsilon must be a finite number >= 0, got {epsilon!r}"
+            )
         if not (0.0 <= delta < 1.0):
             raise UserError(f"fixed-cost phase {name!r}: delta must be in [0, 1), got {delta!r}")
         if not isinstance(name, str) or not name:
@@ -120,7 +124,9 @@ class PrivacyAccountant:
         merged: list[HistoryEntry] = []
         for phase in self._phases:
             for noise_multiplier, sample_rate, steps in phase.history:
-                merged = merge_step(merged, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps)
+                merged = merge_step(
+                    merged, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=steps
+                )
         return merged
 
     @property
@@ -151,7 +157,10 @@ class PrivacyAccountant:
         history = self.history
         if not history:
             return fixed_epsilon
-        return epsilon_from_history(history, delta=mechanism_delta, accountant=self.accountant) + fixed_epsilon
+        return (
+            epsilon_from_history(history, delta=mechanism_delta, accountant=self.accountant)
+            + fixed_epsilon
+        )
 
     def epsilon_if(self, event: PrivacyEvent, *, num_steps: int = 1, delta: float) -> float:
         """The ε that :meth:`get_epsilon` would return after ``step(event, num_steps=...)``;
@@ -172,14 +181,28 @@ class PrivacyAccountant:
         for phase in self._phases:
             if phase.is_fixed:
                 entries.append(
-                    {"name": phase.name, "kind": "fixed", "history": [], "steps": 0,
-                     "epsilon": phase.fixed_epsilon, "delta": phase.fixed_delta}
+                    {
+                        "name": phase.name,
+                        "kind": "fixed",
+                        "history": [],
+                        "steps": 0,
+                        "epsilon": phase.fixed_epsilon,
+                        "delta": phase.fixed_delta,
+                    }
                 )
             else:
-                epsilon = epsilon_from_history(phase.history, delta=mechanism_delta, accountant=self.accountant)
+                epsilon = epsilon_from_history(
+                    phase.history, delta=mechanism_delta, accountant=self.accountant
+                )
                 entries.append(
-                    {"name": phase.name, "kind": "mechanism", "history": [list(e) for e in phase.history],
-                     "steps": phase.steps, "epsilon": epsilon, "delta": mechanism_delta}
+                    {
+                        "name": phase.name,
+                        "kind": "mechanism",
+                        "history": [list(e) for e in phase.history],
+                        "steps": phase.steps,
+                        "epsilon": epsilon,
+                        "delta": mechanism_delta,
+                    }
                 )
         return entries
 
@@ -190,15 +213,21 @@ class PrivacyAccountant:
         phases = []
         for phase in self._phases:
             if phase.is_fixed:
-                phases.append({"name": phase.name, "epsilon": phase.fixed_epsilon, "delta": phase.fixed_delta})
+                phases.append(
+                    {"name": phase.name, "epsilon": phase.fixed_epsilon, "delta": phase.fixed_delta}
+                )
             else:
-                phases.append({"name": phase.name, "history": [list(entry) for entry in phase.history]})
+                phases.append(
+                    {"name": phase.name, "history": [list(entry) for entry in phase.history]}
+                )
         return {"format": _STATE_FORMAT, "accountant": self.accountant, "phases": phases}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Replace this accountant's state with ``state`` (from :meth:`state_dict`)."""
         if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
-            raise UserError(f"privacy accountant state has an unknown format (expected format {_STATE_FORMAT})")
+            raise UserError(
+                f"privacy accountant state has an unknown format (expected format {_STATE_FORMAT})"
+            )
         if state.get("accountant") != self.accountant:
             raise UserError(
                 f"the saved privacy state was accounted with {state.get('accountant')!r} "
@@ -211,7 +240,9 @@ class PrivacyAccountant:
                 history = check_history(entry["history"])
                 restored._phases[-1] = Phase(name=entry["name"], history=tuple(history))
             else:
-                restored.add_fixed_cost(name=entry["name"], epsilon=entry["epsilon"], delta=entry["delta"])
+                restored.add_fixed_cost(
+                    name=entry["name"], epsilon=entry["epsilon"], delta=entry["delta"]
+                )
         self._phases = restored._phases
 
     def __eq__(self, other: object) -> bool:

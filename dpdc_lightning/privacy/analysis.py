@@ -71,10 +71,14 @@ def check_history(history: Iterable[Sequence[float]]) -> list[HistoryEntry]:
     checked: list[HistoryEntry] = []
     for entry in history:
         if len(entry) != 3:
-            raise UserError(f"a history entry is (noise_multiplier, sample_rate, steps), got {entry!r}")
+            raise UserError(
+                f"a history entry is (noise_multiplier, sample_rate, steps), got {entry!r}"
+            )
         noise_multiplier, sample_rate, steps = float(entry[0]), float(entry[1]), entry[2]
         if not (math.isfinite(noise_multiplier) and noise_multiplier > 0):
-            raise UserError(f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}")
+            raise UserError(
+                f"noise_multiplier must be a finite number > 0, got {noise_multiplier!r}"
+            )
         if not (0.0 < sample_rate <= 1.0):
             raise UserError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
         if isinstance(steps, bool) or int(steps) != steps or steps < 0:
@@ -84,7 +88,9 @@ def check_history(history: Iterable[Sequence[float]]) -> list[HistoryEntry]:
     return checked
 
 
-def merge_step(history: History, *, noise_multiplier: float, sample_rate: float, steps: int = 1) -> list[HistoryEntry]:
+def merge_step(
+    history: History, *, noise_multiplier: float, sample_rate: float, steps: int = 1
+) -> list[HistoryEntry]:
     """A new history with ``steps`` runs of one event appended, merged into the last entry when
     that entry has the same event (as Opacus' accountants merge consecutive identical steps)."""
     merged = list(history)
@@ -100,7 +106,9 @@ def _unit_rdp(noise_multiplier: float, sample_rate: float) -> np.ndarray:
     # Opacus computes ``per_order_array * steps``; caching the steps=1 array and multiplying by
     # steps later therefore gives identical floats.
     vector = np.asarray(
-        opacus_rdp.compute_rdp(q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(RDP_ORDERS)),
+        opacus_rdp.compute_rdp(
+            q=sample_rate, noise_multiplier=noise_multiplier, steps=1, orders=list(RDP_ORDERS)
+        ),
         dtype=np.float64,
     )
     vector.setflags(write=False)
@@ -127,7 +135,9 @@ def epsilon_from_rdp(rdp: np.ndarray, *, delta: float) -> float:
     delta = check_delta(delta)
     rdp = np.asarray(rdp, dtype=np.float64)
     if rdp.shape != (len(RDP_ORDERS),):
-        raise ValueError(f"rdp must have one value per order ({len(RDP_ORDERS)}), got shape {rdp.shape}")
+        raise ValueError(
+            f"rdp must have one value per order ({len(RDP_ORDERS)}), got shape {rdp.shape}"
+        )
     if not np.any(rdp):
         return 0.0
     with quiet_opacus():

@@ -18,7 +18,7 @@ every checkpoint, so a resumed run reports exactly the ε of an uninterrupted on
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.accounting import DEFAULT_PHASE, PrivacyAccountant
@@ -44,7 +44,11 @@ class PrivacyBudget:
         return self.accountant.steps_of(DEFAULT_PHASE)
 
     def epsilon(self) -> float:
-        return self.accountant.get_epsilon(delta=self.plan.delta) if self.accountant.total_steps else 0.0
+        return (
+            self.accountant.get_epsilon(delta=self.plan.delta)
+            if self.accountant.total_steps
+            else 0.0
+        )
 
     def check_start(self) -> None:
         """Before the first step (fresh or resumed): the plan's remaining steps fit the target."""
@@ -52,19 +56,31 @@ class PrivacyBudget:
             return
         remaining = self.plan.data_steps - self.data_steps_spent
         if remaining < 0:
-            raise RuntimeError(f"the accountant holds {self.data_steps_spent} steps, the plan only {self.plan.data_steps}")
+            raise RuntimeError(
+                f"the accountant holds {self.data_steps_spent} steps, the plan only {self.plan.data_steps}"
+            )
         target = self.plan.target_epsilon
-        if target is not None and remaining and self.accountant.epsilon_if(
-                self.plan.event(), num_steps=remaining, delta=self.plan.delta) > target:
-            raise UserError(f"privacy budget: the plan's remaining {remaining} steps would take ε above "
-                            f"privacy.target_epsilon={target}; the run was not started")
+        if (
+            target is not None
+            and remaining
+            and self.accountant.epsilon_if(
+                self.plan.event(), num_steps=remaining, delta=self.plan.delta
+            )
+            > target
+        ):
+            raise UserError(
+                f"privacy budget: the plan's remaining {remaining} steps would take ε above "
+                f"privacy.target_epsilon={target}; the run was not started"
+            )
 
     def check_step(self, step: int) -> None:
         """Before a step runs: it must lie within the plan."""
         plan = self.plan
         spent_all = plan.private and self.data_steps_spent >= plan.data_steps
         if step >= plan.total_steps or (plan.is_data_step(step) and spent_all):
-            raise RuntimeError(f"step {step} is beyond the plan ({plan.data_steps} data steps, {plan.free_steps} free steps)")
+            raise RuntimeError(
+                f"step {step} is beyond the plan ({plan.data_steps} data steps, {plan.free_steps} free steps)"
+            )
 
     def spend(self, step: int, events: Spent) -> bool:
         """Compose what ``step`` spent; True when it was a private data step."""
@@ -80,45 +96,76 @@ class PrivacyBudget:
         partition, none costlier than planned) at the plan's cost, which bounds each of them: its
         noise multiplier and q = max_c q_c."""
         if not events:
-            raise RuntimeError("a private step returned no privacy event; its cost would go unaccounted")
+            raise RuntimeError(
+                "a private step returned no privacy event; its cost would go unaccounted"
+            )
         partitions = [partition for partition, _ in events]
         if len(set(partitions)) != len(partitions) or (-1 in partitions and len(partitions) > 1):
-            raise RuntimeError(f"one step queried the same data twice (partitions {partitions}); the plan covers one query")
+            raise RuntimeError(
+                f"one step queried the same data twice (partitions {partitions}); the plan covers one query"
+            )
         planned = self.plan.event()
         for _, event in events:
-            if event.noise_multiplier < planned.noise_multiplier or event.sample_rate > planned.sample_rate:
+            if (
+                event.noise_multiplier < planned.noise_multiplier
+                or event.sample_rate > planned.sample_rate
+            ):
                 raise RuntimeError(f"spent {event} is costlier than the planned {planned}")
-        described = {(e.mechanism, e.sensitivity, e.noise_multiplier, e.expected_size) for _, e in events}
+        described = {
+            (e.mechanism, e.sensitivity, e.noise_multiplier, e.expected_size) for _, e in events
+        }
         if len(described) != 1:
-            raise RuntimeError(f"one step spent different mechanisms on its partitions: {sorted(map(str, described))}")
+            raise RuntimeError(
+                f"one step spent different mechanisms on its partitions: {sorted(map(str, described))}"
+            )
         spent = events[0][1]
-        step_event = PrivacyEvent(noise_multiplier=planned.noise_multiplier, sample_rate=planned.sample_rate,
-                                  mechanism=spent.mechanism, sensitivity=spent.sensitivity,
-                                  expected_size=spent.expected_size)
+        step_event = PrivacyEvent(
+            noise_multiplier=planned.noise_multiplier,
+            sample_rate=planned.sample_rate,
+            mechanism=spent.mechanism,
+            sensitivity=spent.sensitivity,
+            expected_size=spent.expected_size,
+        )
         self.mechanism = _statement(step_event, whole_set=partitions == [-1])
         return step_event
 
     def state_dict(self) -> dict[str, Any]:
-        return {"accountant": self.accountant.state_dict(), "plan": self.plan.to_dict(), "mechanism": self.mechanism}
+        return {
+            "accountant": self.accountant.state_dict(),
+            "plan": self.plan.to_dict(),
+            "mechanism": self.mechanism,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if PrivacyPlan.from_dict(state["plan"]) != self.plan:
-            raise UserError("the checkpoint was made under another privacy plan; a run's plan never changes on resume")
+            raise UserError(
+                "the checkpoint was made under another privacy plan; a run's plan never changes on resume"
+            )
         self.accountant.load_state_dict(state["accountant"])
         self.mechanism = dict(state.get("mechanism") or {})
 
 
 def _statement(event: PrivacyEvent, *, whole_set: bool) -> dict[str, Any]:
     """One data step's mechanism as privacy.json states it: every number from the event spent."""
-    where = "over the whole data set" if whole_set else "per class (disjoint classes: parallel composition)"
-    statement: dict[str, Any] = {"mechanism": f"{event.mechanism}, {where}", "sensitivity": event.sensitivity,
-                                 "noise_multiplier": event.noise_multiplier, "noise_std": event.noise_std,
-                                 "sample_rate": event.sample_rate}
+    where = (
+        "over the whole data set"
+        if whole_set
+        else "per class (disjoint classes: parallel composition)"
+    )
+    statement: dict[str, Any] = {
+        "mechanism": f"{event.mechanism}, {where}",
+        "sensitivity": event.sensitivity,
+        "noise_multiplier": event.noise_multiplier,
+        "noise_std": event.noise_std,
+        "sample_rate": event.sample_rate,
+    }
     if event.expected_size is not None:  # the public normaliser of the noisy sum
-        statement["expected_batch_size" if whole_set else "expected_sample_size"] = event.expected_size
+        statement["expected_batch_size" if whole_set else "expected_sample_size"] = (
+            event.expected_size
+        )
     return statement
 
 
-def report_mechanism(budget: Optional[PrivacyBudget]) -> Optional[dict[str, Any]]:
+def report_mechanism(budget: PrivacyBudget | None) -> dict[str, Any] | None:
     """The mechanism entry of privacy.json: None for a non-private run."""
     return None if budget is None or not budget.plan.private else dict(budget.mechanism)

@@ -44,7 +44,12 @@ def _check_sample_rate(sample_rate: float) -> float:
 
 
 def _check_count(value: int, *, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or int(value) != value or value < 1:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or int(value) != value
+        or value < 1
+    ):
         raise UserError(f"{name} must be an integer >= 1, got {value!r}")
     return int(value)
 
@@ -80,14 +85,23 @@ def calibrate_noise_multiplier(
     )
     prior = check_history(prior_history)
     if prior:
-        return _calibrate_after(prior, target_epsilon=target_epsilon, delta=delta, sample_rate=sample_rate,
-                                steps=steps, accountant=accountant, unreachable=unreachable)
+        return _calibrate_after(
+            prior,
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=sample_rate,
+            steps=steps,
+            accountant=accountant,
+            unreachable=unreachable,
+        )
     if accountant == "rdp":
         # Answer at once rather than after Opacus doubles sigma up to its limit, which can take
         # minutes for large sample rates.
         floor = rdp_epsilon_floor(delta=delta)
         if target_epsilon <= floor:
-            raise UserError(f"{unreachable} (the rdp bound is above {floor:.4g} for any noise multiplier)")
+            raise UserError(
+                f"{unreachable} (the rdp bound is above {floor:.4g} for any noise multiplier)"
+            )
     try:
         with quiet_opacus():
             sigma = float(
@@ -101,21 +115,34 @@ def calibrate_noise_multiplier(
                 )
             )
     except ValueError as error:
-        raise UserError(f"{unreachable} (would need noise multiplier > {opacus_utils.MAX_SIGMA:g})") from error
+        raise UserError(
+            f"{unreachable} (would need noise multiplier > {opacus_utils.MAX_SIGMA:g})"
+        ) from error
     except MemoryError as error:
         raise UserError(
             f"the {accountant} accountant cannot discretise this budget (too little noise); use accountant=rdp"
         ) from error
 
     for _ in range(_MAX_NUDGES):
-        if epsilon_from_history([(sigma, sample_rate, steps)], delta=delta, accountant=accountant) <= target_epsilon:
+        if (
+            epsilon_from_history([(sigma, sample_rate, steps)], delta=delta, accountant=accountant)
+            <= target_epsilon
+        ):
             return sigma
         sigma *= _SIGMA_NUDGE
     raise UserError(f"{unreachable} (would need noise multiplier > {sigma:g})")
 
 
-def _calibrate_after(prior: list, *, target_epsilon: float, delta: float, sample_rate: float, steps: int,
-                     accountant: str, unreachable: str) -> float:
+def _calibrate_after(
+    prior: list,
+    *,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    unreachable: str,
+) -> float:
     """Smallest σ (to a relative 1e-6) with ε(prior + steps runs at σ) ≤ target; never above it."""
 
     def fits(sigma: float) -> bool:
@@ -126,8 +153,10 @@ def _calibrate_after(prior: list, *, target_epsilon: float, delta: float, sample
     while not fits(high):
         low, high = high, 2.0 * high
         if high > opacus_utils.MAX_SIGMA:
-            raise UserError(f"{unreachable} after the earlier phase (would need noise multiplier > "
-                            f"{opacus_utils.MAX_SIGMA:g})")
+            raise UserError(
+                f"{unreachable} after the earlier phase (would need noise multiplier > "
+                f"{opacus_utils.MAX_SIGMA:g})"
+            )
     while high - low > 1e-6 * high:  # invariant: fits(high)
         middle = 0.5 * (low + high)
         low, high = (low, middle) if fits(middle) else (middle, high)
@@ -158,7 +187,9 @@ def max_steps(
     limit = _check_count(limit, name="limit")
 
     def fits(n: int) -> bool:
-        history = merge_step(prior, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=n)
+        history = merge_step(
+            prior, noise_multiplier=noise_multiplier, sample_rate=sample_rate, steps=n
+        )
         return epsilon_from_history(history, delta=delta, accountant=accountant) <= target_epsilon
 
     if not fits(1):

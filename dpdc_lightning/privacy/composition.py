@@ -15,8 +15,9 @@ results such as Liu & Talwar 2019 could do better; they are not used here.)
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import ACCOUNTANTS
@@ -37,9 +38,13 @@ def composed_epsilon(releases: Sequence[Phases], *, delta: float, accountant: st
                 continue
             total.start_phase(name)
             for noise_multiplier, sample_rate, steps in phase["history"]:
-                total.step(PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate),
-                           num_steps=int(steps))
-    return max(0.0, total.get_epsilon(delta=delta))  # a negative ε (huge δ) is stated as 0, as privacy.json does
+                total.step(
+                    PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate),
+                    num_steps=int(steps),
+                )
+    return max(
+        0.0, total.get_epsilon(delta=delta)
+    )  # a negative ε (huge δ) is stated as 0, as privacy.json does
 
 
 @dataclass(frozen=True)
@@ -49,9 +54,9 @@ class Release:
 
     name: str
     data: str
-    epsilon: Optional[float]
-    delta: Optional[float]
-    accountant: Optional[str]
+    epsilon: float | None
+    delta: float | None
+    accountant: str | None
     phases: Phases
 
 
@@ -63,9 +68,9 @@ class DataCost:
 
     data: str
     releases: tuple[str, ...]
-    epsilon: Optional[float]
-    delta: Optional[float]
-    sum_of_epsilons: Optional[float]
+    epsilon: float | None
+    delta: float | None
+    sum_of_epsilons: float | None
     not_private: tuple[str, ...]
 
 
@@ -88,5 +93,7 @@ def cost_by_data(releases: Sequence[Release]) -> list[DataCost]:
         shared = {m.accountant for m in members}
         accountant = shared.pop() if len(shared) == 1 and shared <= set(ACCOUNTANTS) else "rdp"
         epsilon = composed_epsilon([m.phases for m in members], delta=delta, accountant=accountant)
-        costs.append(DataCost(data, names, epsilon, delta, sum(float(m.epsilon) for m in members), ()))
+        costs.append(
+            DataCost(data, names, epsilon, delta, sum(float(m.epsilon) for m in members), ())
+        )
     return costs

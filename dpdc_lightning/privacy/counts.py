@@ -11,7 +11,7 @@ then computed from the released counts only: post-processing, so they need no as
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -23,11 +23,18 @@ COUNT_SENSITIVITY = 1.0  # one record changes one count by one
 COUNT_MECHANISM = "Gaussian on the class histogram, composed into the total"
 
 
-def release_class_sizes(class_sizes: Sequence[int], *, noise_multiplier: float,
-                        noise: NoiseStream) -> tuple[tuple[float, ...], PrivacyEvent]:
+def release_class_sizes(
+    class_sizes: Sequence[int], *, noise_multiplier: float, noise: NoiseStream
+) -> tuple[tuple[float, ...], PrivacyEvent]:
     """Noisy class sizes (each floored at 1, a post-processing step that keeps rates finite) and
     the event the release spent."""
     counts = torch.tensor([float(n) for n in class_sizes], dtype=torch.float32)
-    noisy, event = gaussian_sum(counts, sensitivity=COUNT_SENSITIVITY, noise_multiplier=noise_multiplier,
-                                sample_rate=1.0, noise=noise, mechanism=COUNT_MECHANISM)
+    noisy, event = gaussian_sum(
+        counts,
+        sensitivity=COUNT_SENSITIVITY,
+        noise_multiplier=noise_multiplier,
+        sample_rate=1.0,
+        noise=noise,
+        mechanism=COUNT_MECHANISM,
+    )
     return tuple(max(1.0, float(n)) for n in noisy), event

@@ -17,7 +17,7 @@ Pure: plain values in, plain dicts out.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 PRIVATE = "private"
 BY_CONSTRUCTION = "public by construction"
@@ -27,62 +27,133 @@ SECRET = "secret"
 STATUSES = (PRIVATE, BY_CONSTRUCTION, DECLARED_PUBLIC, RELEASED, SECRET)
 
 
-def _entry(name: str, status: str, detail: str, *, phase: Optional[str] = None, **extra: Any) -> dict[str, Any]:
+def _entry(
+    name: str, status: str, detail: str, *, phase: str | None = None, **extra: Any
+) -> dict[str, Any]:
     if status not in STATUSES:
         raise ValueError(f"unknown input status {status!r}")
-    return {"input": name, "status": status, "detail": detail, **({"phase": phase} if phase else {}), **extra}
+    return {
+        "input": name,
+        "status": status,
+        "detail": detail,
+        **({"phase": phase} if phase else {}),
+        **extra,
+    }
 
 
-def release_inputs(*, dataset: str, private: bool, class_sizes_released: bool, init: str, network: bool,
-                   auxiliary: Optional[tuple[str, str]], test_split: str, reproducible_noise: bool,
-                   auxiliary_phase: str = "auxiliary", count_phase: str = "class_counts") -> list[dict[str, Any]]:
+def release_inputs(
+    *,
+    dataset: str,
+    private: bool,
+    class_sizes_released: bool,
+    init: str,
+    network: bool,
+    auxiliary: tuple[str, str] | None,
+    test_split: str,
+    reproducible_noise: bool,
+    auxiliary_phase: str = "auxiliary",
+    count_phase: str = "class_counts",
+) -> list[dict[str, Any]]:
     """The inputs of one release.
 
     ``auxiliary`` is ``(method.aux.source, description)`` of an auxiliary set, or None; ``test_split``
     is ``"held out"`` (split off the private data), ``"declared public"`` or ``"none"``; ``init`` is
     ``method.init`` (noise, real or aux); ``network`` says whether the method uses random networks and
     augmentation (all but LDPDC)."""
-    records = ("read only by the mechanism: Poisson-sampled, clipped, summed and noised" if private
-               else "read WITHOUT protection: this method is not differentially private")
-    inputs = [_entry(f"training records of {dataset}", PRIVATE, records, phase="main" if private else None)]
+    records = (
+        "read only by the mechanism: Poisson-sampled, clipped, summed and noised"
+        if private
+        else "read WITHOUT protection: this method is not differentially private"
+    )
+    inputs = [
+        _entry(
+            f"training records of {dataset}", PRIVATE, records, phase="main" if private else None
+        )
+    ]
     if class_sizes_released:
-        inputs.append(_entry("class sizes", RELEASED, "the Gaussian mechanism on the class histogram (sensitivity "
-                             "1); the sample rates and every normaliser come from the released sizes",
-                             phase=count_phase))
+        inputs.append(
+            _entry(
+                "class sizes",
+                RELEASED,
+                "the Gaussian mechanism on the class histogram (sensitivity "
+                "1); the sample rates and every normaliser come from the released sizes",
+                phase=count_phase,
+            )
+        )
     else:
-        sizes = ("they set the sample rates q_c = L / N_c (privacy.class_sizes=public, the assumption of Zheng & "
-                 "Li's DPDC)")
-        if test_split == "held out":  # data/loaders/own.py: each record's side of the split is its own
-            sizes += ("; with a split held out of the private data, N_c is (1 - dataset.test_fraction) x the class "
-                      "size of the file, never the exact number of training records")
+        sizes = (
+            "they set the sample rates q_c = L / N_c (privacy.class_sizes=public, the assumption of Zheng & "
+            "Li's DPDC)"
+        )
+        if (
+            test_split == "held out"
+        ):  # data/loaders/own.py: each record's side of the split is its own
+            sizes += (
+                "; with a split held out of the private data, N_c is (1 - dataset.test_fraction) x the class "
+                "size of the file, never the exact number of training records"
+            )
         inputs.append(_entry("class sizes", DECLARED_PUBLIC, sizes))
-    inputs.append(_entry("number of classes, class names and image shape", DECLARED_PUBLIC,
-                         "the shape of the output; public by assumption for every data set"))
+    inputs.append(
+        _entry(
+            "number of classes, class names and image shape",
+            DECLARED_PUBLIC,
+            "the shape of the output; public by assumption for every data set",
+        )
+    )
     source, description = auxiliary if auxiliary is not None else (None, "")
     if auxiliary is not None:
         if source == "dp":
-            inputs.append(_entry("auxiliary image set", RELEASED, description, phase=auxiliary_phase))
+            inputs.append(
+                _entry("auxiliary image set", RELEASED, description, phase=auxiliary_phase)
+            )
         else:
             inputs.append(_entry("auxiliary image set", DECLARED_PUBLIC, description))
-    initial = {"noise": (BY_CONSTRUCTION, "N(0, I) images from the public run seed"),
-               "real": (PRIVATE, "real training images, copied into the output unprotected"),
-               "aux": (RELEASED if source == "dp" else DECLARED_PUBLIC, "images of the auxiliary set")}[init]
+    initial = {
+        "noise": (BY_CONSTRUCTION, "N(0, I) images from the public run seed"),
+        "real": (PRIVATE, "real training images, copied into the output unprotected"),
+        "aux": (RELEASED if source == "dp" else DECLARED_PUBLIC, "images of the auxiliary set"),
+    }[init]
     inputs.append(_entry("synthetic initialisation", *initial))
     if network:
-        inputs.append(_entry("network weights and augmentation draws", BY_CONSTRUCTION,
-                             "fresh random initialisations and DSA parameters from the public run seed, never "
-                             "trained on private data"))
+        inputs.append(
+            _entry(
+                "network weights and augmentation draws",
+                BY_CONSTRUCTION,
+                "fresh random initialisations and DSA parameters from the public run seed, never "
+                "trained on private data",
+            )
+        )
     if private:
-        inputs.append(_entry("Poisson samples and Gaussian noise", BY_CONSTRUCTION if reproducible_noise else SECRET,
-                             "derived from the run seed in config.yaml: the release is NOT private"
-                             if reproducible_noise else "keyed by a 256-bit secret from OS entropy, never written "
-                             "to the bundle and deleted when the run ends"))
+        inputs.append(
+            _entry(
+                "Poisson samples and Gaussian noise",
+                BY_CONSTRUCTION if reproducible_noise else SECRET,
+                "derived from the run seed in config.yaml: the release is NOT private"
+                if reproducible_noise
+                else "keyed by a 256-bit secret from OS entropy, never written "
+                "to the bundle and deleted when the run ends",
+            )
+        )
     read = source == "public_split"
     if test_split == "held out":
-        inputs.append(_entry("test split", PRIVATE, "held out from the private data; not read by the release; "
-                             "accuracy measured on it is NOT covered by the guarantee", read_by_release=False))
+        inputs.append(
+            _entry(
+                "test split",
+                PRIVATE,
+                "held out from the private data; not read by the release; "
+                "accuracy measured on it is NOT covered by the guarantee",
+                read_by_release=False,
+            )
+        )
     elif test_split == "declared public":
-        inputs.append(_entry("test split", DECLARED_PUBLIC, "the data set's test split (dataset.test_root for your "
-                             "own data)" + (": read as the auxiliary set" if read else "; not read by the release"),
-                             read_by_release=read))
+        inputs.append(
+            _entry(
+                "test split",
+                DECLARED_PUBLIC,
+                "the data set's test split (dataset.test_root for your "
+                "own data)"
+                + (": read as the auxiliary set" if read else "; not read by the release"),
+                read_by_release=read,
+            )
+        )
     return inputs

@@ -33,7 +33,6 @@ configuration is identical, and that with every mechanism output made equal noth
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 CONDENSATION = "condensation"
 CLASS_COUNTS = "class_counts"
@@ -57,55 +56,141 @@ def _all(output: str, fields: tuple[str, ...], mechanism: str, why: str) -> tupl
 
 _CHECKPOINT = "checkpoints/*.ckpt"
 # PrivacyPlan fields made from the released class sizes (privacy/plan.py; the rest comes from the config)
-_PLAN_FIELDS = ("sample_rates.*", "noise_multiplier", "planned_epsilon", "data_steps", "free_steps",
-                "released_class_sizes.*", "class_sizes.*", "auxiliary_plan.*")
-_PLAN_SUMMARY = ("plan.sample_rate", "plan.noise_multiplier", "plan.planned_epsilon", "plan.data_steps",
-                 "plan.free_steps", "plan.class_sizes.released.*", "plan.auxiliary.*")
-_REPORT_FIELDS = ("epsilon", "epsilon_note", "steps", "noise_multiplier", "noise_std", "sample_rate",
-                  # PSG: q times the number of records, which is method.batch_size unless q is capped at 1
-                  "expected_batch_size",
-                  "phases.*.history.*", "phases.*.steps", "phases.*.epsilon", "class_sizes.released.*",
-                  *_PLAN_SUMMARY, "noise.noise_values", "noise.truncation_tv_bound", "noise.delta_with_truncation",
-                  # the inputs list: a DP input's ε share and the description of a DP auxiliary set
-                  "inputs.*.epsilon_alone", "inputs.*.detail")
+_PLAN_FIELDS = (
+    "sample_rates.*",
+    "noise_multiplier",
+    "planned_epsilon",
+    "data_steps",
+    "free_steps",
+    "released_class_sizes.*",
+    "class_sizes.*",
+    "auxiliary_plan.*",
+)
+_PLAN_SUMMARY = (
+    "plan.sample_rate",
+    "plan.noise_multiplier",
+    "plan.planned_epsilon",
+    "plan.data_steps",
+    "plan.free_steps",
+    "plan.class_sizes.released.*",
+    "plan.auxiliary.*",
+)
+_REPORT_FIELDS = (
+    "epsilon",
+    "epsilon_note",
+    "steps",
+    "noise_multiplier",
+    "noise_std",
+    "sample_rate",
+    # PSG: q times the number of records, which is method.batch_size unless q is capped at 1
+    "expected_batch_size",
+    "phases.*.history.*",
+    "phases.*.steps",
+    "phases.*.epsilon",
+    "class_sizes.released.*",
+    *_PLAN_SUMMARY,
+    "noise.noise_values",
+    "noise.truncation_tv_bound",
+    "noise.delta_with_truncation",
+    # the inputs list: a DP input's ε share and the description of a DP auxiliary set
+    "inputs.*.epsilon_alone",
+    "inputs.*.detail",
+)
 
 LEDGER: tuple[Released, ...] = (
     # ---- the condensation's per-step releases and what is computed from them
     Released("synthetic.pt", "images", CONDENSATION, "the synthetic images: the release itself"),
     Released("synthetic.png", "*", CONDENSATION, "a picture of the synthetic images"),
     Released("privacy.json", "bundle.sha256", CONDENSATION, "digest of the synthetic tensors"),
-    *_all(_CHECKPOINT, ("state_dict.synthetic.images", "state_dict.synthetic.generator.*", "state_dict.ema_images",
-                        "optimizer_states.*.state.*", "carried_state.signal_bank.signals",
-                        "carried_state.inner_network.*"), CONDENSATION,
-          "resumable state: the synthetic set, its optimiser, the stored noisy signals, a network trained on it"),
-    *_all("tensorboard/*", ("loss@*", "synthetic@*"), CONDENSATION, "the loss against the noisy release; the image grid"),
+    *_all(
+        _CHECKPOINT,
+        (
+            "state_dict.synthetic.images",
+            "state_dict.synthetic.generator.*",
+            "state_dict.ema_images",
+            "optimizer_states.*.state.*",
+            "carried_state.signal_bank.signals",
+            "carried_state.inner_network.*",
+        ),
+        CONDENSATION,
+        "resumable state: the synthetic set, its optimiser, the stored noisy signals, a network trained on it",
+    ),
+    *_all(
+        "tensorboard/*",
+        ("loss@*", "synthetic@*"),
+        CONDENSATION,
+        "the loss against the noisy release; the image grid",
+    ),
     # ---- privacy.class_sizes=private: the released sizes and the plan made from them
-    *_all("plan.json", _PLAN_FIELDS, CLASS_COUNTS, "the plan is made from the released class sizes"),
-    *_all("privacy.json", _REPORT_FIELDS, CLASS_COUNTS, "the report of a plan made from the released class sizes"),
-    *_all(_CHECKPOINT, (*(f"callbacks.PrivacyCallback.plan.{f}" for f in _PLAN_FIELDS),
-                        "callbacks.PrivacyCallback.accountant.phases.*.history.*",
-                        "callbacks.PrivacyCallback.mechanism.*", "global_step", "loops.*",
-                        "carried_state.signal_bank.shape.*",
-                        "carried_state.signal_bank.signals", "carried_state.signal_bank.theta_seeds",
-                        "carried_state.signal_bank.dsa_seeds", "carried_state.signal_bank.filled"), CLASS_COUNTS,
-          "the plan and its history, and step counters when the plan sets the number of steps"),
-    *_all("tensorboard/*", ("epsilon@*", "stage@*", "_hparams_/*.hparams.plan.*"), CLASS_COUNTS,
-          "ε per step, the steps the plan sets, and the plan's outcome in the hparams tab"),
-    *_all("tensorboard/hparams.yaml", ("plan.noise_multiplier", "plan.data_steps", "plan.planned_epsilon"),
-          CLASS_COUNTS, "the plan's outcome beside the config"),
-    *_all("sweep.json", ("members.*.epsilon", "members.*.steps"), CLASS_COUNTS, "a sweep member's ε and steps"),
+    *_all(
+        "plan.json", _PLAN_FIELDS, CLASS_COUNTS, "the plan is made from the released class sizes"
+    ),
+    *_all(
+        "privacy.json",
+        _REPORT_FIELDS,
+        CLASS_COUNTS,
+        "the report of a plan made from the released class sizes",
+    ),
+    *_all(
+        _CHECKPOINT,
+        (
+            *(f"callbacks.PrivacyCallback.plan.{f}" for f in _PLAN_FIELDS),
+            "callbacks.PrivacyCallback.accountant.phases.*.history.*",
+            "callbacks.PrivacyCallback.mechanism.*",
+            "global_step",
+            "loops.*",
+            "carried_state.signal_bank.shape.*",
+            "carried_state.signal_bank.signals",
+            "carried_state.signal_bank.theta_seeds",
+            "carried_state.signal_bank.dsa_seeds",
+            "carried_state.signal_bank.filled",
+        ),
+        CLASS_COUNTS,
+        "the plan and its history, and step counters when the plan sets the number of steps",
+    ),
+    *_all(
+        "tensorboard/*",
+        ("epsilon@*", "stage@*", "_hparams_/*.hparams.plan.*"),
+        CLASS_COUNTS,
+        "ε per step, the steps the plan sets, and the plan's outcome in the hparams tab",
+    ),
+    *_all(
+        "tensorboard/hparams.yaml",
+        ("plan.noise_multiplier", "plan.data_steps", "plan.planned_epsilon"),
+        CLASS_COUNTS,
+        "the plan's outcome beside the config",
+    ),
+    *_all(
+        "sweep.json",
+        ("members.*.epsilon", "members.*.steps"),
+        CLASS_COUNTS,
+        "a sweep member's ε and steps",
+    ),
     *_all("summary.csv", ("*.epsilon", "*.steps"), CLASS_COUNTS, "a sweep member's ε and steps"),
-    *_all("summary.md", ("*.ε", "*.steps"), CLASS_COUNTS, "a sweep member's ε and steps (table rows by member)"),
-    *_all("stdout", (r"ε = [-+0-9.e]+", r"\d+ privacy-consuming steps?"), CLASS_COUNTS,
-          "the end-of-run line: ε and steps of the plan"),
-    Released("stderr", r"at ε = [-+0-9.e]+ alone", CLASS_COUNTS, "the ε planned for the DP auxiliary run"),
-    Released("auxiliary.pt", "description", CLASS_COUNTS, "names the ε planned for the DP auxiliary run"),
+    *_all(
+        "summary.md",
+        ("*.ε", "*.steps"),
+        CLASS_COUNTS,
+        "a sweep member's ε and steps (table rows by member)",
+    ),
+    *_all(
+        "stdout",
+        (r"ε = [-+0-9.e]+", r"\d+ privacy-consuming steps?"),
+        CLASS_COUNTS,
+        "the end-of-run line: ε and steps of the plan",
+    ),
+    Released(
+        "stderr", r"at ε = [-+0-9.e]+ alone", CLASS_COUNTS, "the ε planned for the DP auxiliary run"
+    ),
+    Released(
+        "auxiliary.pt", "description", CLASS_COUNTS, "names the ε planned for the DP auxiliary run"
+    ),
     # ---- method.aux.source=dp: the auxiliary set its own private run made
     Released("auxiliary.pt", "images", AUXILIARY, "the DP auxiliary set, kept for a resumed run"),
 )
 
 
-def mechanisms_of(*, class_sizes: str, auxiliary_source: Optional[str]) -> frozenset[str]:
+def mechanisms_of(*, class_sizes: str, auxiliary_source: str | None) -> frozenset[str]:
     """The mechanisms whose outputs a run of this configuration writes or prints."""
     mechanisms = {CONDENSATION}
     if class_sizes == "private":
@@ -115,7 +200,7 @@ def mechanisms_of(*, class_sizes: str, auxiliary_source: Optional[str]) -> froze
     return frozenset(mechanisms)
 
 
-def ledger_for(*, class_sizes: str, auxiliary_source: Optional[str]) -> tuple[Released, ...]:
+def ledger_for(*, class_sizes: str, auxiliary_source: str | None) -> tuple[Released, ...]:
     """The ledger entries of a run with ``privacy.class_sizes`` and ``method.aux.source`` (None
     for a method without an auxiliary set): every other output must be a function of public inputs."""
     active = mechanisms_of(class_sizes=class_sizes, auxiliary_source=auxiliary_source)

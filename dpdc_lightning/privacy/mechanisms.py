@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -59,20 +60,26 @@ class PrivacyEvent:
     sample_rate: float
     # Equal events cost the same: the description does not enter the comparison.
     mechanism: str = dataclasses.field(default="Gaussian mechanism", compare=False)
-    sensitivity: Optional[float] = dataclasses.field(default=None, compare=False)
-    expected_size: Optional[float] = dataclasses.field(default=None, compare=False)
+    sensitivity: float | None = dataclasses.field(default=None, compare=False)
+    expected_size: float | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "noise_multiplier", _positive_finite(self.noise_multiplier, name="noise_multiplier"))
+        object.__setattr__(
+            self,
+            "noise_multiplier",
+            _positive_finite(self.noise_multiplier, name="noise_multiplier"),
+        )
         sample_rate = float(self.sample_rate)
         if not (0.0 < sample_rate <= 1.0):
             raise UserError(f"sample_rate must be in (0, 1], got {sample_rate!r}")
         object.__setattr__(self, "sample_rate", sample_rate)
         if self.sensitivity is not None:
-            object.__setattr__(self, "sensitivity", _positive_finite(self.sensitivity, name="sensitivity"))
+            object.__setattr__(
+                self, "sensitivity", _positive_finite(self.sensitivity, name="sensitivity")
+            )
 
     @property
-    def noise_std(self) -> Optional[float]:
+    def noise_std(self) -> float | None:
         return None if self.sensitivity is None else self.noise_multiplier * self.sensitivity
 
     def to_dict(self) -> dict[str, Any]:
@@ -80,7 +87,7 @@ class PrivacyEvent:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any]) -> "PrivacyEvent":
+    def from_dict(cls, state: dict[str, Any]) -> PrivacyEvent:
         return cls(**state)
 
 
@@ -103,8 +110,10 @@ def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> T
     # private paths never get here with one (noisy_clipped_sum and per_example zero such rows first
     # with finite_rows); what remains are synthetic rows, functions of released values only.
     if not bool(torch.isfinite(flat).all()):
-        raise UserError("clip_rows: an input row holds NaN or Inf values; the Gaussian mechanism refuses "
-                        "non-finite rows (its sensitivity bound does not hold for them)")
+        raise UserError(
+            "clip_rows: an input row holds NaN or Inf values; the Gaussian mechanism refuses "
+            "non-finite rows (its sensitivity bound does not hold for them)"
+        )
     norms = torch.linalg.vector_norm(flat, dim=1)
     # clamp_min keeps G / 0 finite; the clamp at 1 then leaves zero rows (and short rows) as they are.
     if constant_factor:
@@ -113,10 +122,12 @@ def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> T
     return x * factor.reshape((-1,) + (1,) * (x.dim() - 1))
 
 
-NON_FINITE_ROWS = ("a sampled record whose row (pixels, features or gradient) holds NaN or Inf is replaced by a "
-                   "zero row before clipping: norm 0 <= the clip norm, so the sensitivity is unchanged and the run "
-                   "never stops for it; how many rows were replaced is not reported (an exact count would be a "
-                   "release of its own)")
+NON_FINITE_ROWS = (
+    "a sampled record whose row (pixels, features or gradient) holds NaN or Inf is replaced by a "
+    "zero row before clipping: norm 0 <= the clip norm, so the sensitivity is unchanged and the run "
+    "never stops for it; how many rows were replaced is not reported (an exact count would be a "
+    "release of its own)"
+)
 
 
 def finite_rows(rows: Tensor) -> Tensor:
@@ -141,7 +152,9 @@ def gaussian_noise_like(value: Tensor, *, std: float, noise: NoiseStream) -> Ten
     std = _positive_finite(std, name="noise std")
     if not isinstance(noise, NoiseStream):
         # A torch.Generator here would be the old float32 Mersenne-Twister path: refuse it loudly.
-        raise TypeError(f"noise must be a NoiseStream (privacy.noise.noise_source), got {type(noise).__name__}")
+        raise TypeError(
+            f"noise must be a NoiseStream (privacy.noise.noise_source), got {type(noise).__name__}"
+        )
     return noise.standard_normal(tuple(value.shape)) * std
 
 
@@ -153,8 +166,8 @@ def gaussian_sum(
     sample_rate: float,
     noise: NoiseStream,
     mechanism: str = "Gaussian sum",
-    expected_size: Optional[float] = None,
-    reduce_sum: Optional[Callable[[Tensor], Tensor]] = None,
+    expected_size: float | None = None,
+    reduce_sum: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[Tensor, PrivacyEvent]:
     """Release ``clipped_sum + N(0, (sensitivity * noise_multiplier)^2 I)`` and its event.
 
@@ -177,8 +190,13 @@ def gaussian_sum(
     would add one draw per process: W independent draws carry W times the variance the accountant
     assumed, W copies of one draw W² times.
     """
-    event = PrivacyEvent(noise_multiplier=noise_multiplier, sample_rate=sample_rate, mechanism=mechanism,
-                         sensitivity=sensitivity, expected_size=expected_size)
+    event = PrivacyEvent(
+        noise_multiplier=noise_multiplier,
+        sample_rate=sample_rate,
+        mechanism=mechanism,
+        sensitivity=sensitivity,
+        expected_size=expected_size,
+    )
     if reduce_sum is not None:
         clipped_sum = reduce_sum(clipped_sum.to(torch.float64).clone())
     values = gaussian_noise_like(clipped_sum, std=event.noise_std, noise=noise)
@@ -194,7 +212,7 @@ def noisy_clipped_sum(
     sample_rate: float,
     noise: NoiseStream,
     rows_are: str = "rows",
-    expected_size: Optional[float] = None,
+    expected_size: float | None = None,
 ) -> tuple[Tensor, PrivacyEvent]:
     """Clip each row of ``rows`` (shape ``[n, *shape]``) to ``max_norm``, sum, add Gaussian noise.
 
@@ -240,7 +258,12 @@ def noisy_clipped_mean(
     """
     expected_size = _positive_finite(expected_size, name="expected_size")
     noisy_sum, event = noisy_clipped_sum(
-        rows, max_norm=max_norm, noise_multiplier=noise_multiplier, sample_rate=sample_rate, noise=noise,
-        rows_are=rows_are, expected_size=expected_size,
+        rows,
+        max_norm=max_norm,
+        noise_multiplier=noise_multiplier,
+        sample_rate=sample_rate,
+        noise=noise,
+        rows_are=rows_are,
+        expected_size=expected_size,
     )
     return noisy_sum / expected_size, event

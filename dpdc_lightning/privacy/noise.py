@@ -50,12 +50,20 @@ from torch import Tensor
 
 from dpdc_lightning.seeding import derive_generator
 
-UNIFORM_BITS = 53  # float64's significand: the finest uniform grid that float64 holds exactly on (0, 1]
+UNIFORM_BITS = (
+    53  # float64's significand: the finest uniform grid that float64 holds exactly on (0, 1]
+)
 RADIUS_BITS = 2 * UNIFORM_BITS  # the radius uniform: two words, smallest value 2^-106
-TRUNCATION_RADIUS = math.sqrt(2 * RADIUS_BITS * math.log(2))  # sqrt(212 ln 2) ~ 12.12: the largest radius
-PAIR_TAIL_MASS = 2.0 ** -RADIUS_BITS  # P(ideal Gaussian pair radius > TRUNCATION_RADIUS), exactly
-FLOAT32_RANDN_BOUND = math.sqrt(2 * 24 * math.log(2))  # the bound of the old float32 sampler, for comparison
-_DOMAIN = b"dpdc_lightning/privacy-noise/v1"  # separates these bytes from any other use of the secret
+TRUNCATION_RADIUS = math.sqrt(
+    2 * RADIUS_BITS * math.log(2)
+)  # sqrt(212 ln 2) ~ 12.12: the largest radius
+PAIR_TAIL_MASS = 2.0**-RADIUS_BITS  # P(ideal Gaussian pair radius > TRUNCATION_RADIUS), exactly
+FLOAT32_RANDN_BOUND = math.sqrt(
+    2 * 24 * math.log(2)
+)  # the bound of the old float32 sampler, for comparison
+_DOMAIN = (
+    b"dpdc_lightning/privacy-noise/v1"  # separates these bytes from any other use of the secret
+)
 
 
 def _field(data: bytes) -> bytes:
@@ -102,8 +110,15 @@ class KeyedNoise(NoiseStream):
         super().__init__()
         if int(secret) < 0:
             raise ValueError("the noise secret must be a non-negative integer")
-        self._prefix = b"".join([_field(_DOMAIN), _int_field(secret), _field(str(phase).encode()),
-                                 _int_field(step), _int_field(partition)])
+        self._prefix = b"".join(
+            [
+                _field(_DOMAIN),
+                _int_field(secret),
+                _field(str(phase).encode()),
+                _int_field(step),
+                _int_field(partition),
+            ]
+        )
         self._draws = 0
 
     def _bytes(self, count: int) -> bytes:
@@ -120,15 +135,15 @@ class KeyedNoise(NoiseStream):
     def uniforms(self, count: int) -> Tensor:
         """``count`` float64 uniforms on (0, 1], each a multiple of 2^-53 (one draw of the stream)."""
         # k + 1 <= 2^53 and the scaling by 2^-53 are exact in float64.
-        return torch.from_numpy((self._words(count) + 1.0) * 2.0 ** -UNIFORM_BITS)
+        return torch.from_numpy((self._words(count) + 1.0) * 2.0**-UNIFORM_BITS)
 
     def _draw(self, count: int) -> Tensor:
         pairs = (count + 1) // 2
         k = self._words(3 * pairs)  # one draw: (k1, k2) of each radius, then the angles
-        high, low, angle_k = k[:pairs], k[pairs:2 * pairs], k[2 * pairs:]
+        high, low, angle_k = k[:pairs], k[pairs : 2 * pairs], k[2 * pairs :]
         # u1 = (k1 2^53 + k2 + 1) 2^-106: both terms exact in float64, their sum rounded once.
-        u1 = torch.from_numpy(high * 2.0 ** -UNIFORM_BITS + (low + 1.0) * 2.0 ** -RADIUS_BITS)
-        u2 = torch.from_numpy((angle_k + 1.0) * 2.0 ** -UNIFORM_BITS)
+        u1 = torch.from_numpy(high * 2.0**-UNIFORM_BITS + (low + 1.0) * 2.0**-RADIUS_BITS)
+        u2 = torch.from_numpy((angle_k + 1.0) * 2.0**-UNIFORM_BITS)
         radius = torch.sqrt(-2.0 * torch.log(u1))  # <= TRUNCATION_RADIUS since u1 >= 2^-106
         angle = (2.0 * math.pi) * u2
         return torch.cat([radius * torch.cos(angle), radius * torch.sin(angle)])[:count]
@@ -147,7 +162,9 @@ class SeededNoise(NoiseStream):
         return torch.randn(count, generator=self._generator, dtype=torch.float64)
 
 
-def noise_source(seed: int, *, phase: str, step: int, partition: int, reproducible: bool) -> NoiseStream:
+def noise_source(
+    seed: int, *, phase: str, step: int, partition: int, reproducible: bool
+) -> NoiseStream:
     """The noise stream of one (phase, step, partition): keyed by the run's secret ``seed``, or,
     with ``reproducible=True``, a seeded torch generator (the seed is then public: not private)."""
     cls = SeededNoise if reproducible else KeyedNoise
@@ -160,8 +177,9 @@ def truncation(values_drawn: int) -> float:
     return float(values_drawn) * PAIR_TAIL_MASS
 
 
-def describe(*, reproducible: bool, values_drawn: int | None, epsilon: float | None,
-             delta: float | None) -> dict[str, Any]:
+def describe(
+    *, reproducible: bool, values_drawn: int | None, epsilon: float | None, delta: float | None
+) -> dict[str, Any]:
     """The report's account of the noise: generator, conversion, truncation and what it costs.
 
     A mechanism at total-variation distance eta from one that is (epsilon, delta)-DP is
@@ -169,13 +187,15 @@ def describe(*, reproducible: bool, values_drawn: int | None, epsilon: float | N
     <= e^eps (P'(S) + eta) + delta + eta. ``delta_with_truncation`` is that bound for this run.
     """
     if reproducible:
-        return {"generator": "torch.Generator (Mersenne Twister) seeded from the PUBLIC run seed; NOT private",
-                "conversion": "torch.randn in float64 on the CPU, added to the float64 "
-                              "clipped sum, cast to float32 once"}
+        return {
+            "generator": "torch.Generator (Mersenne Twister) seeded from the PUBLIC run seed; NOT private",
+            "conversion": "torch.randn in float64 on the CPU, added to the float64 "
+            "clipped sum, cast to float32 once",
+        }
     summary: dict[str, Any] = {
         "generator": "SHAKE-256 keyed by the run's OS-entropy secret and (phase, step, partition, draw)",
         "conversion": "Box-Muller in float64 on a 106-bit radius uniform and a 53-bit angle uniform, added to "
-                      "the float64 clipped sum, cast to float32 once",
+        "the float64 clipped sum, cast to float32 once",
         "truncation_bound_std": TRUNCATION_RADIUS,
         "tail_mass_per_pair": PAIR_TAIL_MASS,
         "tail_mass_per_value": math.erfc(TRUNCATION_RADIUS / math.sqrt(2.0)),

@@ -23,7 +23,7 @@ not the whole batch (benchmarks/results/psg_speed_cpu.md measures the trade-off)
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +31,13 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, _positive_finite, clip_rows, finite_rows, gaussian_sum
+from dpdc_lightning.privacy.mechanisms import (
+    PrivacyEvent,
+    _positive_finite,
+    clip_rows,
+    finite_rows,
+    gaussian_sum,
+)
 from dpdc_lightning.privacy.noise import NoiseStream
 
 
@@ -47,10 +53,12 @@ def refuse_batch_norm(network: nn.Module, *, method: str) -> None:
     for name, module in network.named_modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
             where = name or "the network itself"
-            raise UserError(f"method {method} is private, and its network has a batch-norm layer ({where}: "
-                            f"{type(module).__name__}; model.norm=batchnorm): batch norm mixes the records of a "
-                            "sample and breaks the sensitivity bound; choose model.norm=instancenorm, groupnorm, "
-                            "layernorm or none")
+            raise UserError(
+                f"method {method} is private, and its network has a batch-norm layer ({where}: "
+                f"{type(module).__name__}; model.norm=batchnorm): batch norm mixes the records of a "
+                "sample and breaks the sensitivity bound; choose model.norm=instancenorm, groupnorm, "
+                "layernorm or none"
+            )
 
 
 def per_example_gradients(network: nn.Module, inputs: Tensor, labels: Tensor) -> Tensor:
@@ -70,8 +78,9 @@ def per_example_gradients(network: nn.Module, inputs: Tensor, labels: Tensor) ->
     return torch.cat([g.flatten(1) for g in grads.values()], dim=1)
 
 
-def clipped_gradient_sum(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_norm: float,
-                         chunk_size: int = 64) -> Tensor:
+def clipped_gradient_sum(
+    network: nn.Module, inputs: Tensor, labels: Tensor, *, max_norm: float, chunk_size: int = 64
+) -> Tensor:
     """Σ_i clip_C(per-example gradient of record i), float64 ``[P]`` on the inputs' device.
 
     L2 sensitivity under add/remove-one: ``max_norm`` (each record adds one row of norm <= C and
@@ -82,19 +91,32 @@ def clipped_gradient_sum(network: nn.Module, inputs: Tensor, labels: Tensor, *, 
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     refuse_batch_norm(network, method="per-example clipping")
-    total = torch.zeros(sum(p.numel() for p in network.parameters()), dtype=torch.float64, device=inputs.device)
+    total = torch.zeros(
+        sum(p.numel() for p in network.parameters()), dtype=torch.float64, device=inputs.device
+    )
     for start in range(0, len(inputs), chunk_size):
-        rows = per_example_gradients(network, inputs[start:start + chunk_size], labels[start:start + chunk_size])
+        rows = per_example_gradients(
+            network, inputs[start : start + chunk_size], labels[start : start + chunk_size]
+        )
         # Clip in float64: a float32 row rounded after clipping may end a few ulps above C. A record
         # whose gradient is not finite counts as a zero row: the run never stops for it.
         total += clip_rows(finite_rows(rows.double()), max_norm=max_norm).sum(dim=0)
     return total
 
 
-def private_gradient(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_norm: float,
-                     noise_multiplier: float, sample_rate: float, expected_batch_size: float,
-                     noise: NoiseStream, chunk_size: int = 64,
-                     reduce_sum: Optional[Callable[[Tensor], Tensor]] = None) -> tuple[list[Tensor], PrivacyEvent]:
+def private_gradient(
+    network: nn.Module,
+    inputs: Tensor,
+    labels: Tensor,
+    *,
+    max_norm: float,
+    noise_multiplier: float,
+    sample_rate: float,
+    expected_batch_size: float,
+    noise: NoiseStream,
+    chunk_size: int = 64,
+    reduce_sum: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[list[Tensor], PrivacyEvent]:
     """(Σ_i clip_C(g_i) + N(0, (σC)² I)) / B, split into tensors shaped like the network's
     parameters, and the event of the release.
 
@@ -107,20 +129,32 @@ def private_gradient(network: nn.Module, inputs: Tensor, labels: Tensor, *, max_
     is q·N, never the realised sample size (an empty sample releases noise / B; a sample of 2B
     records is still divided by B). Noise std σC with σ = ``noise_multiplier``: sensitivity C."""
     expected_batch_size = _positive_finite(expected_batch_size, name="expected_batch_size")
-    clipped = clipped_gradient_sum(network, inputs, labels, max_norm=max_norm, chunk_size=chunk_size)
+    clipped = clipped_gradient_sum(
+        network, inputs, labels, max_norm=max_norm, chunk_size=chunk_size
+    )
     released, event = gaussian_sum(
-        clipped, reduce_sum=reduce_sum, sensitivity=max_norm, noise_multiplier=noise_multiplier,
-        sample_rate=sample_rate, noise=noise, expected_size=expected_batch_size,
+        clipped,
+        reduce_sum=reduce_sum,
+        sensitivity=max_norm,
+        noise_multiplier=noise_multiplier,
+        sample_rate=sample_rate,
+        noise=noise,
+        expected_size=expected_batch_size,
         mechanism=f"Poisson-subsampled Gaussian sum of per-example gradients clipped to L2 norm {max_norm:g} "
-                  "(all parameters flattened)")
+        "(all parameters flattened)",
+    )
     mean = released / expected_batch_size
     return unflatten_like(mean, [p for p in network.parameters()]), event
 
 
-def unflatten_like(flat: Tensor, like: list[Tensor], *, dtype: Optional[torch.dtype] = None) -> list[Tensor]:
+def unflatten_like(
+    flat: Tensor, like: list[Tensor], *, dtype: torch.dtype | None = None
+) -> list[Tensor]:
     """Split a flat vector into tensors of the shapes of ``like`` (in order)."""
     sizes = [t.numel() for t in like]
     if flat.numel() != sum(sizes):
-        raise ValueError(f"a flat vector of {flat.numel()} values cannot fill tensors of {sum(sizes)} values")
+        raise ValueError(
+            f"a flat vector of {flat.numel()} values cannot fill tensors of {sum(sizes)} values"
+        )
     parts = torch.split(flat, sizes)
     return [part.reshape(t.shape).to(dtype or t.dtype) for part, t in zip(parts, like)]

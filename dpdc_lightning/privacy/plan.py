@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.analysis import epsilon_from_history
@@ -51,14 +52,16 @@ class StepSchedule:
     sample_size: float
     data_steps: int
     free_steps: int = 0
-    default_noise_multiplier: Optional[float] = None
+    default_noise_multiplier: float | None = None
     steps_adjustable: bool = True  # False where the algorithm fixes the number of data steps
 
     def __post_init__(self) -> None:
         if self.sampling not in SAMPLING_KINDS:
             raise ValueError(f"sampling must be one of {SAMPLING_KINDS}, got {self.sampling!r}")
         if self.private and self.sampling == "per_class_fixed":
-            raise ValueError("a fixed-size sample does not match the Poisson accounting; private methods sample by Poisson")
+            raise ValueError(
+                "a fixed-size sample does not match the Poisson accounting; private methods sample by Poisson"
+            )
         if self.data_steps < 0 or self.free_steps < 0:
             raise ValueError("step counts must be >= 0")
 
@@ -70,25 +73,29 @@ class PrivacyPlan:
     private: bool
     sampling: str
     sample_size: float
-    sample_rates: tuple[float, ...]  # Poisson rate per partition: one per class, or one for the whole set
+    sample_rates: tuple[
+        float, ...
+    ]  # Poisson rate per partition: one per class, or one for the whole set
     data_steps: int
     free_steps: int
-    noise_multiplier: Optional[float]  # noise std / L2 sensitivity; None when not private
-    delta: Optional[float]
-    target_epsilon: Optional[float]
+    noise_multiplier: float | None  # noise std / L2 sensitivity; None when not private
+    delta: float | None
+    target_epsilon: float | None
     accountant: str
-    planned_epsilon: Optional[float]  # ε after every data step, at ``delta`` (class-size release included)
+    planned_epsilon: (
+        float | None
+    )  # ε after every data step, at ``delta`` (class-size release included)
     # privacy.class_sizes=private: the noise multiplier of the class-size release (privacy/counts.py)
     # and the released sizes the sample rates were computed from; None when sizes are public.
-    count_noise_multiplier: Optional[float] = None
-    released_class_sizes: Optional[tuple[float, ...]] = None
+    count_noise_multiplier: float | None = None
+    released_class_sizes: tuple[float, ...] | None = None
     # The event the class-size release spent (PrivacyEvent.to_dict()), as privacy/counts.py returned
     # it: the accountant composes this event, not one re-derived from the noise multiplier above.
-    count_event: Optional[dict[str, Any]] = None
+    count_event: dict[str, Any] | None = None
     # A DP auxiliary set made before the first step (Dosser SER, method.aux.source=dp): the whole
     # plan of that run (PrivacyPlan.to_dict()); None when there is none.
-    auxiliary_plan: Optional[dict[str, Any]] = None
-    auxiliary_method: Optional[str] = None
+    auxiliary_plan: dict[str, Any] | None = None
+    auxiliary_method: str | None = None
     # The class sizes the rates were computed from: the public sizes, or the released ones above.
     # Once the plan exists these are the only sizes anything sees (DataSpec, normalisers, messages):
     # with private sizes, the exact counts never leave plan_run.
@@ -105,46 +112,65 @@ class PrivacyPlan:
 
     def rate_of(self, partition: int) -> float:
         """Poisson rate of one class (or of the whole set, partition -1, under global sampling)."""
-        return self.sample_rates[0] if self.sampling == "global_poisson" else self.sample_rates[partition]
+        return (
+            self.sample_rates[0]
+            if self.sampling == "global_poisson"
+            else self.sample_rates[partition]
+        )
 
     def expected_sample_size(self, partition: int) -> float:
         """q x N of one partition (a class, or -1 for the whole set under global sampling): the
         normaliser of its noisy sum. N is the plan's size (public, or released under DP), never an
         exact private count and never the realised sample size."""
         if not self.class_sizes:
-            raise UserError("the stored privacy plan holds no class sizes (it was written by an older version); "
-                            "start a new run")
-        size = sum(self.class_sizes) if self.sampling == "global_poisson" else self.class_sizes[partition]
+            raise UserError(
+                "the stored privacy plan holds no class sizes (it was written by an older version); "
+                "start a new run"
+            )
+        size = (
+            sum(self.class_sizes)
+            if self.sampling == "global_poisson"
+            else self.class_sizes[partition]
+        )
         return self.rate_of(partition) * size
 
     def __post_init__(self) -> None:
         count = self.count_event
-        if (count is None) != (self.count_noise_multiplier is None) or \
-                (count is not None and count["noise_multiplier"] != self.count_noise_multiplier):
-            raise ValueError("the plan's class-size release event and its noise multiplier disagree")
+        if (count is None) != (self.count_noise_multiplier is None) or (
+            count is not None and count["noise_multiplier"] != self.count_noise_multiplier
+        ):
+            raise ValueError(
+                "the plan's class-size release event and its noise multiplier disagree"
+            )
 
     def prior_events(self) -> list[tuple[str, PrivacyEvent, int]]:
         """What was spent before the first step, as (phase, event, runs): the class-size release
         (the event it returned) and the auxiliary run (its data steps at its plan's event)."""
-        events = [(COUNT_PHASE, PrivacyEvent.from_dict(self.count_event), 1)] if self.count_event else []
+        events = (
+            [(COUNT_PHASE, PrivacyEvent.from_dict(self.count_event), 1)] if self.count_event else []
+        )
         auxiliary = self.auxiliary
         if auxiliary is not None and auxiliary.data_steps:
             events.append((AUXILIARY_PHASE, auxiliary.event(), auxiliary.data_steps))
         return events
 
     @property
-    def auxiliary(self) -> Optional["PrivacyPlan"]:
+    def auxiliary(self) -> PrivacyPlan | None:
         """The plan of the DP auxiliary run, if this run bought one."""
-        return PrivacyPlan.from_dict(self.auxiliary_plan) if self.auxiliary_plan is not None else None
+        return (
+            PrivacyPlan.from_dict(self.auxiliary_plan) if self.auxiliary_plan is not None else None
+        )
 
     def is_data_step(self, step: int) -> bool:
         return 0 <= step < self.data_steps
 
-    def event(self) -> Optional[PrivacyEvent]:
+    def event(self) -> PrivacyEvent | None:
         """What one data step spends; None for a non-private run."""
         if not self.private:
             return None
-        return PrivacyEvent(noise_multiplier=float(self.noise_multiplier), sample_rate=self.sample_rate)
+        return PrivacyEvent(
+            noise_multiplier=float(self.noise_multiplier), sample_rate=self.sample_rate
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain Python types only: JSON for plan.json, and loadable with ``weights_only=True``."""
@@ -156,51 +182,77 @@ class PrivacyPlan:
         return {"format": _FORMAT, **state}
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any]) -> "PrivacyPlan":
+    def from_dict(cls, state: dict[str, Any]) -> PrivacyPlan:
         state = dict(state)
         if state.pop("format", None) != _FORMAT:
-            raise UserError("the stored privacy plan has an unknown format; it was written by another version")
+            raise UserError(
+                "the stored privacy plan has an unknown format; it was written by another version"
+            )
         state["sample_rates"] = tuple(float(rate) for rate in state["sample_rates"])
         # Plans stored before they held their sizes: released sizes are the sizes; public ones are absent.
-        state["class_sizes"] = tuple(float(n) for n in state.get("class_sizes") or state.get("released_class_sizes") or ())
+        state["class_sizes"] = tuple(
+            float(n) for n in state.get("class_sizes") or state.get("released_class_sizes") or ()
+        )
         if state.get("released_class_sizes") is not None:
             state["released_class_sizes"] = tuple(float(n) for n in state["released_class_sizes"])
         if state.get("count_noise_multiplier") is not None and state.get("count_event") is None:
             # A plan stored before it kept the release's event: the same Gaussian release, restated.
-            state["count_event"] = PrivacyEvent(noise_multiplier=state["count_noise_multiplier"], sample_rate=1.0,
-                                                mechanism=COUNT_MECHANISM, sensitivity=COUNT_SENSITIVITY).to_dict()
+            state["count_event"] = PrivacyEvent(
+                noise_multiplier=state["count_noise_multiplier"],
+                sample_rate=1.0,
+                mechanism=COUNT_MECHANISM,
+                sensitivity=COUNT_SENSITIVITY,
+            ).to_dict()
         return cls(**state)
 
     def summary(self) -> dict[str, Any]:
         """The plan as the public report states it."""
-        summary = {"noise_multiplier": self.noise_multiplier, "sample_rate": self.sample_rate,
-                   "data_steps": self.data_steps, "free_steps": self.free_steps,
-                   "planned_epsilon": self.planned_epsilon, "target_epsilon": self.target_epsilon,
-                   "class_sizes": self.class_size_statement()}
+        summary = {
+            "noise_multiplier": self.noise_multiplier,
+            "sample_rate": self.sample_rate,
+            "data_steps": self.data_steps,
+            "free_steps": self.free_steps,
+            "planned_epsilon": self.planned_epsilon,
+            "target_epsilon": self.target_epsilon,
+            "class_sizes": self.class_size_statement(),
+        }
         auxiliary = self.auxiliary
         if auxiliary is not None:
-            summary["auxiliary"] = {"method": self.auxiliary_method, "noise_multiplier": auxiliary.noise_multiplier,
-                                    "sample_rate": auxiliary.sample_rate, "data_steps": auxiliary.data_steps,
-                                    "epsilon_alone": auxiliary.planned_epsilon}
+            summary["auxiliary"] = {
+                "method": self.auxiliary_method,
+                "noise_multiplier": auxiliary.noise_multiplier,
+                "sample_rate": auxiliary.sample_rate,
+                "data_steps": auxiliary.data_steps,
+                "epsilon_alone": auxiliary.planned_epsilon,
+            }
         return summary
 
     def class_size_statement(self) -> dict[str, Any]:
         """How the class sizes behind the sample rates were obtained."""
         if self.count_noise_multiplier is None:
-            return {"status": "public by assumption",
-                    "why": "they set the sample rates q_c = L / N_c; Zheng & Li's DPDC treats them as public"}
+            return {
+                "status": "public by assumption",
+                "why": "they set the sample rates q_c = L / N_c; Zheng & Li's DPDC treats them as public",
+            }
         event = PrivacyEvent.from_dict(self.count_event)
-        return {"status": "released under differential privacy", "released": list(self.released_class_sizes),
-                "mechanism": event.mechanism, "sensitivity": event.sensitivity,
-                "noise_multiplier": event.noise_multiplier, "noise_std": event.noise_std}
+        return {
+            "status": "released under differential privacy",
+            "released": list(self.released_class_sizes),
+            "mechanism": event.mechanism,
+            "sensitivity": event.sensitivity,
+            "noise_multiplier": event.noise_multiplier,
+            "noise_std": event.noise_std,
+        }
 
 
-def auxiliary_history(auxiliary: Optional[PrivacyPlan]) -> list[tuple[float, float, int]]:
+def auxiliary_history(auxiliary: PrivacyPlan | None) -> list[tuple[float, float, int]]:
     """The mechanism runs of an auxiliary plan (one entry: its data steps at its noise and rate)."""
     if auxiliary is None or not auxiliary.data_steps:
         return []
     if auxiliary.count_noise_multiplier is not None or auxiliary.auxiliary_plan is not None:
-        raise ValueError("an auxiliary run must not hold phases of its own (they belong to the main plan)")
+        raise ValueError(
+            "an auxiliary run must not hold phases of its own (they belong to the main plan)"
+        )
     return [(float(auxiliary.noise_multiplier), auxiliary.sample_rate, auxiliary.data_steps)]
 
 
@@ -211,8 +263,10 @@ def sample_rates(schedule: StepSchedule, class_sizes: Sequence[float]) -> tuple[
         return (min(1.0, schedule.sample_size / sum(class_sizes)),)
     if schedule.sampling == "per_class_poisson":
         if schedule.sample_size > min(class_sizes):
-            raise UserError(f"the expected sample per class ({schedule.sample_size:g}) is larger than the smallest "
-                            f"class ({min(class_sizes):g} records); lower method.group_size")
+            raise UserError(
+                f"the expected sample per class ({schedule.sample_size:g}) is larger than the smallest "
+                f"class ({min(class_sizes):g} records); lower method.group_size"
+            )
         return tuple(schedule.sample_size / size for size in class_sizes)
     return ()
 
@@ -224,18 +278,33 @@ def check_delta_size(delta: float, *, records: int, allow_large_delta: bool) -> 
     With ``allow_large_delta`` the run goes on, and the owner's console says why it should not."""
     if delta * records < 1:
         return
-    message = (f"privacy.delta={delta:g} is not below 1/N = {1 / records:.3g} (N = {records:g} private records): "
-               "at such a delta a mechanism may publish whole records")
+    message = (
+        f"privacy.delta={delta:g} is not below 1/N = {1 / records:.3g} (N = {records:g} private records): "
+        "at such a delta a mechanism may publish whole records"
+    )
     if not allow_large_delta:
-        raise UserError(f"{message}; lower privacy.delta, or set privacy.allow_large_delta=true to accept it")
+        raise UserError(
+            f"{message}; lower privacy.delta, or set privacy.allow_large_delta=true to accept it"
+        )
     print(f"warning: {message}; accepted because privacy.allow_large_delta=true", file=sys.stderr)
 
 
-def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: str,
-              noise_multiplier: Optional[float], target_epsilon: Optional[float], delta: float,
-              calibrate: str, accountant: str, step_cap: Optional[int] = None,
-              count_event: Optional[PrivacyEvent] = None, allow_large_delta: bool = False,
-              auxiliary: Optional[PrivacyPlan] = None, auxiliary_method: Optional[str] = None) -> PrivacyPlan:
+def make_plan(
+    schedule: StepSchedule,
+    *,
+    class_sizes: Sequence[float],
+    method: str,
+    noise_multiplier: float | None,
+    target_epsilon: float | None,
+    delta: float,
+    calibrate: str,
+    accountant: str,
+    step_cap: int | None = None,
+    count_event: PrivacyEvent | None = None,
+    allow_large_delta: bool = False,
+    auxiliary: PrivacyPlan | None = None,
+    auxiliary_method: str | None = None,
+) -> PrivacyPlan:
     """Fix the plan of a run.
 
     - no target: the given (or the method's default) noise multiplier, every data step;
@@ -254,41 +323,88 @@ def make_plan(schedule: StepSchedule, *, class_sizes: Sequence[float], method: s
         data_steps = min(data_steps, step_cap)
         free_steps = min(free_steps, step_cap - data_steps)
     rates = sample_rates(schedule, class_sizes)
-    common = dict(private=schedule.private, sampling=schedule.sampling, sample_size=float(schedule.sample_size),
-                  sample_rates=rates, free_steps=free_steps, accountant=accountant,
-                  class_sizes=tuple(float(n) for n in class_sizes))
+    common = dict(
+        private=schedule.private,
+        sampling=schedule.sampling,
+        sample_size=float(schedule.sample_size),
+        sample_rates=rates,
+        free_steps=free_steps,
+        accountant=accountant,
+        class_sizes=tuple(float(n) for n in class_sizes),
+    )
     if not schedule.private:
-        if target_epsilon is not None or noise_multiplier is not None or count_noise_multiplier is not None \
-                or auxiliary is not None:
-            raise UserError(f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply")
-        return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=None, delta=None, target_epsilon=None,
-                           planned_epsilon=None)
+        if (
+            target_epsilon is not None
+            or noise_multiplier is not None
+            or count_noise_multiplier is not None
+            or auxiliary is not None
+        ):
+            raise UserError(
+                f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply"
+            )
+        return PrivacyPlan(
+            **common,
+            data_steps=data_steps,
+            noise_multiplier=None,
+            delta=None,
+            target_epsilon=None,
+            planned_epsilon=None,
+        )
     check_delta_size(delta, records=sum(class_sizes), allow_large_delta=allow_large_delta)
     q = max(rates)
-    prior = ([(count_event.noise_multiplier, count_event.sample_rate, 1)] if count_event else []) \
-        + auxiliary_history(auxiliary)
+    prior = (
+        [(count_event.noise_multiplier, count_event.sample_rate, 1)] if count_event else []
+    ) + auxiliary_history(auxiliary)
     sigma = noise_multiplier or schedule.default_noise_multiplier
     if target_epsilon is not None and calibrate == "sigma":
         if noise_multiplier is not None:
-            raise UserError("set either privacy.noise_multiplier or privacy.target_epsilon with privacy.calibrate=sigma, not both")
-        sigma = calibrate_noise_multiplier(target_epsilon=target_epsilon, delta=delta, sample_rate=q,
-                                           steps=data_steps, accountant=accountant, prior_history=prior)
+            raise UserError(
+                "set either privacy.noise_multiplier or privacy.target_epsilon with privacy.calibrate=sigma, not both"
+            )
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=q,
+            steps=data_steps,
+            accountant=accountant,
+            prior_history=prior,
+        )
     elif target_epsilon is not None:
         if not schedule.steps_adjustable:
-            raise UserError(f"method {method} has a fixed number of steps; use privacy.calibrate=sigma")
-        data_steps = max_steps(target_epsilon=target_epsilon, delta=delta, sample_rate=q, noise_multiplier=sigma,
-                               accountant=accountant, limit=data_steps, prior_history=prior)
+            raise UserError(
+                f"method {method} has a fixed number of steps; use privacy.calibrate=sigma"
+            )
+        data_steps = max_steps(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=q,
+            noise_multiplier=sigma,
+            accountant=accountant,
+            limit=data_steps,
+            prior_history=prior,
+        )
         if data_steps == 0:
-            raise UserError(f"privacy.target_epsilon={target_epsilon} is unreachable: even one step at noise multiplier "
-                            f"{sigma} and sample rate {q:.4g} costs more; raise privacy.noise_multiplier")
+            raise UserError(
+                f"privacy.target_epsilon={target_epsilon} is unreachable: even one step at noise multiplier "
+                f"{sigma} and sample rate {q:.4g} costs more; raise privacy.noise_multiplier"
+            )
     history = prior + ([(sigma, q, data_steps)] if data_steps else [])
     planned = epsilon_from_history(history, delta=delta, accountant=accountant) if history else 0.0
     if target_epsilon is not None and planned > target_epsilon:
-        raise RuntimeError(f"plan error: ε {planned} above the target {target_epsilon}")  # calibration never allows it
+        raise RuntimeError(
+            f"plan error: ε {planned} above the target {target_epsilon}"
+        )  # calibration never allows it
     released = tuple(float(n) for n in class_sizes) if count_noise_multiplier else None
-    return PrivacyPlan(**common, data_steps=data_steps, noise_multiplier=float(sigma), delta=delta,
-                       target_epsilon=target_epsilon, planned_epsilon=planned,
-                       count_noise_multiplier=count_noise_multiplier, released_class_sizes=released,
-                       count_event=count_event.to_dict() if count_event is not None else None,
-                       auxiliary_plan=auxiliary.to_dict() if auxiliary is not None else None,
-                       auxiliary_method=auxiliary_method if auxiliary is not None else None)
+    return PrivacyPlan(
+        **common,
+        data_steps=data_steps,
+        noise_multiplier=float(sigma),
+        delta=delta,
+        target_epsilon=target_epsilon,
+        planned_epsilon=planned,
+        count_noise_multiplier=count_noise_multiplier,
+        released_class_sizes=released,
+        count_event=count_event.to_dict() if count_event is not None else None,
+        auxiliary_plan=auxiliary.to_dict() if auxiliary is not None else None,
+        auxiliary_method=auxiliary_method if auxiliary is not None else None,
+    )

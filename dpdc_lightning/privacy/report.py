@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import platform
 from importlib import metadata
-from typing import Any, Optional
+from typing import Any
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.mechanisms import NON_FINITE_ROWS
@@ -25,8 +25,10 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-CLAMP_NOTE = ("the (ε, δ) conversion gave a negative ε at this large δ; it is reported as 0, which is also a "
-              "valid bound (a guarantee at some ε holds at every larger ε)")
+CLAMP_NOTE = (
+    "the (ε, δ) conversion gave a negative ε at this large δ; it is reported as 0, which is also a "
+    "valid bound (a guarantee at some ε holds at every larger ε)"
+)
 
 
 def nonnegative_epsilon(epsilon: float) -> tuple[float, bool]:
@@ -35,9 +37,18 @@ def nonnegative_epsilon(epsilon: float) -> tuple[float, bool]:
     return (0.0, True) if epsilon < 0 else (epsilon, False)
 
 
-def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant: Optional[PrivacyAccountant],
-                 delta: float, plan: PrivacyPlan, reproducible_noise: bool, config_hash: str,
-                 noise_values: Optional[int] = None, inputs: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+def build_report(
+    *,
+    method: str,
+    mechanism: dict[str, Any] | None,
+    accountant: PrivacyAccountant | None,
+    delta: float,
+    plan: PrivacyPlan,
+    reproducible_noise: bool,
+    config_hash: str,
+    noise_values: int | None = None,
+    inputs: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Everything a reader needs to check the guarantee. ``mechanism`` describes one step:
     sensitivity, noise multiplier, noise std and sample rate (None for non-private methods);
     ``plan`` is the run's privacy plan, fixed before the data was read; ``noise_values`` is the
@@ -46,42 +57,63 @@ def build_report(*, method: str, mechanism: Optional[dict[str, Any]], accountant
     released under DP gets the ε of its phase alone."""
     report: dict[str, Any] = {"method": method}
     if mechanism is None or accountant is None:
-        report.update({"epsilon": None, "delta": None,
-                       "guarantee": "none: this method is not differentially private"})
+        report.update(
+            {
+                "epsilon": None,
+                "delta": None,
+                "guarantee": "none: this method is not differentially private",
+            }
+        )
     else:
-        epsilon, clamped = nonnegative_epsilon(accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0)
+        epsilon, clamped = nonnegative_epsilon(
+            accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0
+        )
         phases = accountant.breakdown(delta=delta)
         for phase in phases:
             phase["epsilon"], phase_clamped = nonnegative_epsilon(phase["epsilon"])
             clamped = clamped or phase_clamped
         summary = plan.summary()
         if summary.get("planned_epsilon") is not None:
-            summary["planned_epsilon"], plan_clamped = nonnegative_epsilon(summary["planned_epsilon"])
+            summary["planned_epsilon"], plan_clamped = nonnegative_epsilon(
+                summary["planned_epsilon"]
+            )
             clamped = clamped or plan_clamped
-        report.update({
-            "epsilon": epsilon,
-            "delta": delta,
-            "target_epsilon": plan.target_epsilon,
-            "accountant": accountant.accountant,
-            "neighbouring_relation": NEIGHBOURING,
-            "steps": accountant.steps_of(),  # the condensation's data steps (a class-size release is a phase)
-            **mechanism,
-            "phases": phases,
-            "plan": summary,
-            "noise_mode": "reproducible" if reproducible_noise else "secure",
-            "class_sizes": plan.class_size_statement(),
-            "non_finite_rows": NON_FINITE_ROWS,
-            "noise": describe_noise(reproducible=reproducible_noise, values_drawn=noise_values, epsilon=epsilon,
-                                    delta=delta),
-        })
+        report.update(
+            {
+                "epsilon": epsilon,
+                "delta": delta,
+                "target_epsilon": plan.target_epsilon,
+                "accountant": accountant.accountant,
+                "neighbouring_relation": NEIGHBOURING,
+                "steps": accountant.steps_of(),  # the condensation's data steps (a class-size release is a phase)
+                **mechanism,
+                "phases": phases,
+                "plan": summary,
+                "noise_mode": "reproducible" if reproducible_noise else "secure",
+                "class_sizes": plan.class_size_statement(),
+                "non_finite_rows": NON_FINITE_ROWS,
+                "noise": describe_noise(
+                    reproducible=reproducible_noise,
+                    values_drawn=noise_values,
+                    epsilon=epsilon,
+                    delta=delta,
+                ),
+            }
+        )
         alone = {phase["name"]: phase["epsilon"] for phase in phases}
-        inputs = [{**entry, "epsilon_alone": alone[entry["phase"]]} if entry.get("phase") in alone else entry
-                  for entry in inputs or []]
+        inputs = [
+            {**entry, "epsilon_alone": alone[entry["phase"]]}
+            if entry.get("phase") in alone
+            else entry
+            for entry in inputs or []
+        ]
         if clamped:
             report["epsilon_note"] = CLAMP_NOTE
         if reproducible_noise:
-            report["warning"] = ("privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
-                                 "in config.yaml; the output is NOT private against anyone who knows that seed")
+            report["warning"] = (
+                "privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
+                "in config.yaml; the output is NOT private against anyone who knows that seed"
+            )
     if inputs:
         report["inputs"] = list(inputs)
     report.update({"config_sha256": config_hash, "versions": library_versions()})

@@ -53,7 +53,9 @@ def poisson_sample(num_records: int, *, sample_rate: float, generator: torch.Gen
     return torch.nonzero(uniforms < rate, as_tuple=False).flatten()
 
 
-def sample_without_replacement(num_records: int, *, size: int, generator: torch.Generator) -> Tensor:
+def sample_without_replacement(
+    num_records: int, *, size: int, generator: torch.Generator
+) -> Tensor:
     """Sorted int64 indices of ``min(size, num_records)`` distinct records chosen uniformly at random.
 
     For NON-PRIVATE baselines only (DM, DC/DSA): a fixed-size sample does not match the Poisson

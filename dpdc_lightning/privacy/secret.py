@@ -17,7 +17,9 @@ import os
 from pathlib import Path
 
 SECRET_FILE = ".private_seed"
-SECRET_BITS = 256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a 63-bit key could be searched
+SECRET_BITS = (
+    256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a 63-bit key could be searched
+)
 
 
 def new_secret() -> int:
@@ -60,4 +62,3 @@ def forget_secret(run_dir: Path) -> bool:
     existed = path.is_file()
     path.unlink(missing_ok=True)
     return existed
-

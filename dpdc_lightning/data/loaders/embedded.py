@@ -30,13 +30,21 @@ def load_digits(root: Path | None, download: bool, cache: Path) -> ImageData:
     bunch = sklearn_digits()
     unit = torch.as_tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
     # 16x16: every network accepts it, at a quarter of MNIST's compute (the default data must run on a laptop CPU).
-    unit = F.interpolate(unit, size=(DIGITS_SIZE, DIGITS_SIZE), mode="bilinear", align_corners=False, antialias=False)
+    unit = F.interpolate(
+        unit, size=(DIGITS_SIZE, DIGITS_SIZE), mode="bilinear", align_corners=False, antialias=False
+    )
     images = normalise(unit.clamp(0.0, 1.0))
     labels = torch.as_tensor(bunch.target, dtype=torch.int64)
     is_test = torch.arange(labels.numel()) % 5 == 4
-    return ImageData("digits", images[~is_test].contiguous(), labels[~is_test].contiguous(),
-                     images[is_test].contiguous(), labels[is_test].contiguous(), 10,
-                     tuple(str(name) for name in bunch.target_names))
+    return ImageData(
+        "digits",
+        images[~is_test].contiguous(),
+        labels[~is_test].contiguous(),
+        images[is_test].contiguous(),
+        labels[is_test].contiguous(),
+        10,
+        tuple(str(name) for name in bunch.target_names),
+    )
 
 
 def _toy_split(per_class: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -58,4 +66,12 @@ def load_toy(root: Path | None, download: bool, cache: Path) -> ImageData:
     generator = derive_generator(TOY_SEED, "toy-dataset")
     train_images, train_labels = _toy_split(48, generator)
     test_images, test_labels = _toy_split(16, generator)
-    return ImageData("toy", train_images, train_labels, test_images, test_labels, 4, ("bar0", "bar1", "bar2", "bar3"))
+    return ImageData(
+        "toy",
+        train_images,
+        train_labels,
+        test_images,
+        test_labels,
+        4,
+        ("bar0", "bar1", "bar2", "bar3"),
+    )

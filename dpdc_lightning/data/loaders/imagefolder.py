@@ -11,7 +11,6 @@ The test split and the fixed normalisation: data/loaders/own.py.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 import torch
@@ -26,19 +25,26 @@ def _visible(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
-def _read_folder(root: Path, *, image_size: Optional[int], channels: Optional[int]
-                 ) -> tuple[Tensor, Tensor, tuple[str, ...]]:
+def _read_folder(
+    root: Path, *, image_size: int | None, channels: int | None
+) -> tuple[Tensor, Tensor, tuple[str, ...]]:
     from PIL import Image, UnidentifiedImageError
 
     if not root.is_dir():
-        raise UserError(f"dataset.root={root} is not a folder (imagefolder expects DIR/<class>/<image>)")
+        raise UserError(
+            f"dataset.root={root} is not a folder (imagefolder expects DIR/<class>/<image>)"
+        )
     classes = [p for p in _visible(root) if p.is_dir()]
     strays = [p for p in _visible(root) if not p.is_dir()]
     if strays:
-        raise UserError(f"{strays[0]}: files must lie in one sub-folder per class (DIR/<class>/<image>)")
+        raise UserError(
+            f"{strays[0]}: files must lie in one sub-folder per class (DIR/<class>/<image>)"
+        )
     if len(classes) < 2:
-        raise UserError(f"{root} holds {len(classes)} class folder{'' if len(classes) == 1 else 's'}; "
-                        "condensation needs at least two classes (one sub-folder each)")
+        raise UserError(
+            f"{root} holds {len(classes)} class folder{'' if len(classes) == 1 else 's'}; "
+            "condensation needs at least two classes (one sub-folder each)"
+        )
     # Pass 1 reads headers only (mode, size): it names a non-image at once and decides the channels
     # without holding every decoded picture in memory.
     files: list[tuple[Path, int, str, tuple[int, int]]] = []
@@ -48,14 +54,18 @@ def _read_folder(root: Path, *, image_size: Optional[int], channels: Optional[in
             raise UserError(f"class folder {folder} is empty")
         for path in members:
             if path.is_dir():
-                raise UserError(f"{path}: nested folders are not read; put the images of class "
-                                f"{folder.name} directly in {folder}")
+                raise UserError(
+                    f"{path}: nested folders are not read; put the images of class "
+                    f"{folder.name} directly in {folder}"
+                )
             try:
                 with Image.open(path) as image:
                     files.append((path, label, image.mode, image.size))
             except (UnidentifiedImageError, OSError, ValueError) as err:
-                raise UserError(f"{path} is not a readable image ({type(err).__name__}); "
-                                "remove it or convert it to PNG/JPEG") from None
+                raise UserError(
+                    f"{path} is not a readable image ({type(err).__name__}); "
+                    "remove it or convert it to PNG/JPEG"
+                ) from None
     grey = all(mode in ("1", "L", "LA", "I", "I;16", "F") for _, _, mode, _ in files)
     channels = channels or (1 if grey else 3)
     target = "L" if channels == 1 else "RGB"
@@ -64,8 +74,10 @@ def _read_folder(root: Path, *, image_size: Optional[int], channels: Optional[in
         first = files[0]
         for path, _, _, found in files:
             if found != first[3]:
-                raise UserError(f"{path} is {found[0]}x{found[1]} but {first[0]} is {first[3][0]}x{first[3][1]}; "
-                                "set dataset.image_size=N to resize all")
+                raise UserError(
+                    f"{path} is {found[0]}x{found[1]} but {first[0]} is {first[3][0]}x{first[3][1]}; "
+                    "set dataset.image_size=N to resize all"
+                )
     arrays, labels = [], []
     for path, label, _, _ in files:  # pass 2: decode, convert, resize
         try:
@@ -75,27 +87,51 @@ def _read_folder(root: Path, *, image_size: Optional[int], channels: Optional[in
                     image = image.resize(size, Image.BILINEAR)
                 arrays.append(np.asarray(image, dtype=np.uint8))
         except (OSError, ValueError) as err:  # e.g. a truncated file whose header was fine
-            raise UserError(f"{path} cannot be decoded ({type(err).__name__}: {err}); remove or replace it") from None
+            raise UserError(
+                f"{path} cannot be decoded ({type(err).__name__}: {err}); remove or replace it"
+            ) from None
         labels.append(label)
     stacked = torch.from_numpy(np.stack(arrays))
     stacked = stacked.unsqueeze(1) if stacked.dim() == 3 else stacked.permute(0, 3, 1, 2)
-    return normalise(stacked.float() / 255.0).contiguous(), torch.tensor(labels, dtype=torch.int64), \
-        tuple(p.name for p in classes)
+    return (
+        normalise(stacked.float() / 255.0).contiguous(),
+        torch.tensor(labels, dtype=torch.int64),
+        tuple(p.name for p in classes),
+    )
 
 
-def load_imagefolder(root: Path, *, image_size: Optional[int] = None, channels: Optional[int] = None,
-                     test_root: Optional[str] = None, test_fraction: float = 0.2, split_seed: int = 0) -> ImageData:
+def load_imagefolder(
+    root: Path,
+    *,
+    image_size: int | None = None,
+    channels: int | None = None,
+    test_root: str | None = None,
+    test_fraction: float = 0.2,
+    split_seed: int = 0,
+) -> ImageData:
     images, labels, names = _read_folder(root, image_size=image_size, channels=channels)
     test = None
     if test_root is not None:
         if images.shape[-2] != images.shape[-1]:
             raise UserError("dataset.test_root needs square images: set dataset.image_size=N")
         # Same channels and size as the training images, whatever the test files are.
-        test_images, test_labels, test_names = _read_folder(Path(test_root), image_size=images.shape[-1],
-                                                            channels=images.shape[1])
+        test_images, test_labels, test_names = _read_folder(
+            Path(test_root), image_size=images.shape[-1], channels=images.shape[1]
+        )
         if test_names != names:
-            raise UserError(f"dataset.test_root={test_root} has classes {list(test_names)}, "
-                            f"dataset.root has {list(names)}; they must be the same folders")
+            raise UserError(
+                f"dataset.test_root={test_root} has classes {list(test_names)}, "
+                f"dataset.root has {list(names)}; they must be the same folders"
+            )
         test = (test_images, test_labels)
-    return assemble("imagefolder", root, images, labels, names, test, test_fraction=test_fraction,
-                     split_seed=split_seed, test_source=f"dataset.test_root={test_root}")
+    return assemble(
+        "imagefolder",
+        root,
+        images,
+        labels,
+        names,
+        test,
+        test_fraction=test_fraction,
+        split_seed=split_seed,
+        test_source=f"dataset.test_root={test_root}",
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -37,14 +36,23 @@ def hold_out(images: Tensor, labels: Tensor, *, fraction: float, seed: int) -> T
     The held-out share is ``fraction`` on average (binomial), not exactly."""
     key = hashlib.blake2b(str(int(seed)).encode(), digest_size=32).digest()
     levels = torch.round((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).flatten(1).numpy()
-    threshold = fraction * 2.0 ** 64
-    held = [int.from_bytes(hashlib.blake2b(int(label).to_bytes(4, "little") + row.tobytes(), key=key,
-                                           digest_size=8).digest(), "little") < threshold
-            for label, row in zip(labels.tolist(), levels)]
+    threshold = fraction * 2.0**64
+    held = [
+        int.from_bytes(
+            hashlib.blake2b(
+                int(label).to_bytes(4, "little") + row.tobytes(), key=key, digest_size=8
+            ).digest(),
+            "little",
+        )
+        < threshold
+        for label, row in zip(labels.tolist(), levels)
+    ]
     return torch.tensor(held, dtype=torch.bool)
 
 
-def refuse_shared_records(images: Tensor, test_images: Tensor, *, root: Path, test_source: str) -> None:
+def refuse_shared_records(
+    images: Tensor, test_images: Tensor, *, root: Path, test_source: str
+) -> None:
     """Refuse a test set declared public that holds a record of the private data.
 
     Privacy-critical: such a test set is read as public (an auxiliary set, a split to evaluate on)
@@ -52,26 +60,40 @@ def refuse_shared_records(images: Tensor, test_images: Tensor, *, root: Path, te
     pixels, so the same folder or file named twice (``dataset.test_root`` = ``dataset.root``), a
     shared image file or a copied record are all caught. The position of the first shared record is
     named for the owner's console only (this error is never written to a file)."""
+
     def digest(row: Tensor) -> bytes:
         return hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest()
 
     private = {digest(row) for row in images}
     for index, row in enumerate(test_images):
         if digest(row) in private:
-            raise UserError(f"{test_source} shares records with the private data in {root} (test record {index} "
-                            "has the content of a training record): a test set declared public must hold no private "
-                            "record; remove the shared ones, or drop it to hold out a private split")
+            raise UserError(
+                f"{test_source} shares records with the private data in {root} (test record {index} "
+                "has the content of a training record): a test set declared public must hold no private "
+                "record; remove the shared ones, or drop it to hold out a private split"
+            )
 
 
-def assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tuple[str, ...],
-              test: Optional[tuple[Tensor, Tensor]], *, test_fraction: float, split_seed: int,
-              test_source: str) -> ImageData:
+def assemble(
+    name: str,
+    root: Path,
+    images: Tensor,
+    labels: Tensor,
+    names: tuple[str, ...],
+    test: tuple[Tensor, Tensor] | None,
+    *,
+    test_fraction: float,
+    split_seed: int,
+    test_source: str,
+) -> ImageData:
     num_classes = len(names)
     sizes = torch.bincount(labels, minlength=num_classes)
     if num_classes < 2 or int(sizes.min()) == 0:
         empty = int(torch.nonzero(sizes == 0)[0]) if int(sizes.min()) == 0 else 0
-        raise UserError(f"{root}: class {names[empty] if num_classes else '?'} has no records "
-                        "(condensation needs at least two classes, each with records)")
+        raise UserError(
+            f"{root}: class {names[empty] if num_classes else '?'} has no records "
+            "(condensation needs at least two classes, each with records)"
+        )
     private_test = test is None
     declared = None
     if private_test:
@@ -81,17 +103,33 @@ def assemble(name: str, root: Path, images: Tensor, labels: Tensor, names: tuple
         kept = torch.bincount(labels[~held], minlength=num_classes)
         if int(kept.min()) == 0:
             empty = names[int(torch.nonzero(kept == 0)[0])]
-            raise UserError(f"dataset.test_fraction={test_fraction} with dataset.split_seed={split_seed} holds out every "
-                            f"record of class {empty}; lower dataset.test_fraction, or give a public dataset.test_root")
+            raise UserError(
+                f"dataset.test_fraction={test_fraction} with dataset.split_seed={split_seed} holds out every "
+                f"record of class {empty}; lower dataset.test_fraction, or give a public dataset.test_root"
+            )
         test = (images[held].contiguous(), labels[held].contiguous())
         images, labels = images[~held].contiguous(), labels[~held].contiguous()
         declared = tuple((1 - test_fraction) * float(n) for n in sizes)
     else:
         refuse_shared_records(images, test[0], root=root, test_source=test_source)
     if test[0].shape[1:] != images.shape[1:]:
-        raise UserError(f"the test images are {tuple(test[0].shape[1:])}, the training images {tuple(images.shape[1:])}; "
-                        "give both the same dataset.image_size and dataset.channels")
+        raise UserError(
+            f"the test images are {tuple(test[0].shape[1:])}, the training images {tuple(images.shape[1:])}; "
+            "give both the same dataset.image_size and dataset.channels"
+        )
     if int(test[1].max()) >= num_classes:
-        raise UserError(f"the test split has labels up to {int(test[1].max())} but {root} has {num_classes} classes")
-    return ImageData(name, images, labels, test[0], test[1], num_classes, names, source=str(root),
-                     test_is_private=private_test, declared_class_sizes=declared)
+        raise UserError(
+            f"the test split has labels up to {int(test[1].max())} but {root} has {num_classes} classes"
+        )
+    return ImageData(
+        name,
+        images,
+        labels,
+        test[0],
+        test[1],
+        num_classes,
+        names,
+        source=str(root),
+        test_is_private=private_test,
+        declared_class_sizes=declared,
+    )

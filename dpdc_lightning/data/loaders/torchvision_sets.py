@@ -6,8 +6,9 @@ become a ``UserError`` naming the missing or corrupt file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -23,31 +24,49 @@ CELEBA_MALE_ATTRIBUTE = 20
 _HINT = "set dataset.root=<folder> or dataset.download=true"
 
 
-def _missing_or_corrupt(folder: Path, checks: list[tuple[str, str | None]]) -> tuple[list[Path], list[Path]]:
+def _missing_or_corrupt(
+    folder: Path, checks: list[tuple[str, str | None]]
+) -> tuple[list[Path], list[Path]]:
     """Files of ``checks`` (name, md5 or None) that are missing, and those whose checksum differs."""
     from torchvision.datasets.utils import check_integrity
 
     missing = [folder / name for name, _ in checks if not (folder / name).exists()]
-    corrupt = [folder / name for name, md5 in checks
-               if md5 is not None and (folder / name).is_file() and not check_integrity(str(folder / name), md5)]
+    corrupt = [
+        folder / name
+        for name, md5 in checks
+        if md5 is not None
+        and (folder / name).is_file()
+        and not check_integrity(str(folder / name), md5)
+    ]
     return missing, corrupt
 
 
-def _open_torchvision(dataset: str, make: Callable[[], Any], folder: Path,
-                      checks: list[tuple[str, str | None]], download: bool) -> Any:
+def _open_torchvision(
+    dataset: str,
+    make: Callable[[], Any],
+    folder: Path,
+    checks: list[tuple[str, str | None]],
+    download: bool,
+) -> Any:
     """``make()``, with torchvision's failures turned into a UserError naming the missing or corrupt file."""
     try:
         return make()
     except Exception as exc:
         missing, corrupt = _missing_or_corrupt(folder, checks)
         if corrupt:
-            raise UserError(f"{dataset}: {corrupt[0]} is corrupt (checksum mismatch); "
-                            "replace it or set dataset.download=true") from exc
+            raise UserError(
+                f"{dataset}: {corrupt[0]} is corrupt (checksum mismatch); "
+                "replace it or set dataset.download=true"
+            ) from exc
         if missing:
             verb = "download failed and" if download else "files not found:"
             missing_names = ", ".join(p.name for p in missing)
-            raise UserError(f"{dataset}: {verb} tried {folder}, missing {missing_names}; {_HINT}") from exc
-        raise UserError(f"{dataset}: cannot read files in {folder} ({type(exc).__name__}: {exc})") from exc
+            raise UserError(
+                f"{dataset}: {verb} tried {folder}, missing {missing_names}; {_HINT}"
+            ) from exc
+        raise UserError(
+            f"{dataset}: cannot read files in {folder} ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 def load_cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
@@ -60,21 +79,28 @@ def load_cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
     checks.append((CIFAR10.meta["filename"], CIFAR10.meta["md5"]))
     splits = []
     for train, count in ((True, 50000), (False, 10000)):
-        split = _open_torchvision("cifar10", lambda: CIFAR10(str(base), train=train, download=download),
-                                  folder, checks, download)
+        split = _open_torchvision(
+            "cifar10",
+            lambda: CIFAR10(str(base), train=train, download=download),  # noqa: B023 (called at once)
+            folder,
+            checks,
+            download,
+        )
         images = torch.from_numpy(split.data).permute(0, 3, 1, 2)
         labels = torch.as_tensor(split.targets, dtype=torch.int64)
         valid = tuple(images.shape) == (count, 3, 32, 32) and labels.shape == (count,)
         if not valid or int(labels.min()) < 0 or int(labels.max()) > 9:
-            raise UserError(f"cifar10: files in {folder} hold {tuple(images.shape)} images / {tuple(labels.shape)} "
-                            f"labels, expected {count} of 3x32x32 with labels 0..9")
+            raise UserError(
+                f"cifar10: files in {folder} hold {tuple(images.shape)} images / {tuple(labels.shape)} "
+                f"labels, expected {count} of 3x32x32 with labels 0..9"
+            )
         splits += [from_uint8(images.contiguous()), labels]
     return ImageData("cifar10", *splits, 10, tuple(split.classes), source=str(folder))
 
 
 def _celeba_images(split: Any, indices: Tensor, folder: Path) -> Tensor:
-    from PIL import Image
     import torchvision.transforms.functional as TF
+    from PIL import Image
 
     out = torch.empty(indices.numel(), 3, CELEBA_SIZE, CELEBA_SIZE, dtype=torch.uint8)
     for row, index in enumerate(indices.tolist()):
@@ -98,17 +124,30 @@ def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
 
     base = root if root is not None else cache
     folder = base / CelebA.base_folder
-    checks = [(name, md5) for _, md5, name in CelebA.file_list if not name.endswith((".zip", ".7z"))]
+    checks = [
+        (name, md5) for _, md5, name in CelebA.file_list if not name.endswith((".zip", ".7z"))
+    ]
     checks.append(("img_align_celeba", None))
     splits = []
     for split_name in ("train", "test"):
         split = _open_torchvision(
-            "celeba", lambda: CelebA(str(base), split=split_name, target_type="attr", download=download),
-            folder, checks, download)
+            "celeba",
+            lambda: CelebA(
+                str(base),
+                split=split_name,  # noqa: B023 (called at once)
+                target_type="attr",
+                download=download,
+            ),
+            folder,
+            checks,
+            download,
+        )
         if split.attr_names[CELEBA_MALE_ATTRIBUTE] != "Male":
             found = split.attr_names[CELEBA_MALE_ATTRIBUTE]
-            raise UserError(f"celeba: {folder / 'list_attr_celeba.txt'} has attribute {found!r} at index 20, "
-                            "expected 'Male'")
+            raise UserError(
+                f"celeba: {folder / 'list_attr_celeba.txt'} has attribute {found!r} at index 20, "
+                "expected 'Male'"
+            )
         labels = split.attr[:, CELEBA_MALE_ATTRIBUTE].to(torch.int64)
         indices = torch.arange(labels.numel())
         if split_name == "train":
@@ -117,9 +156,13 @@ def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
             for cls in (0, 1):
                 members = torch.nonzero(labels == cls).flatten()
                 if members.numel() < CELEBA_PER_CLASS:
-                    raise UserError(f"celeba: training split has {members.numel()} images of class {cls}, "
-                                    f"expected at least {CELEBA_PER_CLASS}")
-                chosen.append(members[torch.randperm(members.numel(), generator=generator)[:CELEBA_PER_CLASS]])
+                    raise UserError(
+                        f"celeba: training split has {members.numel()} images of class {cls}, "
+                        f"expected at least {CELEBA_PER_CLASS}"
+                    )
+                chosen.append(
+                    members[torch.randperm(members.numel(), generator=generator)[:CELEBA_PER_CLASS]]
+                )
             indices = torch.cat(chosen).sort().values
         splits += [from_uint8(_celeba_images(split, indices, folder)), labels[indices].contiguous()]
     return ImageData("celeba", *splits, 2, ("female", "male"), source=str(folder))

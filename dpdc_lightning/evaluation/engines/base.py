@@ -44,9 +44,14 @@ class EvalTask:
         """Run ``run``'s freshly initialised network (on the CPU)."""
         from dpdc_lightning.models import build_network
 
-        return build_network(self.model, channels=self.images.shape[1], num_classes=self.num_classes,
-                             image_size=(self.images.shape[2], self.images.shape[3]),
-                             generator=init_generator(self.seed, self.model, run), **dict(self.model_options))
+        return build_network(
+            self.model,
+            channels=self.images.shape[1],
+            num_classes=self.num_classes,
+            image_size=(self.images.shape[2], self.images.shape[3]),
+            generator=init_generator(self.seed, self.model, run),
+            **dict(self.model_options),
+        )
 
 
 class Engine(ABC):
@@ -62,11 +67,15 @@ class Engine(ABC):
         return [[r] for r in runs]
 
     @abstractmethod
-    def train(self, task: EvalTask, runs: Sequence[int], *, progress: EvalProgress | None = None) -> Any:
+    def train(
+        self, task: EvalTask, runs: Sequence[int], *, progress: EvalProgress | None = None
+    ) -> Any:
         """Train runs ``runs`` of ``task``; returns what ``test`` and ``networks`` read."""
 
     @abstractmethod
-    def test(self, trained: Any, test_images: Tensor, test_labels: Tensor, *, batch_size: int) -> list[float]:
+    def test(
+        self, trained: Any, test_images: Tensor, test_labels: Tensor, *, batch_size: int
+    ) -> list[float]:
         """Accuracy in [0, 1] of every run of ``trained`` on the test split (eval mode)."""
 
     @abstractmethod

@@ -54,9 +54,13 @@ class CompileCost:
 # benchmarks/results/eval_defaults_speed_cpu.md.
 MEASURED: dict[tuple[str, str], dict[int, dict[str, CompileCost]]] = {
     ("cpu", "convnet"): {
-        256: {"train": CompileCost(compile_s=24.3, saving_s_per_pixel=(0.137 - 0.102) / (100 * 256))},
-        784: {"train": CompileCost(compile_s=28.0, saving_s_per_pixel=2.1e-6),
-              "test": CompileCost(compile_s=6.6, saving_s_per_pixel=1.37e-6)},
+        256: {
+            "train": CompileCost(compile_s=24.3, saving_s_per_pixel=(0.137 - 0.102) / (100 * 256))
+        },
+        784: {
+            "train": CompileCost(compile_s=28.0, saving_s_per_pixel=2.1e-6),
+            "test": CompileCost(compile_s=6.6, saving_s_per_pixel=1.37e-6),
+        },
     },
 }
 
@@ -80,8 +84,15 @@ class CompilePlan:
         return f"compiled: {' and '.join(parts)} step" if parts else "not compiled"
 
 
-def plan_compile(compile: str | bool, *, device: torch.device, model: str, pixels: int, train_images: int,
-                 test_images: int) -> CompilePlan:
+def plan_compile(
+    compile: str | bool,
+    *,
+    device: torch.device,
+    model: str,
+    pixels: int,
+    train_images: int,
+    test_images: int,
+) -> CompilePlan:
     """``eval.compile`` for an evaluation whose shared step will see ``train_images`` training images
     (images per step x steps, over every run that shares it) and ``test_images`` test images, each of
     ``pixels`` pixels (height x width)."""

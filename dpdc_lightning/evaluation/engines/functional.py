@@ -38,8 +38,9 @@ class StepFunction:
         self._compiled: Callable[..., tuple[Tensor, Tensor]] | None = None
         self.broken = False  # torch.compile failed once: eager for the rest of the process
 
-    def _eager(self, params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor,
-               y: Tensor | None) -> tuple[Tensor, Tensor]:
+    def _eager(
+        self, params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor, y: Tensor | None
+    ) -> tuple[Tensor, Tensor]:
         def one(p: dict[str, Tensor], b: dict[str, Tensor], xb: Tensor) -> Tensor:
             return functional_call(self.base, (p, b), (xb,))
 
@@ -51,10 +52,20 @@ class StepFunction:
         if y is None:
             return logits.new_zeros(()), logits
         # The sum over runs of each run's mean loss: each run gets the gradient of its own loss.
-        return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[-1], logits
+        return F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum") / y.shape[
+            -1
+        ], logits
 
-    def __call__(self, params: dict[str, Tensor], buffers: dict[str, Tensor], x: Tensor, y: Tensor | None, *,
-                 train: bool, compiled: bool) -> tuple[Tensor, Tensor]:
+    def __call__(
+        self,
+        params: dict[str, Tensor],
+        buffers: dict[str, Tensor],
+        x: Tensor,
+        y: Tensor | None,
+        *,
+        train: bool,
+        compiled: bool,
+    ) -> tuple[Tensor, Tensor]:
         self.base.train(train)
         if not compiled or self.broken:
             return self._eager(params, buffers, x, y)
@@ -64,8 +75,11 @@ class StepFunction:
         try:
             return self._compiled(params, buffers, x, y)
         except Exception as err:  # no working compiler (e.g. no C++ toolchain): run eagerly
-            warnings.warn(f"evaluation: torch.compile failed ({type(err).__name__}: {err}); continuing without it",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"evaluation: torch.compile failed ({type(err).__name__}: {err}); continuing without it",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             for k, v in saved.items():  # undo any batch-norm statistics the failed call updated
                 buffers[k].copy_(v)
             self.broken = True
@@ -93,8 +107,15 @@ def clear_step_cache() -> None:
 class RunState:
     """The weights, momentum buffers and batch-norm statistics of the runs trained together."""
 
-    def __init__(self, networks: list[nn.Module], step_function: StepFunction, *, protocol: EvalProtocol,
-                 schedule: Schedule, compile: CompilePlan) -> None:
+    def __init__(
+        self,
+        networks: list[nn.Module],
+        step_function: StepFunction,
+        *,
+        protocol: EvalProtocol,
+        schedule: Schedule,
+        compile: CompilePlan,
+    ) -> None:
         self.fn = step_function
         self.compile = compile
         if step_function.vmapped:
@@ -105,8 +126,12 @@ class RunState:
             params = dict(networks[0].named_parameters())
             self.buffers = {k: v.detach().clone() for k, v in networks[0].named_buffers()}
         self.params = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
-        self.optimizer = ProtocolSGD(list(self.params.values()), schedule=schedule, momentum=protocol.momentum,
-                                     weight_decay=protocol.weight_decay)
+        self.optimizer = ProtocolSGD(
+            list(self.params.values()),
+            schedule=schedule,
+            momentum=protocol.momentum,
+            weight_decay=protocol.weight_decay,
+        )
 
     def step(self, x: Tensor, y: Tensor) -> None:
         """One optimiser step of every run on its own batch (x: [R, B, ...] when vmapped)."""
@@ -119,17 +144,21 @@ class RunState:
     @torch.no_grad()
     def correct(self, x: Tensor, y: Tensor) -> Tensor:
         """Correct predictions of every run on one test batch ([R] when vmapped, else [1])."""
-        _, logits = self.fn(self.params, self.buffers, x, None, train=False, compiled=self.compile.test)
+        _, logits = self.fn(
+            self.params, self.buffers, x, None, train=False, compiled=self.compile.test
+        )
         return (logits.argmax(dim=-1) == y).sum(dim=-1).reshape(-1)
 
     @torch.no_grad()
-    def accuracies(self, test_images: Tensor, test_labels: Tensor, *, batch_size: int) -> list[float]:
+    def accuracies(
+        self, test_images: Tensor, test_labels: Tensor, *, batch_size: int
+    ) -> list[float]:
         """Accuracy in [0, 1] of every run on the test split."""
         device = next(iter(self.params.values())).device
         correct = torch.zeros(1, dtype=torch.long, device=device)
         for start in range(0, len(test_images), batch_size):
-            x = test_images[start:start + batch_size].detach().float().to(device)
-            y = test_labels[start:start + batch_size].detach().long().to(device)
+            x = test_images[start : start + batch_size].detach().float().to(device)
+            y = test_labels[start : start + batch_size].detach().long().to(device)
             if self.compile.test and len(x) < batch_size <= len(test_images):
                 # One shape for every test batch: padding the last one (label -1 never counts as
                 # correct; eval mode treats images one by one) is cheaper than compiling a second graph.
@@ -144,7 +173,10 @@ class RunState:
         count = next(iter(self.params.values())).shape[0] if vmapped else 1
         out = []
         for r in range(count):
-            state = {k: (v[r] if vmapped else v).detach().cpu() for k, v in {**self.params, **self.buffers}.items()}
+            state = {
+                k: (v[r] if vmapped else v).detach().cpu()
+                for k, v in {**self.params, **self.buffers}.items()
+            }
             network = copy.deepcopy(self.fn.template)
             network.load_state_dict(state)
             out.append(network.eval())

@@ -26,27 +26,51 @@ class LightningEngine(Engine):
         super().__init__(device)
         self.accelerator = accelerator
 
-    def train(self, task: EvalTask, runs: Sequence[int], *, progress: EvalProgress | None = None) -> Any:
+    def train(
+        self, task: EvalTask, runs: Sequence[int], *, progress: EvalProgress | None = None
+    ) -> Any:
         from dpdc_lightning.engine.evaluation_module import EvaluationModule, fit
 
         (run,) = runs
         schedule, protocol = task.schedule, task.protocol
         images = task.images.detach().float().to(self.device)
         labels = task.labels.detach().long().to(self.device)
-        module = EvaluationModule(task.build(run), make_optimizer=lambda params: ProtocolSGD(
-            params, schedule=schedule, momentum=protocol.momentum, weight_decay=protocol.weight_decay))
-        trainer = fit(module, lambda: training_batches(images, labels, protocol=protocol, seed=task.seed,
-                                                       model=task.model, run=run),
-                      total_steps=schedule.total_steps, steps_per_epoch=schedule.steps_per_epoch,
-                      accelerator=self.accelerator, epoch_done=None if progress is None else progress.epoch_done)
+        module = EvaluationModule(
+            task.build(run),
+            make_optimizer=lambda params: ProtocolSGD(
+                params,
+                schedule=schedule,
+                momentum=protocol.momentum,
+                weight_decay=protocol.weight_decay,
+            ),
+        )
+        trainer = fit(
+            module,
+            lambda: training_batches(
+                images, labels, protocol=protocol, seed=task.seed, model=task.model, run=run
+            ),
+            total_steps=schedule.total_steps,
+            steps_per_epoch=schedule.steps_per_epoch,
+            accelerator=self.accelerator,
+            epoch_done=None if progress is None else progress.epoch_done,
+        )
         return module, trainer
 
-    def test(self, trained: Any, test_images: Tensor, test_labels: Tensor, *, batch_size: int) -> list[float]:
+    def test(
+        self, trained: Any, test_images: Tensor, test_labels: Tensor, *, batch_size: int
+    ) -> list[float]:
         from dpdc_lightning.engine.evaluation_module import accuracy
 
         module, trainer = trained
-        return [accuracy(module, trainer, test_images.detach().float(), test_labels.detach().long(),
-                         batch_size=batch_size)]
+        return [
+            accuracy(
+                module,
+                trainer,
+                test_images.detach().float(),
+                test_labels.detach().long(),
+                batch_size=batch_size,
+            )
+        ]
 
     def networks(self, trained: Any) -> list[nn.Module]:
         module, _ = trained

@@ -28,21 +28,37 @@ class SequentialEngine(Engine):
     name = "sequential"
     vmapped = False
 
-    def __init__(self, device: torch.device, *, compile: CompilePlan = CompilePlan()) -> None:
+    def __init__(self, device: torch.device, *, compile: CompilePlan = CompilePlan()) -> None:  # noqa: B008 (frozen)
         super().__init__(device)
         self.compile = compile
 
-    def train(self, task: EvalTask, runs: Sequence[int], *, progress: EvalProgress | None = None) -> RunState:
+    def train(
+        self, task: EvalTask, runs: Sequence[int], *, progress: EvalProgress | None = None
+    ) -> RunState:
         images = task.images.detach().float().to(self.device)
         labels = task.labels.detach().long().to(self.device)
         networks = [task.build(r).to(self.device) for r in runs]
-        key = (task.model, tuple(sorted(task.model_options.items())), tuple(images.shape[1:]), task.num_classes,
-               str(self.device))
+        key = (
+            task.model,
+            tuple(sorted(task.model_options.items())),
+            tuple(images.shape[1:]),
+            task.num_classes,
+            str(self.device),
+        )
         schedule = task.schedule
-        state = RunState(networks, shared_step(key, networks[0], vmapped=self.vmapped), protocol=task.protocol,
-                         schedule=schedule, compile=self.compile)
-        streams = [training_batches(images, labels, protocol=task.protocol, seed=task.seed, model=task.model, run=r)
-                   for r in runs]
+        state = RunState(
+            networks,
+            shared_step(key, networks[0], vmapped=self.vmapped),
+            protocol=task.protocol,
+            schedule=schedule,
+            compile=self.compile,
+        )
+        streams = [
+            training_batches(
+                images, labels, protocol=task.protocol, seed=task.seed, model=task.model, run=r
+            )
+            for r in runs
+        ]
         for step in range(schedule.total_steps):
             state.step(*self.batch([next(s) for s in streams]))
             if progress is not None and (step + 1) % schedule.steps_per_epoch == 0:
@@ -50,10 +66,12 @@ class SequentialEngine(Engine):
         return state
 
     def batch(self, batches: list[tuple[Tensor, Tensor]]) -> tuple[Tensor, Tensor]:
-        (x, y), = batches
+        ((x, y),) = batches
         return x, y
 
-    def test(self, trained: RunState, test_images: Tensor, test_labels: Tensor, *, batch_size: int) -> list[float]:
+    def test(
+        self, trained: RunState, test_images: Tensor, test_labels: Tensor, *, batch_size: int
+    ) -> list[float]:
         return trained.accuracies(test_images, test_labels, batch_size=batch_size)
 
     def networks(self, trained: RunState) -> list[nn.Module]:
