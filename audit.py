@@ -7,10 +7,8 @@
 The same command is ``python -m dpdc_lightning.audit`` and, installed, ``dpdc-audit``.
 """
 
-import sys
-
 from dpdc_lightning.audit.command import audit_main as main
-from dpdc_lightning.cli import run
+from dpdc_lightning.errors import main_entry
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    main_entry(main)

@@ -7,10 +7,8 @@
 The same command is installed as ``dpdc-evaluate`` (dpdc_lightning/evaluation/command.py).
 """
 
-import sys
-
-from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import evaluate_main as main
+from dpdc_lightning.errors import main_entry
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    main_entry(main)

@@ -9,10 +9,8 @@
 The same command is installed as ``dpdc-train`` (dpdc_lightning/commands.py).
 """
 
-import sys
-
-from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main as main
+from dpdc_lightning.errors import main_entry
 
 if __name__ == "__main__":
-    sys.exit(run(main))
+    main_entry(main)

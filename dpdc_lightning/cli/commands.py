@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 
-from dpdc_lightning.cli import run
 from dpdc_lightning.cli.evaluate import evaluate_main
 from dpdc_lightning.cli.export import export_main
 from dpdc_lightning.cli.train import train_main
+from dpdc_lightning.errors import main_entry
 
 __all__ = [
     "audit_entry",
@@ -23,15 +23,15 @@ __all__ = [
 
 
 def train_entry() -> None:
-    sys.exit(run(train_main))
+    main_entry(train_main)
 
 
 def evaluate_entry() -> None:
-    sys.exit(run(evaluate_main))
+    main_entry(evaluate_main)
 
 
 def export_entry() -> None:
-    sys.exit(run(export_main))
+    main_entry(export_main)
 
 
 def privacy_entry() -> None:
@@ -45,4 +45,4 @@ def audit_entry() -> None:
     """``dpdc-audit``: see dpdc_lightning/audit/command.py."""
     from dpdc_lightning.audit.command import audit_main
 
-    sys.exit(run(audit_main))
+    main_entry(audit_main)
