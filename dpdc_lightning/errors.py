@@ -4,7 +4,8 @@ entry point that prints them so."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -46,6 +47,24 @@ class NumericalFault(UserError):
         )
         likely = "" if cause is None else f" (likely cause: {cause})"
         super().__init__(f"the run diverged{where}: {what}{likely}")
+
+
+def refuse_missing_paths(paths: Sequence[str], *, what: str, argv: Sequence[str] = ()) -> None:
+    """One error line for the first of ``paths`` that does not exist, answered before any heavy
+    import. When that path and the arguments after it in ``argv``, joined by spaces, name one that
+    exists, the line says so: an unquoted space split the path in two."""
+    for name in paths:
+        if Path(name).exists():
+            continue
+        hint = ""
+        if name in argv:
+            start = list(argv).index(name)
+            for end in range(start + 2, len(argv) + 1):
+                joined = " ".join(argv[start:end])
+                if Path(joined).exists():
+                    hint = f"; did you mean '{joined}'? quote a path that holds a space"
+                    break
+        raise UserError(f"{what} {name} does not exist{hint}")
 
 
 def run(main: Callable[[list[str]], int | None], argv: list[str] | None = None) -> int:

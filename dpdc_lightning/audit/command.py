@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from dpdc_lightning.audit.files import finite, run_config
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, refuse_missing_paths
 
 METRICS_USAGE = (
     "usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
@@ -79,6 +79,8 @@ def audit_main(argv: list[str]) -> int:
     positional = [a for a in argv if "=" not in a]
     if len(positional) != 1:
         raise UserError(f"give exactly one run directory (or a mode: {', '.join(MODES)}); {USAGE}")
+    # Before torch loads; an unquoted space in the folder's name gets a hint.
+    refuse_missing_paths(positional, what="run directory", argv=argv)
     return audit_run(Path(positional[0]), [a for a in argv if "=" in a])
 
 

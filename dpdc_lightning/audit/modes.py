@@ -13,7 +13,7 @@ from typing import Any
 
 from dpdc_lightning.audit.files import json_target, run_config, write_json
 from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig, audit_tokens, load_settings
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, refuse_missing_paths
 
 WHITEBOX_USAGE = (
     "usage: python audit.py whitebox (RUN_DIR | group=name key=value ...) [audit.key=value ...]"
@@ -30,8 +30,11 @@ def _run_config(arguments: list[str], usage: str) -> tuple[Any, Path | None]:
     from dpdc_lightning.config import compose
 
     if len(arguments) == 1 and "=" not in arguments[0]:
+        refuse_missing_paths(arguments, what="run directory", argv=arguments)
         return run_config(Path(arguments[0])), Path(arguments[0])
     if any("=" not in a for a in arguments):
+        folders = [a for a in arguments if "=" not in a]
+        refuse_missing_paths(folders[:1], what="run directory", argv=arguments)
         raise UserError(f"give one run directory or config overrides, not both; {usage}")
     return compose([*arguments, "trainer.enable_progress_bar=false"]), None
 
@@ -57,6 +60,8 @@ def whitebox_main(argv: list[str]) -> int:
 def release_main(argv: list[str]) -> int:
     tokens, arguments = audit_tokens(argv)
     settings = load_settings(tokens, ReleaseConfig)
+    folders = [a for a in arguments if "=" not in a]
+    refuse_missing_paths(folders[:1], what="run directory", argv=arguments)  # before torch
     if len(arguments) != 1 or "=" in arguments[0]:
         raise UserError(f"give exactly one run directory; {RELEASE_USAGE}")
     run_dir = Path(arguments[0])

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.cli.parser import Parser
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, refuse_missing_paths
 
 BASELINES = ("random-real",)
 USAGE = (
@@ -60,6 +60,8 @@ def evaluate_main(argv: list[str]) -> int:
         raise UserError(
             "give exactly one of: run directories, --images FILE.pt, --baseline random-real"
         )
+    # Before Hydra and torch load: a mistyped folder is answered in a fraction of a second.
+    refuse_missing_paths(run_dirs, what="bundle folder", argv=argv)
     models = _models(tokens)
     others = [t for t in tokens if t.partition("=")[0] != "model" and not t.startswith("model.")]
     if run_dirs:
