@@ -10,6 +10,7 @@ exceeds an accounted ε.
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
@@ -76,6 +77,12 @@ def audit_main(argv: list[str]) -> int:
         return getattr(modes, f"{mode}_main")(rest)
     if mode == "mia":
         argv = rest
+    elif "=" not in mode and not Path(mode).exists():
+        close = difflib.get_close_matches(mode, MODES, n=1)
+        if close:
+            raise UserError(
+                f"unknown mode {mode!r}; did you mean {close[0]}? (modes: {', '.join(MODES)})"
+            )
     positional = [a for a in argv if "=" not in a]
     if len(positional) != 1:
         raise UserError(f"give exactly one run directory (or a mode: {', '.join(MODES)}); {USAGE}")
