@@ -6,7 +6,7 @@ config hash must not move when audit defaults do), so they live here and not in 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from omegaconf import OmegaConf
@@ -115,15 +115,16 @@ class ReleaseConfig:
 
 
 def audit_tokens(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(``audit.*`` tokens, the other arguments)."""
-    return [a for a in argv if a.startswith("audit.")], [
-        a for a in argv if not a.startswith("audit.")
-    ]
+    """(``audit.*`` tokens, the other arguments). Hydra's append ``+audit.key=v`` is an audit
+    setting too (checked against the settings like any other, never passed on and dropped)."""
+    tokens = [a.removeprefix("+") for a in argv if a.removeprefix("+").startswith("audit.")]
+    return tokens, [a for a in argv if not a.removeprefix("+").startswith("audit.")]
 
 
 def load_settings(tokens: list[str], schema: type = AuditConfig) -> Any:
     """Defaults (conf/audit/default.yaml for the shadow audit, the schema's own for the other
-    modes), then ``audit.key=value`` tokens."""
+    modes), then ``audit.key=value`` tokens (``+audit.key=value`` alike)."""
+    tokens = [t.removeprefix("+") if t.startswith("+audit.") else t for t in tokens]
     for token in tokens:
         key, sep, _ = token.partition("=")
         if not sep or not key.startswith("audit."):
@@ -137,4 +138,5 @@ def load_settings(tokens: list[str], schema: type = AuditConfig) -> Any:
         return OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         message = (getattr(err, "msg", None) or str(err)).strip().splitlines()[0]
-        raise UserError(f"invalid audit setting: {message}") from None
+        known = ", ".join(f.name for f in fields(schema))
+        raise UserError(f"invalid audit setting: {message}; audit.* has: {known}") from None

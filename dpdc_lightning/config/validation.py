@@ -39,10 +39,10 @@ def validate(
     choice("method", name, METHOD_SCHEMAS)
     if OmegaConf.select(raw, "method.name") != name:
         raise UserError("method.name cannot be overridden; select the method with method=NAME")
+    schema = OmegaConf.structured(RunConfig(method=METHOD_SCHEMAS[name]()))
+    refuse_unknown_keys(OmegaConf.to_container(raw, resolve=False), schema)
     try:
-        merged = OmegaConf.merge(
-            OmegaConf.structured(RunConfig(method=METHOD_SCHEMAS[name]())), raw
-        )
+        merged = OmegaConf.merge(schema, raw)
         config: RunConfig = OmegaConf.to_object(merged)
     except OmegaConfBaseException as err:
         raise UserError(f"invalid config: {one_line(err)}") from None
@@ -56,6 +56,27 @@ def validate(
         if key in ignored:
             raise UserError(f"method.{key} is not used by method={name}: {ignored[key]}")
     return config
+
+
+def refuse_unknown_keys(raw: dict[str, Any], schema: DictConfig, prefix: str = "") -> None:
+    """A key no schema declares, e.g. appended by Hydra's ``+key=value``: refused, never dropped
+    (the merge into the schemas would keep the schema's keys and lose it silently)."""
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if key not in schema:
+            while isinstance(value, dict) and value:  # name the whole key given: audit.release
+                inner, value = next(iter(value.items()))
+                path = f"{path}.{inner}"
+            owner = prefix.rstrip(".") or "the config"
+            hint = " (audit settings belong to python audit.py MODE ... audit.key=value)"
+            raise UserError(
+                f"unknown key {path}{hint if key == 'audit' and not prefix else ''}; "
+                f"{owner} has: {', '.join(str(k) for k in schema)}"
+            )
+        node = schema._get_node(key)
+        if isinstance(value, dict) and isinstance(node, DictConfig):
+            if OmegaConf.get_type(node) not in (dict, type(None)):  # trainer: any Lightning option
+                refuse_unknown_keys(value, node, f"{path}.")
 
 
 def _trainer_options(options: Any) -> dict[str, Any]:
