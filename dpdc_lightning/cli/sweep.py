@@ -245,6 +245,9 @@ def _finish(folder: Path, tokens: list[str]) -> int:
 
 def _sweep_folder(tokens: list[str]) -> Path:
     given = selected(tokens, "run_dir")
+    for key, value in (("run_dir", given), ("runs_root", selected(tokens, "runs_root"))):
+        if value is not None and not value.strip():
+            raise UserError(f"{key}= is empty; give a folder ({key}=NAME), or leave it out")
     if given is not None:
         path = Path(given)
         if path.exists():

@@ -47,6 +47,7 @@ def validate(
     except OmegaConfBaseException as err:
         raise UserError(f"invalid config: {one_line(err)}") from None
     config.trainer = _trainer_options(config.trainer)
+    _refuse_empty_paths(config)
     for section in ("method", "privacy", "eval", "model", "dataset"):
         check_finite(section, getattr(config, section))
     ignored = config.method.ignored_keys
@@ -77,6 +78,27 @@ def refuse_unknown_keys(raw: dict[str, Any], schema: DictConfig, prefix: str = "
         if isinstance(value, dict) and isinstance(node, DictConfig):
             if OmegaConf.get_type(node) not in (dict, type(None)):  # trainer: any Lightning option
                 refuse_unknown_keys(value, node, f"{path}.")
+
+
+# Keys naming a file or folder: an empty value (``run_dir=``) would silently mean "." or nothing.
+PATH_KEYS = (
+    "run_dir",
+    "runs_root",
+    "dataset.root",
+    "dataset.test_root",
+    "dataset.cache_dir",
+    "method.aux.path",
+)
+
+
+def _refuse_empty_paths(config: RunConfig) -> None:
+    node = OmegaConf.structured(config)
+    for key in PATH_KEYS:
+        value = OmegaConf.select(node, key, default=None)
+        if isinstance(value, str) and not value.strip():
+            raise UserError(
+                f"{key}= is empty; give a path ({key}=NAME), or leave {key} out for its default"
+            )
 
 
 def _trainer_options(options: Any) -> dict[str, Any]:
