@@ -54,7 +54,9 @@ def compose(tokens: Sequence[str]) -> RunConfig:
 
 
 def refuse_retired(tokens: Sequence[str]) -> None:
-    """Keys of older versions, and a group selected twice (Hydra would take the last silently)."""
+    """Keys of older versions, a group selected twice (Hydra would take the last silently), and a
+    value split by an unquoted space."""
+    refuse_split_values(tokens)
     seen: set[str] = set()
     for token in tokens:
         key = token.partition("=")[0].lstrip("+~")
@@ -64,6 +66,18 @@ def refuse_retired(tokens: Sequence[str]) -> None:
             if key in seen:
                 raise UserError(f"group '{key}' is selected twice")
             seen.add(key)
+
+
+def refuse_split_values(tokens: Sequence[str]) -> None:
+    """``dataset.root=my images`` unquoted reaches us as two arguments, the second no key=value:
+    say that the space split a value, and how to quote it."""
+    for before, token in zip(tokens, tokens[1:]):
+        if "=" not in token and not token.startswith("~") and "=" in before:
+            whole = f"{before} {token}"
+            raise UserError(
+                f"cannot parse argument '{token}': expected key=value; if it belongs to the value "
+                f"before it, an unquoted space split it: quote the whole argument, '{whole}'"
+            )
 
 
 def hydra_overrides(tokens: Sequence[str]) -> list[str]:
