@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
@@ -101,7 +102,8 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
         raise UserError("run_dir, runs_root and resume cannot be swept")
     if len(members) > MAX_MEMBERS:
         raise UserError(f"the sweep has {len(members)} members; at most {MAX_MEMBERS} per sweep")
-    compose_raw([*members[0], *hydra_tokens], keep_hydra=True)  # the launcher and its options exist
+    _, choices = compose_raw([*members[0], *hydra_tokens], keep_hydra=True)  # launcher exists
+    refuse_missing_scheduler(choices.get("hydra/launcher"))
     for member in members:  # all checked before anything runs or is written
         try:
             compose([t for t in member if t.partition("=")[0] not in ("run_dir", "runs_root")])
@@ -117,12 +119,30 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
     ]
     try:
         hydra_app(["-m", *hydra_overrides(job_tokens), *hydra_tokens, *settings])
+    except (UserError, RuntimeError, OSError) as err:
+        if read_rows(
+            folder
+        ):  # members ran: their folders and rows stay, the summary says what failed
+            raise
+        shutil.rmtree(folder, ignore_errors=True)  # only Hydra's multirun.yaml: nothing to keep
+        raise UserError(f"the sweep's launcher failed before any member ran: {err}") from None
     except (KeyboardInterrupt, Interrupted):
         _finish(folder, job_tokens)
         raise Interrupted(
             f"sweep interrupted; the members done so far are summarised in {folder / SUMMARY_MD}"
         ) from None
     return _finish(folder, job_tokens)
+
+
+def refuse_missing_scheduler(launcher: str | None) -> None:
+    """``hydra/launcher=submitit_slurm`` on a machine without SLURM: one line, before the sweep
+    folder exists (submitit would fail with a traceback after Hydra wrote multirun.yaml)."""
+    if launcher == "submitit_slurm" and not (shutil.which("sbatch") and shutil.which("srun")):
+        raise UserError(
+            "hydra/launcher=submitit_slurm needs SLURM, and sbatch/srun are not on this machine's "
+            "PATH: run the sweep on the cluster's login node, or here with hydra/launcher=joblib "
+            "or submitit_local"
+        )
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")
