@@ -80,6 +80,8 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
             ),
         )
     refuse_step_cap(config)
+    if count_event is None:
+        refuse_sample_above_class(config, data)
     auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
     return make_plan(
         method_cls.schedule(config.method),
@@ -95,6 +97,33 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
         allow_large_delta=privacy.allow_large_delta,
         auxiliary=auxiliary,
         auxiliary_method=config.method.aux.method if auxiliary is not None else None,
+    )
+
+
+def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
+    """The expected per-class sample L above a class's planned size, said with the class's count as
+    the owner knows it: a held-out split plans (1 - dataset.test_fraction) x the file's count,
+    which is not a number of records (0.8 for a class of one image)."""
+    method = METHODS[config.method.name]
+    sizes = data.public_class_sizes or data.class_sizes
+    size = method.sample_size(config.method)
+    if method.sampling != "per_class_poisson" or size <= min(sizes):
+        return
+    smallest = min(range(len(sizes)), key=lambda c: sizes[c])
+    planned, fraction = sizes[smallest], config.dataset.test_fraction
+    if tuple(sizes) != tuple(data.class_sizes):  # a share of the file's records is held out
+        records = round(planned / (1 - fraction))
+        counted = (
+            f"has {records} record{'' if records == 1 else 's'} in the file, of which the plan "
+            f"expects {planned:g} in training (dataset.test_fraction={fraction:g} holds out each "
+            "record with that probability)"
+        )
+        ways = ", add records, or give a public test set with dataset.test_root"
+    else:
+        counted, ways = f"has {int(planned)} record{'' if planned == 1 else 's'}", ""
+    raise UserError(
+        f"method.group_size={size:g}, the expected sample per class, is larger than the smallest "
+        f"class: class {smallest} {counted}; lower method.group_size to at most {planned:g}{ways}"
     )
 
 
