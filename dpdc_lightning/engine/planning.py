@@ -11,6 +11,8 @@ from the plan and hands it to the mechanism, whose event the privacy budget comp
 from __future__ import annotations
 
 import dataclasses
+import math
+import sys
 from typing import Any
 
 from dpdc_lightning.config import RunConfig
@@ -20,7 +22,7 @@ from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, run_device
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.noise import PAIR_TAIL_MASS, noise_source
 from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
 from dpdc_lightning.privacy.secret import new_secret
 from dpdc_lightning.seeding import derive_seed
@@ -83,7 +85,7 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
     if count_event is None:
         refuse_sample_above_class(config, data)
     auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
-    return make_plan(
+    plan = make_plan(
         method_cls.schedule(config.method),
         class_sizes=class_sizes,
         method=config.method.name,
@@ -98,6 +100,41 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
         auxiliary=auxiliary,
         auxiliary_method=config.method.aux.method if auxiliary is not None else None,
     )
+    for warning in vacuous_guarantee(plan):
+        if warning not in _SAID:  # once per process (an audit plans many condensations)
+            _SAID.add(warning)
+            print(f"warning: {warning}", file=sys.stderr)
+    return plan
+
+
+_SAID: set[str] = set()
+
+
+def vacuous_guarantee(plan: PrivacyPlan) -> list[str]:
+    """What makes a private plan's (ε, δ) promise nothing, though every number is honest:
+
+    - ε >= ln(1/δ): any membership test has TPR <= e^ε FPR + δ, which is then >= 1 at FPR = δ,
+      so the guarantee allows a test that finds every member while accusing a non-member with
+      probability δ (target_epsilon=1e9, noise_multiplier=1e-9, a huge count or auxiliary ε);
+    - δ below 2^-106: each pair of noise values is that far from an exact Gaussian
+      (privacy/noise.py), so no floating-point run delivers a smaller δ (delta=1e-300)."""
+    if not plan.private or plan.planned_epsilon is None or plan.delta is None:
+        return []
+    said = []
+    epsilon, delta = plan.planned_epsilon, plan.delta
+    if epsilon >= math.log(1 / delta):
+        said.append(
+            f"the planned ε = {epsilon:.4g} is at least ln(1/δ) = {math.log(1 / delta):.3g}: such a "
+            f"guarantee allows an attack that finds every record's membership while erring with "
+            f"probability δ = {delta:g}; it protects nothing (raise the noise or lower the target)"
+        )
+    if delta < PAIR_TAIL_MASS:
+        said.append(
+            f"privacy.delta={delta:g} is below 2^-106 = {PAIR_TAIL_MASS:.2g}, how far each pair of "
+            "noise values is from an exact Gaussian: no run delivers it (privacy.json's noise "
+            "section gives the δ the sampler adds); use a δ such as 1e-5 or 1/(10 N)"
+        )
+    return said
 
 
 def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
