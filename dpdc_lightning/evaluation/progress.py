@@ -36,9 +36,12 @@ class EvalProgress:
         self._label, self._epochs, self._done = "", 0, 0
 
     def start_run(self, label: str, epochs: int) -> None:
+        """``epochs``: the passes of one training, eval.epochs + 1 (the reference loops over
+        ``range(Epoch + 1)``). Shown as the reference numbers them, epoch 0 to eval.epochs, so
+        ``eval.epochs=300`` counts to 300/300, never to 301."""
         self._label, self._epochs = label, epochs
         self._run = self._tqdm(
-            total=epochs,
+            total=max(epochs - 1, 1),
             desc=label,
             unit="epoch",
             position=1,
@@ -49,10 +52,11 @@ class EvalProgress:
         )
 
     def epoch_done(self, epochs: int) -> None:
+        """``epochs`` passes are done: epoch ``epochs - 1`` of 0 .. eval.epochs."""
         if self._lines is not None and 0 < epochs < self._epochs:
-            self._lines(f"{self._label}: epoch {epochs}/{self._epochs}")
+            self._lines(f"{self._label}: epoch {epochs - 1}/{self._epochs - 1}")
         if self._run is not None:
-            self._run.n = min(epochs, self._run.total)
+            self._run.n = min(max(epochs - 1, 0), self._run.total)
             self._run.refresh()
 
     def end_run(self, accuracy: float | None = None) -> None:
