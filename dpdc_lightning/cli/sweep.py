@@ -209,7 +209,7 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
         # Which private data it read: members of one data set compose (the summary's total).
         row["data"] = f"{config.dataset.name} from {read_provenance(run_dir)}"
         row.update(_report(run_dir), seconds=round(time.monotonic() - started, 1), status="ok")
-        print(end_of_run_line(run_dir, wall_seconds=row["seconds"]))
+        print(end_of_run_line(run_dir))  # the wall time stays in the owner's sweep.json
         if os.environ.get(EVALUATE_ENV) == "1":
             row["evaluation"] = _evaluate(run_dir)
     except Interrupted:

@@ -12,6 +12,7 @@ an abandoned run's secret.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -96,13 +97,14 @@ def train_main(argv: list[str]) -> int:
 
         print(planned_config_text(config), end="")
         return 0
-    from dpdc_lightning.engine.run_folder import end_of_run_line
+    from dpdc_lightning.engine.run_folder import end_of_run_line, wall_time_line
     from dpdc_lightning.engine.training import train
 
     started = time.monotonic()
     run_dir = train(config)
     if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
-        print(end_of_run_line(run_dir, wall_seconds=time.monotonic() - started))
+        print(wall_time_line(time.monotonic() - started), file=sys.stderr, flush=True)
+        print(end_of_run_line(run_dir))
         if args.evaluate:
             from dpdc_lightning.cli.evaluate import evaluate_main
 

@@ -103,21 +103,30 @@ def create(run_dir: Path) -> None:
         raise UserError(f"cannot create run_dir {run_dir}: {err.strerror or err}") from None
 
 
-def end_of_run_line(run_dir: Path, *, wall_seconds: float | None = None) -> str:
-    """The last line of train.py: the guarantee as privacy.json states it, steps, wall time and
-    where the bundle is."""
+def end_of_run_line(run_dir: Path) -> str:
+    """The last line of train.py: the guarantee as privacy.json states it, steps and where the
+    bundle is. No wall time: it depends on the realised sample sizes (see :func:`wall_time_line`)."""
     report = json.loads((Path(run_dir) / PRIVACY_REPORT).read_text())
-    took = "" if wall_seconds is None else f", {_duration(wall_seconds)}"
     if report.get("epsilon") is None:
         plan_file = Path(run_dir) / PLAN_FILE
         steps = json.loads(plan_file.read_text()).get("data_steps") if plan_file.is_file() else None
         counted = "" if steps is None else f", {steps} steps"
-        return f"bundle written to {run_dir}: not private (ε = ∞){counted}{took}"
+        return f"bundle written to {run_dir}: not private (ε = ∞){counted}"
     note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
     steps = report["steps"]
     return (
         f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
-        f"{steps} privacy-consuming step{'' if steps == 1 else 's'}{took}"
+        f"{steps} privacy-consuming step{'' if steps == 1 else 's'}"
+    )
+
+
+def wall_time_line(seconds: float) -> str:
+    """The run's wall time, for the owner's console (stderr) only. Not a released output: how long
+    the steps took depends on how many records each Poisson sample drew (and, for a private
+    class-size release, on the exact sizes), which no mechanism accounts for; docs/privacy.md."""
+    return (
+        f"wall time {_duration(seconds)} (the owner's information: it depends on the realised "
+        "sample sizes, so it is not part of the release)"
     )
 
 
