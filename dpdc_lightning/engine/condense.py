@@ -28,6 +28,7 @@ from dpdc_lightning.engine.planning import (
     auxiliary_config,
     auxiliary_run_config,
     check_memory,
+    fit_subspace,
     load_data,
     noise_seed_for,
     plan_run,
@@ -78,6 +79,13 @@ def resolve_auxiliary(
     if aux.source == "file":
         found = load_file(aux.path)
     elif aux.source == "public_split":
+        if data.test_is_private:
+            raise UserError(
+                f"method.aux.source=public_split: the test split of {data.name} was held out from "
+                "your private data (no dataset.test_root), so it is private; for your own data add "
+                "method.aux.source=dp (an auxiliary set made under DP on the budget share "
+                "method.aux.epsilon), or use method.aux.source=file (public images) or none"
+            )
         found = public_split(
             data.test_images, data.test_labels, dataset=data.name, held_out=data.test_is_private
         )
@@ -142,7 +150,7 @@ class Condensation:
             config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir
         )
         self.method: CondensationMethod = METHODS[config.method.name](
-            config.method,
+            fit_subspace(config, spec, self.auxiliary),
             data=spec,
             plan=plan,
             seed=config.seed,

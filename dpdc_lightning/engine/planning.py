@@ -255,6 +255,45 @@ def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Priv
     )
 
 
+def fit_subspace(config: RunConfig, data: DataSpec, auxiliary: Any | None) -> Any:
+    """The method config, Dosser's ``subspace_dim`` lowered (announced) to what SER allows: at most
+    the auxiliary set's images minus one, and the extractor's feature dimension. A small data set
+    of one's own (``method.aux.source=dp`` makes aux.ipc images per class) or a narrow model has
+    fewer than the default 100. A function of public sizes only (the auxiliary set's length, the
+    model), so a resumed run lowers it alike."""
+    method = config.method
+    dim = getattr(method, "subspace_dim", None)
+    if auxiliary is None or dim is None or len(auxiliary.images) < 2:
+        return method
+    limits = {
+        f"the auxiliary set's {len(auxiliary.images)} images minus one": len(auxiliary.images) - 1,
+        "the extractor's feature dimension": _feature_dim(config, data),
+    }
+    why, limit = min(limits.items(), key=lambda item: item[1])
+    if dim <= limit:
+        return method
+    print(
+        f"note: method.subspace_dim={dim} lowered to {limit}, {why} (SER's subspace cannot have "
+        "more dimensions)",
+        file=sys.stderr,
+    )
+    return dataclasses.replace(method, subspace_dim=limit)
+
+
+def _feature_dim(config: RunConfig, data: DataSpec) -> int:
+    """The width of the extractor's features, from a network built on the meta device (no memory)."""
+    import torch
+
+    from dpdc_lightning.models import NETWORKS
+
+    channels, height, width = data.image_shape
+    with torch.device("meta"):
+        network = NETWORKS[config.model.name].factory(
+            channels, data.num_classes, (height, width), **config.model.options()
+        )
+        return int(network.embed(torch.zeros(1, channels, height, width)).shape[1])
+
+
 def needs_secret(config: RunConfig) -> bool:
     """A private method without reproducible noise samples and noises from a secret seed."""
     return METHODS[config.method.name].private and not config.privacy.reproducible_noise
