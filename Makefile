@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 UV_VERSION := 0.13.9
 
-.PHONY: demo lint test test-slow test-latest lock
+.PHONY: demo lint test test-slow test-latest lock mutants
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,6 +31,13 @@ test: lint
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Mutation testing of privacy/, methods/ and data/loaders/ with mutmut ([tool.mutmut] in
+# pyproject.toml), by hand, never in CI: a fixed sample of 1 mutant in MUTANTS_EVERY (all ~7000
+# take days on 2 cores), each against the fast tests that reach it; results under mutants/.
+MUTANTS_EVERY ?= 20
+mutants: $(STAMP)
+	nice -n 19 $(PY) benchmarks/mutants.py --every $(MUTANTS_EVERY)
 
 # Early warning: the fast suite on the newest releases pyproject.toml allows, unlocked, in .venv-latest.
 test-latest:
