@@ -84,10 +84,10 @@ def audit_main(argv: list[str]) -> int:
                 f"unknown mode {mode!r}; did you mean {close[0]}? (modes: {', '.join(MODES)})"
             )
     positional = [a for a in argv if "=" not in a]
+    # Before torch loads; an unquoted space in the folder's name gets a hint.
+    refuse_missing_paths(positional[:1], what="run directory", argv=argv)
     if len(positional) != 1:
         raise UserError(f"give exactly one run directory (or a mode: {', '.join(MODES)}); {USAGE}")
-    # Before torch loads; an unquoted space in the folder's name gets a hint.
-    refuse_missing_paths(positional, what="run directory", argv=argv)
     return audit_run(Path(positional[0]), [a for a in argv if "=" in a])
 
 

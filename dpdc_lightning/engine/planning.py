@@ -100,18 +100,12 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
         auxiliary=auxiliary,
         auxiliary_method=config.method.aux.method if auxiliary is not None else None,
     )
-    for warning in vacuous_guarantee(plan):
-        if warning not in _SAID:  # once per process (an audit plans many condensations)
-            _SAID.add(warning)
-            print(f"warning: {warning}", file=sys.stderr)
     return plan
 
 
-_SAID: set[str] = set()
-
-
 def vacuous_guarantee(plan: PrivacyPlan) -> list[str]:
-    """What makes a private plan's (ε, δ) promise nothing, though every number is honest:
+    """What makes a private plan's (ε, δ) promise nothing, though every number is honest (train.py
+    and --print-config print each as a warning once the run starts or the plan is shown):
 
     - ε >= ln(1/δ): any membership test has TPR <= e^ε FPR + δ, which is then >= 1 at FPR = δ,
       so the guarantee allows a test that finds every member while accusing a non-member with

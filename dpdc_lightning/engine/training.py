@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -24,6 +25,7 @@ from dpdc_lightning.engine.planning import (
     needs_secret,
     noise_seed_for,
     plan_run,
+    vacuous_guarantee,
 )
 from dpdc_lightning.engine.progress import say
 from dpdc_lightning.engine.run_folder import (
@@ -74,6 +76,7 @@ def train(config: RunConfig) -> Path:
     created = False
     if hands_run_dir:
         lines = [f"data: {config.dataset.name} from {data_provenance(data)}"]
+        lines += [f"warning: {warning}" for warning in vacuous_guarantee(plan)]
         if data.test_is_private:
             lines.append(
                 "note: the test split is held out from your private data: accuracy measured on it is NOT "
@@ -173,6 +176,8 @@ def planned_config_text(config: RunConfig) -> str:
         text = to_yaml(config)
         return text + "# plan: made after the private class-size release, when the run starts\n"
     plan = plan_run(config, spec, noise_seed=config.seed)
+    for warning in vacuous_guarantee(plan):
+        print(f"warning: {warning}", file=sys.stderr)
     text = to_yaml(config) + (
         f"# memory: about {format_bytes(total_bytes(memory_needs(config, spec, plan)))} "
         "estimated before the run (what it counts: docs/methods.md)\n"
