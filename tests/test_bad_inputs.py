@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import re
 from pathlib import Path
 
 import numpy as np
@@ -439,8 +440,32 @@ def test_gpu_evaluation_without_a_gpu_is_one_line(workspace, capsys):
     _check(EVALUATE, ["finished", "eval.accelerator=gpu"], "no CUDA GPU", workspace, capsys)
 
 
-def test_suite_is_large_enough():
-    assert len(TRAIN_CASES) + len(EVALUATE_CASES) >= 25
+def _items(module) -> int:
+    """Test items of ``module`` as pytest collects them: each test function times the product of
+    its parameter sets."""
+    total = 0
+    for name, value in vars(module).items():
+        if name.startswith("test_") and callable(value):
+            count = 1
+            for mark in getattr(value, "pytestmark", []):
+                if mark.name == "parametrize":
+                    count *= len(mark.args[1])
+            total += count
+    return total
+
+
+def test_the_documented_count_of_bad_input_tests_is_the_suite():
+    """docs/troubleshooting.md states how many tests check the bad-input contract: the items of
+    this file and of tests/test_new_user_failures.py, counted as pytest collects them."""
+    import sys
+
+    import test_new_user_failures
+
+    stated = re.search(
+        r"\((\d+) tests, in-process", (ROOT / "docs" / "troubleshooting.md").read_text()
+    )
+    counted = _items(sys.modules[__name__]) + _items(test_new_user_failures)
+    assert stated is not None and int(stated.group(1)) == counted, counted
 
 
 # --------------------------------------------------------------------------- issue 20: a newcomer's failures
