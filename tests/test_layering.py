@@ -154,11 +154,14 @@ def test_privacy_noise_multiplier_reaches_the_accountant_along_the_documented_pa
 
     package = str(ROOT / "dpdc_lightning") + "/"
     seen: list[str] = []
+    drawn: list[float] = []  # the noise multiplier of every Gaussian release
 
     def profile(frame, event, argument):
         path = frame.f_code.co_filename
         if not path.startswith(package) or event not in ("call", "return"):
             return
+        if event == "call" and frame.f_code.co_name == "gaussian_sum":
+            drawn.append(frame.f_locals["noise_multiplier"])
         values = [argument] if event == "return" else list(frame.f_locals.values())
         if any(_carries(v) for v in values):
             relative = path[len(package) :]
@@ -174,6 +177,7 @@ def test_privacy_noise_multiplier_reaches_the_accountant_along_the_documented_pa
     finally:
         sys.setprofile(None)
     report = result.report
+    assert drawn == [MARK] * 8  # 2 steps x 4 classes, each noised at the configured multiplier
     (main,) = [phase for phase in report["phases"] if phase["name"] == "main"]
     assert (
         main["history"] == [[MARK, pytest.approx(4 / 48), 2]] and report["noise_multiplier"] == MARK
