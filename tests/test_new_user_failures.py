@@ -226,8 +226,9 @@ def test_a_huge_phase_epsilon_is_vacuous_too():
     from dataclasses import replace
 
     from dpdc_lightning.config import compose
-    from dpdc_lightning.engine.planning import load_data, plan_run, vacuous_guarantee
+    from dpdc_lightning.engine.planning import load_data, plan_run
     from dpdc_lightning.methods import DataSpec
+    from dpdc_lightning.privacy.vacuous import vacuous_guarantee
 
     config = compose(["method=ndpdc"])
     plan = plan_run(config, DataSpec.of(load_data(config)), noise_seed=0)
@@ -351,11 +352,11 @@ def test_dosser_subspace_is_lowered_to_what_the_auxiliary_set_allows(capsys):
     import torch
 
     from dpdc_lightning.config import compose
-    from dpdc_lightning.engine.planning import fit_subspace
+    from dpdc_lightning.engine.subspace_fit import fit_subspace
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.methods.auxiliary import AuxiliarySet
 
-    config = compose(["method=dosser", "model.width=8", "model.depth=2"])
+    config = compose(["method=dosser", "model.width=8", "model.depth=2", "method.aux.source=dp"])
     spec = DataSpec(num_classes=3, image_shape=(1, 8, 8), class_sizes=(16.0, 16.0, 16.0))
     aux = AuxiliarySet(torch.zeros(10, 1, 8, 8), None, "ten public images")
     assert fit_subspace(config, spec, aux).subspace_dim == 9  # 10 images - 1 < 32 features
@@ -365,9 +366,13 @@ def test_dosser_subspace_is_lowered_to_what_the_auxiliary_set_allows(capsys):
     big = AuxiliarySet(torch.zeros(200, 1, 8, 8), None, "200 public images")
     assert fit_subspace(config, spec, big).subspace_dim == 32  # 8 channels x 2 x 2 features
     assert "the extractor's feature dimension" in capsys.readouterr().err
-    small = compose(["method=dosser", "method.subspace_dim=5"])
+    small = compose(["method=dosser", "method.subspace_dim=5", "method.aux.source=dp"])
     assert fit_subspace(small, spec, aux) is small.method and capsys.readouterr().err == ""
     assert fit_subspace(config, spec, None) is config.method
+    given = compose(["method=dosser", "model.width=8", "model.depth=2"])  # the public split
+    assert (
+        fit_subspace(given, spec, aux) is given.method
+    )  # a set the user gives: the method refuses
 
 
 def test_dosser_on_held_out_own_data_names_the_one_command(cwd, capsys):

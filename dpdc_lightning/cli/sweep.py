@@ -30,6 +30,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from dpdc_lightning.cli.launchers import refuse_missing_scheduler
 from dpdc_lightning.cli.sweep_summary import (
     SUMMARY_CSV,
     SUMMARY_MD,
@@ -132,17 +133,6 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
             f"sweep interrupted; the members done so far are summarised in {folder / SUMMARY_MD}"
         ) from None
     return _finish(folder, job_tokens)
-
-
-def refuse_missing_scheduler(launcher: str | None) -> None:
-    """``hydra/launcher=submitit_slurm`` on a machine without SLURM: one line, before the sweep
-    folder exists (submitit would fail with a traceback after Hydra wrote multirun.yaml)."""
-    if launcher == "submitit_slurm" and not (shutil.which("sbatch") and shutil.which("srun")):
-        raise UserError(
-            "hydra/launcher=submitit_slurm needs SLURM, and sbatch/srun are not on this machine's "
-            "PATH: run the sweep on the cluster's login node, or here with hydra/launcher=joblib "
-            "or submitit_local"
-        )
 
 
 @hydra.main(version_base=None, config_path=str(CONF_DIR), config_name="config")

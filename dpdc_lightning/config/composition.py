@@ -28,7 +28,7 @@ from dpdc_lightning.config.schema import (
     RunConfig,
     group_options,
 )
-from dpdc_lightning.config.validation import one_line, validate
+from dpdc_lightning.config.validation import one_line, refuse_split_values, validate
 from dpdc_lightning.errors import UserError
 
 # Keys older versions wrote into config.yaml; refused with where the value lives now.
@@ -66,18 +66,6 @@ def refuse_retired(tokens: Sequence[str]) -> None:
             if key in seen:
                 raise UserError(f"group '{key}' is selected twice")
             seen.add(key)
-
-
-def refuse_split_values(tokens: Sequence[str]) -> None:
-    """``dataset.root=my images`` unquoted reaches us as two arguments, the second no key=value:
-    say that the space split a value, and how to quote it."""
-    for before, token in zip(tokens, tokens[1:]):
-        if "=" not in token and not token.startswith("~") and "=" in before:
-            whole = f"{before} {token}"
-            raise UserError(
-                f"cannot parse argument '{token}': expected key=value; if it belongs to the value "
-                f"before it, an unquoted space split it: quote the whole argument, '{whole}'"
-            )
 
 
 def hydra_overrides(tokens: Sequence[str]) -> list[str]:

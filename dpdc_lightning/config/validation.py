@@ -30,6 +30,18 @@ def one_line(err: Exception) -> str:
     return f"{key}: {first}" if key and key not in first else first
 
 
+def refuse_split_values(tokens: Sequence[str]) -> None:
+    """``dataset.root=my images`` unquoted reaches us as two arguments, the second no key=value:
+    say that the space split a value, and how to quote it."""
+    for before, token in zip(tokens, tokens[1:]):
+        if "=" not in token and not token.startswith("~") and "=" in before:
+            whole = f"{before} {token}"
+            raise UserError(
+                f"cannot parse argument '{token}': expected key=value; if it belongs to the value "
+                f"before it, an unquoted space split it: quote the whole argument, '{whole}'"
+            )
+
+
 def validate(
     raw: DictConfig, *, method: str | None = None, overrides: Sequence[str] = ()
 ) -> RunConfig:

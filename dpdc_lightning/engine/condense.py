@@ -28,12 +28,12 @@ from dpdc_lightning.engine.planning import (
     auxiliary_config,
     auxiliary_run_config,
     check_memory,
-    fit_subspace,
     load_data,
     noise_seed_for,
     plan_run,
 )
 from dpdc_lightning.engine.privacy_callback import PrivacyCallback
+from dpdc_lightning.engine.subspace_fit import fit_subspace
 from dpdc_lightning.engine.trainer import build_trainer, quiet_libraries
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec

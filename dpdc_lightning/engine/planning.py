@@ -11,8 +11,6 @@ from the plan and hands it to the mechanism, whose event the privacy budget comp
 from __future__ import annotations
 
 import dataclasses
-import math
-import sys
 from typing import Any
 
 from dpdc_lightning.config import RunConfig
@@ -22,7 +20,7 @@ from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, run_device
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
-from dpdc_lightning.privacy.noise import PAIR_TAIL_MASS, noise_source
+from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
 from dpdc_lightning.privacy.secret import new_secret
 from dpdc_lightning.seeding import derive_seed
@@ -101,34 +99,6 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
         auxiliary_method=config.method.aux.method if auxiliary is not None else None,
     )
     return plan
-
-
-def vacuous_guarantee(plan: PrivacyPlan) -> list[str]:
-    """What makes a private plan's (ε, δ) promise nothing, though every number is honest (train.py
-    and --print-config print each as a warning once the run starts or the plan is shown):
-
-    - ε >= ln(1/δ): any membership test has TPR <= e^ε FPR + δ, which is then >= 1 at FPR = δ,
-      so the guarantee allows a test that finds every member while accusing a non-member with
-      probability δ (target_epsilon=1e9, noise_multiplier=1e-9, a huge count or auxiliary ε);
-    - δ below 2^-106: each pair of noise values is that far from an exact Gaussian
-      (privacy/noise.py), so no floating-point run delivers a smaller δ (delta=1e-300)."""
-    if not plan.private or plan.planned_epsilon is None or plan.delta is None:
-        return []
-    said = []
-    epsilon, delta = plan.planned_epsilon, plan.delta
-    if epsilon >= math.log(1 / delta):
-        said.append(
-            f"the planned ε = {epsilon:.4g} is at least ln(1/δ) = {math.log(1 / delta):.3g}: such a "
-            f"guarantee allows an attack that finds every record's membership while erring with "
-            f"probability δ = {delta:g}; it protects nothing (raise the noise or lower the target)"
-        )
-    if delta < PAIR_TAIL_MASS:
-        said.append(
-            f"privacy.delta={delta:g} is below 2^-106 = {PAIR_TAIL_MASS:.2g}, how far each pair of "
-            "noise values is from an exact Gaussian: no run delivers it (privacy.json's noise "
-            "section gives the δ the sampler adds); use a δ such as 1e-5 or 1/(10 N)"
-        )
-    return said
 
 
 def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
@@ -247,45 +217,6 @@ def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Priv
         accountant=privacy.accountant,
         allow_large_delta=privacy.allow_large_delta,
     )
-
-
-def fit_subspace(config: RunConfig, data: DataSpec, auxiliary: Any | None) -> Any:
-    """The method config, Dosser's ``subspace_dim`` lowered (announced) to what SER allows: at most
-    the auxiliary set's images minus one, and the extractor's feature dimension. A small data set
-    of one's own (``method.aux.source=dp`` makes aux.ipc images per class) or a narrow model has
-    fewer than the default 100. A function of public sizes only (the auxiliary set's length, the
-    model), so a resumed run lowers it alike."""
-    method = config.method
-    dim = getattr(method, "subspace_dim", None)
-    if auxiliary is None or dim is None or len(auxiliary.images) < 2:
-        return method
-    limits = {
-        f"the auxiliary set's {len(auxiliary.images)} images minus one": len(auxiliary.images) - 1,
-        "the extractor's feature dimension": _feature_dim(config, data),
-    }
-    why, limit = min(limits.items(), key=lambda item: item[1])
-    if dim <= limit:
-        return method
-    print(
-        f"note: method.subspace_dim={dim} lowered to {limit}, {why} (SER's subspace cannot have "
-        "more dimensions)",
-        file=sys.stderr,
-    )
-    return dataclasses.replace(method, subspace_dim=limit)
-
-
-def _feature_dim(config: RunConfig, data: DataSpec) -> int:
-    """The width of the extractor's features, from a network built on the meta device (no memory)."""
-    import torch
-
-    from dpdc_lightning.models import NETWORKS
-
-    channels, height, width = data.image_shape
-    with torch.device("meta"):
-        network = NETWORKS[config.model.name].factory(
-            channels, data.num_classes, (height, width), **config.model.options()
-        )
-        return int(network.embed(torch.zeros(1, channels, height, width)).shape[1])
 
 
 def needs_secret(config: RunConfig) -> bool:

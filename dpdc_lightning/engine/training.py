@@ -25,7 +25,6 @@ from dpdc_lightning.engine.planning import (
     needs_secret,
     noise_seed_for,
     plan_run,
-    vacuous_guarantee,
 )
 from dpdc_lightning.engine.progress import say
 from dpdc_lightning.engine.run_folder import (
@@ -45,6 +44,7 @@ from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
+from dpdc_lightning.privacy.vacuous import vacuous_guarantee
 
 
 def train(config: RunConfig) -> Path:
