@@ -509,3 +509,62 @@ def test_feature_matching_augments_both_batches_with_one_draw(cls):
     pairs = method.augmented_pairs({"classes": [0, 1, 2], "images": [x, x, x]}, step=7)
     for real, synthetic in zip(*pairs):
         assert torch.equal(real, synthetic)
+
+
+def _principal(features: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and top-``dim`` eigenvectors of the covariance (float64 eigh, not an SVD), each
+    column's sign set so that its largest-magnitude entry is positive."""
+    x = features.double()
+    mean = x.mean(0)
+    values, vectors = torch.linalg.eigh((x - mean).T @ (x - mean))
+    basis = vectors[:, values.argsort(descending=True)[:dim]]
+    signs = torch.sign(basis[basis.abs().argmax(0), torch.arange(dim)])
+    return mean, basis * signs
+
+
+def test_dosser_ser_projects_onto_the_auxiliary_subspace_then_clips():
+    """With SER each feature becomes P^T (f - m), P and m from the auxiliary set's features under
+    the same θ, and only then is it clipped to K: the bank entry and the free step's loss."""
+    from method_helpers import plan_for
+
+    from dpdc_lightning.methods.auxiliary import AuxiliarySet
+
+    dim, bound = 4, 0.3
+    aux = AuxiliarySet(reals((40,), seed=8)[0], None, "40 public images")
+    config = DosserConfig(
+        ipc=2,
+        group_size=3.0,
+        clip_norm=bound,
+        sampling_steps=1,
+        optimisation_steps=1,
+        subspace_dim=dim,
+        aux=AuxiliaryConfig(source="public_split"),
+        ema=None,
+        dsa_strategy="none",
+    )
+    plan = plan_for(Dosser, config, SPEC, noise_multiplier=0.9)
+    method = Dosser(
+        config, data=SPEC, plan=plan, seed=SEED, noise_seed=SEED, model=MODEL, auxiliary=aux
+    )
+    method.on_fit_start()
+    batch = reals((4, 2, 5), seed=9)
+    method.run_step({"step": 0, "classes": [0, 1, 2], "images": batch})
+    phi = network("theta", "build")
+    init_weights_(phi, generator=torch.Generator().manual_seed(derive_seed(SEED, "theta", 0)))
+    with torch.no_grad():
+        mean, basis = _principal(phi.embed(aux.images), dim)
+    signals = []
+    for c, x in enumerate(batch):
+        with torch.no_grad():
+            rows = (phi.embed(x).double() - mean) @ basis
+        signal = (clip(rows, bound).sum(0) + noise(0, c, dim) * 0.9 * bound).float() / 3.0
+        assert_close_normwise(method.bank.signal(0, c), signal, rel=1e-4, what=f"class {c}")
+        signals.append(signal)
+    start = method.class_view().detach().clone()
+    loss = method.run_step({"step": 1, "free": True, "classes": [0, 1, 2]})
+    images = start.clone().requires_grad_(True)
+    expected = torch.zeros(())
+    for c in range(3):
+        rows = (phi.embed(images[c]) - mean.float()) @ basis.float()
+        expected = expected + ((3.0 * clip(rows, bound).mean(0) - 3.0 * signals[c]) ** 2).sum()
+    assert float(loss.detach()) == pytest.approx(float(expected.detach()), rel=1e-4)
