@@ -169,3 +169,61 @@ def test_a_record_side_depends_on_that_record_alone(own_file):
     assert torch.equal(hold_out(images[order], labels[order], fraction=0.3, seed=4), held[order])
     relabelled = hold_out(images, (labels + 1) % 3, fraction=0.3, seed=4)
     assert 0.07 < (relabelled & held).float().mean() < 0.11  # the label is part of the key
+
+
+def test_a_split_that_empties_a_class_is_refused_naming_that_class(tmp_path):
+    """Class "b" has 2 records, class "a" 30, and 90 % is held out: for each split seed, the
+    loader refuses exactly when the rule above leaves a class without training records, naming
+    the first such class; otherwise it loads."""
+    from dpdc_lightning.errors import UserError
+
+    rng = np.random.default_rng(1)
+    pixels = rng.integers(0, 256, (32, 1, 4, 4), dtype=np.uint8)
+    labels = np.array([0] * 30 + [1] * 2)
+    path = tmp_path / "small.pt"
+    torch.save(
+        {
+            "images": torch.from_numpy(pixels),
+            "labels": torch.from_numpy(labels),
+            "class_names": ["a", "b"],
+        },
+        path,
+    )
+    outcomes = set()
+    for seed in range(12):
+        held = _held_by_hand(pixels, labels, fraction=0.9, seed=seed)
+        emptied = [name for c, name in enumerate("ab") if held[labels == c].all()]
+        if emptied:
+            with pytest.raises(
+                UserError, match=f"split_seed={seed} holds out every record of class {emptied[0]};"
+            ):
+                load_dataset("tensors", root=path, test_fraction=0.9, split_seed=seed)
+        else:
+            data = load_dataset("tensors", root=path, test_fraction=0.9, split_seed=seed)
+            assert len(data.test_labels) == int(held.sum())
+        outcomes.add(bool(emptied))
+    assert outcomes == {True, False}  # both cases met (P(b emptied) = 0.81 per seed)
+
+
+def test_the_toy_data_is_its_documented_construction():
+    """Class k is a bar on rows 6k+4 .. 6k+6 at 0.6 on -0.6, plus 0.25 N(0, 1) noise from the
+    generator keyed by TOY_SEED, clamped to [-1, 1]; 48 train then 16 test records per class,
+    labels cycling 0, 1, 2, 3."""
+    from dpdc_lightning.data.loaders.embedded import TOY_SEED
+
+    data = load_dataset("toy")
+    generator = derive_generator(TOY_SEED, "toy-dataset")
+    for images, labels, per_class in (
+        (data.train_images, data.train_labels, 48),
+        (data.test_images, data.test_labels, 16),
+    ):
+        expected_labels = torch.arange(4).repeat(per_class)
+        rows = torch.arange(28)
+        bar = (rows >= 6 * expected_labels[:, None] + 4) & (
+            rows <= 6 * expected_labels[:, None] + 6
+        )
+        clean = torch.where(bar[:, None, :, None], 0.6, -0.6).expand(-1, 1, 28, 28)
+        noise = 0.25 * torch.randn(len(expected_labels), 1, 28, 28, generator=generator)
+        assert torch.equal(labels, expected_labels)
+        assert torch.equal(images, (clean + noise).clamp(-1.0, 1.0))
+    assert data.class_names == ("bar0", "bar1", "bar2", "bar3") and data.num_classes == 4

@@ -87,3 +87,25 @@ def test_steps_are_counted_and_a_non_finite_loss_names_its_step():
     with pytest.raises(NumericalFault, match=r"diverged at step 3 of"):
         method.run_step({"step": 2, "classes": [0, 1, 2], "images": empty})
     assert int(method.completed_steps) == 2  # a diverged step is not counted
+
+
+def test_the_generator_prior_is_keyed_weights_and_keyed_latent_codes():
+    """PSG's prior: latent codes z ~ N(0, I) from the generator keyed (seed, "latents"), weights
+    from (seed, "generator"); another seed draws other codes, the global RNG is never read."""
+    from dpdc_lightning.config.methods import PSGConfig
+    from dpdc_lightning.methods.psg import PSG
+
+    config = PSGConfig(ipc=2, prior="generator", latent_dim=3, generator_width=4, batch_size=4.0)
+    torch.manual_seed(123)
+    first = build(PSG, config, SPEC, seed=4, model=MODEL, noise_multiplier=1.0)
+    torch.manual_seed(456)
+    again = build(PSG, config, SPEC, seed=4, model=MODEL, noise_multiplier=1.0)
+    other = build(PSG, config, SPEC, seed=5, model=MODEL, noise_multiplier=1.0)
+    codes = torch.randn(6, 3, generator=derive_generator(4, "latents"))
+    assert torch.equal(first.synthetic.latents, codes)
+    assert not torch.equal(other.synthetic.latents, codes)
+    for a, b in zip(first.synthetic.parameters(), again.synthetic.parameters()):
+        assert torch.equal(a, b)
+    assert first.synthetic.labels.tolist() == [0, 0, 1, 1, 2, 2]
+    images = first.synthetic()
+    assert images.shape == (6, 2, 4, 4) and torch.equal(first.class_view()[2, 1], images[5])
