@@ -1,0 +1,93 @@
+"""Privacy state that outlives a step (issue 28): what a restored budget states, when two
+accountants are the same, a pure-DP fixed cost, and the calculator's own arguments."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from method_helpers import stream
+
+from dpdc_lightning.data import ImageData
+from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.budget import PrivacyBudget, report_mechanism
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+
+
+def _plan():
+    import torch
+
+    labels = torch.cat([torch.zeros(20, dtype=torch.long), torch.ones(12, dtype=torch.long)])
+    data = ImageData.from_tensors(torch.zeros(32, 1, 4, 4), labels)
+    return stream(data, group_size=4.0, steps=5).plan
+
+
+def _events(plan, expected_size=None):
+    return [
+        (
+            c,
+            PrivacyEvent(
+                noise_multiplier=plan.noise_multiplier,
+                sample_rate=plan.rate_of(c),
+                mechanism="Gaussian sum of rows clipped to 2",
+                sensitivity=2.0,
+                expected_size=expected_size,
+            ),
+        )
+        for c in (0, 1)
+    ]
+
+
+def test_a_restored_budget_states_the_mechanism_it_composed():
+    """A run that resumes after its last step (killed before the bundle) reports the mechanism
+    from the checkpoint: the restored budget must state exactly what the first one did."""
+    plan = _plan()
+    budget = PrivacyBudget(plan)
+    for step in range(2):
+        assert budget.spend(step, _events(plan, expected_size=4.0))
+    stated = report_mechanism(budget)
+    assert stated["sensitivity"] == 2.0 and stated["noise_std"] == pytest.approx(2.0)
+    restored = PrivacyBudget(plan)
+    restored.load_state_dict(json.loads(json.dumps(budget.state_dict())))
+    assert report_mechanism(restored) == stated
+    assert restored.epsilon() == budget.epsilon() and restored.data_steps_spent == 2
+
+
+def test_accountants_are_equal_only_with_the_same_kind_and_the_same_phases():
+    event = PrivacyEvent(noise_multiplier=1.0, sample_rate=0.1)
+    first, second = PrivacyAccountant(), PrivacyAccountant()
+    first.step(event, num_steps=3)
+    second.step(event, num_steps=3)
+    assert first == second
+    longer = PrivacyAccountant()
+    longer.step(event, num_steps=4)
+    other_kind = PrivacyAccountant(accountant="prv")
+    other_kind.step(event, num_steps=3)
+    assert first != longer and first != other_kind and longer != other_kind
+
+
+def test_a_pure_dp_fixed_cost_phase_composes():
+    """A phase known only as (ε, δ = 0) (a pure-DP release) is accepted and adds its ε."""
+    accountant = PrivacyAccountant()
+    accountant.step(PrivacyEvent(noise_multiplier=1.0, sample_rate=0.1), num_steps=10)
+    before = accountant.get_epsilon(delta=1e-5)
+    accountant.add_fixed_cost(name="counts", epsilon=0.25, delta=0.0)
+    assert accountant.get_epsilon(delta=1e-5) == pytest.approx(before + 0.25, abs=1e-9)
+
+
+def test_the_calculator_lists_its_verbs_and_requires_its_flags(capsys):
+    from dpdc_lightning.privacy.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "Privacy calculator for the Poisson-subsampled" in out
+    for verb in ("epsilon", "calibrate", "max-steps"):
+        assert verb in out
+    with pytest.raises(SystemExit) as exit_:
+        main(["epsilon", "--noise-multiplier", "1", "--steps", "10", "--delta", "1e-5"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_.value.code == 2 and len(err) == 1 and "--sample-rate" in err[0]
+    with pytest.raises(SystemExit) as exit_:
+        main([])
+    assert exit_.value.code == 2 and "required: {epsilon,calibrate,max-steps}" in capsys.readouterr().err
