@@ -90,4 +90,49 @@ def test_the_calculator_lists_its_verbs_and_requires_its_flags(capsys):
     assert exit_.value.code == 2 and len(err) == 1 and "--sample-rate" in err[0]
     with pytest.raises(SystemExit) as exit_:
         main([])
-    assert exit_.value.code == 2 and "required: {epsilon,calibrate,max-steps}" in capsys.readouterr().err
+    assert (
+        exit_.value.code == 2
+        and "required: {epsilon,calibrate,max-steps}" in capsys.readouterr().err
+    )
+
+
+def test_every_draw_of_a_stream_is_fresh_not_only_the_second():
+    """Draw k of a (phase, step, partition) stream is its own: four draws pairwise different, and a
+    new stream of the same key repeats them in order (a counter that stops at 1 repeats draw 1)."""
+    from dpdc_lightning.privacy.noise import noise_source
+
+    def draws(reproducible: bool) -> list:
+        stream = noise_source(9, phase="main", step=2, partition=1, reproducible=reproducible)
+        return [stream.standard_normal((16,)) for _ in range(4)]
+
+    for reproducible in (False, True):
+        first, again = draws(reproducible), draws(reproducible)
+        assert all(a.equal(b) for a, b in zip(first, again))
+        assert all(not first[i].equal(first[j]) for i in range(4) for j in range(i + 1, 4))
+
+
+def test_reproducible_noise_is_keyed_by_every_part_of_its_key():
+    from dpdc_lightning.privacy.noise import noise_source
+
+    def values(**key) -> object:
+        full = {"phase": "main", "step": 3, "partition": 0, **key}
+        return noise_source(5, reproducible=True, **full).standard_normal((32,))
+
+    base = values()
+    for change in ({"step": 4}, {"partition": 1}, {"phase": "other"}):
+        assert not base.equal(values(**change)), change
+
+
+def test_composing_releases_keeps_fixed_cost_phases():
+    """Two releases, each a mechanism phase and a fixed (ε, 0) phase: the total composes the
+    mechanisms in RDP and adds both fixed costs."""
+    from dpdc_lightning.privacy.composition import composed_epsilon
+
+    release = [
+        {"name": "main", "kind": "mechanism", "history": [[1.0, 0.05, 100]]},
+        {"name": "counts", "kind": "fixed", "epsilon": 0.2, "delta": 0.0},
+    ]
+    mechanisms = PrivacyAccountant()
+    mechanisms.step(PrivacyEvent(noise_multiplier=1.0, sample_rate=0.05), num_steps=200)
+    expected = mechanisms.get_epsilon(delta=1e-5) + 0.4
+    assert composed_epsilon([release, release], delta=1e-5) == pytest.approx(expected, abs=1e-9)
