@@ -2,6 +2,7 @@
 
     python benchmarks/mutants.py [--every 20] [--max-children 2]   # generate, sample, run, score
     python benchmarks/mutants.py --score-only [--every 20]         # the table of the last run
+    python benchmarks/mutants.py --survivors [--every 20]          # rerun the sample's survivors
 
 mutmut 3 (locked in constraints.txt; configured in pyproject.toml ``[tool.mutmut]``) copies the
 package into ``mutants/``, mutates every function of ``privacy/``, ``methods/`` and
@@ -92,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=20, help="score 1 mutant in N (1: all)")
     parser.add_argument("--max-children", type=int, default=2)
     parser.add_argument("--score-only", action="store_true")
+    parser.add_argument(
+        "--survivors", action="store_true", help="rerun only the sample's survivors (new tests)"
+    )
     args = parser.parse_args(argv)
     # Commands the tests start (python -m ..., python -c ...) import the mutated copy too.
     os.environ["PYTHONPATH"] = str(MUTANTS)
@@ -99,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.score_only:
         generate()
         names = sampled(list(results()), args.every)
+        if args.survivors:
+            names = survivors(results(), names)
         print(f"mutants: {len(results())} in all, {len(names)} sampled (1 in {args.every})")
         command = ["mutmut", "run", "--max-children", str(args.max_children), *names]
         subprocess.run([str(Path(sys.executable).parent / command[0]), *command[1:]], cwd=ROOT)
