@@ -34,11 +34,14 @@ class NDPDC(FeatureMatchingMethod):
         # The private path is never differentiated: inference mode, no autograd records.
         real_features = self.extractor.private_features(reals)
         syn_features = self.extractor.embed_groups(syns)
+        # The mechanism clips and noises on the CPU in float64: ONE copy of every class's features
+        # there (a copy per class would wait for the GPU once per class), the releases back unblocked.
+        rows = torch.cat(real_features).to("cpu", torch.float64).split([len(f) for f in reals])
         clip, scale = self.config.clip_norm, self.config.group_size / self.config.ipc
         losses = []
         for i, c in enumerate(batch["classes"]):
             noisy_sum, event = noisy_clipped_sum(
-                real_features[i].float(),
+                rows[i],
                 max_norm=clip,
                 noise_multiplier=self.noise_multiplier,
                 sample_rate=self.plan.rate_of(c),
@@ -46,6 +49,7 @@ class NDPDC(FeatureMatchingMethod):
                 rows_are="features",
             )
             self.spend(event, partition=c)
+            noisy_sum = noisy_sum.to(self.device, non_blocking=True)
             synthetic_sum = self.clip_synthetic(syn_features[i].float(), max_norm=clip).sum(0)
             losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())
         return torch.stack(losses)
