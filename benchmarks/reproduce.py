@@ -76,6 +76,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma list of methods ({', '.join(METHODS)}), row keys or all",
     )
     parser.add_argument(
+        "--keys",
+        default=None,
+        help="comma list of exact row keys, run in this order (instead of --rows)",
+    )
+    parser.add_argument(
         "--work-dir", default="/tmp/dpdc_reproduce", help="runs and the results cache"
     )
     parser.add_argument(
@@ -105,6 +110,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.selected = select(args.rows, SCALES[args.scale].rows)
     except ValueError as err:
         parser.error(str(err))
+    if args.keys is not None:
+        by_key = {r.key: r for r in SCALES[args.scale].rows}
+        keys = [k.strip() for k in args.keys.split(",") if k.strip()]
+        if unknown := [k for k in keys if k not in by_key]:
+            parser.error(
+                f"--keys: unknown row(s) {', '.join(unknown)}; choose from {', '.join(by_key)}"
+            )
+        args.selected = [by_key[k] for k in keys]
     if args.out is not None and Path(args.out).suffix != ".md":
         parser.error(f"--out must name a .md file, got {args.out!r}")
     return args
