@@ -82,8 +82,8 @@ def image_packages(path: Path = IMAGE) -> dict[str, str | None]:
 
 
 def closure(root: str = "dpdc_lightning") -> dict[str, list[str]]:
-    """Every runtime dependency of ``root``, transitively (canonical name -> who requires it and how),
-    with markers evaluated for the GPU machine's Python; from the installed distributions' metadata."""
+    """Every runtime dependency of ``root``, transitively (canonical name -> who requires it and
+    how), with markers evaluated for the GPU machine's Python; from the installed metadata."""
     environment = {**default_environment(), **TARGET, "extra": ""}
     needed: dict[str, list[str]] = {}
     todo = [root]

@@ -1,6 +1,6 @@
 """The stages of ``benchmarks/gpu_check.sh``, in priority order, each flushed to OUT before the next:
 
-  (a) ``gpu_tests``: ``pytest -m gpu`` (tests/test_gpu.py: every method, engine, DDP, compile, memory);
+  (a) ``gpu_tests``: ``pytest -m gpu`` (tests/test_gpu.py: methods, engines, DDP, compile, memory);
   (b) ``speed``: ``benchmarks/gpu_speed.py``: our NDPDC iteration against the authors' loop at the
       paper setting, our evaluation step against the reference evaluator's, the fraction of peak;
   (c) ``rows``: ``benchmarks/reproduce.py --scale paper`` for the FashionMNIST rows, highest value
@@ -385,7 +385,8 @@ def rows_stage(args, python: str, env: dict, limit_s: float, dry: bool) -> dict:
 def seed_cache(work: Path, committed: Path, *, keys: list[str]) -> list[str]:
     """Rows a previous GPU session brought into benchmarks/results (gpu_import.py) go into the work
     folder's result cache, so this call skips them: a continuation needs no state from that session.
-    Only rows of the same scale, dataset and evaluation protocol, with their fingerprint recomputed."""
+    Only rows of the same scale, dataset and evaluation protocol, with their fingerprint
+    recomputed."""
     if not committed.with_suffix(".json").is_file():
         return []
     from dpdc_repro.common import ResultCache
@@ -428,7 +429,8 @@ def seed_cache(work: Path, committed: Path, *, keys: list[str]) -> list[str]:
 
 
 def estimates(record: dict, out: Path) -> str:
-    """What each stage would take on the GPU at the real size: the dry run's own counts, the model of
+    """What each stage would take on the GPU at the real size: the dry run's own counts, the model
+    of
     benchmarks/gpu_speed.py (GPU_MODEL). An ESTIMATE, not a measurement."""
     from dpdc_repro.plan import SCALES
     from gpu_speed import GPU_MODEL

@@ -1,7 +1,7 @@
 """Bring what a GPU call of ``benchmarks/gpu_check.sh`` returned into ``benchmarks/results``.
 
-    python benchmarks/gpu_import.py /work/.device/<files_at>            # after a GPU call
-    python benchmarks/gpu_import.py DRY_OUT --results /tmp/x --allow-dry-run   # the import path, tested
+    python benchmarks/gpu_import.py FILES_AT     # the run tool's files_at, after a GPU call
+    python benchmarks/gpu_import.py DRY_OUT --results /tmp/x --allow-dry-run   # the path, tested
 
 Reads the returned folder (``stages.json``, ``speed.md``, ``pytest_gpu.txt``,
 ``reproduce_fashion_mnist_paper.md`` / ``.json``) and writes:

@@ -1,25 +1,29 @@
-"""Stage (b) of benchmarks/gpu_check.sh: per-iteration time of our NDPDC and of the DPDC authors' loop
-at the paper setting, same device, same process, round-robin; our evaluation step against the
+"""Stage (b) of benchmarks/gpu_check.sh: per-iteration time of our NDPDC and of the DPDC authors'
+loop at the paper setting, same device, same process, round-robin; our evaluation step against the
 reference evaluator's; FLOPs per step and the fraction of the device's peak a step reaches.
 
-    python benchmarks/gpu_speed.py --device cuda --reference .gpu/reference --out speed.md --json speed.json
-    python benchmarks/gpu_speed.py --device cpu --data generated --ipc 2 --group-size 5 --steps 2   # tiny
+    python benchmarks/gpu_speed.py --device cuda --reference .gpu/reference \
+        --out speed.md --json speed.json
+    python benchmarks/gpu_speed.py --device cpu --data generated --ipc 2 --group-size 20 \
+        --steps 2 --out speed.md --json speed.json   # tiny, as the dry run
 
-Setting (default): FashionMNIST, 1x28x28, 10 classes, IPC 50, L 50 (Poisson), σ 1, G 1, ConvNet width
-128 depth 3 instance norm, DSA; the iteration of both sides is what ``benchmarks/ndpdc_vs_reference_speed.py``
-times (its ``Ours`` and ``Reference``: our data stream + ``NDPDC.class_losses`` + backward + SGD + the
-accountant's step; their ``main_dpdc.py`` loop body, read from the checkout and executed as is). On
-CUDA every timed iteration ends with ``torch.cuda.synchronize()``. Evaluation: one optimiser step
-of the protocol (batch 256, DSA, SGD) per run, ours (the default engine: stacked 5 runs on a GPU)
-against the reference ``evaluate_synset`` (authors' ``utils.py``), each timed over a short training
-of the same synthetic set, the test pass excluded.
+Setting (default): FashionMNIST, 1x28x28, 10 classes, IPC 50, L 50 (Poisson), σ 1, G 1, ConvNet
+width 128 depth 3 instance norm, DSA; the iteration of both sides is what
+``benchmarks/ndpdc_vs_reference_speed.py`` times (its ``Ours`` and ``Reference``: our data stream +
+``NDPDC.class_losses`` + backward + SGD + the accountant's step; their ``main_dpdc.py`` loop body,
+read from the checkout and executed as is). On CUDA every timed iteration ends with
+``torch.cuda.synchronize()``. Evaluation: one optimiser step of the protocol (batch 256, DSA, SGD)
+per run, ours (the default engine: 5 runs stacked on a GPU) against the reference
+``evaluate_synset`` (the authors' ``utils.py``), each timed over a short training of the same
+synthetic set, the fixed costs removed by differencing two lengths.
 
 FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode`` (convolutions and matrix
-products, forward and backward; the elementwise work is not counted), operations (≈ kernel launches)
-by a dispatch mode. ``--estimate`` turns both into a GPU time per step at the PAPER setting (FLOPs of
-one image through the network counted on the meta device, times the images a paper step processes;
-operations counted at the measured size, which the batched step does not change):
-time ≈ FLOPs / (peak x efficiency) + operations x launch cost, with the assumptions in ``GPU_MODEL``.
+products, forward and backward; elementwise work is not counted), operations (about one kernel
+launch each on a GPU) by a dispatch mode. The JSON's ``paper_estimate`` turns both into a GPU time
+per step at the PAPER setting (FLOPs of one image through the network counted on the meta device,
+times the images a paper step processes; operations counted at the measured size, which the
+batched step does not change): time = FLOPs / (peak x efficiency) + operations x launch cost,
+with the assumptions in ``GPU_MODEL``.
 """
 
 from __future__ import annotations
@@ -85,7 +89,8 @@ def counted(step) -> tuple[int, int]:
 
 
 def fake_fashion(per_class: int = 120) -> ImageData:
-    """Stand-in data of FashionMNIST's shape (10 classes, 1x28x28, pixels in [-1, 1]) for a dry run."""
+    """Stand-in data of FashionMNIST's shape (10 classes, 1x28x28, pixels in [-1, 1]) for a dry
+    run."""
     generator = torch.Generator().manual_seed(0)
     images = torch.rand(10 * per_class, 1, 28, 28, generator=generator) * 2 - 1
     labels = torch.arange(10).repeat_interleave(per_class)
@@ -129,7 +134,8 @@ def estimate_s(flops: float, ops: int) -> float:
 
 
 def time_loops(runs: dict, args, device) -> dict:
-    """Round-robin iterations of ``runs`` (name -> object with ``step(i)``); FLOPs and ops of one more."""
+    """Round-robin iterations of ``runs`` (name -> object with ``step(i)``); FLOPs and ops of one
+    more."""
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for step in range(args.warmup + args.steps):
         for name, run in runs.items():

@@ -257,7 +257,8 @@ def _banner(entries: list[Entry]) -> str:
         "2-core CPU (no GPU was lent for these runs), so every row is a REDUCED protocol"
     )
     return (
-        opening + " (fewer condensation steps, evaluation epochs and runs than the papers, often fewer "
+        opening
+        + " (fewer condensation steps, evaluation epochs and runs than the papers, often fewer "
         "images per class), as its protocol column says. The published numbers are the papers' full "
         "protocols (1000 epochs x 5 runs, thousands of steps): the gap of a reduced row says how far it "
         "is from them, not whether the implementation is faithful (for that see the side-by-side files "

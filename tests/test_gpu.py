@@ -272,7 +272,7 @@ def test_compiled_evaluation_step_on_the_device_matches_the_eager_one(accelerato
         assert_close(a, b, rtol=COMPILE_RTOL, what=f"compiled evaluation {name}")
 
 
-# ------------------------------------------------------------------------------- the memory estimate
+# ---------------------------------------------------------------------------- the memory estimate
 
 
 def test_memory_estimate_bounds_the_cuda_peak(toy, accelerator):
@@ -352,9 +352,9 @@ def test_an_ndpdc_step_synchronises_with_the_gpu_a_bounded_number_of_times(toy, 
     """Every synchronisation drains the GPU's queue and leaves it idle while Python catches up. One
     NDPDC step on C classes may wait: once for the copy of all real features to the CPU (the
     mechanism reads them there), twice per class for the finiteness checks of the synthetic features
-    (methods/feature_matching.py, privacy/mechanisms.clip_rows), and for run_step's checks of the loss
-    and the synthetic set. Sampling, the extractor's re-draw, DSA parameters and the releases travel
-    without a blocking copy. Counted with ``torch.cuda.set_sync_debug_mode("warn")``."""
+    (methods/feature_matching.py, privacy/mechanisms.clip_rows), and for run_step's checks of the
+    loss and the synthetic set. Sampling, the extractor's re-draw, DSA parameters and the releases
+    travel without a blocking copy. Counted with ``torch.cuda.set_sync_debug_mode("warn")``."""
     spec = DataSpec.of(toy)
     config = NDPDCConfig(ipc=2, group_size=8.0, iterations=3, forward="batched", autocast="none")
     model = ModelConfig(name="convnet", width=16, depth=2, norm="instancenorm")

@@ -1,4 +1,5 @@
-"""benchmarks/gpu_import.py, the path by which a GPU call's files become benchmarks/results: tested on
+"""benchmarks/gpu_import.py, the path by which a GPU call's files become benchmarks/results: tested
+on
 a FAKE returned folder (hand-made numbers, flagged as a dry run where the test says so; no result).
 `make gpu-check-dry` (CI) runs the same import on what a real dry run returned."""
 
@@ -36,7 +37,9 @@ def fake_returned(folder: Path, *, dry: bool) -> Path:
         "eval_s": 30.0,
     }
     record = {"dataset": "fashion_mnist", "scale": "paper", "reduced": False, "test_size": None}
-    (folder / "reproduce_fashion_mnist_paper.json").write_text(json.dumps({**record, "rows": [row]}))
+    (folder / "reproduce_fashion_mnist_paper.json").write_text(
+        json.dumps({**record, "rows": [row]})
+    )
     (folder / "reproduce_fashion_mnist_paper.md").write_text("# Reproduction (fake)\n")
     stages = {
         "environment": {
