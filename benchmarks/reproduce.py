@@ -4,7 +4,7 @@
     python benchmarks/reproduce.py --scale cpu --rows dm,ldpdc,ndpdc  # CPU-reduced FashionMNIST
     python benchmarks/reproduce.py --scale paper --accelerator gpu  # the papers' protocols (GPU)
     python benchmarks/reproduce.py --scale cpu --dry-run           # the plan: rows, steps, ε, estimated work
-    python benchmarks/reproduce.py --scale cpu --dataset fashion_mnist --redraw   # the figure again, from the table
+    python benchmarks/reproduce.py --scale cpu --dataset fashion_mnist --redraw  # figure from the table
 
 Methods: DM, LDPDC, NDPDC, DC/DSA, PSG, PSG with the generator prior, Dosser. Each row condenses
 through the package API (``config.compose`` + ``training.train``) into ``<work-dir>/runs``, then

@@ -1,7 +1,7 @@
-"""Figures and release reports: matplotlib's PNGs are byte-reproducible, report.html is written beside
-every bundle (and sweep), is self-contained, escapes what users name, marks what the guarantee does
-not cover, and follows evaluations and audits; in a real browser (slow: Chromium) it shows its
-numbers."""
+"""Figures and release reports: matplotlib's PNGs are byte-reproducible, report.html is written
+beside every bundle (and sweep), is self-contained, escapes what users name, marks what the
+guarantee does not cover, and follows evaluations and audits; in a real browser (slow: Chromium)
+it shows its numbers."""
 
 from __future__ import annotations
 
@@ -122,7 +122,8 @@ def test_no_figure_module_loads_matplotlib_until_it_draws(repo_root, cli_env):
     summary, the audit's figures) must not cost matplotlib's import."""
     code = (
         "import sys\nimport dpdc_lightning.plots.accuracy, dpdc_lightning.plots.roc\n"
-        "import dpdc_lightning.report.run, dpdc_lightning.report.sweep, dpdc_lightning.audit.figures\n"
+        "import dpdc_lightning.report.run, dpdc_lightning.report.sweep\n"
+        "import dpdc_lightning.audit.figures\n"
         "import dpdc_lightning.evaluation.plot, dpdc_lightning.cli.sweep_summary\n"
         "print('LOADED', 'matplotlib' in sys.modules)"
     )

@@ -82,7 +82,7 @@ def tpr_at(fpr: np.ndarray, tpr: np.ndarray, fpr_limit: float) -> float:
 
 
 def tpr_at_fpr(scores: Sequence[float], members: Sequence[int], fpr_limit: float) -> float:
-    """Largest TPR over thresholds whose FPR is <= ``fpr_limit`` (:func:`tpr_at` on the ROC curve)."""
+    """Largest TPR over thresholds whose FPR is <= ``fpr_limit``: :func:`tpr_at` on the curve."""
     fpr, tpr, _ = roc_curve(scores, members)
     return tpr_at(fpr, tpr, fpr_limit)
 

@@ -1,5 +1,5 @@
-"""A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``, ``sweep.png``
-and ``report.html`` (report/sweep.py: the members on one page, with the composed ε).
+"""A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``,
+``sweep.png`` and ``report.html`` (report/sweep.py: the members on one page, with the composed ε).
 
 Each member leaves its row in ``.rows/`` (members may run in other processes or on other nodes,
 under Hydra's joblib or submitit launchers); :class:`SweepSummary`, a Hydra callback, writes the

@@ -1,4 +1,4 @@
-"""One way to draw a figure: matplotlib on its Agg canvas, headless, the same bytes for the same numbers.
+"""One way to draw a figure: matplotlib on its Agg canvas, headless, same numbers -> same bytes.
 
 Each figure is a bare :class:`matplotlib.figure.Figure` drawn under one fixed style and saved as PNG
 through :class:`~matplotlib.backends.backend_agg.FigureCanvasAgg`: no pyplot (no global figure

@@ -1,6 +1,7 @@
-"""The white-box audit's evidence: the canary statistic of present and absent canaries, the threshold
-chosen on the calibration trials, and the ε lower bound those counts certify (Nasr et al. 2023,
-"Tight auditing of differentially private machine learning", draw the same two histograms).
+"""The white-box audit's evidence: the canary statistic of present and absent canaries, the
+threshold chosen on the calibration trials, and the ε lower bound those counts certify (Nasr et
+al. 2023, "Tight auditing of differentially private machine learning", draw the same two
+histograms).
 
 Each histogram is normalised to fractions of its own canaries (present and absent canaries are not
 equally many); the share of each side beyond the threshold is what the bound is computed from.
@@ -28,8 +29,8 @@ def canary_distribution_png(
     statistic: str,
     caption: str,
 ) -> bytes:
-    """Step histograms (fractions) of ``present`` and ``absent`` counts on ``edges``, a vertical line
-    at ``threshold``; ``caption`` (the certified bound) goes under the title."""
+    """Step histograms (fractions) of ``present`` and ``absent`` counts on ``edges``, a vertical
+    line at ``threshold``; ``caption`` (the certified bound) goes under the title."""
     edges = np.asarray(edges, dtype=np.float64)
 
     def draw(figure: Figure) -> None:

@@ -1,10 +1,10 @@
 """A run's logged scalars (ε and the loss per step), read back from its TensorBoard event files.
 
 Why the event files and not a CSV of our own: every run already writes them (engine/tensorboard.py),
-they are in the release ledger field by field (``loss@*`` released by the condensation, ``epsilon@*``
-by the plan), a resumed run appends a new file that continues the same steps, and a second copy of
-the same numbers would be one more file to keep equal to the first. TensorBoard's own reader
-(``EventFileLoader``) parses them; wall times are never read. The loss is logged with
+they are in the release ledger field by field (``loss@*`` released by the condensation,
+``epsilon@*`` by the plan), a resumed run appends a new file that continues the same steps, and a
+second copy of the same numbers would be one more file to keep equal to the first. TensorBoard's own
+reader (``EventFileLoader``) parses them; wall times are never read. The loss is logged with
 ``batch_size=1`` (engine/method_module.py), so no realised sample size is averaged into it.
 """
 

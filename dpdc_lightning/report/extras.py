@@ -53,15 +53,18 @@ def latest(run_dir: Path, stem: str) -> Path | None:
     return max(found)[1] if found else None
 
 
+COVERED_EVALUATION = (
+    "<p><strong>Covered:</strong> networks trained on the release alone, tested on a public "
+    "test split.</p>"
+)
+
+
 def _evaluation(document: dict[str, Any]) -> str:
     private = document.get("privacy")
     head = (
         box("not-covered", f"<p><strong>Not covered:</strong> {text(private)}</p>")
         if private
-        else box(
-            "covered",
-            "<p><strong>Covered:</strong> networks trained on the release alone, tested on a public test split.</p>",
-        )
+        else box("covered", COVERED_EVALUATION)
     )
     rows = []
     for entry in document.get("evaluations", []):
@@ -70,46 +73,14 @@ def _evaluation(document: dict[str, Any]) -> str:
             protocol.get("description", "")
         )
         for model, result in entry.get("results", {}).items():
-            cell = (
-                "n/a"
-                if result.get("mean") is None
-                else f"{result['mean']:.2f} ± {result['std']:.2f}"
-            )
-            rows.append(
-                [
-                    text(model),
-                    text(cell),
-                    text(result.get("runs")),
-                    text(entry.get("seed")),
-                    text(label),
-                ]
-            )
-    note = text(document.get("engine", ""))
-    return (
-        head
-        + table(
-            ["model", "accuracy (%)", "runs", "seed", "protocol"],
-            rows,
-            caption="Every evaluation in eval.json, oldest first",
-        )
-        + (f"<p>Engine: {note}</p>" if note else "")
-    )
-
-
-def _strength_rows(name: str, attacks: dict[str, Any]) -> list[list[str]]:
-    return [
-        [
-            text(name),
-            text(attack),
-            text(number(m.get("auc"))),
-            text(number(m.get("tpr_at_fpr", {}).get("0.001"))),
-            text(number(m.get("tpr_at_fpr", {}).get("0.01"))),
-            text(number(m.get("advantage"))),
-            text(number((m.get("epsilon_lower_bound") or {}).get("epsilon"))),
-        ]
-        for attack, m in attacks.items()
-        if isinstance(m, dict)
-    ]
+            mean, std = result.get("mean"), result.get("std")
+            cell = "n/a" if mean is None else f"{mean:.2f} ± {std:.2f}"
+            row = [model, cell, result.get("runs"), entry.get("seed"), label]
+            rows.append([text(value) for value in row])
+    header = ["model", "accuracy (%)", "runs", "seed", "protocol"]
+    engine = f"<p>Engine: {text(document['engine'])}</p>" if document.get("engine") else ""
+    caption = "Every evaluation in eval.json, oldest first"
+    return head + table(header, rows, caption=caption) + engine
 
 
 STRENGTH_HEADER = [
@@ -123,122 +94,102 @@ STRENGTH_HEADER = [
 ]
 
 
+def _strength_row(name: str, attack: str, m: dict[str, Any], bound: str) -> list[str]:
+    rates = m.get("tpr_at_fpr", {})
+    cells = [name, attack, number(m.get("auc")), number(rates.get("0.001"))]
+    return [text(c) for c in [*cells, number(rates.get("0.01")), number(m.get("advantage")), bound]]
+
+
+def _strength_rows(name: str, attacks: dict[str, Any]) -> list[list[str]]:
+    return [
+        _strength_row(name, attack, m, number((m.get("epsilon_lower_bound") or {}).get("epsilon")))
+        for attack, m in attacks.items()
+        if isinstance(m, dict)
+    ]
+
+
 def _mia(report: dict[str, Any], run_dir: Path) -> str:
     rows = []
     for t, entry in enumerate(report.get("targets", [])):
-        rows += _strength_rows(
-            f"target{t} (accounted ε {number(entry.get('accounted_epsilon'))})",
-            entry.get("attacks", {}),
-        )
+        name = f"target{t} (accounted ε {number(entry.get('accounted_epsilon'))})"
+        rows += _strength_rows(name, entry.get("attacks", {}))
     rows += _strength_rows("bundle (strength only)", report.get("bundle", {}).get("attacks", {}))
-    body = f"<p>{text(report.get('protocol', {}).get('reduced', ''))}</p>" + table(
-        STRENGTH_HEADER, rows
-    )
+    reduced = report.get("protocol", {}).get("reduced", "")
+    body = f"<p>{text(reduced)}</p>" + table(STRENGTH_HEADER, rows)
     canary = report.get("canary")
     if canary:
-        body += facts(
-            [
-                (
-                    "canaries",
-                    text(
-                        f"{canary.get('correct')}/{canary.get('guesses')} guesses right; ε lower bound {number(canary.get('epsilon_lower_bound'))} (accounted {number(canary.get('accounted_epsilon'))})"
-                    ),
-                )
-            ]
-        )
+        right = f"{canary.get('correct')}/{canary.get('guesses')} guesses right"
+        bound = number(canary.get("epsilon_lower_bound"))
+        claim = number(canary.get("accounted_epsilon"))
+        line = f"{right}; ε lower bound {bound} (accounted {claim})"
+        body += facts([("canaries", text(line))])
     roc = report.get("files", {}).get("roc")
     if roc and (run_dir / roc).is_file():
-        body += image(
-            (run_dir / roc).read_bytes(),
-            alt="ROC curves of the membership attacks, log–log",
-            caption=text(f"{roc}: ROC curves on log–log axes; dotted lines at FPR 0.1 % and 1 %."),
-        )
+        caption = f"{roc}: ROC curves on log–log axes; dotted lines at FPR 0.1 % and 1 %."
+        alt = "ROC curves of the membership attacks, log–log"
+        body += image((run_dir / roc).read_bytes(), alt=alt, caption=text(caption))
     return body + _violations(report)
+
+
+def _whitebox_facts(report: dict[str, Any]) -> str:
+    cp, gdp, one = (report.get(k, {}) for k in ("clopper_pearson", "gaussian_dp", "one_run"))
+    accountants = ", ".join(
+        f"{k} {number(v)}" for k, v in report.get("accounted_epsilon", {}).items()
+    )
+    counts = f"FP {cp.get('fp')}/{cp.get('negatives')}, FN {cp.get('fn')}/{cp.get('positives')}"
+    chosen = f"{cp.get('statistic')}, threshold {number(cp.get('threshold'))}, {counts}"
+    interval = ", ".join(number(x) for x in gdp.get("interval", []))
+    pairs = [
+        ("method, release", f"{report.get('method')}, {report.get('release')}"),
+        ("accounted ε", f"{number(report.get('claimed_epsilon'))} ({accountants})"),
+        ("Clopper–Pearson lower bound", f"{number(cp.get('epsilon'))} ({chosen})"),
+        ("confidence", number(cp.get("confidence"))),
+        ("Gaussian-DP estimate", f"{number(gdp.get('epsilon'))} [{interval}] (never compared)"),
+        (
+            "one-run bound",
+            f"{number(one.get('epsilon'))} ({one.get('correct')}/{one.get('guesses')})",
+        ),
+        ("trials × canaries", f"{report.get('trials')} × {report.get('canaries_per_trial')}"),
+    ]
+    return facts((name, text(value)) for name, value in pairs)
+
+
+def _canary_figure(report: dict[str, Any]) -> str:
+    from dpdc_lightning.plots.distribution import canary_distribution_png
+
+    cp = report.get("clopper_pearson", {})
+    histogram = cp.get("distribution")
+    if not histogram:
+        return ""
+    bound, claim = number(cp.get("epsilon")), number(report.get("claimed_epsilon"))
+    png = canary_distribution_png(
+        edges=histogram["edges"],
+        present=histogram["present"],
+        absent=histogram["absent"],
+        threshold=histogram["threshold"],
+        statistic=str(cp.get("statistic")),
+        caption=f"certified ε ≥ {bound} (Clopper–Pearson; accounted {claim})",
+    )
+    caption = "Certification trials only; the threshold was chosen on the calibration trials."
+    if histogram.get("clipped"):
+        caption += f" {histogram['clipped']} scores beyond the range are in the end bins."
+    alt = "the canary statistic of present and absent canaries"
+    return image(png, alt=alt, caption=text(caption))
 
 
 def _whitebox(report: dict[str, Any], run_dir: Path) -> str:
-    cp, gdp, one = (report.get(k, {}) for k in ("clopper_pearson", "gaussian_dp", "one_run"))
-    accounted = report.get("accounted_epsilon", {})
-    body = facts(
-        [
-            ("method, release", text(f"{report.get('method')}, {report.get('release')}")),
-            (
-                "accounted ε",
-                text(
-                    f"{number(report.get('claimed_epsilon'))} ({', '.join(f'{k} {number(v)}' for k, v in accounted.items())})"
-                ),
-            ),
-            (
-                "Clopper–Pearson lower bound",
-                text(
-                    f"{number(cp.get('epsilon'))} ({cp.get('statistic')}, threshold {number(cp.get('threshold'))}, FP {cp.get('fp')}/{cp.get('negatives')}, FN {cp.get('fn')}/{cp.get('positives')}, confidence {number(cp.get('confidence'))})"
-                ),
-            ),
-            (
-                "Gaussian-DP estimate",
-                text(
-                    f"{number(gdp.get('epsilon'))} [{', '.join(number(x) for x in gdp.get('interval', []))}] (an estimate, never compared with the claim)"
-                ),
-            ),
-            (
-                "one-run bound",
-                text(
-                    f"{number(one.get('epsilon'))} ({one.get('correct')}/{one.get('guesses')} right)"
-                ),
-            ),
-            (
-                "trials × canaries",
-                text(f"{report.get('trials')} × {report.get('canaries_per_trial')}"),
-            ),
-        ]
-    )
-    histogram = cp.get("distribution")
-    if histogram:
-        from dpdc_lightning.plots.distribution import canary_distribution_png
-
-        caption = f"certified ε ≥ {number(cp.get('epsilon'))} (Clopper–Pearson; accounted {number(report.get('claimed_epsilon'))})"
-        png = canary_distribution_png(
-            edges=histogram["edges"],
-            present=histogram["present"],
-            absent=histogram["absent"],
-            threshold=histogram["threshold"],
-            statistic=str(cp.get("statistic")),
-            caption=caption,
-        )
-        body += image(
-            png,
-            alt="the canary statistic of present and absent canaries",
-            caption=text(
-                "Certification trials only; the threshold was chosen on the calibration trials. "
-                + (
-                    f"{histogram['clipped']} scores beyond the range are counted in the end bins."
-                    if histogram.get("clipped")
-                    else ""
-                )
-            ),
-        )
-    return body + _violations(report)
+    return _whitebox_facts(report) + _canary_figure(report) + _violations(report)
 
 
 def _release(report: dict[str, Any], run_dir: Path) -> str:
     rows = _strength_rows("bundle (strength only)", report.get("bundle_strength", {}))
     for target in report.get("targets", []):
-        for name, b in target.get("bounds", {}).items():
-            rows.append(
-                [
-                    text(
-                        f"target{target.get('index')} (accounted ε {number(target.get('accounted_epsilon'))})"
-                    ),
-                    text(name),
-                    text(number(b.get("auc"))),
-                    text(number(b.get("tpr_at_fpr", {}).get("0.001"))),
-                    text(number(b.get("tpr_at_fpr", {}).get("0.01"))),
-                    text(number(b.get("advantage"))),
-                    text(
-                        f"{number(b.get('epsilon'))} (one run, {b.get('correct')}/{b.get('guesses')})"
-                    ),
-                ]
-            )
+        name = (
+            f"target{target.get('index')} (accounted ε {number(target.get('accounted_epsilon'))})"
+        )
+        for attack, b in target.get("bounds", {}).items():
+            bound = f"{number(b.get('epsilon'))} (one run, {b.get('correct')}/{b.get('guesses')})"
+            rows.append(_strength_row(name, attack, b, bound))
     return table(STRENGTH_HEADER, rows) + _violations(report)
 
 
@@ -246,12 +197,8 @@ def _violations(report: dict[str, Any]) -> str:
     found = report.get("violations") or []
     if not found:
         return "<p>No lower bound exceeds the accounted ε.</p>"
-    return box(
-        "not-covered",
-        "<p><strong>AUDIT FAILED:</strong></p><ul>"
-        + "".join(f"<li>{text(v)}</li>" for v in found)
-        + "</ul>",
-    )
+    items = "".join(f"<li>{text(v)}</li>" for v in found)
+    return box("not-covered", f"<p><strong>AUDIT FAILED:</strong></p><ul>{items}</ul>")
 
 
 # file stem -> (mode of audit.py, its section)

@@ -9,6 +9,16 @@ from typing import Any
 
 from dpdc_lightning.report.html import box, facts, number, sourced, table, text
 
+COVERED = (
+    "<p><strong>Covered:</strong> the synthetic images (synthetic.pt, synthetic.png), this "
+    "page's privacy, plan and run sections, and anything computed from them alone.</p>"
+)
+NOT_COVERED = (
+    "<p><strong>Not covered:</strong> inputs declared public (the guarantee assumes them "
+    "public); {held}every audit; wall times (they depend on the realised sample sizes and are "
+    "left out of this page).</p>"
+)
+
 
 def eps_cell(value: float | None, source: str) -> str:
     return "∞ (not private)" if value is None else sourced(f"{value:.4f}", source)
@@ -104,7 +114,11 @@ def _plan(privacy: dict[str, Any]) -> str:
     ]
     auxiliary = plan.get("auxiliary")
     if auxiliary:
-        runs = f"σ {number(auxiliary.get('noise_multiplier'))}, q {number(auxiliary.get('sample_rate'))}"
+        sigma, rate = (
+            number(auxiliary.get("noise_multiplier")),
+            number(auxiliary.get("sample_rate")),
+        )
+        runs = f"σ {sigma}, q {rate}"
         pairs.append(
             (
                 "auxiliary run",
@@ -131,27 +145,9 @@ def coverage(privacy: dict[str, Any]) -> str:
         e.get("input") == "test split" and e.get("status") == "private"
         for e in privacy.get("inputs", [])
     )
-    covered = box(
-        "covered",
-        "<p><strong>Covered:</strong> the synthetic images (synthetic.pt, synthetic.png), this page's "
-        "privacy, plan and run sections, and anything computed from them alone.</p>",
-    )
-    not_covered = box(
-        "not-covered",
-        "<p><strong>Not covered:</strong> inputs declared public (the guarantee assumes them public); "
-        + (
-            "the test split held out from the private data and any accuracy measured on it; "
-            if held_out
-            else ""
-        )
-        + "every audit; wall times (they depend on the realised sample sizes and are left out of this page).</p>",
-    )
-    return (
-        covered
-        + not_covered
-        + table(
-            ["input", "status", "detail", "ε alone"],
-            rows,
-            caption="Every input of the release (privacy.json)",
-        )
-    )
+    held = "the test split held out from the private data and any accuracy on it; "
+    covered = box("covered", COVERED)
+    not_covered = box("not-covered", NOT_COVERED.format(held=held if held_out else ""))
+    header = ["input", "status", "detail", "ε alone"]
+    caption = "Every input of the release (privacy.json)"
+    return covered + not_covered + table(header, rows, caption=caption)

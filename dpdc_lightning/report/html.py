@@ -3,8 +3,11 @@
 No JavaScript, no network (a Content-Security-Policy forbids every fetch; images are ``data:``
 URIs), a small inline stylesheet that prints. Every string that reaches the page goes through
 :func:`text` (``html.escape``, quotes included): class names, paths and error messages are user
-input. A value taken from a file carries ``data-source="FILE:FIELD"`` (an image ``data-source="FILE"``)
-so that a reader, and the neighbouring-run test, can tell which released field each shown value is.
+input. A value taken from a file carries ``data-source="FILE:FIELD"`` (an image
+``data-source="FILE"``) so that a reader, and the neighbouring-run test, can tell which released
+field each shown value is. html.escape and a dozen small functions instead of a template engine
+(Jinja2): the page is a few tables and figures, and a template would be a second language and a
+declared dependency for them.
 """
 
 from __future__ import annotations
