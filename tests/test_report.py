@@ -133,6 +133,22 @@ def test_no_figure_module_loads_matplotlib_until_it_draws(repo_root, cli_env):
     assert "LOADED False" in done.stdout, done.stdout + done.stderr
 
 
+def test_every_plot_is_drawn_by_matplotlib_in_plots(repo_root):
+    """No figure is drawn pixel by pixel: matplotlib is imported by plots/ only, and PIL's drawing
+    (ImageDraw) only by the synthetic-image grid, which is pixels, not a plot."""
+    sys.path.insert(0, str(repo_root / "benchmarks"))
+    import import_graph
+
+    graph = import_graph.build(repo_root)
+    assert {graph.room(m) for m in graph.importers_of("matplotlib")} == {"plots"}
+    drawing = {
+        path.relative_to(repo_root).as_posix()
+        for path in (repo_root / "dpdc_lightning").rglob("*.py")
+        if "ImageDraw" in path.read_text()
+    }
+    assert drawing == {"dpdc_lightning/engine/image_grid.py"}
+
+
 def test_roc_png_marks_the_audits_tpr_at_low_fpr(monkeypatch):
     """The ROC figure's legend and markers carry the audit's own numbers: its AUC and its
     TPR-at-FPR rule on the curve (hand-counted scores of test_audit: AUC 17/24, TPR 1/4 at both)."""

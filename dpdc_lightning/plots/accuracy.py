@@ -64,7 +64,7 @@ def accuracy_vs_epsilon_png(
         if finite:
             axes.set_xticks(finite, [f"{x:g}" for x in finite])
             axes.minorticks_off()
-        axes.set_xlabel("ε (target of the run; δ as in its privacy.json)")
+        axes.set_xlabel("ε (the run's target, else its accounted ε; δ as in its privacy.json)")
         axes.set_ylabel(ylabel)
         axes.set_title(f"mean ± std over {spread_over}", loc="left")
         axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
