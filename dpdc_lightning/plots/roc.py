@@ -73,6 +73,6 @@ def roc_curves_png(curves: Mapping[str, Curve], *, title: str = "") -> bytes:
         axes.set_aspect("equal")
         if title:
             axes.set_title(title, loc="left")
-        axes.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0))
+        axes.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncols=1)
 
-    return render(draw, width=7.6, height=4.2)
+    return render(draw, width=5.6, height=5.2 + 0.2 * len(curves))
