@@ -80,7 +80,7 @@ def _phases(privacy: dict[str, Any]) -> str:
         runs = "; ".join(
             sourced(f"σ {number(s)}, q {number(q)}, {steps} steps", f"{at}history.{j}")
             for j, (s, q, steps) in enumerate(phase.get("history", []))
-        ) or text(f"fixed cost (ε {phase.get('epsilon')}, δ {phase.get('delta')})")
+        ) or text("a fixed (ε, δ) cost")
         rows.append(
             [
                 text(phase.get("name")),
