@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 UV_VERSION := 0.13.9
 
-.PHONY: demo lint test test-slow test-latest lock gpu-bundle gpu-check-dry
+.PHONY: demo lint test test-slow test-latest lock chromium gpu-bundle gpu-check-dry
 
 $(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,8 +29,15 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+# The slow tests include the report's browser test: Debian's chromium, installed here when missing
+# (as root, with apt-get), required otherwise.
+test-slow: $(STAMP) chromium
 	$(PY) -m pytest -q -m slow
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  { echo "error: make test-slow needs chromium (the report's browser test): apt-get install chromium" >&2; exit 2; }
 
 # Early warning: the fast suite on the newest releases pyproject.toml allows, unlocked, in .venv-latest.
 test-latest:

@@ -440,6 +440,8 @@ def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(
         and "REDUCED PROTOCOL" in (folder / "summary.md").read_text()
     )
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    page = (folder / "report.html").read_text(encoding="utf-8")  # one page over the members
+    assert "compose <strong>sequentially</strong>" in page and page.count("/report.html") == 2
     from dpdc_lightning.cli.commands import evaluate_main
 
     assert (

@@ -33,6 +33,7 @@ from opacus.accountants.analysis.gdp import delta_eps_mu, eps_from_mu
 from scipy.stats import norm
 
 from dpdc_lightning.audit.canary import guess, one_run_epsilon_bound
+from dpdc_lightning.audit.figures import score_histogram
 from dpdc_lightning.audit.metrics import (
     certified_epsilon_many,
     clopper_pearson_lower_many,
@@ -131,6 +132,12 @@ def certify(
         "negatives": neg,
         "fn": fn,
         "positives": pos,
+        # what the report's figure draws: the certifying trials' scores, present vs absent canaries
+        "distribution": score_histogram(
+            samples.scores[choice.statistic][cert],
+            samples.members[cert],
+            threshold=choice.threshold,
+        ),
     }
 
     per_rate = 1 - (1 - confidence) / 2

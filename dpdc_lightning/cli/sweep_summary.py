@@ -1,4 +1,5 @@
-"""A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``, ``sweep.png``.
+"""A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``,
+``sweep.png`` and ``report.html`` (report/sweep.py: the members on one page, with the composed ε).
 
 Each member leaves its row in ``.rows/`` (members may run in other processes or on other nodes,
 under Hydra's joblib or submitit launchers); :class:`SweepSummary`, a Hydra callback, writes the
@@ -18,11 +19,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE = (
+SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "summary.md",
     "summary.csv",
     "sweep.png",
     "sweep.json",
+    "report.html",
 )
 ROWS = ".rows"  # one JSON row per member while the sweep runs
 
@@ -185,6 +187,10 @@ def write_summary(
         )
         if png is not None:
             atomic_write(folder / SWEEP_PLOT, lambda tmp: tmp.write_bytes(png))
+    from dpdc_lightning.report.sweep import render_sweep
+
+    page = render_sweep(folder, tokens, rows).encode("utf-8")
+    atomic_write(folder / SWEEP_PAGE, lambda tmp: tmp.write_bytes(page))
 
 
 def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:

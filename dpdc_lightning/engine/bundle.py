@@ -2,7 +2,9 @@
 
 Every file is written to a temporary name in the same folder and renamed into place, so a crash
 never leaves a truncated file under a final name. ``privacy.json`` is written last: its presence
-marks a complete bundle, and loaders refuse a folder without it.
+marks a complete bundle, and loaders refuse a folder without it. ``report.html`` (report/run.py)
+follows the complete bundle, made from its files, and is rendered again by every command that adds
+to the folder (evaluate, audit): :func:`write_report`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ BUNDLE_TENSORS = "synthetic.pt"
 PRIVACY_REPORT = "privacy.json"
 CONFIG_FILE = "config.yaml"
 GRID_IMAGE = "synthetic.png"
+REPORT_PAGE = "report.html"
 LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
 
 
@@ -136,6 +139,23 @@ def save_bundle(
     atomic_write_text(
         run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n"
     )
+    write_report(run_dir)
+
+
+def write_report(run_dir: Path) -> Path | None:
+    """(Re)write ``report.html`` beside the complete bundle in ``run_dir`` from the files there;
+    returns its path, or None (with a warning on stderr) when it could not be written. The bundle
+    is the release and is complete without it: a failure here never undoes a finished run."""
+    from dpdc_lightning.report.run import render_run
+
+    path = Path(run_dir) / REPORT_PAGE
+    try:
+        page = render_run(Path(run_dir)).encode("utf-8")  # whatever the locale's encoding
+        atomic_write(path, lambda tmp: tmp.write_bytes(page))
+    except (OSError, ValueError) as err:
+        print(f"warning: {path} not written: {err}", file=sys.stderr)
+        return None
+    return path
 
 
 @dataclass(frozen=True)
