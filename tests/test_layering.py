@@ -36,9 +36,8 @@ def test_the_tool_sees_every_kind_of_import(tmp_path):
     (package / "low").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "low" / "__init__.py").write_text(
-        "from dpdc_lightning.lazy import lazy_getattr\n"
-        "_WHERE = {'X': 'dpdc_lightning.high'}\n"
-        "__getattr__ = lazy_getattr(__name__, _WHERE)\n"
+        "from dpdc_lightning.lazy import exports\n"
+        "__getattr__, __dir__, __all__ = exports(__name__, {'X': 'dpdc_lightning.high'})\n"
     )
     (package / "low" / "a.py").write_text("def f():\n    from ..errors import E\n")
     (package / "low" / "b.py").write_text(
