@@ -23,7 +23,8 @@ from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.calibration import max_steps
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
+from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
+from dpdc_lightning.privacy.planner import make_plan
 
 DELTA = 1e-5
 RATE = 4 / 48  # group size 4 over the toy's 48 records per class
