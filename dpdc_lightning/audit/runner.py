@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from dpdc_lightning.audit import analysis, attacks, canary, metrics, visual
+from dpdc_lightning.audit import analysis, canary, visual
 from dpdc_lightning.audit.figures import roc_png
+from dpdc_lightning.audit.membership import Bounds, bundle_entry, target_entries
 from dpdc_lightning.audit.settings import AuditConfig
-from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, keep_matrix, run_shadows
+from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, run_shadows
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import Bundle
@@ -62,7 +62,7 @@ def run_audit(
     # The bundle attacks compare training with test records (different records): attack strength
     # only, no ε bound, never compared with the accounted ε: they take no share of the confidence.
     checks = settings.targets * len(ATTACKS_TARGET) + settings.targets + (settings.canaries > 0)
-    bounds = _Bounds(delta, 1 - (1 - settings.confidence) / checks, seed=settings.seed)
+    bounds = Bounds(delta, 1 - (1 - settings.confidence) / checks, seed=settings.seed)
     protocol = dataclasses.replace(protocol_of(config), epochs=settings.epochs, runs=1)
     scored = _scored_records(len(data.train_labels), settings)
     plan = ShadowPlan(
@@ -75,8 +75,8 @@ def run_audit(
     )
     reference, targets = run_shadows(plan, shadows=settings.shadows, targets=settings.targets)
     report = _header(settings, bounds, checks, config, data, protocol, scored, reference)
-    report["targets"] = _target_entries(targets, reference, scored, bounds, settings)
-    report["bundle"] = _bundle_entry(plan, bundle, reference, scored, bounds, settings)
+    report["targets"] = target_entries(targets, reference, scored, bounds, settings)
+    report["bundle"] = bundle_entry(plan, bundle, reference, scored, bounds, settings)
     if settings.canaries:
         report["canary"] = canary_report = _canary_audit(
             config, data, settings, delta=delta, confidence=bounds.per_bound
@@ -98,45 +98,6 @@ def run_audit(
     return AuditOutput(report, png, neighbours, bounds.violations)
 
 
-@dataclass
-class _Bounds:
-    """What the attacks of one audit share: δ, the confidence of each bound (Bonferroni), the ROC
-    curves drawn, and the bounds found above the accounted ε."""
-
-    delta: float
-    per_bound: float
-    seed: int
-    curves: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    violations: list[str] = field(default_factory=list)
-
-    def certify(
-        self, name: str, scores: dict[str, np.ndarray], members: np.ndarray, accounted: float | None
-    ) -> dict:
-        """Each attack's metrics with its certified ε lower bound, checked against ``accounted``."""
-        out: dict[str, Any] = {"accounted_epsilon": accounted, "attacks": {}}
-        for attack, s in scores.items():
-            m = metrics.summarise(
-                s, members, delta=self.delta, confidence=self.per_bound, seed=self.seed
-            )
-            out["attacks"][attack] = m.as_dict()
-            self.curves[f"{name}/{attack}"] = metrics.roc_curve(s, members)[:2]
-            self.check(
-                f"{name} {attack} (Kairouz/eq. 6, Clopper-Pearson)", m.bound.epsilon, accounted
-            )
-        return out
-
-    def strength(self, scores: dict[str, np.ndarray], members: np.ndarray) -> dict:
-        """Attack strength only (no ε bound): the release's attacks."""
-        out: dict[str, Any] = {"attacks": {}}
-        for attack, s in scores.items():
-            out["attacks"][attack] = metrics.attack_strength(s, members)
-            self.curves[f"bundle/{attack}"] = metrics.roc_curve(s, members)[:2]
-        return out
-
-    def check(self, what: str, bound: float, accounted: float | None) -> None:
-        _check(self.violations, what, bound, accounted)
-
-
 def _scored_records(n_train: int, settings: AuditConfig) -> torch.Tensor:
     """The training records attacked: all, or ``audit.records`` of them drawn by the audit seed."""
     if settings.records is None or settings.records >= n_train:
@@ -147,7 +108,7 @@ def _scored_records(n_train: int, settings: AuditConfig) -> torch.Tensor:
 
 def _header(
     settings: AuditConfig,
-    bounds: _Bounds,
+    bounds: Bounds,
     checks: int,
     config: RunConfig,
     data: ImageData,
@@ -178,110 +139,6 @@ def _header(
             for r in reference
         ],
     }
-
-
-def _target_entries(
-    targets: list[ShadowResult],
-    reference: list[ShadowResult],
-    scored: torch.Tensor,
-    bounds: _Bounds,
-    settings: AuditConfig,
-) -> list[dict[str, Any]]:
-    """Each held-out target shadow attacked with the statistics of the reference shadows."""
-    ref_phi = torch.stack([r.train_phi for r in reference])
-    stats = attacks.fit_gaussians(ref_phi, torch.stack([r.members[scored] for r in reference]))
-    return [
-        _target_entry(f"target{t}", target, stats, scored, bounds, settings)
-        for t, target in enumerate(targets)
-    ]
-
-
-def _target_entry(
-    name: str,
-    target: ShadowResult,
-    stats: attacks.ShadowStats,
-    scored: torch.Tensor,
-    bounds: _Bounds,
-    settings: AuditConfig,
-) -> dict[str, Any]:
-    """One target attacked by each attack, and the one-run bound of its online-LiRA guesses
-    (Steinke et al.)."""
-    members = target.members[scored]
-    scores = attacks.attack_scores(target.train_phi, stats, online=True)
-    entry = bounds.certify(name, scores, members.numpy(), target.epsilon)
-    entry["loss_threshold_split"] = attacks.loss_threshold(
-        target.train_phi, members, seed=settings.seed
-    )
-    entry["test_accuracy"] = target.test_accuracy
-    r = max(1, int(settings.one_run_guesses * len(scored)))
-    g = canary.guess(torch.as_tensor(scores["lira_online"]), members, guesses_in=r, guesses_out=0)
-    bound = canary.one_run_epsilon_bound(
-        m=len(scored), r=g.r, v=g.v, delta=bounds.delta, confidence=bounds.per_bound
-    )
-    entry["one_run_bound"] = {
-        "attack": "lira_online",
-        "m": len(scored),
-        "guesses": g.r,
-        "correct": g.v,
-        "epsilon_lower_bound": bound,
-    }
-    bounds.check(f"{name} one-run bound (Steinke et al.)", bound, target.epsilon)
-    return entry
-
-
-def _bundle_entry(
-    plan: ShadowPlan,
-    bundle: Bundle,
-    reference: list[ShadowResult],
-    scored: torch.Tensor,
-    bounds: _Bounds,
-    settings: AuditConfig,
-) -> dict[str, Any]:
-    """The release itself: members = the attacked training records, non-members = the test split."""
-    _say("target: classifier on the released bundle")
-    n_train, n_test = len(plan.data.train_labels), len(plan.data.test_labels)
-    released = plan.score(
-        bundle.images,
-        bundle.labels,
-        members=torch.ones(n_train, dtype=torch.bool),
-        epsilon=bundle.report.get("epsilon"),
-        seed=derive_seed(settings.seed, "audit", "bundle"),
-    )
-    ref_in = torch.stack([r.members[scored] for r in reference])
-    both_in = torch.cat([ref_in, torch.zeros(len(reference), n_test, dtype=torch.bool)], dim=1)
-    both_phi = torch.cat(
-        [
-            torch.stack([r.train_phi for r in reference]),
-            torch.stack([r.test_phi for r in reference]),
-        ],
-        dim=1,
-    )
-    # A training record is OUT of S/2 shadows; a test record of all S. Its OUT mean would then be
-    # less noisy than a training record's, and that difference alone separates the two groups: so
-    # each test record keeps the OUT values of a random S/2 shadows only.
-    test_used = keep_matrix(
-        len(reference), n_test, generator=derive_generator(settings.seed, "audit", "test-out")
-    )
-    used = torch.cat([torch.ones_like(ref_in), test_used], dim=1)
-    bundle_stats = attacks.fit_gaussians(both_phi, both_in, used=used)
-    bundle_phi = torch.cat([released.train_phi, released.test_phi])
-    members = np.r_[np.ones(len(scored), dtype=bool), np.zeros(n_test, dtype=bool)]
-    entry = bounds.strength(attacks.attack_scores(bundle_phi, bundle_stats, online=False), members)
-    entry["test_accuracy"] = released.test_accuracy
-    entry["note"] = (
-        "attack STRENGTH only: members = training records, non-members = test records (different "
-        "records, so this is the MIA of Dong et al., not a per-record DP test, and no ε bound "
-        "follows from it); LiRA statistics from shadows condensed on half as many records as the "
-        "release"
-    )
-    return entry
-
-
-def _check(violations: list[str], what: str, bound: float, accounted: float | None) -> None:
-    if accounted is not None and bound > accounted:
-        violations.append(
-            f"{what}: empirical lower bound {bound:.4f} > accounted epsilon {accounted:.4f}"
-        )
 
 
 def _canary_audit(
