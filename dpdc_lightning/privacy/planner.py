@@ -203,13 +203,6 @@ def fix_noise_or_steps(
     """(σ, data steps) of a private plan: as given without a target; with one, σ calibrated
     (``calibrate="sigma"``) or the steps cut to what the target allows (``"steps"``)."""
     sigma = noise_multiplier or schedule.default_noise_multiplier
-    budget = dict(
-        target_epsilon=target_epsilon,
-        delta=delta,
-        sample_rate=sample_rate,
-        accountant=accountant,
-        prior_history=prior,
-    )
     if target_epsilon is None:
         return sigma, data_steps
     if calibrate == "sigma":
@@ -218,10 +211,26 @@ def fix_noise_or_steps(
                 "set either privacy.noise_multiplier or privacy.target_epsilon with "
                 "privacy.calibrate=sigma, not both"
             )
-        return calibrate_noise_multiplier(**budget, steps=data_steps), data_steps
+        sigma = calibrate_noise_multiplier(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            sample_rate=sample_rate,
+            steps=data_steps,
+            accountant=accountant,
+            prior_history=prior,
+        )
+        return sigma, data_steps
     if not schedule.steps_adjustable:
         raise UserError(f"method {method} has a fixed number of steps; use privacy.calibrate=sigma")
-    steps = max_steps(**budget, noise_multiplier=sigma, limit=data_steps)
+    steps = max_steps(
+        target_epsilon=target_epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        noise_multiplier=sigma,
+        accountant=accountant,
+        limit=data_steps,
+        prior_history=prior,
+    )
     if steps == 0:
         raise UserError(
             f"privacy.target_epsilon={target_epsilon} is unreachable: even one step at noise "
