@@ -25,7 +25,8 @@ from dpdc_lightning.engine.bundle import (
 )
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
+from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planner import sample_rates
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
 from dpdc_lightning.tensor_files import load_plain
 

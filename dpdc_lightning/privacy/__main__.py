@@ -111,67 +111,79 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> None:
-    # Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
+    accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
+    verbs = {"epsilon": _epsilon, "calibrate": _calibrate}
+    verbs.get(args.verb, _max_steps)(args, accountant)
+
+
+# Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
+def _epsilon(args: argparse.Namespace, accountant: str) -> None:
     from dpdc_lightning.privacy.analysis import epsilon_from_history
-    from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
     from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
 
-    accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
-    if args.verb == "epsilon":
-        epsilon = epsilon_from_history(
-            [(args.noise_multiplier, args.sample_rate, args.steps)],
-            delta=args.delta,
-            accountant=args.accountant,
+    epsilon = epsilon_from_history(
+        [(args.noise_multiplier, args.sample_rate, args.steps)],
+        delta=args.delta,
+        accountant=args.accountant,
+    )
+    print(
+        f"Poisson-subsampled Gaussian mechanism: noise multiplier {args.noise_multiplier:g}, "
+        f"sample rate {args.sample_rate:.6g}, {args.steps} steps"
+    )
+    print(accountant)
+    epsilon, clamped = nonnegative_epsilon(epsilon)
+    if clamped:
+        print(f"note: {CLAMP_NOTE}")
+    print("epsilon (upper bound, rounded up to 4 decimals):")
+    print(_epsilon_text(epsilon))
+
+
+def _calibrate(args: argparse.Namespace, accountant: str) -> None:
+    from dpdc_lightning.privacy.analysis import epsilon_from_history
+    from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
+    from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
+
+    sigma = calibrate_noise_multiplier(
+        target_epsilon=args.target_epsilon,
+        delta=args.delta,
+        sample_rate=args.sample_rate,
+        steps=args.steps,
+        accountant=args.accountant,
+    )
+    achieved, clamped = nonnegative_epsilon(
+        epsilon_from_history(
+            [(sigma, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant
         )
-        print(
-            f"Poisson-subsampled Gaussian mechanism: noise multiplier {args.noise_multiplier:g}, "
-            f"sample rate {args.sample_rate:.6g}, {args.steps} steps"
-        )
-        print(accountant)
-        epsilon, clamped = nonnegative_epsilon(epsilon)
-        if clamped:
-            print(f"note: {CLAMP_NOTE}")
-        print("epsilon (upper bound, rounded up to 4 decimals):")
-        print(_epsilon_text(epsilon))
-    elif args.verb == "calibrate":
-        sigma = calibrate_noise_multiplier(
-            target_epsilon=args.target_epsilon,
-            delta=args.delta,
-            sample_rate=args.sample_rate,
-            steps=args.steps,
-            accountant=args.accountant,
-        )
-        achieved, clamped = nonnegative_epsilon(
-            epsilon_from_history(
-                [(sigma, args.sample_rate, args.steps)],
-                delta=args.delta,
-                accountant=args.accountant,
-            )
-        )
-        print(
-            f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, {args.steps} steps"
-        )
-        print(accountant)
-        if clamped:
-            print(f"note: {CLAMP_NOTE}")
-        print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
-        print("noise multiplier (noise std / L2 sensitivity):")
-        print(repr(sigma))
-    else:
-        steps = max_steps(
-            target_epsilon=args.target_epsilon,
-            delta=args.delta,
-            sample_rate=args.sample_rate,
-            noise_multiplier=args.noise_multiplier,
-            accountant=args.accountant,
-        )
-        print(
-            f"target epsilon {args.target_epsilon:g}: noise multiplier {args.noise_multiplier:g}, "
-            f"sample rate {args.sample_rate:.6g}"
-        )
-        print(accountant)
-        print("largest number of steps within the target:")
-        print(steps)
+    )
+    print(
+        f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, "
+        f"{args.steps} steps"
+    )
+    print(accountant)
+    if clamped:
+        print(f"note: {CLAMP_NOTE}")
+    print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
+    print("noise multiplier (noise std / L2 sensitivity):")
+    print(repr(sigma))
+
+
+def _max_steps(args: argparse.Namespace, accountant: str) -> None:
+    from dpdc_lightning.privacy.calibration import max_steps
+
+    steps = max_steps(
+        target_epsilon=args.target_epsilon,
+        delta=args.delta,
+        sample_rate=args.sample_rate,
+        noise_multiplier=args.noise_multiplier,
+        accountant=args.accountant,
+    )
+    print(
+        f"target epsilon {args.target_epsilon:g}: noise multiplier {args.noise_multiplier:g}, "
+        f"sample rate {args.sample_rate:.6g}"
+    )
+    print(accountant)
+    print("largest number of steps within the target:")
+    print(steps)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
