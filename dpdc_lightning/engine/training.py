@@ -30,6 +30,7 @@ from dpdc_lightning.engine.run_folder import (
     PLAN_FILE,
     RUN_DIR_ENV,
     check_checkpoint,
+    check_data_digest,
     check_provenance,
     create,
     data_provenance,
@@ -58,8 +59,9 @@ def train(config: RunConfig) -> Path:
         seed = noise_seed_for(config)
         plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
     else:
-        plan = stored_plan(run_dir, config, DataSpec.of(data))
         seed = read_secret(run_dir) if secret_needed else config.seed
+        check_data_digest(run_dir, data, seed=seed)  # the data it started on (keyed digest)
+        plan = stored_plan(run_dir, config, DataSpec.of(data))
         if seed is None:
             raise UserError(
                 f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
@@ -87,7 +89,7 @@ def train(config: RunConfig) -> Path:
             try:
                 atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
                 atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-                write_provenance(run_dir, data)
+                write_provenance(run_dir, data, seed=seed)
                 if secret_needed:
                     store_secret(run_dir, seed)
             except OSError as err:
