@@ -18,7 +18,9 @@ from dpdc_lightning.cli import run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy import analysis, crosscheck
 from dpdc_lightning.privacy.__main__ import main as privacy_main
-from dpdc_lightning.privacy.verify import _row, verify_run
+from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.verify import _budget_check, _row, accounting_checks, verify_run
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ["dataset=toy", "model.width=4", "model.depth=1", "trainer.enable_progress_bar=false"]
@@ -124,6 +126,7 @@ EDITS = {
         "phase main",
     ),
     "stated noise multiplier": ("privacy.json", lambda r: r.update(noise_multiplier=2.0), "events"),
+    "noise std": ("privacy.json", lambda r: r.update(noise_std=r["noise_std"] * 2), "events"),
     "phase epsilon": (
         "privacy.json",
         lambda r: _main_phase(r).update(epsilon=_main_phase(r)["epsilon"] - 0.01),
@@ -229,3 +232,37 @@ def test_the_rules_catch_an_accountant_that_understates(monkeypatch):
     unit = analysis._unit_rdp.__wrapped__
     monkeypatch.setattr(analysis, "_unit_rdp", lambda sigma, q: 0.9 * unit(sigma, q))
     assert "integer orders" in _row("r", true, true, history, delta=delta, accountant="rdp").detail
+
+
+def test_a_fixed_cost_phase_composes_by_adding():
+    """No run records one today, but the accountant can: ε = ε_mech(δ − δ_fixed) + ε_fixed."""
+    accountant = PrivacyAccountant()
+    accountant.add_fixed_cost(name="public tool", epsilon=0.3, delta=2e-6)
+    accountant.start_phase("main")
+    accountant.step(PrivacyEvent(noise_multiplier=1.0, sample_rate=0.1), num_steps=3)
+    report = {
+        "epsilon": accountant.get_epsilon(delta=1e-5),
+        "delta": 1e-5,
+        "accountant": "rdp",
+        "phases": accountant.breakdown(delta=1e-5),
+        "plan": {"planned_epsilon": accountant.get_epsilon(delta=1e-5)},
+        "noise": {},
+        "noise_mode": "reproducible",
+    }
+    from dpdc_lightning.privacy import noise
+
+    report["noise"] = noise.describe(reproducible=True, values_drawn=None, epsilon=1, delta=1)
+    checks = {c.name: c for c in accounting_checks(report)}
+    assert all(c.ok for c in checks.values()), checks
+    mechanisms = analysis.epsilon_from_history([(1.0, 0.1, 3)], delta=1e-5 - 2e-6)
+    assert checks["total"].numbers.ours == pytest.approx(mechanisms + 0.3, rel=1e-12)
+    report["epsilon"] = mechanisms  # the fixed phase's ε left out
+    assert not {c.name: c for c in accounting_checks(report)}["total"].ok
+
+
+def test_the_budget_check():
+    report = {"epsilon": 2.0, "target_epsilon": 3.0, "steps": 3, "plan": {"planned_epsilon": 2.0}}
+    assert _budget_check(report).ok
+    assert _budget_check({**report, "plan": {"planned_epsilon": 2.5, "data_steps": 5}}).ok
+    assert not _budget_check({**report, "plan": {"planned_epsilon": 1.9}}).ok
+    assert not _budget_check({**report, "target_epsilon": 1.9}).ok
