@@ -92,16 +92,22 @@ def test_the_same_data_resumes_and_the_digest_goes_with_the_secret(copied):
         assert not path.is_file() or hexdigest not in path.read_bytes(), path
 
 
-@pytest.mark.parametrize("change", ["one record removed", "one record replaced"])
+CHANGES = ("one record removed", "one record's blue channel", "two labels exchanged")
+
+
+@pytest.mark.parametrize("change", CHANGES)
 def test_changed_data_is_refused_in_one_line(change, copied, capsys):
     run_dir, data = copied
     images, labels = _records()
-    if change == "one record removed":  # from the smallest class
+    if change == CHANGES[0]:  # from the smallest class
         keep = torch.arange(len(labels)) != len(labels) - 1
         images, labels = images[keep], labels[keep]
-    else:  # same class sizes, one record's pixels inverted
+    elif change == CHANGES[1]:  # the same class sizes, one channel of one record
         images = images.clone()
-        images[40] = 1.0 - images[40]
+        images[40, 2] = 1.0 - images[40, 2]
+    else:  # the same records and class sizes, two records' labels exchanged
+        labels = labels.clone()
+        labels[[0, 59]] = labels[[59, 0]]
     torch.save({"images": images, "labels": labels}, data)
     clear_dataset_cache()
     before = sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*"))

@@ -127,6 +127,7 @@ EDITS = {
     ),
     "stated noise multiplier": ("privacy.json", lambda r: r.update(noise_multiplier=2.0), "events"),
     "noise std": ("privacy.json", lambda r: r.update(noise_std=r["noise_std"] * 2), "events"),
+    "epsilon null": ("privacy.json", lambda r: r.update(epsilon=None), "events"),
     "phase delta": ("privacy.json", lambda r: _main_phase(r).update(delta=1e-3), "phase main"),
     "phase renamed": ("privacy.json", lambda r: _main_phase(r).update(name="warm-up"), "events"),
     "phase epsilon": (
@@ -174,7 +175,7 @@ def test_a_bundle_that_fails_is_refused_by_every_command_that_reads_bundles(copy
     run_dir = copy_of("ndpdc")
     _edit(run_dir / "privacy.json", lambda r: r.update(epsilon=0.1))
     for main, argv in (
-        (_entry("evaluate"), [str(run_dir)]),
+        (_entry("evaluate"), [str(run_dir), "eval.epochs=1", "eval.runs=1"]),
         (audit_main, [str(run_dir)]),
         (audit_main, ["release", str(run_dir)]),
         (export_main, [str(run_dir), "--to", str(run_dir.parent / "exported")]),
