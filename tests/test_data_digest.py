@@ -35,18 +35,23 @@ def _entry(name: str):
 TRAIN = _entry("train")
 
 
-def _records() -> tuple[torch.Tensor, torch.Tensor]:
-    generator = torch.Generator().manual_seed(28)
+def _records(seed: int = 28) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(seed)
     images = torch.rand(sum(SIZES), 3, 8, 8, generator=generator)  # RGB in [0, 1]
     labels = torch.cat([torch.full((n,), c) for c, n in enumerate(SIZES)])
     return images, labels
 
 
 def _tokens(data: Path) -> list[str]:
+    # A public test set: every record of data.pt is a training record (none held out).
     return [
         *("method=ndpdc", "method.ipc=1", "method.iterations=2", "method.group_size=2"),
-        *("dataset=tensors", f"dataset.root={data}", "model.width=4", "model.depth=1"),
-        "trainer.enable_progress_bar=false",
+        *(
+            "dataset=tensors",
+            f"dataset.root={data}",
+            f"dataset.test_root={data.parent / 'test.pt'}",
+        ),
+        *("model.width=4", "model.depth=1", "trainer.enable_progress_bar=false"),
     ]
 
 
@@ -56,6 +61,8 @@ def unfinished(tmp_path_factory):
     folder = tmp_path_factory.mktemp("digest")
     images, labels = _records()
     torch.save({"images": images, "labels": labels}, folder / "data.pt")
+    images, labels = _records(seed=29)
+    torch.save({"images": images, "labels": labels}, folder / "test.pt")
 
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash")
@@ -116,6 +123,15 @@ def test_changed_data_is_refused_in_one_line(change, copied, capsys):
     assert len(lines) == 1 and lines[0].startswith("error:"), lines
     assert "the data changed since the run started" in lines[0]
     assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
+
+
+def test_the_digest_is_keyed_by_the_run_secret(copied, capsys):
+    """The same data under another secret gives another digest: the key is the run's secret."""
+    run_dir, _ = copied
+    secret = int((run_dir / SECRET_FILE).read_text())
+    (run_dir / SECRET_FILE).write_text(f"{secret + 1}\n")
+    assert run(TRAIN, [f"resume={run_dir}"]) == 2
+    assert "the data changed since the run started" in capsys.readouterr().err
 
 
 def test_the_digest_is_keyed_and_sees_every_channel_and_record():

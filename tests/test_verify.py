@@ -127,7 +127,7 @@ EDITS = {
     ),
     "stated noise multiplier": ("privacy.json", lambda r: r.update(noise_multiplier=2.0), "events"),
     "noise std": ("privacy.json", lambda r: r.update(noise_std=r["noise_std"] * 2), "events"),
-    "epsilon null": ("privacy.json", lambda r: r.update(epsilon=None), "events"),
+    "epsilon null": ("privacy.json", lambda r: r.update(epsilon=None, phases=[]), "events"),
     "phase delta": ("privacy.json", lambda r: _main_phase(r).update(delta=1e-3), "phase main"),
     "phase renamed": ("privacy.json", lambda r: _main_phase(r).update(name="warm-up"), "events"),
     "phase epsilon": (
