@@ -268,8 +268,10 @@ def test_a_fixed_cost_phase_composes_by_adding():
 
 
 def test_the_budget_check():
-    report = {"epsilon": 2.0, "target_epsilon": 3.0, "steps": 3, "plan": {"planned_epsilon": 2.0}}
+    plan = {"planned_epsilon": 2.0, "data_steps": 3}
+    report = {"epsilon": 2.0, "target_epsilon": 3.0, "steps": 3, "plan": plan}
     assert _budget_check(report).ok
     assert _budget_check({**report, "plan": {"planned_epsilon": 2.5, "data_steps": 5}}).ok
-    assert not _budget_check({**report, "plan": {"planned_epsilon": 1.9}}).ok
+    assert not _budget_check({**report, "plan": {**plan, "planned_epsilon": 2.5}}).ok  # all ran
+    assert not _budget_check({**report, "plan": {**plan, "planned_epsilon": 1.9}}).ok
     assert not _budget_check({**report, "target_epsilon": 1.9}).ok

@@ -170,18 +170,24 @@ def _row(
 
 
 def _budget_check(report: dict[str, Any]) -> Check:
-    """ε within the target and the plan's ε (below it when the run stopped early)."""
+    """ε within the target, and the plan's ε once every planned step ran (below it if fewer ran)."""
     epsilon, target = float(report["epsilon"]), report.get("target_epsilon")
     plan = report.get("plan") or {}
-    planned = plan.get("planned_epsilon")
-    if planned is None or not crosscheck.at_most(epsilon, float(planned)):
-        return Check("budget", False, f"ε {epsilon!r} is above the plan's ε {planned!r}")
+    planned, steps = plan.get("planned_epsilon"), report.get("steps")
+    complete = steps == plan.get("data_steps")
+    if planned is None or not (
+        crosscheck.agree(epsilon, float(planned))
+        if complete
+        else crosscheck.at_most(epsilon, float(planned))
+    ):
+        spent = f"{steps} of {plan.get('data_steps')} planned steps"
+        return Check("budget", False, f"ε {epsilon!r} after {spent}, the plan's ε {planned!r}")
     if target is not None and not crosscheck.at_most(epsilon, float(target)):
         return Check("budget", False, f"ε {epsilon!r} is above privacy.target_epsilon {target!r}")
     within = "no target" if target is None else f"≤ target {target:g}"
-    if crosscheck.agree(epsilon, float(planned)):
+    if complete:
         return Check("budget", True, f"ε {epsilon:.6f} = the plan's ε, {within}")
-    spent = f"{report.get('steps')} of {plan.get('data_steps')} planned steps"
+    spent = f"{steps} of {plan.get('data_steps')} planned steps"
     return Check("budget", True, f"ε {epsilon:.6f} < the plan's {planned:.6f} ({spent}), {within}")
 
 
