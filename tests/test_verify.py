@@ -160,6 +160,23 @@ def test_a_hand_edit_fails_the_check_it_touches(edit, copy_of, capsys):
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("NOT verified")
 
 
+@pytest.mark.parametrize(
+    "malformed",
+    [
+        {"epsilon": "0.1"},
+        {"phases": 5},
+        {"phases": [{"name": "main", "history": [[1.0, "q", 3]]}]},
+        {"noise": [], "inputs": [3]},
+        {"delta": None, "bundle": None},
+    ],
+)
+def test_a_malformed_privacy_json_fails_without_a_traceback(malformed, copy_of, capsys):
+    run_dir = copy_of("ndpdc")
+    _edit(run_dir / "privacy.json", lambda r: r.update(malformed))
+    assert privacy_main(["verify", str(run_dir)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("NOT verified")
+
+
 def test_a_swapped_tensor_fails(copy_of):
     run_dir = copy_of("ndpdc")
     payload = torch.load(run_dir / "synthetic.pt", weights_only=True)

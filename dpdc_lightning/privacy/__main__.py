@@ -60,7 +60,8 @@ def _epsilon_text(epsilon: float) -> str:
 def _build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="python -m dpdc_lightning.privacy",
-        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism.",
+        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism, and the "
+        "verification of a finished run's privacy claim.",
     )
     verbs = parser.add_subparsers(
         dest="verb", metavar="{epsilon,calibrate,max-steps,verify}", required=True

@@ -21,6 +21,7 @@ export refuse a bundle whose verdict is not ok (engine/bundle.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,14 +57,23 @@ def verify_run(run_dir: str | Path) -> Verdict:
     """Every check of a finished run folder; a folder without a readable privacy.json: UserError."""
     run_dir = Path(run_dir)
     report = read_report(run_dir)
-    checks = [tensors_check(run_dir, report)]
+    checks = _safely("synthetic.pt", lambda: [tensors_check(run_dir, report)])
     planned, plan = plan_check(run_dir, report)
     checks.append(planned)
     if plan is not None:
-        checks.append(events_check(report, plan))
+        checks += _safely("events", lambda: [events_check(report, plan)])
     if report.get("epsilon") is not None:
-        checks += accounting_checks(report)
+        checks += _safely("accounting", lambda: accounting_checks(report))
     return Verdict(run_dir=run_dir, report=report, checks=tuple(checks))
+
+
+def _safely(name: str, make: Callable[[], list[Check]]) -> list[Check]:
+    """The checks ``make`` returns; a privacy.json whose fields have the wrong types or shapes (a
+    hand edit) fails check ``name`` instead of ending in a traceback."""
+    try:
+        return make()
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+        return [Check(name, False, f"privacy.json is malformed ({type(err).__name__}: {err})")]
 
 
 def accounting_checks(report: dict[str, Any]) -> list[Check]:
@@ -220,10 +230,11 @@ def format_verdict(verdict: Verdict) -> str:
     """The short table ``dpdc-privacy verify`` prints, its last line the verdict."""
     report = verdict.report
     epsilon = report.get("epsilon")
+    delta, accountant = report.get("delta"), report.get("accountant")
     claim = (
         "not private (ε = ∞)"
         if epsilon is None
-        else f"ε = {epsilon:.4f}, δ = {report.get('delta'):g}, {report.get('accountant')} accountant"
+        else f"ε = {_number(epsilon, '.4f')}, δ = {_number(delta, 'g')}, {accountant} accountant"
     )
     lines = [f"verify {verdict.run_dir}: {report.get('method')}, {claim}"]
     rows = [c for c in verdict.checks if c.numbers is not None]
@@ -255,6 +266,10 @@ def format_verdict(verdict: Verdict) -> str:
             f"NOT verified: {len(verdict.failed)} of {len(verdict.checks)} checks failed ({names})"
         )
     return "\n".join(lines)
+
+
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else repr(value)
 
 
 def refusal(verdict: Verdict) -> str:
