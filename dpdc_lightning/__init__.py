@@ -5,7 +5,7 @@
     config = compose(["method=ndpdc", "privacy.target_epsilon=2"])
     result = condense(config)                  # in process, nothing written: result.images, .labels, .report
     run_dir = train(config)                    # the same as `python train.py ...`: a run folder with a bundle
-    bundle = load_bundle(run_dir)              # checked tensors + privacy report
+    bundle = load_bundle(run_dir)              # verified tensors + privacy report
     scores = evaluate(run_dir, models=("convnet",), overrides=("eval=quick",))  # {model: ModelResult}
 
 Names are imported on first use, so ``import dpdc_lightning`` is instant and the command line can

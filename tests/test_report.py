@@ -197,7 +197,8 @@ def test_a_finished_run_has_a_self_contained_report_of_its_release(tiny_run):
     shown = _page_text(page)
     assert f"ε = {privacy['epsilon']:.4f} at δ = {privacy['delta']:g}" in shown
     assert f"σ {privacy['noise_multiplier']:.4g}, q {privacy['sample_rate']:.4g}, 4 steps" in shown
-    assert privacy["bundle"]["sha256"] in shown and "not verified" in shown
+    assert privacy["bundle"]["sha256"] in shown
+    assert f"verified: ε = {privacy['epsilon']:.4f};" in shown and "NOT verified" not in shown
     for entry in privacy["inputs"]:
         assert entry["input"] in shown and entry["status"] in shown
     images = re.findall(r'<img src="data:image/png;base64,([^"]+)"[^>]*data-source="([^"]+)"', page)
@@ -223,6 +224,14 @@ def test_the_report_escapes_what_users_name_and_reads_no_private_file(copy_of):
     assert "<script>" not in page and 'onerror="alert' not in page
     assert "&lt;img src=x onerror=&quot;alert(1)&quot;&gt;" in page and "a&amp;b" in page
     assert "/secret/folder" not in page  # the owner-only provenance file is never read
+
+
+def test_the_report_states_the_verdict_of_verify_on_an_edited_bundle(copy_of):
+    privacy = json.loads((copy_of / "privacy.json").read_text())
+    privacy["epsilon"] = privacy["epsilon"] / 10  # a claim its recorded events do not support
+    (copy_of / "privacy.json").write_text(json.dumps(privacy))
+    shown = _page_text(render_run(copy_of))
+    assert re.search(r"NOT verified: \d+ of \d+ checks failed \(total\b", shown)
 
 
 def test_the_run_curves_come_from_the_tensorboard_log(tiny_run):

@@ -23,11 +23,10 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.digests import BUNDLE_TENSORS, PRIVACY_REPORT, tensors_digest
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
 from dpdc_lightning.tensor_files import load_plain
 
-BUNDLE_TENSORS = "synthetic.pt"
-PRIVACY_REPORT = "privacy.json"
 CONFIG_FILE = "config.yaml"
 GRID_IMAGE = "synthetic.png"
 REPORT_PAGE = "report.html"
@@ -97,15 +96,6 @@ def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
     return path
 
 
-def tensors_digest(images: Tensor, labels: Tensor) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    digest.update(images.detach().cpu().float().contiguous().numpy().tobytes())
-    digest.update(labels.detach().cpu().long().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def save_bundle(
     run_dir: Path,
     *,
@@ -167,7 +157,8 @@ class Bundle:
 
 
 def load_bundle(run_dir: str | Path) -> Bundle:
-    """Load and check a bundle: complete, pickle-free, and matching its privacy.json."""
+    """Load and check a bundle: complete, pickle-free, matching its privacy.json, and verified
+    (privacy/verify.py: ε recomputed from the recorded events, the plan's digest)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"bundle folder {path} does not exist")
@@ -204,6 +195,9 @@ def load_bundle(run_dir: str | Path) -> Bundle:
         raise UserError(
             f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle"
         )
+    from dpdc_lightning.privacy.verify import require_verified
+
+    require_verified(path)  # the claim recomputed from the events (`dpdc-privacy verify`)
     return Bundle(path=path, images=images, labels=labels, report=report)
 
 

@@ -35,6 +35,7 @@ from dpdc_lightning.engine.run_folder import (
     PLAN_FILE,
     RUN_DIR_ENV,
     check_checkpoint,
+    check_data_digest,
     check_provenance,
     create,
     data_provenance,
@@ -84,8 +85,9 @@ def _stored_plan(config: RunConfig, run_dir: Path, data: ImageData) -> tuple[Pri
     replans; it must start from a readable checkpoint and read the data its first steps read."""
     if config.resume is not None:
         check_checkpoint(run_dir)
-    plan = stored_plan(run_dir, config, DataSpec.of(data))
     seed = read_secret(run_dir) if needs_secret(config) else config.seed
+    check_data_digest(run_dir, data, seed=seed)  # the data it started on (keyed digest)
+    plan = stored_plan(run_dir, config, DataSpec.of(data))
     if seed is None:
         raise UserError(
             f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
@@ -117,7 +119,7 @@ def _create_folder(
     try:
         atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-        write_provenance(run_dir, data)
+        write_provenance(run_dir, data, seed=seed)
         if needs_secret(config):
             store_secret(run_dir, seed)
     except OSError as err:

@@ -1,10 +1,12 @@
-"""Privacy calculator: ``python -m dpdc_lightning.privacy {epsilon,calibrate,max-steps} ...``.
+"""Privacy calculator and receipt: ``python -m dpdc_lightning.privacy VERB ...`` (``dpdc-privacy``).
 
-Each verb prints a short explanation, then its answer alone on the LAST line (for scripts):
+Each calculator verb prints a short explanation, then its answer alone on the LAST line:
 
     epsilon    --sample-rate Q --noise-multiplier S --steps T --delta D [--accountant rdp|prv]
     calibrate  --target-epsilon E --sample-rate Q --steps T --delta D [--accountant ...]
     max-steps  --target-epsilon E --sample-rate Q --noise-multiplier S --delta D [--accountant ...]
+    verify     RUN    a finished run's privacy.json recomputed from its events (privacy/verify.py);
+               a table, then the verdict; exit code 0 verified, 1 a check failed, 2 not a bundle
 
 The sample rate may be a fraction such as ``50/6000`` (expected batch / class size). ε is
 printed rounded UP to 4 decimals, so the printed bound is never below the computed one; the
@@ -58,10 +60,11 @@ def _epsilon_text(epsilon: float) -> str:
 def _build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="python -m dpdc_lightning.privacy",
-        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism.",
+        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism, and the "
+        "verification of a finished run's privacy claim.",
     )
     verbs = parser.add_subparsers(
-        dest="verb", metavar="{epsilon,calibrate,max-steps}", required=True
+        dest="verb", metavar="{epsilon,calibrate,max-steps,verify}", required=True
     )
 
     def add(name: str, help_text: str, *, target: bool, noise: bool, steps: bool) -> None:
@@ -107,7 +110,21 @@ def _build_parser() -> argparse.ArgumentParser:
         noise=True,
         steps=False,
     )
+    verify = "recompute a finished run's ε from its recorded events and check its files"
+    verbs.add_parser("verify", help=verify, description=verify).add_argument(
+        "run_dir",
+        metavar="RUN",
+        help="a finished run folder (privacy.json, plan.json, synthetic.pt)",
+    )
     return parser
+
+
+def _verify(run_dir: str) -> int:
+    from dpdc_lightning.privacy.verify import format_verdict, verify_run
+
+    verdict = verify_run(run_dir)
+    print(format_verdict(verdict))
+    return 0 if verdict.ok else 1
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -190,6 +207,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the calculator; returns the exit code (argument syntax errors exit 2 from argparse)."""
     args = _build_parser().parse_args(argv)
     try:
+        if args.verb == "verify":
+            return _verify(args.run_dir)
         _run(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -88,6 +88,7 @@ _REPORT_FIELDS = (
     "phases.*.history.*",
     "phases.*.steps",
     "phases.*.epsilon",
+    "plan_sha256",  # the digest of plan.json, made from the released class sizes
     "class_sizes.released.*",
     *_PLAN_SUMMARY,
     "noise.noise_values",

@@ -7,6 +7,7 @@ from importlib import metadata
 from typing import Any
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.digests import plan_digest
 from dpdc_lightning.privacy.mechanisms import NON_FINITE_ROWS
 from dpdc_lightning.privacy.noise import describe as describe_noise
 from dpdc_lightning.privacy.plan import PrivacyPlan
@@ -84,7 +85,14 @@ def build_report(
         ]
     if inputs:
         report["inputs"] = list(inputs)
-    report.update({"config_sha256": config_hash, "versions": library_versions()})
+    # plan.json's digest: `dpdc-privacy verify` checks that the events above are the plan's.
+    report.update(
+        {
+            "plan_sha256": plan_digest(plan.to_dict()),
+            "config_sha256": config_hash,
+            "versions": library_versions(),
+        }
+    )
     return report
 
 

@@ -10,7 +10,6 @@ varies between two renderings of the same files: no date, no wall time, no absol
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -35,21 +34,14 @@ PRIVACY_FILE, PLAN_FILE, CONFIG_FILE, GRID_FILE = (
     "config.yaml",
     "synthetic.png",
 )
-# Issue 28's `dpdc-privacy verify RUN`; the report shows its verdict once the module exists.
-VERIFY_MODULE = "dpdc_lightning.privacy.verify"
 
 
-def verdict(run_dir: Path) -> tuple[bool, str] | None:
-    """(passed, one line) of verifying the bundle in ``run_dir``, or None without ``verify``."""
-    try:
-        verify = importlib.import_module(VERIFY_MODULE).verify
-    except (ImportError, AttributeError):
-        return None
-    try:
-        result = verify(run_dir)  # the hook: adapt these two lines to verify's result once landed
-        return bool(getattr(result, "ok", result)), str(result)
-    except Exception as err:  # a bundle that fails verification: the page says so
-        return False, f"verification failed: {err}"
+def verdict(run_dir: Path) -> tuple[bool, str]:
+    """(passed, its last line) of ``dpdc-privacy verify`` on the bundle in ``run_dir``."""
+    from dpdc_lightning.privacy.verify import format_verdict, verify_run
+
+    found = verify_run(run_dir)
+    return found.ok, format_verdict(found).splitlines()[-1]
 
 
 def _course(run_dir: Path, privacy: dict[str, Any]) -> str:
@@ -108,8 +100,6 @@ def _images(run_dir: Path, bundle: dict[str, Any]) -> str:
 
 def _verification(run_dir: Path) -> str:
     found = verdict(run_dir)
-    if found is None:
-        return "<p>not verified: this version has no <code>dpdc-privacy verify</code>.</p>"
     return box("covered" if found[0] else "not-covered", f"<p>{text(found[1])}</p>")
 
 
