@@ -98,9 +98,13 @@ def _images(run_dir: Path, bundle: dict[str, Any]) -> str:
     return shown + facts([("sha256 of the tensors (synthetic.pt)", digest)])
 
 
-def _verification(run_dir: Path) -> str:
-    found = verdict(run_dir)
-    return box("covered" if found[0] else "not-covered", f"<p>{text(found[1])}</p>")
+def _verification(run_dir: Path, epsilon: float | None) -> str:
+    passed, line = verdict(run_dir)
+    shown = text(line)
+    if epsilon is not None:  # ε as privacy.json states it (the ledger's field), not a new number
+        stated = f"ε = {epsilon:.4f}"
+        shown = shown.replace(stated, f"ε = {eps_cell(epsilon, 'privacy.json:epsilon')}")
+    return box("covered" if passed else "not-covered", f"<p>{shown}</p>")
 
 
 def render_run(run_dir: Path) -> str:
@@ -118,7 +122,7 @@ def render_run(run_dir: Path) -> str:
     sections = [
         section("images", "The synthetic images", _images(run_dir, privacy.get("bundle", {}))),
         section("guarantee", "The privacy guarantee", guarantee(privacy)),
-        section("verify", "Verification", _verification(run_dir)),
+        section("verify", "Verification", _verification(run_dir, privacy.get("epsilon"))),
         section("coverage", "What the guarantee covers", coverage(privacy)),
         section("course", "The run", _course(run_dir, privacy)),
         *extras.sections(run_dir),
