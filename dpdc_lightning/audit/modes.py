@@ -101,12 +101,14 @@ def release_main(argv: list[str]) -> int:
 def selftest_main(argv: list[str]) -> int:
     tokens, arguments = audit_tokens(argv)
     settings = load_settings(tokens, WhiteboxConfig)
-    from dpdc_lightning.audit.selftest import CONFIGURATIONS, passed, print_table, run_selftest
+    from dpdc_lightning.audit.selftest import passed, print_table, run_selftest
+    from dpdc_lightning.methods import private_methods
 
-    unknown = [a for a in arguments if a not in CONFIGURATIONS]
+    private = private_methods()
+    unknown = [a for a in arguments if a not in private]
     if unknown:
         raise UserError(
-            f"selftest takes method names ({', '.join(CONFIGURATIONS)}) and audit.key=value, "
+            f"selftest takes private method names ({', '.join(private)}) and audit.key=value, "
             f"got {unknown[0]!r}"
         )
     out = json_target(settings.out, None, "")

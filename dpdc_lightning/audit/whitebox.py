@@ -10,12 +10,12 @@ Poisson coin q of the step when the canary is in the data) plus N(0, s² I), s =
 
 Canaries (m per partition per trial, each in with probability ½, independently):
 - ``row`` (default): orthogonal directions of the mechanism's row space, so that the canaries of a
-  run do not interfere and their scores are independent. For LDPDC they are images (±1 Hadamard
-  patterns, norm b√d: the largest a clamped record has). For the other methods they are rows λ·e_j
-  (the white-box "gradient canary" of Nasr et al. 2021), λ = the largest row norm of the step's
-  records, so that a record as large as the data's largest is what clipping must cut down.
+  run do not interfere and their scores are independent: rows λ·e_j (the white-box "gradient
+  canary" of Nasr et al. 2021), λ = the largest row norm of the step's records or the sensitivity
+  if larger, so that a record as large as the data's largest is what clipping must cut down. They
+  enter the method's own release (``method.release``) beside the sampled records' rows.
 - ``image``: one real image per partition (a public test image, relabelled into the partition), its
-  row computed by the method's maths like every record's.
+  row computed by the method's own ``release_rows`` like every record's.
 
 Per canary i with unit direction v_i and clipped row length a_i, x_t = <e_t, v_i>:
 - ``llr`` = Σ_t log(1 − q + q exp((a x_t − a²/2) / s²)), the log-likelihood ratio "in" vs "out",
@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.linalg import hadamard
 from torch import Tensor
 
 from dpdc_lightning.audit.bounds import Samples, certify
@@ -68,26 +67,6 @@ class Canaries:
             for i, p in enumerate(transcript.partitions):
                 label = (int(test_labels[i % len(test)]) + 1) % data.num_classes if p < 0 else p
                 self.images[p] = (test[i % len(test)][None], torch.tensor([label]))
-        elif transcript.name == "ldpdc":
-            d = math.prod(data.train_images.shape[1:])
-            block = (
-                d & -d
-            )  # the largest power of two dividing d: Hadamard(block) ⊗ 1 gives orthogonal ±1 images
-            if per_partition > block:
-                raise UserError(
-                    f"audit.canaries: at most {block} orthogonal ±1 canary images per class fit "
-                    f"{d} pixels, asked for {per_partition}"
-                )
-            pattern = torch.as_tensor(
-                hadamard(block)[:per_partition], dtype=torch.float32
-            ).repeat_interleave(d // block, 1)
-            self.images = {
-                p: (
-                    transcript.method.config.bound * pattern.view(-1, *data.train_images.shape[1:]),
-                    torch.full((per_partition,), max(p, 0)),
-                )
-                for p in transcript.partitions
-            }
         else:
             self.images = None
 
@@ -177,13 +156,12 @@ def run_trials(
                 subtract = known[mine].sum(0)
                 for v, release in enumerate(releases.values()):
                     y = release(
+                        transcript,
                         sampled,
                         canaries=len(theirs),
                         step=step,
                         partition=part,
                         secret=secrets[k],
-                        mechanism=mech,
-                        sample_rate=q,
                     )
                     x = (y - subtract) @ directions.T
                     llr[v, k, p] += torch.logaddexp(
