@@ -19,6 +19,7 @@ from dpdc_lightning.audit.membership import Bounds, bundle_entry, target_entries
 from dpdc_lightning.audit.settings import AuditConfig
 from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, run_shadows
 from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import Bundle
 from dpdc_lightning.engine.condense import condense
@@ -187,7 +188,7 @@ def _analyses(bundle: Bundle, config: RunConfig, data: ImageData) -> dict:
         "noiseless_privacy": analysis.noiseless_privacy(data.train_images, data.train_labels)
     }
     method = config.method
-    if method.name != "dm" or method.init != "noise":
+    if not isinstance(method, DMConfig) or method.init != "noise":  # DPDC §3.1 is about DM
         out["dm_closed_form"] = "applies to DM bundles with method.init=noise (DPDC §3.1); skipped"
         return out
     init_images, init_labels = analysis.dm_noise_initialisation(

@@ -5,7 +5,8 @@ in ``dpdc_lightning/conf/``, and composition, overrides and sweeps on Hydra.
     config = compose(["method=ndpdc", "privacy.target_epsilon=2"])   # a validated RunConfig
 
 - :mod:`.schema` the group schemas (dataset, privacy, eval, model, augment, RunConfig);
-- :mod:`.methods` every method's schema (``METHOD_SCHEMAS``);
+- :mod:`.methods` the built-in methods' schemas; :mod:`.registry` every method's name, schema and
+  code (built-in, installed plug-ins, registered at runtime: ``METHOD_SCHEMAS``);
 - :mod:`.store` their registration in Hydra's ConfigStore;
 - :mod:`.composition` Hydra's compose API behind :func:`compose`, its errors as one ``UserError`` line;
 - :mod:`.validation` the one validator: a composed config to typed objects;
@@ -29,7 +30,7 @@ __getattr__, __dir__, __all__ = exports(
         "ModelConfig": "schema",
         "PrivacyConfig": "schema",
         "RunConfig": "schema",
-        "METHOD_SCHEMAS": "methods",
+        "METHOD_SCHEMAS": "registry",
         "MethodConfig": "methods",
         "compose": "composition",
         "compose_resume": "composition",
