@@ -298,11 +298,12 @@ def test_imagefolder_resizes_keeps_class_names_and_holds_out_a_private_test_spli
 
 @pytest.mark.parametrize("suffix", [".pt", ".npz"])
 def test_tensor_files_are_read_and_checked(tmp_path, suffix):
-    images = (torch.rand(30, 1, 6, 6) * 255).to(torch.uint8)
+    generator = torch.Generator().manual_seed(0)
+    images = (torch.rand(30, 1, 6, 6, generator=generator) * 255).to(torch.uint8)
     labels = torch.arange(30) % 3
     path = tmp_path / f"data{suffix}"
     if suffix == ".pt":
-        test_images = (torch.rand(6, 1, 6, 6) * 255).to(
+        test_images = (torch.rand(6, 1, 6, 6, generator=generator) * 255).to(
             torch.uint8
         )  # not private records (issue 19)
         torch.save(
@@ -319,8 +320,14 @@ def test_tensor_files_are_read_and_checked(tmp_path, suffix):
     data = load_dataset("tensors", root=path, image_size=4)
     assert data.train_images.shape[1:] == (1, 4, 4)
     assert data.test_is_private == (suffix == ".npz")
-    expected = 30 if suffix == ".pt" else 24
-    assert len(data.train_labels) == expected
+    if suffix == ".pt":  # a test split in the file: every record is trained on
+        assert len(data.train_labels) == 30 and len(data.test_labels) == 6
+    else:  # held out of the 30 records: each on exactly one side, a few on the test side
+        assert len(data.train_labels) + len(data.test_labels) == 30
+        assert 0 < len(data.test_labels) < 15
+        assert sorted(data.train_labels.tolist() + data.test_labels.tolist()) == sorted(
+            labels.tolist()
+        )
     bad = tmp_path / "bad.pt"
     torch.save({"images": torch.rand(4, 1, 6, 6) * 3, "labels": torch.arange(4) % 2}, bad)
     with pytest.raises(UserError, match="bad.pt.*\\[0, 1\\]"):
