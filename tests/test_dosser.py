@@ -14,7 +14,7 @@ import torch
 from method_helpers import plan_for, stream
 from rounding import EPS32
 
-import dpdc_lightning.methods.base as base_module
+import dpdc_lightning.methods.release as release_module  # where methods draw their noise
 from dpdc_lightning.cli import run as cli_run
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.config.methods import AuxiliaryConfig, DosserConfig
@@ -55,7 +55,7 @@ def toy():
 def _noise_keys(monkeypatch) -> list[tuple]:
     """Every noise stream a method asks for, as (seed, phase, step, partition)."""
     keys: list[tuple] = []
-    original = base_module.noise_source
+    original = release_module.noise_source
 
     def counting(seed, *, phase, step, partition, reproducible):
         keys.append((seed, phase, step, partition))
@@ -63,7 +63,7 @@ def _noise_keys(monkeypatch) -> list[tuple]:
             seed, phase=phase, step=step, partition=partition, reproducible=reproducible
         )
 
-    monkeypatch.setattr(base_module, "noise_source", counting)
+    monkeypatch.setattr(release_module, "noise_source", counting)
     return keys
 
 

@@ -30,6 +30,7 @@ from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.noise import SeededNoise
 from dpdc_lightning.privacy.per_example import (
     clipped_gradient_sum,
+    noisy_gradient_mean,
     per_example_gradients,
     private_gradient,
     refuse_batch_norm,
@@ -209,9 +210,9 @@ def test_the_psg_step_divides_by_q_times_n_and_spends_one_event(monkeypatch):
 
     def spy(*args, **kwargs):
         seen.update(kwargs)
-        return private_gradient(*args, **kwargs)
+        return noisy_gradient_mean(*args, **kwargs)
 
-    monkeypatch.setattr(psg_module, "private_gradient", spy)
+    monkeypatch.setattr(psg_module, "noisy_gradient_mean", spy)
     method.on_fit_start()
     method.optimise = lambda loss, **_: (
         None

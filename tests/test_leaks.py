@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import dpdc_lightning.engine.planning as condense_module
-import dpdc_lightning.methods.base as base_module
+import dpdc_lightning.methods.release as release_module  # where methods draw their noise
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main
 from dpdc_lightning.config import compose
@@ -275,13 +275,13 @@ def test_a_sweep_states_the_composed_total_and_keeps_wall_times_out_of_its_table
 def test_the_dp_auxiliary_run_has_a_256_bit_key_of_its_own(toy, monkeypatch):
     """Old: the auxiliary run's noise was keyed by a 63-bit seed derived from the 256-bit secret."""
     seeds = set()
-    original = base_module.noise_source
+    original = release_module.noise_source
 
     def spy(seed, **kwargs):
         seeds.add(seed)
         return original(seed, **kwargs)
 
-    monkeypatch.setattr(base_module, "noise_source", spy)
+    monkeypatch.setattr(release_module, "noise_source", spy)
     secret = (1 << 255) + 12345
     config = compose(
         [

@@ -16,8 +16,8 @@ import torch
 from method_helpers import build, stream
 from rounding import assert_close_normwise, float32_rounding
 
-import dpdc_lightning.methods.ldpdc as ldpdc_module
-import dpdc_lightning.methods.ndpdc as ndpdc_module
+import dpdc_lightning.methods.release as release_module  # NDPDC's release calls the sum here
+import dpdc_lightning.privacy.mechanisms as mechanisms_module  # LDPDC's noisy mean calls it here
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.config.methods import DMConfig, LDPDCConfig, NDPDCConfig
 from dpdc_lightning.data import load_dataset
@@ -182,7 +182,7 @@ def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(
     toy, monkeypatch, clip_norm, sign, norm
 ):
     """Neighbouring datasets D and D + {x}: same step, same noise; the releases differ by <= G."""
-    released = _capture(monkeypatch, ndpdc_module)
+    released = _capture(monkeypatch, release_module)
     method = _ndpdc(clip_norm=clip_norm, noise_multiplier=2.0, norm=norm)
     step = 5
     real = _stream(toy, group_size=12.0).sample(step, [0])["images"][0]
@@ -197,7 +197,7 @@ def test_ndpdc_one_worst_case_record_moves_the_release_by_at_most_clip_norm(
 
 def test_ndpdc_noise_std_is_noise_multiplier_times_clip_norm(monkeypatch):
     """clip_norm 3, noise multiplier 2: the noise std is 6 (the reference code's bug gives 2)."""
-    released = _capture(monkeypatch, ndpdc_module)
+    released = _capture(monkeypatch, release_module)
     method = _ndpdc(clip_norm=3.0, noise_multiplier=2.0)
     for step in range(4):
         method.class_losses(_empty_batch(step, [0, 1, 2, 3]), step)
@@ -273,7 +273,7 @@ def test_ldpdc_sensitivity_and_noise_std(monkeypatch):
     method = _ldpdc(ipc=4, bound=bound, noise_multiplier=noise_multiplier, group_size=group_size)
     sensitivity = bound * math.sqrt(D)
     assert method.sensitivity() == pytest.approx(sensitivity)
-    released = _capture(monkeypatch, ldpdc_module)
+    released = _capture(monkeypatch, mechanisms_module)
     for step in range(4):
         method.condensation_step(_empty_batch(step, [0, 1, 2, 3]), step)
     event = method.pop_events()[0][1]  # what the report states comes from the events spent

@@ -210,6 +210,52 @@ def test_ctrl_c_before_the_first_step_keeps_nothing(tmp_path, monkeypatch, capsy
     assert not (tmp_path / "run").exists()
 
 
+def test_ctrl_c_before_the_first_step_of_a_resumed_run_keeps_its_folder(tmp_path, monkeypatch):
+    """Only a folder this process created is removed: a resumed run interrupted before its first
+    step (no checkpoint yet) keeps its config, plan and secret, and says how to resume."""
+    from dpdc_lightning.engine.training import train
+    from dpdc_lightning.methods.ndpdc import NDPDC
+
+    original = NDPDC.condensation_step
+    stop_at = {"step": 2}
+
+    def interrupt(self, batch, step):
+        if step == stop_at["step"]:
+            raise KeyboardInterrupt
+        return original(self, batch, step)
+
+    monkeypatch.setattr(NDPDC, "condensation_step", interrupt)
+    handler = signal.getsignal(signal.SIGINT)
+    run_dir = tmp_path / "run"
+    config = compose(["method=ndpdc", *TINY, "method.iterations=4", f"run_dir={run_dir}"])
+    try:
+        with pytest.raises(Interrupted, match="interrupted at step 2"):
+            train(config)  # no checkpoint written: checkpoint_every is past the last step
+        stop_at["step"] = 0
+        with pytest.raises(Interrupted, match=f"interrupted at step 0; .*resume={run_dir}"):
+            train(compose([f"resume={run_dir}"]))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists()
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "plan.json").is_file()
+    assert (run_dir / ".private_seed").is_file()
+
+
+def test_a_failed_write_into_a_new_run_folder_leaves_nothing(tmp_path, monkeypatch, capsys):
+    from dpdc_lightning.engine import training
+
+    def full_disk(run_dir, data, **keys):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(training, "write_provenance", full_disk)
+    run_dir = tmp_path / "run"
+    code = run(train_main, ["method=ndpdc", *TINY, "method.iterations=2", f"run_dir={run_dir}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error:") == 1
+    assert f"cannot write to run_dir {run_dir}: No space left on device" in err
+    assert not run_dir.exists()
+
+
 # --------------------------------------------------------------------------- own data
 
 
@@ -447,6 +493,8 @@ def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(
         and "REDUCED PROTOCOL" in (folder / "summary.md").read_text()
     )
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    page = (folder / "report.html").read_text(encoding="utf-8")  # one page over the members
+    assert "compose <strong>sequentially</strong>" in page and page.count("/report.html") == 2
     from dpdc_lightning.cli.commands import evaluate_main
 
     assert (

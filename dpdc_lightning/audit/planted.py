@@ -1,11 +1,14 @@
-"""Planted privacy bugs: wrong versions of a method's mechanism call, for the audit's self-test ONLY.
+"""Planted privacy bugs: wrong versions of a method's release, for the audit's self-test ONLY.
 
-Each is the correct call (:func:`.transcripts.correct_release`: ``privacy.mechanisms`` with the keyed
-noise of ``privacy.noise``) with one thing broken, while the accountant is still told the correct
-noise multiplier, sample rate and sensitivity, so the claimed ε is unchanged:
+Each is the method's own release (:func:`.transcripts.correct_release`: ``method.release``, which
+calls ``privacy.mechanisms`` with the keyed noise of ``privacy.noise``) with one thing broken,
+while the accountant is still told the correct noise multiplier, sample rate and sensitivity, so
+the claimed ε is unchanged. Each works on any registered private method:
 
-- ``noise_x0.1``: the noise std is a tenth of what the accountant assumes;
-- ``no_clipping``: rows are summed without clipping (noise still scaled to the clip norm);
+- ``noise_x0.1``: the noise std is a tenth of what the accountant assumes (the method's release
+  with a noise stream whose values are scaled by 0.1);
+- ``no_clipping``: rows are summed without clipping (noise still scaled to the clip norm, the
+  release divided by the stated normaliser);
 - ``noise_reused``: every step draws the noise of step 0 (one key for the whole run);
 - ``weight_doubled``: the audited record counts twice whenever it is sampled (each canary's row is
   summed twice: for each canary's test, "this record's weight is doubled").
@@ -16,53 +19,69 @@ Nothing outside ``dpdc_lightning.audit`` imports this module, no config key sele
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
-from dpdc_lightning.audit.transcripts import Release, StepMechanism, correct_release
+from dpdc_lightning.audit.transcripts import (
+    Release,
+    Transcript,
+    correct_release,
+    in_sum_units,
+    trial_noise,
+)
 from dpdc_lightning.privacy.mechanisms import gaussian_sum
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.noise import NoiseStream
 
 
-def _noise_scaled(rows: Tensor, *, mechanism: StepMechanism, **call) -> Tensor:
-    quiet = dataclasses.replace(mechanism, noise_multiplier=0.1 * mechanism.noise_multiplier)
-    return correct_release(rows, mechanism=quiet, **call)
+class _Quiet(NoiseStream):
+    """A stream whose values are ``scale`` times those of ``stream``."""
+
+    secure = False
+
+    def __init__(self, stream: NoiseStream, scale: float) -> None:
+        super().__init__()
+        self.stream, self.scale = stream, scale
+
+    def _draw(self, count: int) -> Tensor:
+        return self.stream.standard_normal((count,)) * self.scale
+
+
+def _noise_scaled(
+    transcript: Transcript, rows: Tensor, *, step: int, partition: int, secret: int, **_
+) -> Tensor:
+    noise = _Quiet(trial_noise(secret, step=step, partition=partition), 0.1)
+    released, _ = transcript.method.release(rows, step=step, partition=partition, noise=noise)
+    return in_sum_units(transcript, released)
 
 
 def _no_clipping(
-    rows: Tensor,
-    *,
-    canaries: int,
-    step: int,
-    partition: int,
-    secret: int,
-    mechanism: StepMechanism,
-    sample_rate: float,
+    transcript: Transcript, rows: Tensor, *, step: int, partition: int, secret: int, **_
 ) -> Tensor:
-    noise = noise_source(secret, phase="main", step=step, partition=partition, reproducible=False)
+    mechanism = transcript.mechanism
     released, _ = gaussian_sum(
-        rows.double().sum(0),
+        rows.double().sum(0).flatten(),
         sensitivity=mechanism.sensitivity,
         noise_multiplier=mechanism.noise_multiplier,
-        sample_rate=sample_rate,
-        noise=noise,
+        sample_rate=transcript.rate(partition),
+        noise=trial_noise(secret, step=step, partition=partition),
     )
     normaliser = mechanism.normaliser or 1.0
-    return (
-        released / normaliser
-    ).double() * normaliser  # the method's division by L or B, as its release
+    return in_sum_units(transcript, released / normaliser)  # the division, as the release's
 
 
-def _noise_reused(rows: Tensor, *, step: int, **call) -> Tensor:
-    return correct_release(rows, step=0, **call)
+def _noise_reused(
+    transcript: Transcript, rows: Tensor, *, step: int, partition: int, secret: int, **_
+) -> Tensor:
+    noise = trial_noise(secret, step=0, partition=partition)
+    released, _ = transcript.method.release(rows, step=step, partition=partition, noise=noise)
+    return in_sum_units(transcript, released)
 
 
-def _weight_doubled(rows: Tensor, *, canaries: int, **call) -> Tensor:
+def _weight_doubled(transcript: Transcript, rows: Tensor, *, canaries: int, **call) -> Tensor:
     doubled = torch.cat([rows, rows[len(rows) - canaries :]]) if canaries else rows
-    return correct_release(doubled, canaries=2 * canaries, **call)
+    return correct_release(transcript, doubled, canaries=2 * canaries, **call)
 
 
 PLANTED: dict[str, Callable[..., Tensor]] = {

@@ -1,13 +1,16 @@
 """``audit.py selftest``: does the white-box audit catch planted privacy bugs, and only them?
 
-NDPDC and PSG on the embedded digits data at a claimed ε of 2 (δ 1e-5), each run with the correct
-mechanism and with each bug of :mod:`.planted`. A bug is caught when the Clopper–Pearson lower bound
-(confidence 0.975, so also at 95 %) exceeds the claimed ε; the correct mechanism must stay below.
+A private method on the embedded digits data at a claimed ε of 2 (δ 1e-5), run with its own
+release and with each bug of :mod:`.planted`. A bug is caught when the Clopper–Pearson lower bound
+(confidence 0.975, so also at 95 %) exceeds the claimed ε; the correct release must stay below.
 All five releases of a method share the canaries, coins and secrets, so they differ only by the bug.
 
-The configurations are small (NDPDC: the digits preset at 100 steps, q = 5/127; PSG: 10 outer steps
-x K = 5 batches of expected size 64, q = 64/1438, on a width-16 ConvNet, whose ε is that of any
-network while the audit's cost grows with the gradient's length). Exit code 0 when every bug is caught and no correct mechanism is flagged, else 1.
+Each method states its smallest honest size (``checks.whitebox`` of its class; NDPDC: the digits
+preset at 100 steps, q = 5/127; PSG: 10 outer steps x K = 5 batches of expected size 64,
+q = 64/1438, on a width-16 ConvNet, whose ε is that of any network while the audit's cost grows
+with the gradient's length). Without names the self-test runs the methods whose ``checks.selftest``
+is set (one per family: NDPDC, PSG); any registered private method can be named, plug-ins
+included. Exit code 0 when every bug is caught and no correct release is flagged, else 1.
 """
 
 from __future__ import annotations
@@ -23,10 +26,19 @@ from dpdc_lightning.audit.transcripts import Transcript
 from dpdc_lightning.audit.whitebox import whitebox_audit
 
 CLAIMED_EPSILON = 2.0
-CONFIGURATIONS: dict[str, list[str]] = {
-    "ndpdc": ["method=ndpdc", "method.iterations=100"],
-    "psg": ["method=psg", "method.batch_size=64", "method.batches=5", "model.width=16"],
-}
+
+
+def configuration(method: str) -> list[str]:
+    """``method``'s smallest honest white-box size, as overrides (its class's ``checks``)."""
+    from dpdc_lightning.methods import method_class
+
+    return [f"method={method}", *method_class(method).checks.whitebox]
+
+
+def default_methods() -> list[str]:
+    from dpdc_lightning.methods import method_class, private_methods
+
+    return [name for name in private_methods() if method_class(name).checks.selftest]
 
 
 def verdict(report: dict[str, Any]) -> str:
@@ -40,26 +52,29 @@ def run_selftest(
     settings: WhiteboxConfig,
     *,
     methods: list[str] | None = None,
+    overrides: list[str] | None = None,
     progress: Callable[[str], None] = lambda message: None,
 ) -> list[dict[str, Any]]:
+    """The correct release and every planted bug of each method, at its white-box size with
+    ``overrides`` on top (a claimed ε of 2 unless they set privacy.target_epsilon)."""
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
 
     reports = []
-    for method in methods or list(CONFIGURATIONS):
-        config = compose(
-            [
-                *CONFIGURATIONS[method],
-                f"privacy.target_epsilon={CLAIMED_EPSILON}",
-                "trainer.enable_progress_bar=false",
-            ]
-        )
+    for method in methods or default_methods():
+        tokens = [
+            *configuration(method),
+            f"privacy.target_epsilon={CLAIMED_EPSILON}",
+            "trainer.enable_progress_bar=false",
+            *(overrides or []),
+        ]
+        config = compose(tokens)
         started = time.monotonic()
         transcript = Transcript(
             config, load_data(config), others=settings.others, seed=settings.seed
         )
         for report in whitebox_audit(transcript, settings, releases=releases(), progress=progress):
-            report["configuration"] = CONFIGURATIONS[method]
+            report["configuration"] = [*configuration(method), *(overrides or [])]
             report["verdict"] = verdict(report)
             report["wall_seconds"] = time.monotonic() - started  # all five releases of this method
             reports.append(report)

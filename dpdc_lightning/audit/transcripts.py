@@ -1,23 +1,21 @@
-"""The per-step private releases of LDPDC, NDPDC, Dosser and PSG, driven by a white-box auditor.
+"""A private method's per-step releases, driven by a white-box auditor through the method's own
+release (``methods/release.py``): the same functions its data step calls.
 
 The auditor builds the method exactly as ``condense`` does (plan first, from the configuration and
-the public class sizes; then the method with that plan; no Lightning trainer) and uses the method's
-own per-step maths for the public randomness and the rows its mechanism receives:
+the public class sizes; then the method with that plan; no Lightning trainer), and at every data
+step t calls
 
-- NDPDC: the extractor θ_t (``extractor.resample``), the Siamese DSA draw of (t, c)
-  (``augment_pair``), the private features (``extractor.private_features``);
-- Dosser (sampling stage): the same θ_t and DSA draw, the features projected on the SER subspace of
-  the auxiliary set under θ_t (``methods.subspace``), the release divided by L;
-- LDPDC: the records clamped to [−b, b] and flattened;
-- PSG: the network of round t (``start_round``), the per-example gradients of every parameter
-  (``privacy.per_example.per_example_gradients``), the release divided by B.
+- ``method.release_context(t)``: the public randomness of the step (NDPDC's extractor θ_t and
+  Dosser's with its SER subspace, PSG's network of the round, whatever a plug-in prepares);
+- ``method.release_rows(records, step=t, ...)``: the rows its mechanism receives, for the
+  auditor's pool of known records and for image canaries;
+- ``method.release(rows, step=t, partition=p, noise=...)``: the mechanism itself (clip, keyed
+  noise, public normaliser), on the sampled rows plus the canaries, with the trial's noise stream.
 
-:func:`correct_release` is the mechanism call of the method (``privacy.mechanisms``, keyed noise of
-``privacy.noise``) with the parameters of the :class:`~dpdc_lightning.privacy.mechanisms.PrivacyEvent`
-the method's own step spends (sensitivity, noise multiplier, normaliser: what privacy.json states);
-a test checks that it returns what the method's own step releases, bit for bit. The release is
-returned "in sum units" (times the method's normaliser), where one record moves it by at most the
-sensitivity.
+:func:`correct_release` is that last call; the mechanism's sensitivity, noise multiplier and
+normaliser are those of the :class:`~dpdc_lightning.privacy.mechanisms.PrivacyEvent` the method's
+own first step spends (what privacy.json states). The release is returned "in sum units" (times
+that normaliser), where one record moves it by at most the sensitivity.
 
 θ_t is fixed by the run seed, not by the trial: the guarantee holds for every sequence of public
 θ (and the method draws it from public seeds), so every trial reuses the rows computed once per step.
@@ -36,26 +34,22 @@ from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.condense import resolve_auxiliary
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods import DataSpec, Records, method_class, private_methods
 from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.methods.subspace import principal_subspace, project
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, noisy_clipped_mean, noisy_clipped_sum
-from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.privacy.per_example import per_example_gradients
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.noise import NoiseStream, noise_source
 from dpdc_lightning.seeding import derive_generator, derive_seed
-
-AUDITED = ("ldpdc", "ndpdc", "dosser", "psg")
 
 
 @dataclass(frozen=True)
 class StepMechanism:
-    """One step's mechanism as the method's event states it: noise std = sensitivity x noise multiplier."""
+    """One step's mechanism as the method's event states it: noise std = sensitivity x noise
+    multiplier; the noisy sum is divided by ``normaliser`` (an expected sample size from the plan;
+    None: released as a sum)."""
 
     sensitivity: float
     noise_multiplier: float
-    normaliser: (
-        float | None
-    )  # the noisy sum is divided by it (Dosser: L, PSG: B); None: released as a sum
+    normaliser: float | None
 
     @property
     def noise_std(self) -> float:
@@ -71,48 +65,40 @@ class StepMechanism:
 class Release(Protocol):
     def __call__(
         self,
+        transcript: Transcript,
         rows: Tensor,
         *,
         canaries: int,
         step: int,
         partition: int,
         secret: int,
-        mechanism: StepMechanism,
-        sample_rate: float,
     ) -> Tensor: ...
 
 
+def trial_noise(secret: int, *, step: int, partition: int) -> NoiseStream:
+    """The keyed noise a run with ``secret`` draws at (step, partition)."""
+    return noise_source(secret, phase="main", step=step, partition=partition, reproducible=False)
+
+
 def correct_release(
+    transcript: Transcript,
     rows: Tensor,
     *,
     canaries: int,
     step: int,
     partition: int,
     secret: int,
-    mechanism: StepMechanism,
-    sample_rate: float,
 ) -> Tensor:
-    """The method's mechanism on the sampled ``rows`` (the last ``canaries`` of them are canaries),
-    keyed by the trial's ``secret``; float64, in sum units."""
-    noise = noise_source(secret, phase="main", step=step, partition=partition, reproducible=False)
-    if mechanism.normaliser is None:
-        released, _ = noisy_clipped_sum(
-            rows,
-            max_norm=mechanism.sensitivity,
-            noise_multiplier=mechanism.noise_multiplier,
-            sample_rate=sample_rate,
-            noise=noise,
-        )
-        return released.double()
-    released, _ = noisy_clipped_mean(
-        rows,
-        max_norm=mechanism.sensitivity,
-        noise_multiplier=mechanism.noise_multiplier,
-        sample_rate=sample_rate,
-        expected_size=mechanism.normaliser,
-        noise=noise,
-    )
-    return released.double() * mechanism.normaliser
+    """The method's own release of the sampled ``rows`` (the last ``canaries`` of them are
+    canaries), keyed by the trial's ``secret``; float64, flat, in sum units."""
+    noise = trial_noise(secret, step=step, partition=partition)
+    released, _ = transcript.method.release(rows, step=step, partition=partition, noise=noise)
+    return in_sum_units(transcript, released)
+
+
+def in_sum_units(transcript: Transcript, released: Tensor) -> Tensor:
+    """A release times the normaliser the method's step states (its event's expected size)."""
+    return released.double().flatten() * (transcript.mechanism.normaliser or 1.0)
 
 
 class StepView:
@@ -120,16 +106,17 @@ class StepView:
 
     def __init__(self, transcript: Transcript, step: int) -> None:
         self.transcript, self.step = transcript, step
-        self.context = transcript._prepare(step)
-        self.pool_rows = {p: self.rows_of(p, *transcript.pools[p]) for p in transcript.partitions}
+        method = transcript.method
+        self.context = method.release_context(step)
+        parts = transcript.partitions
+        pools = Records(parts, *(list(x) for x in zip(*(transcript.pools[p] for p in parts))))
+        rows = method.release_rows(pools, step=step, context=self.context)
+        self.pool_rows = {p: r.detach().float().clone() for p, r in zip(parts, rows)}
 
     def rows_of(self, partition: int, images: Tensor, labels: Tensor) -> Tensor:
-        return (
-            self.transcript._rows(self.step, partition, images, labels, self.context)
-            .detach()
-            .float()
-            .clone()
-        )
+        records = Records.one(partition, images, labels)
+        [rows] = self.transcript.method.release_rows(records, step=self.step, context=self.context)
+        return rows.detach().float().clone()
 
 
 class Transcript:
@@ -138,10 +125,11 @@ class Transcript:
 
     def __init__(self, config: RunConfig, data: ImageData, *, others: int, seed: int) -> None:
         name = config.method.name
-        if name not in AUDITED:
+        if not method_class(name).private:
             raise UserError(
-                f"method {name} releases no noisy transcript (not private): the white-box audit takes "
-                f"{', '.join(AUDITED)}; audit a non-private release with `audit.py release RUN_DIR`"
+                f"method {name} releases no noisy transcript (not private): the white-box audit "
+                f"takes {', '.join(private_methods())}; audit a non-private release with "
+                "`audit.py release RUN_DIR`"
             )
         self.name, self.config, self.data = name, config, data
         self.plan = plan_run(
@@ -158,9 +146,10 @@ class Transcript:
         self.mechanism = StepMechanism.of(self._spent_event(seed))
 
     def _build(self, *, noise_seed: int) -> CondensationMethod:
-        """The method as ``condense`` builds it (the plan's class sizes), ready to step without a trainer."""
+        """The method as ``condense`` builds it (the plan's class sizes), ready to step without a
+        trainer."""
         config = self.config
-        method = METHODS[self.name](
+        method = method_class(self.name)(
             config.method,
             data=DataSpec.of(self.data, plan=self.plan),
             plan=self.plan,
@@ -171,7 +160,7 @@ class Transcript:
             auxiliary=self._auxiliary,
         )
         if method.uses_network:
-            method.on_fit_start()  # builds the extractor and DSA, or PSG's network: no trainer needed
+            method.on_fit_start()  # builds the extractor and DSA, or PSG's network: no trainer
         return method
 
     def _spent_event(self, seed: int) -> PrivacyEvent:
@@ -196,7 +185,8 @@ class Transcript:
         stated = {(e.sensitivity, e.noise_multiplier, e.expected_size) for e in events}
         if len(stated) != 1:
             raise RuntimeError(
-                f"the method's first step spent {len(stated)} different mechanisms; the audit takes one"
+                f"the method's first step spent {len(stated)} different mechanisms; the audit takes "
+                "one"
             )
         if events[0].noise_multiplier != self.plan.noise_multiplier:
             raise RuntimeError(
@@ -231,40 +221,3 @@ class Transcript:
         return {
             c: (self.data.train_images[i], self.data.train_labels[i]) for c, i in enumerate(picks)
         }
-
-    # ---- the methods' per-step maths -------------------------------------------------------------
-    def _prepare(self, step: int) -> tuple[Tensor, Tensor] | None:
-        method = self.method
-        if self.name in ("ndpdc", "dosser"):
-            method.extractor.resample(step)  # θ_t: the generator Dosser's sampling stage loads too
-            if self.name == "dosser" and method.ser:
-                with torch.no_grad():
-                    features = torch.cat(
-                        [
-                            method.extractor.embed(chunk)
-                            for chunk in method.auxiliary.images.split(512)
-                        ]
-                    )
-                return principal_subspace(features, dim=method.config.subspace_dim)
-        elif self.name == "psg":
-            method.start_round(
-                step
-            )  # θ_t: the network of round t's initialisation (the auditor's choice)
-        return None
-
-    def _rows(
-        self,
-        step: int,
-        partition: int,
-        images: Tensor,
-        labels: Tensor,
-        context: tuple[Tensor, Tensor] | None,
-    ) -> Tensor:
-        method = self.method
-        if self.name == "ldpdc":
-            return images.clamp(-method.config.bound, method.config.bound).flatten(1).float()
-        if self.name == "psg":
-            return per_example_gradients(method.inner.net, images, labels)
-        augmented, _ = method.augment_pair(images, images[:1], step=step, class_index=partition)
-        features = method.extractor.private_features([augmented])[0].float()
-        return project(features, context) if self.name == "dosser" else features

@@ -10,12 +10,12 @@ Poisson coin q of the step when the canary is in the data) plus N(0, s² I), s =
 
 Canaries (m per partition per trial, each in with probability ½, independently):
 - ``row`` (default): orthogonal directions of the mechanism's row space, so that the canaries of a
-  run do not interfere and their scores are independent. For LDPDC they are images (±1 Hadamard
-  patterns, norm b√d: the largest a clamped record has). For the other methods they are rows λ·e_j
-  (the white-box "gradient canary" of Nasr et al. 2021), λ = the largest row norm of the step's
-  records, so that a record as large as the data's largest is what clipping must cut down.
+  run do not interfere and their scores are independent: rows λ·e_j (the white-box "gradient
+  canary" of Nasr et al. 2021), λ = the largest row norm of the step's records or twice the
+  sensitivity if larger, so that clipping must cut every canary down. They
+  enter the method's own release (``method.release``) beside the sampled records' rows.
 - ``image``: one real image per partition (a public test image, relabelled into the partition), its
-  row computed by the method's maths like every record's.
+  row computed by the method's own ``release_rows`` like every record's.
 
 Per canary i with unit direction v_i and clipped row length a_i, x_t = <e_t, v_i>:
 - ``llr`` = Σ_t log(1 − q + q exp((a x_t − a²/2) / s²)), the log-likelihood ratio "in" vs "out",
@@ -30,11 +30,11 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-from scipy.linalg import hadamard
 from torch import Tensor
 
 from dpdc_lightning.audit.bounds import Samples, certify
@@ -68,26 +68,6 @@ class Canaries:
             for i, p in enumerate(transcript.partitions):
                 label = (int(test_labels[i % len(test)]) + 1) % data.num_classes if p < 0 else p
                 self.images[p] = (test[i % len(test)][None], torch.tensor([label]))
-        elif transcript.name == "ldpdc":
-            d = math.prod(data.train_images.shape[1:])
-            block = (
-                d & -d
-            )  # the largest power of two dividing d: Hadamard(block) ⊗ 1 gives orthogonal ±1 images
-            if per_partition > block:
-                raise UserError(
-                    f"audit.canaries: at most {block} orthogonal ±1 canary images per class fit "
-                    f"{d} pixels, asked for {per_partition}"
-                )
-            pattern = torch.as_tensor(
-                hadamard(block)[:per_partition], dtype=torch.float32
-            ).repeat_interleave(d // block, 1)
-            self.images = {
-                p: (
-                    transcript.method.config.bound * pattern.view(-1, *data.train_images.shape[1:]),
-                    torch.full((per_partition,), max(p, 0)),
-                )
-                for p in transcript.partitions
-            }
         else:
             self.images = None
 
@@ -104,7 +84,10 @@ class Canaries:
             )
         directions = torch.zeros(self.m, d, dtype=torch.float64)
         directions[torch.arange(self.m), torch.arange(self.m) * (d // self.m)] = 1.0
-        size = max(float(pool.double().norm(dim=1).max()), self.transcript.mechanism.sensitivity)
+        # Twice the sensitivity at least: clipping must cut a canary down even where no record
+        # exceeds the sensitivity (LDPDC's clamped images), or a missing clip would go unseen.
+        sensitivity = self.transcript.mechanism.sensitivity
+        size = max(float(pool.double().norm(dim=1).max()), 2 * sensitivity)
         return (size * directions).float(), directions
 
 
@@ -127,6 +110,44 @@ def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
     return max(1, min(settings.canaries // partitions, dim, ROW_BUDGET // dim))
 
 
+@dataclass
+class _Scores:
+    """The two statistics of every (release, trial, partition, canary), summed over the steps."""
+
+    llr: Tensor
+    spread: Tensor
+    last: Tensor
+    variance: float
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...], *, noise_std: float) -> _Scores:
+        return cls(*(torch.zeros(shape, dtype=torch.float64) for _ in range(3)), noise_std**2)
+
+    def add(self, at: tuple[int, int, int], x: Tensor, *, shift: Tensor, q: float, step: int):
+        """Step ``step``'s coordinates ``x`` of the canaries of (release, trial, partition)."""
+        log_out = math.log1p(-q) if q < 1 else -math.inf
+        self.llr[at] += torch.logaddexp(
+            torch.tensor(log_out, dtype=torch.float64),
+            math.log(q) + (shift * x - shift**2 / 2) / self.variance,
+        )
+        if step:
+            self.spread[at] += (x - self.last[at]) ** 2 / (2 * self.variance)
+        self.last[at] = x
+
+    def samples(self, names: list[str], members: np.ndarray) -> dict[str, Samples]:
+        trials = members.shape[0]
+        return {
+            name: Samples(
+                {
+                    "llr": self.llr[v].reshape(trials, -1).numpy(),
+                    "spread": self.spread[v].reshape(trials, -1).numpy(),
+                },
+                members,
+            )
+            for v, name in enumerate(names)
+        }
+
+
 def run_trials(
     transcript: Transcript,
     settings: WhiteboxConfig,
@@ -139,16 +160,10 @@ def run_trials(
     first = transcript.at(0)
     m = per_partition(settings, len(parts), first.pool_rows[parts[0]].shape[1])
     canaries = Canaries(transcript, kind=settings.canary, per_partition=m)
-    coins = (
-        torch.rand(
-            trials, len(parts), m, generator=derive_generator(settings.seed, "whitebox", "coins")
-        )
-        < 0.5
-    )
+    generator = derive_generator(settings.seed, "whitebox", "coins")
+    coins = torch.rand(trials, len(parts), m, generator=generator) < 0.5
     secrets = [derive_seed(settings.seed, "whitebox", "secret", k) for k in range(trials)]
-    shape = (len(releases), trials, len(parts), m)
-    llr, spread, last = (torch.zeros(shape, dtype=torch.float64) for _ in range(3))
-    variance = mech.noise_std**2
+    scores = _Scores.zeros((len(releases), trials, len(parts), m), noise_std=mech.noise_std)
     for step in range(transcript.steps):
         if step % max(1, transcript.steps // 10) == 0:
             progress(f"white-box: step {step + 1}/{transcript.steps}")
@@ -159,51 +174,23 @@ def run_trials(
             rows, directions = canaries.at(view, part)
             shift = clip_rows(rows.double(), max_norm=mech.sensitivity).norm(dim=1)
             q = transcript.rate(part)
-            log_out, log_in = math.log1p(-q) if q < 1 else -math.inf, math.log(q)
             for k in range(trials):
                 inside = torch.nonzero(coins[k, p]).squeeze(1)
                 picks = sample_pool(
-                    len(others) + len(inside),
-                    sample_rate=q,
-                    secret=secrets[k],
-                    step=step,
+                    len(others) + len(inside), sample_rate=q, secret=secrets[k], step=step,
                     partition=part,
-                )
-                mine, theirs = (
-                    picks[picks < len(others)],
-                    inside[picks[picks >= len(others)] - len(others)],
-                )
+                )  # fmt: skip
+                mine = picks[picks < len(others)]
+                theirs = inside[picks[picks >= len(others)] - len(others)]
                 sampled = torch.cat([others[mine], rows[theirs]])
-                subtract = known[mine].sum(0)
                 for v, release in enumerate(releases.values()):
                     y = release(
-                        sampled,
-                        canaries=len(theirs),
-                        step=step,
-                        partition=part,
+                        transcript, sampled, canaries=len(theirs), step=step, partition=part,
                         secret=secrets[k],
-                        mechanism=mech,
-                        sample_rate=q,
-                    )
-                    x = (y - subtract) @ directions.T
-                    llr[v, k, p] += torch.logaddexp(
-                        torch.tensor(log_out, dtype=torch.float64),
-                        log_in + (shift * x - shift**2 / 2) / variance,
-                    )
-                    if step:
-                        spread[v, k, p] += (x - last[v, k, p]) ** 2 / (2 * variance)
-                    last[v, k, p] = x
-    members = coins.reshape(trials, -1).numpy()
-    return {
-        name: Samples(
-            {
-                "llr": llr[v].reshape(trials, -1).numpy(),
-                "spread": spread[v].reshape(trials, -1).numpy(),
-            },
-            members,
-        )
-        for v, name in enumerate(releases)
-    }
+                    )  # fmt: skip
+                    x = (y - known[mine].sum(0)) @ directions.T
+                    scores.add((v, k, p), x, shift=shift, q=q, step=step)
+    return scores.samples(list(releases), coins.reshape(trials, -1).numpy())
 
 
 def accounted(transcript: Transcript) -> dict[str, float]:

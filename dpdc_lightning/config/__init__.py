@@ -5,7 +5,8 @@ in ``dpdc_lightning/conf/``, and composition, overrides and sweeps on Hydra.
     config = compose(["method=ndpdc", "privacy.target_epsilon=2"])   # a validated RunConfig
 
 - :mod:`.schema` the group schemas (dataset, privacy, eval, model, augment, RunConfig);
-- :mod:`.methods` every method's schema (``METHOD_SCHEMAS``);
+- :mod:`.methods` the built-in methods' schemas; :mod:`.registry` every method's name, schema and
+  code (built-in, installed plug-ins, registered at runtime: ``METHOD_SCHEMAS``);
 - :mod:`.store` their registration in Hydra's ConfigStore;
 - :mod:`.composition` Hydra's compose API behind :func:`compose`, its errors as one ``UserError`` line;
 - :mod:`.validation` the one validator: a composed config to typed objects;
@@ -16,26 +17,25 @@ Names are imported on first use (PEP 562).
 
 from __future__ import annotations
 
-from dpdc_lightning.lazy import lazy_getattr
+from dpdc_lightning.lazy import exports
 
-_WHERE = {
-    "CONF_DIR": "schema",
-    "GROUPS": "schema",
-    "AugmentConfig": "schema",
-    "DatasetConfig": "schema",
-    "EvalConfig": "schema",
-    "ModelConfig": "schema",
-    "PrivacyConfig": "schema",
-    "RunConfig": "schema",
-    "METHOD_SCHEMAS": "methods",
-    "MethodConfig": "methods",
-    "compose": "composition",
-    "compose_resume": "composition",
-    "validate": "validation",
-    "to_yaml": "validation",
-    "config_hash": "validation",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_getattr(__name__, _WHERE)
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "CONF_DIR": "schema",
+        "GROUPS": "schema",
+        "AugmentConfig": "schema",
+        "DatasetConfig": "schema",
+        "EvalConfig": "schema",
+        "ModelConfig": "schema",
+        "PrivacyConfig": "schema",
+        "RunConfig": "schema",
+        "METHOD_SCHEMAS": "registry",
+        "MethodConfig": "methods",
+        "compose": "composition",
+        "compose_resume": "composition",
+        "validate": "validation",
+        "to_yaml": "validation",
+        "config_hash": "validation",
+    },
+)

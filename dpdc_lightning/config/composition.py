@@ -82,9 +82,9 @@ def compose_raw(
     import hydra
     from hydra.core.global_hydra import GlobalHydra
 
-    from dpdc_lightning.config.store import register_schemas
+    from dpdc_lightning.config.store import register_schemas, selected_methods
 
-    register_schemas()
+    register_schemas(selected_methods(tokens))
     with hydra_errors(tokens):
         if (
             GlobalHydra.instance().is_initialized()
@@ -131,11 +131,18 @@ def _missing(err: Exception) -> str:
     ):  # a Hydra group: its options are plugins (launchers, sweepers)
         options = list(getattr(err, "options", None) or [])
     else:
-        options = group_options(group) + (_registered_datasets() if group == "dataset" else [])
+        options = group_options(group) + _registered(group)
     return f"unknown {group} '{name}'; choose one of: {', '.join(sorted(set(options)))}"
 
 
-def _registered_datasets() -> list[str]:
+def _registered(group: str) -> list[str]:
+    """Options of a group added from Python: data sets, methods (plug-ins included)."""
+    if group == "method":
+        from dpdc_lightning.config.registry import method_names
+
+        return method_names()
+    if group != "dataset":
+        return []
     from dpdc_lightning.data.registry import DATASETS
 
     return list(DATASETS)
@@ -185,7 +192,7 @@ def _hydra_message(err: Exception, tokens: Sequence[str]) -> str:
 def _unknown_key(key: str, tokens: Sequence[str]) -> str:
     from dataclasses import fields, is_dataclass
 
-    from dpdc_lightning.config.methods import METHOD_SCHEMAS
+    from dpdc_lightning.config.registry import METHOD_SCHEMAS
 
     parent = key.rpartition(".")[0]
     if not parent:

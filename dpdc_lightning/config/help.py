@@ -1,6 +1,6 @@
 """The ``--help`` page of train.py and evaluate.py: groups with their options and default, the
-keys of the selected files, examples. Reads the YAML files only (no Hydra composition, no torch),
-so it answers within a second."""
+keys of the selected files, examples. Reads the YAML files only (no Hydra composition, no torch;
+a plug-in method: its YAML or its schema), so it answers within a second."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ def _yaml(group: str, name: str) -> DictConfig:
 
             if name in DATASETS:  # added from Python with register_dataset: no YAML file
                 return OmegaConf.create({"name": name})
+        if group == "method":
+            return _plugin_method(name)
         raise UserError(
             f"unknown {group} '{name}'; choose one of: {', '.join(group_options(group))}"
         )
@@ -28,6 +30,13 @@ def _yaml(group: str, name: str) -> DictConfig:
         return OmegaConf.load(path)
     except (OSError, OmegaConfBaseException) as err:
         raise UserError(f"cannot read config file {path}: {str(err).splitlines()[0]}") from None
+
+
+def _plugin_method(name: str) -> DictConfig:
+    """A method of a plug-in (or registered at runtime): its YAML on its schema, or the schema."""
+    from dpdc_lightning.config.registry import method_entry, method_node
+
+    return method_node(method_entry(name))
 
 
 def _keys_of(group: str, name: str) -> str:
@@ -73,6 +82,10 @@ def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[st
             from dpdc_lightning.data.registry import DATASETS
 
             names = sorted(set(names) | set(DATASETS))
+        if group == "method":  # plug-ins listed by name, none of them imported
+            from dpdc_lightning.config.registry import method_names
+
+            names = sorted(set(names) | set(method_names()))
         default = defaults.get(group)
         lines.append(
             f"  {group:<11}{', '.join(names)}" + (f"   (default {default})" if default else "")

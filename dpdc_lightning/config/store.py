@@ -1,26 +1,37 @@
 """The schemas in Hydra's ConfigStore: ``run_schema`` types the root config (so an unknown key or a
 wrong type fails while Hydra composes), ``<method>_schema`` types each method's YAML file (its
-``defaults`` list names it), and a data set added from Python with ``register_dataset`` becomes a
-``dataset`` option without a YAML file."""
+``defaults`` list names it), a plug-in method without a file in ``conf/method/`` becomes a
+``method`` option (its YAML merged onto its schema, or the schema alone), and a data set added from
+Python with ``register_dataset`` becomes a ``dataset`` option without a YAML file."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from hydra.core.config_store import ConfigStore
 
-from dpdc_lightning.config.methods import METHOD_SCHEMAS
-from dpdc_lightning.config.schema import RunConfig, group_options
+import dpdc_lightning.config.registry as registry
+from dpdc_lightning.config.schema import CONF_DIR, RunConfig, group_options
 
 _stored: set[str] = set()
+_methods: dict[str, registry.MethodEntry] = {}  # what is stored for each method name
 
 
-def register_schemas() -> None:
-    """Store every schema once per process (Hydra's ConfigStore is a process-wide singleton)."""
+def register_schemas(methods: Iterable[str] = ()) -> None:
+    """Store every schema once per process (Hydra's ConfigStore is a process-wide singleton): the
+    built-in methods, those registered at runtime or loaded so far, and the plug-ins ``methods``
+    names (an installed plug-in is imported only when selected)."""
     store = ConfigStore.instance()
     if not _stored:
         store.store(name="run_schema", node=RunConfig)
-        for name, schema in METHOD_SCHEMAS.items():
-            store.store(group="method", name=f"{name}_schema", node=schema)
         _stored.add("schemas")
+    for name in dict.fromkeys([*registry.loaded_names(), *methods]):
+        entry = registry.find_method(name)
+        if entry is not None and _methods.get(name) != entry:
+            store.store(group="method", name=f"{name}_schema", node=entry.schema)
+            if not (CONF_DIR / "method" / f"{name}.yaml").is_file():
+                store.store(group="method", name=name, node=registry.method_node(entry))
+            _methods[name] = entry
     from dpdc_lightning.data.registry import (
         DATASETS,
     )  # torch-free: built-in, own-data and registered names
@@ -30,3 +41,9 @@ def register_schemas() -> None:
         if name not in files and name not in _stored:
             store.store(group="dataset", name=name, node={"name": name})
             _stored.add(name)
+
+
+def selected_methods(tokens: Sequence[str]) -> list[str]:
+    """The methods ``method=a`` or a sweep's ``method=a,b`` select."""
+    values = [t.partition("=")[2] for t in tokens if t.partition("=")[0].lstrip("+") == "method"]
+    return [name.strip() for value in values for name in value.split(",") if name.strip()]

@@ -3,7 +3,8 @@ the typed :class:`RunConfig`, or one ``UserError`` line.
 
 Hydra has checked keys and types against the schemas while composing (``store.py``); here each
 dataclass's ``__post_init__`` checks values, and the checks that span sections run: the selected
-method matches ``method.name``, a key the method ignores was not set, trainer keys the framework
+method matches ``method.name``, a key the method ignores was not set, the method that makes
+Dosser's DP auxiliary set can make one (the registry knows), trainer keys the framework
 owns were not set, every number is finite. Checks that need the method's code or Lightning (a
 step cap the method cannot take, a trainer option Lightning does not know) belong to the engine.
 """
@@ -17,7 +18,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dpdc_lightning.config.methods import METHOD_SCHEMAS
+from dpdc_lightning.config.registry import METHOD_SCHEMAS, auxiliary_makers, makes_dp_auxiliary
 from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS, RunConfig, check_finite, choice
 from dpdc_lightning.errors import UserError
 
@@ -62,6 +63,7 @@ def validate(
     _refuse_empty_paths(config)
     for section in ("method", "privacy", "eval", "model", "dataset"):
         check_finite(section, getattr(config, section))
+    _check_auxiliary_maker(config.method)
     ignored = config.method.ignored_keys
     for key in (
         t.partition("=")[0].removeprefix("method.") for t in overrides if t.startswith("method.")
@@ -111,6 +113,14 @@ def _refuse_empty_paths(config: RunConfig) -> None:
             raise UserError(
                 f"{key}= is empty; give a path ({key}=NAME), or leave {key} out for its default"
             )
+
+
+def _check_auxiliary_maker(method: Any) -> None:
+    """``method.aux.method`` (Dosser's DP auxiliary run) names a method that can make the set."""
+    aux = getattr(method, "aux", None)
+    maker = getattr(aux, "method", None)
+    if maker is not None and not makes_dp_auxiliary(maker):
+        choice("method.aux.method", maker, auxiliary_makers())
 
 
 def _trainer_options(options: Any) -> dict[str, Any]:

@@ -124,3 +124,23 @@ def public_split(
     return AuxiliarySet(
         test_images, test_labels, f"the test split of {dataset}, declared public by the user"
     )
+
+
+def initial_images(view: Tensor, aux: AuxiliarySet | None, *, seed: int) -> None:
+    """``method.init=aux``: fill ``view`` ([classes, ipc, C, H, W]) with a keyed draw of each
+    class's auxiliary images (a labelled set: a file with labels, or a DP set)."""
+    if aux is None or aux.labels is None:
+        raise UserError(
+            "method.init=aux needs a labelled auxiliary set ('labels' in the file, or source=dp)"
+        )
+    generator = derive_generator(seed, "init-aux")
+    ipc = view.shape[1]
+    for c in range(view.shape[0]):
+        pool = aux.images[aux.labels == c]
+        if len(pool) < ipc:
+            raise UserError(
+                f"method.init=aux: the auxiliary set has {len(pool)} images of class {c}, "
+                f"fewer than method.ipc={ipc}"
+            )
+        pick = torch.randperm(len(pool), generator=generator)[:ipc]
+        view[c].copy_(pool[pick].to(view.device))

@@ -9,6 +9,9 @@ A subclass describes itself with class attributes and a few small hooks:
   ``GeneratedImages``); the base optimises its parameters and exports its images;
 - ``condensation_step(batch, step)`` for a data step and ``free_step(step)`` for a step that reads
   no data and spends nothing (e.g. Dosser's optimisation stage);
+- a private method's release (``release.py``): ``release_context``, ``release_rows``,
+  ``sensitivity``, ``normaliser`` and ``release``, which its step calls through ``release_batch``
+  and the white-box audit calls with canaries; ``checks``: its sizes for ``audit.py check``;
 - ``carry(name, obj)`` registers state kept between steps (an inner network's optimiser, a signal
   bank): anything with ``state_dict``/``load_state_dict`` is saved in every checkpoint and restored
   on resume (submodules are saved with the module anyway).
@@ -17,7 +20,8 @@ A method never touches a trainer: what it needs from whatever runs it (the backw
 optimiser step, the number of processes, a sum over processes, logging) it asks of ``runtime``, a
 :class:`Runtime`. The default one drives steps by hand in one process; ``engine/method_module.py``
 gives Lightning's. The method is built with its final privacy plan (noise multiplier, sample rates,
-step counts) and noise seed; nothing is patched onto it afterwards.
+step counts) and noise seed; nothing is patched onto it afterwards. A class is a method once it is
+registered with its schema (``registry.py``; docs/adding_a_method.md).
 """
 
 from __future__ import annotations
@@ -33,36 +37,16 @@ from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.data.subsets import random_class_picks
 from dpdc_lightning.errors import NumericalFault, UserError
 from dpdc_lightning.methods.memory import FLOAT, Need
+from dpdc_lightning.methods.release import CheckSizes, PrivateRelease
+from dpdc_lightning.methods.runtime import Runtime
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
 from dpdc_lightning.models import NETWORKS
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.noise import NoiseStream
 from dpdc_lightning.privacy.per_example import refuse_batch_norm
 from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
-
-
-class Runtime:
-    """What a method may ask of the engine that runs it. This one runs steps by hand: one process,
-    a plain backward pass, nothing logged."""
-
-    world_size = 1
-
-    def backward(self, loss: Tensor) -> None:
-        loss.backward()
-
-    def step_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        optimizer.step()
-
-    def reduce_sum(self, tensor: Tensor) -> Tensor:
-        return tensor
-
-    def log(self, name: str, value: Any, **options: Any) -> None:
-        pass
-
-    def class_images(self, class_index: int) -> Tensor:
-        raise RuntimeError("method.init=real needs the private data stream of an engine")
 
 
 def _network_on_meta(model: ModelConfig, data: DataSpec) -> torch.nn.Module:
@@ -72,17 +56,17 @@ def _network_on_meta(model: ModelConfig, data: DataSpec) -> torch.nn.Module:
         )
 
 
-class CondensationMethod(torch.nn.Module):
+class CondensationMethod(PrivateRelease, torch.nn.Module):
     """Base class. Subclasses set the class attributes and implement ``condensation_step``."""
 
     config_class: ClassVar[type[MethodConfig]] = MethodConfig
     private: ClassVar[bool] = False
     sampling: ClassVar[str] = "per_class_poisson"
-    steps_adjustable: ClassVar[bool] = (
-        True  # False where the algorithm fixes the number of data steps
-    )
+    # False where the algorithm fixes the number of data steps
+    steps_adjustable: ClassVar[bool] = True
     uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
     uses_network: ClassVar[bool] = True  # False for a method that never builds model.* (LDPDC)
+    checks: ClassVar[CheckSizes] = CheckSizes()  # the sizes audit.py check runs it at
 
     def __init__(
         self,
@@ -122,9 +106,7 @@ class CondensationMethod(torch.nn.Module):
         self._noise_seed = noise_seed
         self._reproducible_noise = reproducible_noise
         self._noise_streams: list[NoiseStream] = []  # handed out during the current step
-        self._noise_values_per_partition = (
-            0  # largest draw of one partition in a step, for the report
-        )
+        self._noise_values_per_partition = 0  # largest draw of one partition in a step (report)
         self._pending_events: list[tuple[int, PrivacyEvent]] = []
         self._carried: dict[str, Any] = {}
         self._restored_carried: dict[str, Any] = {}
@@ -239,39 +221,6 @@ class CondensationMethod(torch.nn.Module):
         """The synthetic images as [classes, ipc, C, H, W] (gradients flow to the parameters)."""
         return self.synthetic.class_view()
 
-    def noise_stream(self, step: int, partition: int, *, phase: str = "main") -> NoiseStream:
-        """The privacy noise of one (phase, step, partition), to pass to a mechanism as ``noise=``.
-
-        Keyed by the run's secret and the draw's purpose only, so a resumed step or a class run on
-        another DDP process gets the same noise. A method with several noised queries per step
-        names each with its own ``phase``."""
-        stream = noise_source(
-            self._noise_seed,
-            phase=phase,
-            step=step,
-            partition=partition,
-            reproducible=self._reproducible_noise,
-        )
-        self._noise_streams.append(stream)
-        return stream
-
-    def noise_values_per_step(self) -> int | None:
-        """Normal values one data step draws over all partitions (None before any draw).
-        Each process sees only its own classes under DDP; every class draws the same number."""
-        if not self._noise_values_per_partition:
-            return None
-        partitions = self.data.num_classes if self.sampling.startswith("per_class") else 1
-        return self._noise_values_per_partition * partitions
-
-    def spend(self, event: PrivacyEvent, *, partition: int) -> None:
-        """Record an event a mechanism returned on one disjoint part of the data (a class, or -1
-        for the whole set); the engine's privacy budget checks it against the plan."""
-        self._pending_events.append((partition, event))
-
-    def pop_events(self) -> list[tuple[int, PrivacyEvent]]:
-        events, self._pending_events = self._pending_events, []
-        return events
-
     def carry(self, name: str, state: Any) -> Any:
         """Keep ``state`` (anything with state_dict/load_state_dict) in checkpoints; returns it,
         restored if this run resumes from a checkpoint that holds it."""
@@ -333,11 +282,7 @@ class CondensationMethod(torch.nn.Module):
             raise NumericalFault(
                 fault.what, step=step, total=self.plan.total_steps, cause=self.divergence_cause()
             ) from None
-        streams, self._noise_streams = self._noise_streams, []
-        for stream in streams:
-            self._noise_values_per_partition = max(
-                self._noise_values_per_partition, stream.values_drawn
-            )
+        self._count_noise_drawn()
         self.completed_steps += 1
         return loss
 

@@ -37,13 +37,14 @@ from dpdc_lightning.augment.pea import partition_and_expand
 from dpdc_lightning.config.methods import DosserConfig
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods.auxiliary import initial_images
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.memory import FLOAT, Need, network_cost
+from dpdc_lightning.methods.release import CheckSizes, Records
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.methods.subspace import Subspace, SubspaceCache, principal_subspace, project
 from dpdc_lightning.models import build_network, init_weights_
-from dpdc_lightning.privacy.mechanisms import noisy_clipped_mean
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
@@ -55,6 +56,15 @@ class Dosser(FeatureMatchingMethod):
     private = True
     sampling = "per_class_poisson"
     uses_auxiliary = True
+    checks = CheckSizes(
+        tiny=(
+            "method.ipc=1",
+            "method.group_size={group}",
+            "method.sampling_steps=3",
+            "method.optimisation_steps=2",
+            "method.subspace_dim=2",
+        )
+    )
 
     @classmethod
     def sample_size(cls, config: DosserConfig) -> float:
@@ -159,7 +169,10 @@ class Dosser(FeatureMatchingMethod):
 
     def setup(self, stage: str) -> None:
         if stage == "fit" and self.config.init == "aux":
-            self._init_from_auxiliary()
+            with torch.no_grad():
+                initial_images(self.class_view(), self.auxiliary, seed=self.seed)
+                if self.config.ema is not None:
+                    self.ema_images.copy_(self.synthetic.images.detach())
         else:
             super().setup(stage)
 
@@ -168,30 +181,40 @@ class Dosser(FeatureMatchingMethod):
         self.owned = list(batch.get("classes", range(self.data.num_classes)))
         return super().run_step(batch)
 
+    # ---- the private release (sampling stage): Σ clip_K(P_i^T (f - m_i)) + N(0, (zK)² I), / L ----
+    def sensitivity(self) -> float:
+        return self.config.clip_norm
+
+    def normaliser(self) -> float:
+        return self.plan.sample_size  # L from the plan, never the realised sample size
+
+    def rows_are(self) -> str:
+        return "features projected onto the SER subspace" if self.ser else "features"
+
+    def release_context(self, step: int) -> Subspace | None:
+        """θ_i loaded from its keyed seed, and its SER subspace P_i (None without SER)."""
+        self._load_theta(derive_seed(self.seed, "theta", step))
+        return self._subspace(step)
+
+    def release_rows(
+        self, records: Records, *, step: int, context: Subspace | None
+    ) -> list[Tensor]:
+        rows = []
+        with torch.no_grad():
+            for c, images in zip(records.partitions, records.images):
+                params = self._dsa_params(derive_seed(self.seed, "dsa", step, c))
+                features = self.extractor.embed(self.dsa.apply(images, params))
+                rows.append(project(features.float(), context))
+        return rows
+
     # ---- the two stages ------------------------------------------------------------------------
     def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
         theta_seed = derive_seed(self.seed, "theta", step)
-        self._load_theta(theta_seed)
-        subspace = self._subspace(step)
-        for c, real in zip(batch["classes"], batch["images"]):
+        for c, signal in self.release_batch(batch, step).items():
             dsa_seed = derive_seed(self.seed, "dsa", step, c)
-            with torch.no_grad():
-                features = self.extractor.embed(self.dsa.apply(real, self._dsa_params(dsa_seed)))
-                rows = project(features.float(), subspace)
-            signal, event = noisy_clipped_mean(
-                rows,
-                max_norm=self.config.clip_norm,
-                noise_multiplier=self.noise_multiplier,
-                sample_rate=self.plan.rate_of(c),
-                expected_size=self.plan.sample_size,
-                noise=self.noise_stream(step, c),
-                rows_are="features projected onto the SER subspace" if self.ser else "features",
-            )
-            self.spend(event, partition=c)
             self.bank.store(step, c, signal, theta_seed=theta_seed, dsa_seed=dsa_seed)
-        if (
-            self.world_size > 1
-        ):  # the other processes' releases of this step (each class spent once, by its owner)
+        # the other processes' releases of this step (each class spent once, by its owner)
+        if self.world_size > 1:
             self.bank.receive(
                 step,
                 owned=batch["classes"],
@@ -268,24 +291,3 @@ class Dosser(FeatureMatchingMethod):
                 ]
             )
         return principal_subspace(features, dim=self.config.subspace_dim)
-
-    def _init_from_auxiliary(self) -> None:
-        aux = self.auxiliary
-        if aux is None or aux.labels is None:
-            raise UserError(
-                "method.init=aux needs a labelled auxiliary set ('labels' in the file, or source=dp)"
-            )
-        generator = derive_generator(self.seed, "init-aux")
-        with torch.no_grad():
-            view = self.class_view()
-            for c in range(self.data.num_classes):
-                pool = aux.images[aux.labels == c]
-                if len(pool) < self.config.ipc:
-                    raise UserError(
-                        f"method.init=aux: the auxiliary set has {len(pool)} images of class {c}, "
-                        f"fewer than method.ipc={self.config.ipc}"
-                    )
-                pick = torch.randperm(len(pool), generator=generator)[: self.config.ipc]
-                view[c].copy_(pool[pick].to(view.device))
-            if self.config.ema is not None:
-                self.ema_images.copy_(self.synthetic.images.detach())

@@ -113,12 +113,16 @@ class FeatureMatchingMethod(CondensationMethod):
         self, real: Tensor, synthetic: Tensor, *, step: int, class_index: int
     ) -> tuple[Tensor, Tensor]:
         """One DSA draw applied to both batches of a class (Siamese)."""
-        params = self.dsa.sample(
+        params = self.dsa_draw(step=step, class_index=class_index)
+        return self.dsa.apply(real, params), self.dsa.apply(synthetic, params)
+
+    def dsa_draw(self, *, step: int, class_index: int) -> Any:
+        """The DSA parameters of (step, class): keyed by the run seed, the same at every call."""
+        return self.dsa.sample(
             1,
             image_size=self.data.image_shape[1:],
             generator=derive_generator(self.seed, "dsa", step, class_index),
         )
-        return self.dsa.apply(real, params), self.dsa.apply(synthetic, params)
 
     def clip_synthetic(self, features: Tensor, *, max_norm: float) -> Tensor:
         """Synthetic features clipped like the private ones (same values), with the gradient

@@ -19,8 +19,8 @@ from dpdc_lightning.config.methods import LDPDCConfig
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.methods.memory import FLOAT, Need, poisson_high
+from dpdc_lightning.methods.release import CheckSizes, Records
 from dpdc_lightning.methods.spec import DataSpec
-from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
 
@@ -30,6 +30,7 @@ class LDPDC(CondensationMethod):
     sampling = "per_class_poisson"
     steps_adjustable = False
     uses_network = False
+    checks = CheckSizes(tiny=("method.ipc=3", "method.group_size={group}"))
 
     @classmethod
     def data_steps(cls, config: LDPDCConfig) -> int:
@@ -66,29 +67,30 @@ class LDPDC(CondensationMethod):
             ),
         ]
 
+    # ---- the private release: Σ_{x∈D_c} clamp_b(x) + N(0, (z b√d)² I), divided by L ----------
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))
+
+    def normaliser(self) -> float:
+        # The plan's expected sample L (= method.group_size), never the realised size.
+        return self.plan.sample_size
+
+    def rows_are(self) -> str:
+        b = self.config.bound
+        return f"records clamped to [-{b:g}, {b:g}]^d"
+
+    def release_rows(self, records: Records, *, step: int, context: Any) -> list[Tensor]:
+        b = self.config.bound
+        return [images.clamp(-b, b).flatten(1).float() for images in records.images]
 
     def configure_optimizers(self) -> None:
         return None
 
     @torch.no_grad()
     def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
-        b, view = self.config.bound, self.class_view()
-        for c, real in zip(batch["classes"], batch["images"]):
-            rows = real.clamp(-b, b).flatten(1).float()
-            noisy_sum, event = noisy_clipped_sum(
-                rows,
-                max_norm=self.sensitivity(),
-                noise_multiplier=self.noise_multiplier,
-                sample_rate=self.plan.rate_of(c),
-                noise=self.noise_stream(step, c),
-                rows_are=f"records clamped to [-{b:g}, {b:g}]^d",
-                expected_size=self.plan.sample_size,
-            )
-            self.spend(event, partition=c)
-            # Divided by the plan's expected sample L (= method.group_size), never the realised size.
-            view[c, step].copy_((noisy_sum / self.plan.sample_size).view(self.data.image_shape))
+        view = self.class_view()
+        for c, image in self.release_batch(batch, step).items():
+            view[c, step].copy_(image.view(self.data.image_shape))
         return None
 
     def run_step(self, batch: dict[str, Any]) -> Tensor | None:

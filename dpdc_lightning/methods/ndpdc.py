@@ -17,37 +17,55 @@ from torch import Tensor
 
 from dpdc_lightning.config.methods import NDPDCConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
-from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
+from dpdc_lightning.methods.release import CheckSizes, Records
 
 
 class NDPDC(FeatureMatchingMethod):
     config_class = NDPDCConfig
     private = True
     sampling = "per_class_poisson"
+    checks = CheckSizes(
+        tiny=("method.ipc=1", "method.iterations=3", "method.group_size={group}"),
+        whitebox=("method.iterations=100",),
+        selftest=True,
+    )
 
     @classmethod
     def sample_size(cls, config: NDPDCConfig) -> float:
         return config.group_size
 
-    def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
-        reals, syns = self.augmented_pairs(batch, step)
+    # ---- the private release: Σ_{x∈D_c} clip_G(Φ_θt(w_c(x))) + N(0, (zG)² I) --------------------
+    def sensitivity(self) -> float:
+        return self.config.clip_norm
+
+    def rows_are(self) -> str:
+        return "features"
+
+    def release_context(self, step: int) -> None:
+        self.extractor.resample(step)  # θ_t, from a generator keyed by (seed, step)
+
+    def release_rows(self, records: Records, *, step: int, context: Any) -> list[Tensor]:
+        reals = [
+            self.dsa.apply(images, self.dsa_draw(step=step, class_index=c))
+            for c, images in zip(records.partitions, records.images)
+        ]
         # The private path is never differentiated: inference mode, no autograd records.
-        real_features = self.extractor.private_features(reals)
+        return [features.float() for features in self.extractor.private_features(reals)]
+
+    # ---- the step ------------------------------------------------------------------------------
+    def class_losses(self, batch: dict[str, Any], step: int) -> Tensor:
+        released = self.release_batch(batch, step)  # θ_t drawn first: the synthetic side uses it
+        synthetic = self.class_view()
+        syns = [
+            self.dsa.apply(synthetic[c], self.dsa_draw(step=step, class_index=c))
+            for c in batch["classes"]
+        ]
         syn_features = self.extractor.embed_groups(syns)
         clip, scale = self.config.clip_norm, self.config.group_size / self.config.ipc
         losses = []
         for i, c in enumerate(batch["classes"]):
-            noisy_sum, event = noisy_clipped_sum(
-                real_features[i].float(),
-                max_norm=clip,
-                noise_multiplier=self.noise_multiplier,
-                sample_rate=self.plan.rate_of(c),
-                noise=self.noise_stream(step, c),
-                rows_are="features",
-            )
-            self.spend(event, partition=c)
             synthetic_sum = self.clip_synthetic(syn_features[i].float(), max_norm=clip).sum(0)
-            losses.append(((scale * synthetic_sum - noisy_sum) ** 2).sum())
+            losses.append(((scale * synthetic_sum - released[c]) ** 2).sum())
         return torch.stack(losses)
 
     def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:

@@ -41,8 +41,15 @@ from dpdc_lightning.config.methods import PSGConfig
 from dpdc_lightning.methods.generator_prior import generated_images
 from dpdc_lightning.methods.gradient_matching import GradientMatchingMethod, layerwise_distance
 from dpdc_lightning.methods.memory import FLOAT, NetworkCost, poisson_high
+from dpdc_lightning.methods.release import CheckSizes, Records
 from dpdc_lightning.methods.synthetic import SyntheticSet
-from dpdc_lightning.privacy.per_example import private_gradient
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.noise import NoiseStream
+from dpdc_lightning.privacy.per_example import (
+    noisy_gradient_mean,
+    per_example_rows,
+    unflatten_like,
+)
 from dpdc_lightning.seeding import derive_generator
 
 
@@ -50,6 +57,23 @@ class PSG(GradientMatchingMethod):
     config_class = PSGConfig
     private = True
     sampling = "global_poisson"
+    checks = CheckSizes(
+        tiny=(
+            "method.ipc=1",
+            "method.iterations=1",
+            "method.batches=3",
+            "method.batch_size={batch}",
+        ),
+        whitebox=("method.batch_size=64", "method.batches=5", "model.width=16"),
+        variants={
+            "generator": (
+                "method.prior=generator",
+                "method.generator_width=4",
+                "method.latent_dim=3",
+            )
+        },
+        selftest=True,
+    )
 
     @classmethod
     def sample_size(cls, config: PSGConfig) -> float:
@@ -79,11 +103,15 @@ class PSG(GradientMatchingMethod):
 
     @classmethod
     def real_batch_bytes(cls, config: PSGConfig, *, cost: NetworkCost, image: int) -> int:
-        """One chunk of per-example gradients (vmap: the chunk's activations and one flat gradient
-        per record, clipped copy included) and the float64 clipped sum."""
-        chunk = min(config.chunk_size, poisson_high(config.batch_size))
+        """The flat float32 gradient of every sampled record (the rows of the release), one chunk's
+        vmap (its activations, its float64 clipped copy) and the float64 clipped sum."""
+        batch = poisson_high(config.batch_size)
+        chunk = min(config.chunk_size, batch)
+        rows = batch * cost.parameters * FLOAT
         return (
-            chunk * (cost.saved + image + 2 * cost.parameters * FLOAT) + 2 * cost.parameters * FLOAT
+            chunk * (cost.saved + image + 2 * cost.parameters * FLOAT)
+            + rows
+            + 2 * (cost.parameters * FLOAT)
         )
 
     def divergence_cause(self) -> str:
@@ -102,24 +130,47 @@ class PSG(GradientMatchingMethod):
         k = self.config.batches
         return step // (outer * k), (step // k) % outer, step % k
 
-    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
-        outer, inner = self.config.loops()
+    # ---- the private release: (Σ_i clip_C(∇_θ CE(x_i, y_i)) + N(0, (σC)² I)) / B ------------------
+    def sensitivity(self) -> float:
+        return self.config.clip_norm
+
+    def normaliser(self) -> float:
+        return self.expected_batch_size()
+
+    def release_context(self, step: int) -> None:
+        """θ of the step: a fresh network at the start of each round (keyed by the round)."""
         round_index, outer_index, batch_index = self.round_position(step)
         if outer_index == 0 and batch_index == 0:
             self.start_round(round_index)
-        real, event = private_gradient(
-            self.inner.net,
-            batch["images"],
-            batch["labels"],
+
+    def release_rows(self, records: Records, *, step: int, context: Any) -> list[Tensor]:
+        return [
+            per_example_rows(self.inner.net, images, labels, chunk_size=self.config.chunk_size)
+            for images, labels in zip(records.images, records.labels)
+        ]
+
+    def release(
+        self, rows: Tensor, *, step: int, partition: int, noise: NoiseStream | None = None
+    ) -> tuple[Tensor, PrivacyEvent]:
+        """Clipped and summed on the method's device (privacy/per_example.py), the shares of the
+        processes summed, then noised once: every process holds the same release."""
+        return noisy_gradient_mean(
+            rows,
             max_norm=self.config.clip_norm,
             noise_multiplier=self.noise_multiplier,
-            sample_rate=self.plan.rate_of(-1),
+            sample_rate=self.plan.rate_of(partition),
             expected_batch_size=self.expected_batch_size(),
-            noise=self.noise_stream(step, -1),
+            noise=noise if noise is not None else self.noise_stream(step, partition),
             chunk_size=self.config.chunk_size,
             reduce_sum=self.runtime.reduce_sum,
         )
-        self.spend(event, partition=-1)
+
+    # ---- the step ------------------------------------------------------------------------------
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
+        outer, inner = self.config.loops()
+        _, outer_index, batch_index = self.round_position(step)
+        [released] = self.release_batch(batch, step).values()
+        real = unflatten_like(released, self.inner.params())
         # From here every process holds the same release, θ and S: the rest is replicated.
         synthetic = self.synthetic()
         g_syn = self.network_gradient(synthetic, self.synthetic.labels, create_graph=True)

@@ -17,8 +17,10 @@ with Discriminative Information", supplement Alg. 2; the DP-SGD step of Abadi et
 - over several processes, each clips its share of the ONE sample, the float64 sums are all-reduced
   and the noise is added once to the total (:func:`.mechanisms.gaussian_sum` with ``reduce_sum``).
 
-Records are processed in chunks of ``chunk_size`` so memory holds ``chunk_size`` gradient vectors,
-not the whole batch (benchmarks/results/psg_speed_cpu.md measures the trade-off).
+Records are processed in chunks of ``chunk_size``: vmap holds one chunk's activations at a time and
+clipping one chunk's float64 copy; the float32 gradient rows of the whole sample are kept, since the
+method's release (methods/release.py) is a function of rows that the white-box audit calls too
+(benchmarks/results/psg_speed_cpu.md measures the trade-off).
 """
 
 from __future__ import annotations
@@ -78,6 +80,39 @@ def per_example_gradients(network: nn.Module, inputs: Tensor, labels: Tensor) ->
     return torch.cat([g.flatten(1) for g in grads.values()], dim=1)
 
 
+def per_example_rows(
+    network: nn.Module, inputs: Tensor, labels: Tensor, *, chunk_size: int = 64
+) -> Tensor:
+    """``[n, P]`` per-example gradients (:func:`per_example_gradients`), ``chunk_size`` records per
+    vmap call: a chunk's activations are what vmap holds at once; the rows are float32."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    refuse_batch_norm(network, method="per-example clipping")
+    if len(inputs) == 0:
+        return per_example_gradients(network, inputs, labels)
+    return torch.cat(
+        [
+            per_example_gradients(
+                network, inputs[start : start + chunk_size], labels[start : start + chunk_size]
+            )
+            for start in range(0, len(inputs), chunk_size)
+        ]
+    )
+
+
+def clipped_row_sum(rows: Tensor, *, max_norm: float, chunk_size: int = 64) -> Tensor:
+    """Σ_i clip_C(rows[i]) in float64 ``[P]`` on the rows' device, ``chunk_size`` rows clipped at
+    a time (a float64 copy of a chunk, not of the whole batch). A row that is not finite counts as
+    a zero row: the run never stops for it. Sensitivity ``max_norm`` under add/remove-one."""
+    max_norm = _positive_finite(max_norm, name="max_norm")
+    total = torch.zeros(rows.shape[1], dtype=torch.float64, device=rows.device)
+    for start in range(0, len(rows), chunk_size):
+        # Clip in float64: a float32 row rounded after clipping may end a few ulps above C.
+        chunk = finite_rows(rows[start : start + chunk_size].double())
+        total += clip_rows(chunk, max_norm=max_norm).sum(dim=0)
+    return total
+
+
 def clipped_gradient_sum(
     network: nn.Module, inputs: Tensor, labels: Tensor, *, max_norm: float, chunk_size: int = 64
 ) -> Tensor:
@@ -88,20 +123,40 @@ def clipped_gradient_sum(
     time; the result depends on it only through float32 rounding: the batched kernels of another
     chunk size round each per-example gradient differently (a few eps32 of its norm)."""
     max_norm = _positive_finite(max_norm, name="max_norm")
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    refuse_batch_norm(network, method="per-example clipping")
-    total = torch.zeros(
-        sum(p.numel() for p in network.parameters()), dtype=torch.float64, device=inputs.device
+    rows = per_example_rows(network, inputs, labels, chunk_size=chunk_size)
+    return clipped_row_sum(rows, max_norm=max_norm, chunk_size=chunk_size)
+
+
+def noisy_gradient_mean(
+    rows: Tensor,
+    *,
+    max_norm: float,
+    noise_multiplier: float,
+    sample_rate: float,
+    expected_batch_size: float,
+    noise: NoiseStream,
+    chunk_size: int = 64,
+    reduce_sum: Callable[[Tensor], Tensor] | None = None,
+) -> tuple[Tensor, PrivacyEvent]:
+    """(Σ_i clip_C(rows[i]) + N(0, (σC)² I)) / B for per-example gradient ``rows`` ``[n, P]``,
+    flat, and the event of the release: clipped and summed on the rows' device in float64
+    (:func:`clipped_row_sum`), noised once by :func:`.mechanisms.gaussian_sum` after ``reduce_sum``
+    (the sum over processes of their shares of the one sample), divided by the EXPECTED batch size
+    B = q·N, never the realised sample size. Noise std σC with σ = ``noise_multiplier``."""
+    expected_batch_size = _positive_finite(expected_batch_size, name="expected_batch_size")
+    clipped = clipped_row_sum(rows, max_norm=max_norm, chunk_size=chunk_size)
+    released, event = gaussian_sum(
+        clipped,
+        reduce_sum=reduce_sum,
+        sensitivity=max_norm,
+        noise_multiplier=noise_multiplier,
+        sample_rate=sample_rate,
+        noise=noise,
+        expected_size=expected_batch_size,
+        mechanism="Poisson-subsampled Gaussian sum of per-example gradients clipped to L2 norm "
+        f"{max_norm:g} (all parameters flattened)",
     )
-    for start in range(0, len(inputs), chunk_size):
-        rows = per_example_gradients(
-            network, inputs[start : start + chunk_size], labels[start : start + chunk_size]
-        )
-        # Clip in float64: a float32 row rounded after clipping may end a few ulps above C. A record
-        # whose gradient is not finite counts as a zero row: the run never stops for it.
-        total += clip_rows(finite_rows(rows.double()), max_norm=max_norm).sum(dim=0)
-    return total
+    return released / expected_batch_size, event
 
 
 def private_gradient(
@@ -118,7 +173,8 @@ def private_gradient(
     reduce_sum: Callable[[Tensor], Tensor] | None = None,
 ) -> tuple[list[Tensor], PrivacyEvent]:
     """(Σ_i clip_C(g_i) + N(0, (σC)² I)) / B, split into tensors shaped like the network's
-    parameters, and the event of the release.
+    parameters, and the event of the release (:func:`per_example_rows`, then
+    :func:`noisy_gradient_mean`).
 
     Over several processes, ``inputs``/``labels`` are this process's share of the one sample and
     ``reduce_sum`` sums over processes: the clipped sums are all-reduced and the noise is added
@@ -128,22 +184,17 @@ def private_gradient(
     ``inputs``/``labels`` are a Poisson sample at ``sample_rate`` = q; B = ``expected_batch_size``
     is q·N, never the realised sample size (an empty sample releases noise / B; a sample of 2B
     records is still divided by B). Noise std σC with σ = ``noise_multiplier``: sensitivity C."""
-    expected_batch_size = _positive_finite(expected_batch_size, name="expected_batch_size")
-    clipped = clipped_gradient_sum(
-        network, inputs, labels, max_norm=max_norm, chunk_size=chunk_size
-    )
-    released, event = gaussian_sum(
-        clipped,
-        reduce_sum=reduce_sum,
-        sensitivity=max_norm,
+    rows = per_example_rows(network, inputs, labels, chunk_size=chunk_size)
+    mean, event = noisy_gradient_mean(
+        rows,
+        max_norm=max_norm,
         noise_multiplier=noise_multiplier,
         sample_rate=sample_rate,
+        expected_batch_size=expected_batch_size,
         noise=noise,
-        expected_size=expected_batch_size,
-        mechanism=f"Poisson-subsampled Gaussian sum of per-example gradients clipped to L2 norm {max_norm:g} "
-        "(all parameters flattened)",
+        chunk_size=chunk_size,
+        reduce_sum=reduce_sum,
     )
-    mean = released / expected_batch_size
     return unflatten_like(mean, [p for p in network.parameters()]), event
 
 
