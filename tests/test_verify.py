@@ -255,6 +255,22 @@ def test_the_rules_catch_an_accountant_that_understates(monkeypatch):
     assert "integer orders" in _row("r", true, true, history, delta=delta, accountant="rdp").detail
 
 
+def test_no_pld_is_built_where_it_cannot_fit_or_proves_nothing():
+    """σ = 1e-9 (a vacuous run) would need ~1e21 PLD grid points: verify skips the PLD, says why,
+    and still recomputes ε with both RDP accountants; a usual history still gets its PLD."""
+    delta = 1e-5
+    tiny = [(1e-9, 1.0, 3)]
+    ours = analysis.epsilon_from_history(tiny, delta=delta)
+    row = _row("r", ours, ours, tiny, delta=delta, accountant="rdp")
+    assert row.ok and "no PLD" in row.detail and row.numbers.pld_lower is None
+    assert not _row("r", ours / 2, ours, tiny, delta=delta, accountant="rdp").ok  # edited ε
+    # σ = 0.02 is small, not vacuous by ε at one step of q = 1e-4, and past the memory rule
+    assert "too small" in crosscheck.pld_skipped([(0.02, 1e-4, 1)], delta=delta, epsilon=1.0)
+    usual = [(1.0, 50 / 6000, 300)]
+    assert crosscheck.pld_skipped(usual, delta=delta, epsilon=1.0) is None
+    assert "ln(1/δ)" in crosscheck.pld_skipped(usual, delta=delta, epsilon=11.6)
+
+
 def test_a_fixed_cost_phase_composes_by_adding():
     """No run records one today, but the accountant can: ε = ε_mech(δ − δ_fixed) + ε_fixed."""
     accountant = PrivacyAccountant()

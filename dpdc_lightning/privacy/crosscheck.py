@@ -55,6 +55,10 @@ TOLERANCE = 1e-9
 PLD_INTERVAL = 1e-3
 PLD_LOWER_LOSS = 0.1  # the most the lower bound's grid may cost, summed over the steps
 PLD_FINEST = 1e-4
+# A Gaussian PLD (sensitivity 1, std σ) spans privacy losses over about (1 + 20σ)/σ², its tails
+# beyond ~10σ truncated: at σ = 1e-9 that is 1e21 grid points, a PLD no memory holds (a vacuous
+# run hung building it). Above this many points of one step, or at a vacuous ε, no PLD is built.
+PLD_MAX_POINTS = 10_000_000
 _INTEGER = np.array([float(a).is_integer() for a in RDP_ORDERS])
 _ALL = np.ones(len(RDP_ORDERS), dtype=bool)
 INTEGER_ORDERS: tuple[float, ...] = tuple(np.asarray(RDP_ORDERS)[_INTEGER].tolist())
@@ -126,6 +130,20 @@ def _pld(noise_multiplier: float, sample_rate: float, steps: int, interval: floa
         use_connect_dots=upper,  # connect-the-dots has no optimistic variant
         value_discretization_interval=interval,
     ).self_compose(steps)
+
+
+def pld_skipped(history: History, *, delta: float, epsilon: float) -> str | None:
+    """Why dp-accounting's PLD is not built for ``history`` (None: it is): a vacuous ``epsilon``
+    (at least ln(1/δ), where no bound is worth proving and the composed PLD spans the huge losses),
+    or a step whose PLD would exceed :data:`PLD_MAX_POINTS` on the finest grid."""
+    if epsilon >= math.log(1 / delta):
+        return (
+            f"no PLD: ε >= ln(1/δ) = {math.log(1 / delta):.3g}, a guarantee that promises nothing"
+        )
+    for sigma, _, _ in check_history(history):
+        if (1 + 20 * sigma) / (sigma * sigma * PLD_FINEST) > PLD_MAX_POINTS:
+            return f"no PLD: σ = {sigma:g} is too small for a PLD grid in memory"
+    return None
 
 
 def pld_bounds(history: History, *, delta: float) -> tuple[float, float]:
