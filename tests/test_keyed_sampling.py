@@ -62,7 +62,8 @@ def test_a_class_sample_is_the_keyed_bernoulli_draw_of_its_own_records():
 
 def test_a_global_sample_draws_every_record_at_rate_b_over_n():
     from dpdc_lightning.engine.datamodule import PrivateDataModule
-    from dpdc_lightning.privacy.plan import StepSchedule, make_plan
+    from dpdc_lightning.privacy.plan import StepSchedule
+    from dpdc_lightning.privacy.planner import make_plan
 
     data = _data()
     schedule = StepSchedule(

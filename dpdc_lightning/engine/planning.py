@@ -20,6 +20,7 @@ from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, run_device
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.planner import make_plan
@@ -50,36 +51,7 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
     # training sizes, read only by the Gaussian release below.
     class_sizes, count_event = data.public_class_sizes or data.class_sizes, None
     if privacy.class_sizes == "private":
-        if not method_cls.private:
-            raise UserError(
-                f"method {config.method.name} is not private: privacy.class_sizes=private does not apply"
-            )
-        if noise_seed is None:
-            raise ValueError("releasing private class sizes needs the run's noise seed")
-        try:
-            count_sigma = calibrate_noise_multiplier(
-                target_epsilon=privacy.count_epsilon,
-                delta=privacy.delta,
-                sample_rate=1.0,
-                steps=1,
-                accountant=privacy.accountant,
-            )
-        except UserError as err:
-            raise UserError(
-                f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
-                f"raise it ({err})"
-            ) from None
-        class_sizes, count_event = release_class_sizes(
-            data.class_sizes,
-            noise_multiplier=count_sigma,
-            noise=noise_source(
-                noise_seed,
-                phase=COUNT_PHASE,
-                step=0,
-                partition=-1,
-                reproducible=privacy.reproducible_noise,
-            ),
-        )
+        class_sizes, count_event = _released_class_sizes(config, data, noise_seed=noise_seed)
     refuse_step_cap(config)
     if count_event is None:
         refuse_sample_above_class(config, data)
@@ -100,6 +72,45 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
         auxiliary_method=config.method.aux.method if auxiliary is not None else None,
     )
     return plan
+
+
+def _released_class_sizes(
+    config: RunConfig, data: DataSpec, *, noise_seed: int | None
+) -> tuple[tuple[float, ...], PrivacyEvent]:
+    """``privacy.class_sizes=private``: the exact training sizes released by the Gaussian mechanism
+    at the noise multiplier that costs ``privacy.count_epsilon`` alone (noise keyed by
+    ``noise_seed``); returns the released sizes and the release's event."""
+    privacy = config.privacy
+    if not METHODS[config.method.name].private:
+        raise UserError(
+            f"method {config.method.name} is not private: privacy.class_sizes=private does not apply"
+        )
+    if noise_seed is None:
+        raise ValueError("releasing private class sizes needs the run's noise seed")
+    try:
+        count_sigma = calibrate_noise_multiplier(
+            target_epsilon=privacy.count_epsilon,
+            delta=privacy.delta,
+            sample_rate=1.0,
+            steps=1,
+            accountant=privacy.accountant,
+        )
+    except UserError as err:
+        raise UserError(
+            f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
+            f"raise it ({err})"
+        ) from None
+    return release_class_sizes(
+        data.class_sizes,
+        noise_multiplier=count_sigma,
+        noise=noise_source(
+            noise_seed,
+            phase=COUNT_PHASE,
+            step=0,
+            partition=-1,
+            reproducible=privacy.reproducible_noise,
+        ),
+    )
 
 
 def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
