@@ -76,6 +76,22 @@ def refuse_shared_records(
             )
 
 
+def _check_test_split(
+    test: tuple[Tensor, Tensor], images: Tensor, *, root: Path, num_classes: int
+) -> None:
+    """The test split must have the training images' shape and labels among ``root``'s classes."""
+    if test[0].shape[1:] != images.shape[1:]:
+        raise UserError(
+            f"the test images are {tuple(test[0].shape[1:])}, the training images "
+            f"{tuple(images.shape[1:])}; give both the same dataset.image_size and dataset.channels"
+        )
+    if int(test[1].max()) >= num_classes:
+        raise UserError(
+            f"the test split has labels up to {int(test[1].max())} but {root} has "
+            f"{num_classes} classes"
+        )
+
+
 def assemble(
     name: str,
     root: Path,
@@ -115,17 +131,7 @@ def assemble(
         declared = tuple((1 - test_fraction) * float(n) for n in sizes)
     else:
         refuse_shared_records(images, test[0], root=root, test_source=test_source)
-    if test[0].shape[1:] != images.shape[1:]:
-        raise UserError(
-            f"the test images are {tuple(test[0].shape[1:])}, "
-            f"the training images {tuple(images.shape[1:])}; "
-            "give both the same dataset.image_size and dataset.channels"
-        )
-    if int(test[1].max()) >= num_classes:
-        raise UserError(
-            f"the test split has labels up to {int(test[1].max())} but {root} has "
-            f"{num_classes} classes"
-        )
+    _check_test_split(test, images, root=root, num_classes=num_classes)
     return ImageData(
         name,
         images,
