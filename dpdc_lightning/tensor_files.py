@@ -25,10 +25,12 @@ PLAIN_SAVE_HINT = (
 
 
 def load_plain(path: Path | str, *, what: str, map_location: Any = "cpu") -> Any:
-    """The content of a ``.pt`` (or ``.npz``) file made of tensors, numbers, strings, lists and dicts.
+    """The content of a ``.pt`` (or ``.npz``) file made of tensors, numbers, strings, lists and
+    dicts.
 
     ``what`` names the file in messages ("checkpoint", "dataset.root=", ...). A missing file, a
-    pickled Python object, and a truncated, corrupt or foreign file each end in one ``UserError`` line."""
+    pickled Python object, and a truncated, corrupt or foreign file each end in one ``UserError``
+    line."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} {path} does not exist")
@@ -54,8 +56,8 @@ def load_plain(path: Path | str, *, what: str, map_location: Any = "cpu") -> Any
             ) from None
         held = f" (a {culprit})" if culprit else ""
         raise UserError(
-            f"{what} {path} holds pickled Python objects{held}; they are never loaded, since unpickling "
-            f"can run code: {PLAIN_SAVE_HINT}"
+            f"{what} {path} holds pickled Python objects{held}; they are never loaded, since "
+            f"unpickling can run code: {PLAIN_SAVE_HINT}"
         ) from None
     except Exception as err:  # anything else: the bytes are not a complete tensor file
         raise UserError(
@@ -79,8 +81,8 @@ def _load_npz(path: Path, *, what: str) -> dict[str, Any]:
     except ValueError as err:
         if "pickle" in str(err).lower():
             raise UserError(
-                f"{what} {path} holds pickled Python objects; they are never loaded (np.savez arrays "
-                "of numbers or strings only)"
+                f"{what} {path} holds pickled Python objects; they are never loaded "
+                "(np.savez arrays of numbers or strings only)"
             ) from None
         raise UserError(
             f"{what} {path} is truncated, corrupt or not a tensor file ({_short(err)})"
@@ -97,9 +99,10 @@ def _short(err: Exception) -> str:
 
 
 def _first_foreign_global(path: Path) -> str | None:
-    """The first class or function outside torch the file's pickles refer to (for the message only;
-    found by reading the opcodes, nothing is executed). Reads torch's zip format and the legacy one
-    (several pickles in a row, then raw storage bytes). None when there is none or it cannot be told."""
+    """The first class or function outside torch the file's pickles refer to (for the message
+    only; found by reading the opcodes, nothing is executed). Reads torch's zip format and the
+    legacy one (several pickles in a row, then raw storage bytes). None when there is none or it
+    cannot be told."""
     try:
         raw = path.read_bytes()
         if zipfile.is_zipfile(io.BytesIO(raw)):

@@ -1,19 +1,21 @@
-"""The analyses of "Privacy for free" (Dong, Zhao & Lyu 2022) and its refutation (Zheng & Li, DPDC §3.1),
-and the noiseless-privacy estimate of Odoh, "Connect the dots".
+"""The analyses of "Privacy for free" (Dong, Zhao & Lyu 2022) and its refutation (Zheng & Li,
+DPDC §3.1), and the noiseless-privacy estimate of Odoh, "Connect the dots".
 
 - Closed-form DM set for a LINEAR extractor (DPDC Eq. 8, computed as in DPDC App. C): per class c,
   QR-decompose the class's data matrix so that Q_c is an orthonormal basis of R^d whose first
   columns span the class's records, then s*_{c,i} = Q_c s̃_{c,i} + mean_c, with s̃ the
   initialisation. Dong et al.'s privacy argument (their Prop. 4.10 via Eq. 35) assumes DM finds
   this set even with nonlinear extractors (DPDC Assumption 3.3).
-- Bai–Saranadasa two-sample test (Bai & Saranadasa 1996, "Effect of high dimension"), as DPDC §3.1
-  uses it: H0 = the class means of the Eq. 8 set and of the set DM actually learned (same
-  initialisation, nonlinear ConvNet extractor) agree. Valid when d >> n, where Hotelling's T² is not.
+- Bai–Saranadasa two-sample test (Bai & Saranadasa 1996, "Effect of high dimension"), as
+  DPDC §3.1 uses it: H0 = the class means of the Eq. 8 set and of the set DM actually learned
+  (same initialisation, nonlinear ConvNet extractor) agree. Valid when d >> n, where Hotelling's
+  T² is not.
 - Noiseless privacy (Grining & Klonowski 2017, Thm. 2, as Theorem 1 of "Connect the dots"):
-  ε = sqrt(Δ² ln n / (n σ²)), δ = 1.12 Σ E|X_i − μ_i|³ / (nσ²)^{3/2} (1 + e^ε) + 4 / (5 √n), for
-  the SUM of n independent records with average variance σ² and sensitivity Δ. It treats the data's
-  own variability as the noise and assumes the adversary knows nothing about the other records:
-  HEURISTIC, NOT A GUARANTEE. It is never used as, or compared like, an accounted ε.
+  ε = sqrt(Δ² ln n / (n σ²)), δ = 1.12 Σ E|X_i − μ_i|³ / (nσ²)^{3/2} (1 + e^ε)
+  + 4 / (5 √n), for the SUM of n independent records with average variance σ² and
+  sensitivity Δ. It treats the data's own variability as the noise and assumes the adversary
+  knows nothing about the other records: HEURISTIC, NOT A GUARANTEE. It is never used as, or
+  compared like, an accounted ε.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ import torch
 from scipy.stats import norm
 from torch import Tensor
 
-HEURISTIC_LABEL = "HEURISTIC estimate (Grining & Klonowski noiseless privacy), NOT a differential-privacy guarantee"
+HEURISTIC_LABEL = (
+    "HEURISTIC estimate (Grining & Klonowski noiseless privacy), "
+    "NOT a differential-privacy guarantee"
+)
 
 
 def dm_noise_initialisation(
@@ -46,7 +51,8 @@ def dm_noise_initialisation(
 def closed_form_dm(
     train_images: Tensor, train_labels: Tensor, init: Tensor, init_labels: Tensor
 ) -> Tensor:
-    """DPDC Eq. 8 per class: ``init`` [n, C, H, W] (class ``init_labels``) mapped to Q_c s̃ + mean_c."""
+    """DPDC Eq. 8 per class: ``init`` [n, C, H, W] (class ``init_labels``) mapped to
+    Q_c s̃ + mean_c."""
     out = torch.empty_like(init, dtype=torch.float64)
     d = init[0].numel()
     for c in init_labels.unique().tolist():
@@ -68,7 +74,8 @@ def bai_saranadasa(x: Tensor, y: Tensor) -> dict[str, float]:
         raise ValueError("the Bai–Saranadasa test needs at least two samples per group")
     n = n1 + n2 - 2
     centred = torch.cat([x - x.mean(0), y - y.mean(0)])
-    # Pooled covariance S = centred^T centred / n; traces via the n x n Gram matrix (cheap when d >> n).
+    # Pooled covariance S = centred^T centred / n; traces via the n x n Gram matrix
+    # (cheap when d >> n).
     gram = centred @ centred.T / n
     tr_s, tr_s2 = float(gram.trace()), float((gram * gram).sum())
     scale = (n1 + n2) / (n1 * n2)
@@ -123,6 +130,7 @@ def noiseless_privacy(
         "worst_non_constant_pixel": worst,
         "median_epsilon_over_pixels": float(torch.tensor(medians).median()),
         "constant_pixels": constant,
-        "note": "per class and pixel, for the sum of that pixel over the class's records; a pixel constant "
-        "within a class (counted above) has no inherent noise and gets ε = ∞ from this heuristic",
+        "note": "per class and pixel, for the sum of that pixel over the class's records; a pixel "
+        "constant within a class (counted above) has no inherent noise and gets ε = ∞ from this "
+        "heuristic",
     }

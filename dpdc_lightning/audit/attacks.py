@@ -56,7 +56,8 @@ def _pooled_std(residuals: Tensor, counts: Tensor) -> float:
     usable = counts[counts > 1]
     dof = float((usable - 1).sum())
     if dof <= 0:
-        return 1.0  # no record seen twice: a unit scale (the offline score's ranking does not depend on it)
+        # No record seen twice: a unit scale (the offline score's ranking does not depend on it).
+        return 1.0
     return max(math.sqrt(float((residuals**2).sum()) / dof), 1e-3)
 
 
@@ -69,7 +70,8 @@ def lira_online(target_phi: Tensor, stats: ShadowStats) -> Tensor:
 
 
 def lira_offline(target_phi: Tensor, stats: ShadowStats) -> Tensor:
-    """How far above its OUT distribution the target's φ lies (NaN where a record has no OUT shadow)."""
+    """How far above its OUT distribution the target's φ lies (NaN where a record has no OUT
+    shadow)."""
     return ((target_phi.double() - stats.mu_out.double()) / stats.sigma_out).float()
 
 

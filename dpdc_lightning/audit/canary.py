@@ -1,4 +1,5 @@
-"""Auditing in one run: Steinke, Nasr & Jagielski (2023), "Privacy auditing with one (1) training run".
+"""Auditing in one run: Steinke, Nasr & Jagielski (2023), "Privacy auditing with one (1) training
+run".
 
 m canary records are each included in the private data independently with probability ½; ONE
 condensation runs; the auditor looks at the release and guesses "in" for its ``guesses_in``
@@ -9,8 +10,8 @@ among r guesses satisfies, for every v,
 
     P[W >= v] <= P[Bin(r, p_ε) >= v] + 2 m δ · max_{i=1..v} P[v > Bin(r, p_ε) >= v − i] / i,
 
-with p_ε = e^ε / (1 + e^ε). Observing v correct guesses therefore refutes every ε whose right-hand
-side is below 1 − confidence; the largest refuted ε is the lower bound.
+with p_ε = e^ε / (1 + e^ε). Observing v correct guesses therefore refutes every ε whose
+right-hand side is below 1 − confidence; the largest refuted ε is the lower bound.
 
 What it shows: an ε lower bound valid for this one run, with no independence assumption between
 records (the canaries' independent inclusion is what makes it sound). What it cannot show: it is
@@ -42,7 +43,8 @@ def one_run_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> 
         raise ValueError("need epsilon >= 0 and delta in [0, 1]")
     p = 1.0 / (1.0 + math.exp(-epsilon))  # accuracy of ε-DP randomised response
     tail = float(binom.sf(v - 1, r, p))  # P[Bin(r, p) >= v]
-    # below[i - 1] = P[v > Bin >= v − i] for i = 1..v; the δ term takes the largest below[i - 1] / i.
+    # below[i - 1] = P[v > Bin >= v − i] for i = 1..v; the δ term takes the largest
+    # below[i - 1] / i.
     below = np.cumsum(binom.pmf(np.arange(v - 1, -1, -1), r, p))
     slack = float(np.max(below / np.arange(1, v + 1))) if v else 0.0
     return min(1.0, tail + 2 * m * delta * slack)

@@ -18,7 +18,8 @@ own first step spends (what privacy.json states). The release is returned "in su
 that normaliser), where one record moves it by at most the sensitivity.
 
 θ_t is fixed by the run seed, not by the trial: the guarantee holds for every sequence of public
-θ (and the method draws it from public seeds), so every trial reuses the rows computed once per step.
+θ (and the method draws it from public seeds), so every trial reuses the rows computed once per
+step.
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ def in_sum_units(transcript: Transcript, released: Tensor) -> Tensor:
 
 
 class StepView:
-    """The rows of one step: the pool of every partition, and any other images under the same θ_t."""
+    """The rows of one step: the pool of every partition, and any other images under the same
+    θ_t."""
 
     def __init__(self, transcript: Transcript, step: int) -> None:
         self.transcript, self.step = transcript, step
@@ -185,8 +187,8 @@ class Transcript:
         stated = {(e.sensitivity, e.noise_multiplier, e.expected_size) for e in events}
         if len(stated) != 1:
             raise RuntimeError(
-                f"the method's first step spent {len(stated)} different mechanisms; the audit takes "
-                "one"
+                f"the method's first step spent {len(stated)} different mechanisms; "
+                "the audit takes one"
             )
         if events[0].noise_multiplier != self.plan.noise_multiplier:
             raise RuntimeError(

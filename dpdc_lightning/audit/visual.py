@@ -1,4 +1,5 @@
-"""Visual privacy (Dong, Zhao & Lyu 2022, §5.4): how close is each synthetic image to a private one?
+"""Visual privacy (Dong, Zhao & Lyu 2022, §5.4): how close is each synthetic image to a private
+one?
 
 For each synthetic image: its nearest private training image by L2 and by SSIM (torchmetrics;
 pixels in [−1, 1], so data_range 2). SSIM is searched among the ``ssim_candidates`` nearest by
@@ -84,7 +85,9 @@ def visual_report(
         "synthetic_closer_than_reference_q05": float(
             (found.l2_distance < test_private.quantile(0.05)).float().mean()
         ),
-        "ssim_search": f"among the {min(ssim_candidates, len(private))} nearest private images by L2",
+        "ssim_search": (
+            f"among the {min(ssim_candidates, len(private))} nearest private images by L2"
+        ),
     }
     return report, found
 

@@ -12,16 +12,17 @@ Canaries (m per partition per trial, each in with probability ½, independently)
 - ``row`` (default): orthogonal directions of the mechanism's row space, so that the canaries of a
   run do not interfere and their scores are independent: rows λ·e_j (the white-box "gradient
   canary" of Nasr et al. 2021), λ = the largest row norm of the step's records or twice the
-  sensitivity if larger, so that clipping must cut every canary down. They
-  enter the method's own release (``method.release``) beside the sampled records' rows.
+  sensitivity if larger, so that clipping must cut every canary down. They enter the method's own
+  release (``method.release``) beside the sampled records' rows.
 - ``image``: one real image per partition (a public test image, relabelled into the partition), its
   row computed by the method's own ``release_rows`` like every record's.
 
 Per canary i with unit direction v_i and clipped row length a_i, x_t = <e_t, v_i>:
-- ``llr`` = Σ_t log(1 − q + q exp((a x_t − a²/2) / s²)), the log-likelihood ratio "in" vs "out",
-  the most powerful test of the correct mechanism (Neyman–Pearson);
-- ``spread`` = Σ_t (x_t − x_{t−1})² / (2 s²), large when the canary's contribution comes and goes
-  with its coins; with the noise of one step reused at the next it is exactly 0 for an absent canary.
+- ``llr`` = Σ_t log(1 − q + q exp((a x_t − a²/2) / s²)), the log-likelihood ratio "in" vs
+  "out", the most powerful test of the correct mechanism (Neyman–Pearson);
+- ``spread`` = Σ_t (x_t − x_{t−1})² / (2 s²), large when the canary's contribution comes and
+  goes with its coins; with the noise of one step reused at the next it is exactly 0 for an
+  absent canary.
 The bounds are in :mod:`.bounds`.
 """
 
@@ -80,7 +81,8 @@ class Canaries:
         d = pool.shape[1]
         if self.m > d:
             raise UserError(
-                f"audit.canaries: {self.m} canaries per partition do not fit the {d} dimensions of a row"
+                f"audit.canaries: {self.m} canaries per partition do not fit the {d} dimensions "
+                "of a row"
             )
         directions = torch.zeros(self.m, d, dtype=torch.float64)
         directions[torch.arange(self.m), torch.arange(self.m) * (d // self.m)] = 1.0
@@ -92,8 +94,8 @@ class Canaries:
 
 
 def sample_pool(size: int, *, sample_rate: float, secret: int, step: int, partition: int) -> Tensor:
-    """The Poisson sample of a pool of ``size`` records, drawn as the data module draws a run's sample
-    (its generator keyed by the run's secret, the step and the partition)."""
+    """The Poisson sample of a pool of ``size`` records, drawn as the data module draws a run's
+    sample (its generator keyed by the run's secret, the step and the partition)."""
     return poisson_sample(
         size, sample_rate=sample_rate, generator=derive_generator(secret, "sample", step, partition)
     )
@@ -104,7 +106,7 @@ ROW_BUDGET = 2**25  # float64 values of canary rows one mechanism call may hold 
 
 def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
     """Canaries per partition: ``audit.canaries`` spread over the partitions, at most one per
-    dimension (orthogonal) and at most what fits the memory budget of one call (long PSG gradients)."""
+    dimension (orthogonal) and at most what fits one call's memory budget (long PSG gradients)."""
     if settings.canary == "image":
         return 1
     return max(1, min(settings.canaries // partitions, dim, ROW_BUDGET // dim))
@@ -194,7 +196,7 @@ def run_trials(
 
 
 def accounted(transcript: Transcript) -> dict[str, float]:
-    """The ε the plan accounts (its accountant) and the other accountant's ε for the same events."""
+    """The ε of the plan's accountant, and the other accountant's ε for the same events."""
     plan = transcript.plan
     prior = [
         (event.noise_multiplier, event.sample_rate, runs) for _, event, runs in plan.prior_events()
@@ -228,7 +230,8 @@ def describe(
     )
     claimed = float(plan.planned_epsilon)
     violations = [
-        f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > accounted epsilon {claimed:.4f}"
+        f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > "
+        f"accounted epsilon {claimed:.4f}"
         for name in ("clopper_pearson", "one_run")
         if bounds[name]["epsilon"] > claimed
     ]
@@ -263,7 +266,7 @@ def whitebox_audit(
     progress: Callable[[str], None] = lambda message: None,
     releases: dict[str, Release] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run the trials (the correct mechanism unless ``releases`` is given) and report each release."""
+    """Run the trials (the correct mechanism unless ``releases`` is given); report each release."""
     started = time.monotonic()
     releases = releases or {"correct": correct_release}
     all_samples = run_trials(transcript, settings, releases=releases, progress=progress)
@@ -278,11 +281,13 @@ def summary_line(report: dict[str, Any]) -> str:
     cp, gdp, one = report["clopper_pearson"], report["gaussian_dp"], report["one_run"]
     eps = report["accounted_epsilon"]
     return (
-        f"{report['method']:7s} {report['release']:15s} accounted ε {report['claimed_epsilon']:.3f} "
+        f"{report['method']:7s} {report['release']:15s} "
+        f"accounted ε {report['claimed_epsilon']:.3f} "
         f"(rdp {eps['rdp']:.3f}, prv {eps['prv']:.3f}) | white-box lower bound {cp['epsilon']:.3f} "
         f"(Clopper-Pearson, {cp['statistic']}) | GDP estimate {_f(gdp['epsilon'])} "
         f"[{_f(gdp['interval'][0])}, {_f(gdp['interval'][1])}] | one run {one['epsilon']:.3f} "
-        f"({one['correct']}/{one['guesses']}) | {report['trials']} trials x {report['canaries_per_trial']} canaries"
+        f"({one['correct']}/{one['guesses']}) | {report['trials']} trials x "
+        f"{report['canaries_per_trial']} canaries"
     )
 
 

@@ -1,7 +1,7 @@
-"""The pixel operations of DSA (augment/dsa.py draws their parameters): each takes a batch (N, C, H, W)
-and one parameter row per image, and is arithmetic on its input (masks, gathers, ``grid_sample``), never
-an in-place write, so gradients reach the images. Formulas after the reference's ``DiffAugment``
-(Zhao & Bilen's DatasetCondensation code)."""
+"""The pixel operations of DSA (augment/dsa.py draws their parameters): each takes a batch
+(N, C, H, W) and one parameter row per image, and is arithmetic on its input (masks, gathers,
+``grid_sample``), never an in-place write, so gradients reach the images. Formulas after the
+reference's ``DiffAugment`` (Zhao & Bilen's DatasetCondensation code)."""
 
 from __future__ import annotations
 

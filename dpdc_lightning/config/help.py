@@ -56,7 +56,8 @@ def _keys_of(group: str, name: str) -> str:
 
 
 def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[str] = ()) -> str:
-    """Group selections among ``tokens`` (``method=dosser --help``) show the keys of the selected files."""
+    """Group selections among ``tokens`` (``method=dosser --help``) show the keys of the selected
+    files."""
     root = OmegaConf.load(CONF_DIR / "config.yaml")
     defaults = {
         k: v
@@ -94,12 +95,14 @@ def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[st
     for group in ("method", "privacy", "eval"):
         lines.append(f"  {group}.* ({selected[group]}): {_keys_of(group, selected[group])}")
     lines += [
-        "  dataset.*: root=DIR|FILE, image_size=N, channels=1|3, test_root=DIR|FILE, test_fraction=0.2, "
-        "download=false",
-        "  trainer.*: any lightning.Trainer argument (accelerator, devices, precision, max_steps, ...)",
+        "  dataset.*: root=DIR|FILE, image_size=N, channels=1|3, test_root=DIR|FILE, "
+        "test_fraction=0.2, download=false",
+        "  trainer.*: any lightning.Trainer argument "
+        "(accelerator, devices, precision, max_steps, ...)",
         f"  top level: seed={root.seed}, run_dir=PATH, runs_root={root.runs_root}, resume=RUN_DIR, "
         f"augment.mode={root.augment.mode}",
-        "  Hydra's override grammar applies: +key=value adds a key, key=[a,b] is a list, a,b sweeps with -m",
+        "  Hydra's override grammar applies: +key=value adds a key, key=[a,b] is a list, "
+        "a,b sweeps with -m",
     ]
     if examples:
         lines += ["", "examples:", *[f"  {e}" for e in examples]]

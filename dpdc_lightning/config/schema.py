@@ -37,7 +37,8 @@ RESERVED_TRAINER_KEYS = frozenset(
         "model_registry",
     }
 )
-# Trainer options that decide how many steps run: a resumed run keeps its plan, so they are refused there.
+# Trainer options that decide how many steps run: a resumed run keeps its plan, so they are
+# refused there.
 PLAN_TRAINER_KEYS = ("max_steps", "min_steps", "max_epochs", "min_epochs", "max_time")
 
 
@@ -120,7 +121,8 @@ class PrivacyConfig:
     calibrate: str = "sigma"
     reproducible_noise: bool = False
     # public: class sizes are assumed public (Zheng & Li's DPDC); private: release them with the
-    # Gaussian mechanism at a budget share count_epsilon, composed into the total (privacy/counts.py)
+    # Gaussian mechanism at a budget share count_epsilon, composed into the total
+    # (privacy/counts.py)
     class_sizes: str = "public"
     count_epsilon: float | None = None
     allow_large_delta: bool = False  # accept δ >= 1/N (N private records), with a warning
@@ -131,14 +133,14 @@ class PrivacyConfig:
         if self.class_sizes == "private":
             if self.count_epsilon is None:
                 raise UserError(
-                    "privacy.class_sizes=private needs privacy.count_epsilon, the share of ε spent on "
-                    "releasing the class sizes (e.g. 0.2)"
+                    "privacy.class_sizes=private needs privacy.count_epsilon, the share of ε "
+                    "spent on releasing the class sizes (e.g. 0.2)"
                 )
             positive("privacy.count_epsilon", self.count_epsilon)
             if self.target_epsilon is not None and not self.count_epsilon < self.target_epsilon:
                 raise UserError(
-                    f"privacy.count_epsilon={self.count_epsilon} must be below privacy.target_epsilon="
-                    f"{self.target_epsilon}: the condensation needs the rest"
+                    f"privacy.count_epsilon={self.count_epsilon} must be below "
+                    f"privacy.target_epsilon={self.target_epsilon}: the condensation needs the rest"
                 )
         elif self.count_epsilon is not None:
             raise UserError("privacy.count_epsilon applies only with privacy.class_sizes=private")

@@ -1,4 +1,5 @@
-"""``ImageData``: a labelled image data set with its public test split, the type every loader returns.
+"""``ImageData``: a labelled image data set with its public test split, the type every loader
+returns.
 
 Pixels are normalised with the FIXED constants ``NORMALISE_MEAN`` / ``NORMALISE_STD`` (0.5 / 0.5 per
 channel, so pixels lie in [-1, 1]). Differentially private runs must never use statistics computed
@@ -43,9 +44,10 @@ class ImageData:
     # set): accuracy measured on it is a function of private records, NOT covered by the guarantee.
     test_is_private: bool = False
     # The class sizes the owner's data declares public when they are not the exact training sizes:
-    # own data with a held-out split decides each record's side on its own (data/loaders/own.py), so the
-    # exact training sizes depend on the records; the plan then uses (1 - test_fraction) x the
-    # file's class sizes, a function of the declared sizes alone. None: the exact sizes are public.
+    # own data with a held-out split decides each record's side on its own (data/loaders/own.py),
+    # so the exact training sizes depend on the records; the plan then uses (1 - test_fraction) x
+    # the file's class sizes, a function of the declared sizes alone. None: the exact sizes are
+    # public.
     declared_class_sizes: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -160,9 +162,9 @@ def _check_range(dataset: str, split: str, images: Tensor) -> None:
     if bool(bad.any()):
         first = int(torch.nonzero(bad)[0])
         raise UserError(
-            f"{dataset}: {split} record {first} holds NaN, Inf or values outside [{low:g}, {high:g}] (and "
-            f"{int(bad.sum()) - 1} more); records must be pixels in [0, 1] normalised by (x - 0.5) / 0.5: "
-            "fix or drop such records before condensing"
+            f"{dataset}: {split} record {first} holds NaN, Inf or values outside "
+            f"[{low:g}, {high:g}] (and {int(bad.sum()) - 1} more); records must be pixels in "
+            "[0, 1] normalised by (x - 0.5) / 0.5: fix or drop such records before condensing"
         )
 
 

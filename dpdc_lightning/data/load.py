@@ -46,8 +46,8 @@ def load_dataset(
     missing files into ``root`` or the cache (``dataset.download``); ``cache_dir`` is where
     decompressed and downloaded files go (default ``default_cache_dir()``). Results are cached
     in-process per argument tuple; the returned tensors are shared and must be treated as read-only.
-    ``options`` (``image_size``, ``channels``, ``test_root``, ``test_fraction``, ``split_seed``) go to
-    the own-data readers ``imagefolder`` and ``tensors`` (data/loaders/).
+    ``options`` (``image_size``, ``channels``, ``test_root``, ``test_fraction``, ``split_seed``) go
+    to the own-data readers ``imagefolder`` and ``tensors`` (data/loaders/).
     """
     if not isinstance(name, str) or name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
@@ -57,12 +57,13 @@ def load_dataset(
         options.get(key) is not None for key in ("image_size", "channels", "test_root")
     ):
         raise UserError(
-            f"dataset.image_size, dataset.channels and dataset.test_root apply to dataset=imagefolder "
-            f"or dataset=tensors, not to dataset={name}"
+            f"dataset.image_size, dataset.channels and dataset.test_root apply to "
+            f"dataset=imagefolder or dataset=tensors, not to dataset={name}"
         )
     if name in _EMBEDDED:  # no files involved: one cache entry regardless of the location arguments
         if _absolute(root, "dataset.root") is not None:
-            # Ignoring it would condense the embedded data while the user believes their folder was read.
+            # Ignoring it would condense the embedded data while the user believes their folder was
+            # read.
             raise UserError(
                 f"dataset.root={root} is set but dataset {name} is embedded and reads no files; "
                 f"drop dataset.root, or select the data set its files belong to (dataset=NAME)"
@@ -70,10 +71,11 @@ def load_dataset(
         return _load_cached(name, None, False, None, ())
     if name in OWN_DATA:
         if _absolute(root, "dataset.root") is None:
-            raise UserError(
-                f"dataset={name} reads your own data: set dataset.root="
-                f"{'DIR (a folder with one sub-folder of images per class)' if name == 'imagefolder' else 'FILE.pt or FILE.npz'}"
-            )
+            if name == "imagefolder":
+                wanted = "DIR (a folder with one sub-folder of images per class)"
+            else:
+                wanted = "FILE.pt or FILE.npz"
+            raise UserError(f"dataset={name} reads your own data: set dataset.root={wanted}")
         if options.get("test_root") is not None:
             options = {**options, "test_root": _absolute(options["test_root"], "dataset.test_root")}
     extra = tuple(sorted(options.items())) if name in OWN_DATA else ()
@@ -101,7 +103,8 @@ def _load_cached(
         data = DATASETS[name](root_path)
         if not isinstance(data, ImageData):
             raise UserError(
-                f"the loader registered for dataset {name!r} returned {type(data).__name__}, not ImageData"
+                f"the loader registered for dataset {name!r} returned {type(data).__name__}, "
+                "not ImageData"
             )
         return data
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()

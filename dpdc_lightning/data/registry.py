@@ -29,7 +29,8 @@ _REGISTERED: dict[str, Callable[..., Any]] = {}
 
 
 def register_dataset(name: str, loader: Callable[..., Any]) -> None:
-    """Make ``dataset.name=NAME`` load ``loader(root)`` (``root``: ``dataset.root`` as a Path, or None).
+    """Make ``dataset.name=NAME`` load ``loader(root)`` (``root``: ``dataset.root`` as a Path, or
+    None).
 
     The loader returns an ``ImageData`` with pixels already normalised to [-1, 1] by fixed constants
     (never by statistics of the private data). Registering a name twice replaces the loader."""
@@ -49,7 +50,8 @@ def is_registered(name: str) -> bool:
 
 
 class _Loaders(Mapping[str, Callable[..., Any]]):
-    """Read-only view: built-in loaders (imported on first access), own-data readers, registered ones."""
+    """Read-only view: built-in loaders (imported on first access), own-data readers, registered
+    ones."""
 
     def __getitem__(self, name: str) -> Callable[..., Any]:
         if name in BUILTIN or name in OWN_DATA:

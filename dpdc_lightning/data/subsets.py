@@ -17,7 +17,8 @@ from dpdc_lightning.seeding import derive_generator
 
 
 def random_class_picks(class_sizes: Sequence[int], *, ipc: int, seed: int) -> list[Tensor]:
-    """For each class c, ``ipc`` distinct positions in 0..class_sizes[c]-1, from (seed, "random-real")."""
+    """For each class c, ``ipc`` distinct positions in 0..class_sizes[c]-1, from
+    (seed, "random-real")."""
     if isinstance(ipc, bool) or not isinstance(ipc, int) or ipc < 1:
         raise UserError(f"ipc must be a positive integer, got {ipc!r}")
     generator = derive_generator(seed, "random-real")

@@ -1,9 +1,11 @@
-"""The Lightning side of ``eval.engine=lightning``: a LightningModule that trains one evaluation network
-on the protocol's batches with the protocol's optimiser, a Trainer per run, and the test pass.
+"""The Lightning side of ``eval.engine=lightning``: a LightningModule that trains one evaluation
+network on the protocol's batches with the protocol's optimiser, a Trainer per run, and the test
+pass.
 
-The batches (order and DSA) come from evaluation/protocol.py ``training_batches`` and the update from
-its ``ProtocolSGD``, exactly as the trainer-free engines use them; Lightning runs the loop, moves the
-data to the accelerator and switches train and eval mode. evaluation/engines/lightning.py calls this.
+The batches (order and DSA) come from evaluation/protocol.py ``training_batches`` and the update
+from its ``ProtocolSGD``, exactly as the trainer-free engines use them; Lightning runs the loop,
+moves the data to the accelerator and switches train and eval mode. evaluation/engines/lightning.py
+calls this.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 
 class EvaluationModule(lightning.LightningModule):
-    """A classifier trained on a synthetic set and tested on real data; ``make_optimizer`` builds the
-    protocol's optimiser over the network's parameters."""
+    """A classifier trained on a synthetic set and tested on real data; ``make_optimizer`` builds
+    the protocol's optimiser over the network's parameters."""
 
     def __init__(
         self,
@@ -83,7 +85,8 @@ def fit(
     accelerator: str,
     epoch_done: Callable[[int], None] | None = None,
 ) -> lightning.Trainer:
-    """Train ``module`` for exactly ``total_steps`` optimiser steps on ``batches()``; returns its Trainer."""
+    """Train ``module`` for exactly ``total_steps`` optimiser steps on ``batches()``; returns its
+    Trainer."""
     callbacks = (
         [] if epoch_done is None else [_EpochCallback(epoch_done, steps_per_epoch=steps_per_epoch)]
     )
@@ -118,7 +121,8 @@ def accuracy(
     *,
     batch_size: int,
 ) -> float:
-    """Accuracy in [0, 1] of ``module`` on the test split, in batches of ``batch_size`` (eval mode)."""
+    """Accuracy in [0, 1] of ``module`` on the test split, in batches of ``batch_size`` (eval
+    mode)."""
     batches = [
         (test_images[i : i + batch_size], test_labels[i : i + batch_size])
         for i in range(0, len(test_images), batch_size)
@@ -131,7 +135,8 @@ def accuracy(
 
 def _loader(batches: Any) -> DataLoader:
     # Batches are handed over whole. A DataLoader draws a base seed per iterator (unused without
-    # workers), from the global RNG unless it has a generator: give it one, and touch nothing global.
+    # workers), from the global RNG unless it has a generator: give it one, and touch nothing
+    # global.
     return DataLoader(batches, batch_size=None, num_workers=0, generator=torch.Generator())
 
 

@@ -26,7 +26,8 @@ DISPLAY_QUANTILE = (
 
 
 def display_scale(images: Tensor) -> Tensor:
-    """Each image mapped to [0, 1] by its own 1st and 99th percentile (constant images become grey)."""
+    """Each image mapped to [0, 1] by its own 1st and 99th percentile (constant images become
+    grey)."""
     flat = images.detach().float().cpu().flatten(1)
     low = torch.quantile(flat, DISPLAY_QUANTILE, dim=1)
     high = torch.quantile(flat, 1 - DISPLAY_QUANTILE, dim=1)
@@ -89,7 +90,8 @@ def grid_png(images: Tensor, labels: Tensor, class_names: Sequence[str] | None =
 
 
 class ImageGridLogger(L.Callback):
-    """Logs the labelled grid to TensorBoard every ``every_n_steps`` steps and at the end (once per step)."""
+    """Logs the labelled grid to TensorBoard every ``every_n_steps`` steps and at the end (once per
+    step)."""
 
     def __init__(self, *, every_n_steps: int, class_names: Sequence[str] | None = None) -> None:
         self.every_n_steps = every_n_steps

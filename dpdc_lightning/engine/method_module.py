@@ -93,7 +93,8 @@ class MethodModule(L.LightningModule):
         self.method.on_fit_start()
 
     def on_train_batch_start(self, batch: dict[str, Any], batch_idx: int) -> int | None:
-        # -1 ends the epoch before the step runs, whatever trainer.min_steps says: no step past the plan.
+        # -1 ends the epoch before the step runs, whatever trainer.min_steps says: no step past the
+        # plan.
         return -1 if int(batch["step"]) >= self.method.plan.total_steps else None
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
@@ -101,8 +102,8 @@ class MethodModule(L.LightningModule):
         if not self.method.optimised:
             self._idle_optimiser_step()
         if loss is not None:
-            # Under DDP a per-class loss covers the process's own classes only: their sum is the whole
-            # loss. Global sampling's loss is the same on every process.
+            # Under DDP a per-class loss covers the process's own classes only: their sum is the
+            # whole loss. Global sampling's loss is the same on every process.
             reduce = "mean" if self.method.sampling == "global_poisson" else "sum"
             self.log(
                 "loss", loss.detach(), prog_bar=True, batch_size=1, sync_dist=True, reduce_fx=reduce

@@ -1,4 +1,5 @@
-"""PrivacyCallback: the trainer's hooks around the run's :class:`~dpdc_lightning.privacy.budget.PrivacyBudget`.
+"""PrivacyCallback: the trainer's hooks around the run's
+:class:`~dpdc_lightning.privacy.budget.PrivacyBudget`.
 
 The budget (pure, privacy/budget.py) enforces the plan and composes the events each step spent;
 this adapter hands it the steps and the events, asks the trainer to stop after the plan's last

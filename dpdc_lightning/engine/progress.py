@@ -31,8 +31,8 @@ def interactive(stream: TextIO) -> bool:
 
 
 def say(line: str, *, stream: TextIO | None = None) -> None:
-    """Print ``line`` on its own line (stderr by default): open tqdm bars are lifted first and redrawn
-    after, so a message never lands on the end of a bar."""
+    """Print ``line`` on its own line (stderr by default): open tqdm bars are lifted first and
+    redrawn after, so a message never lands on the end of a bar."""
     from tqdm import tqdm
 
     tqdm.write(line, file=stream or sys.stderr)
@@ -72,7 +72,8 @@ class CondensationProgressBar(TQDMProgressBar):
     def on_exception(
         self, trainer: L.Trainer, pl_module: L.LightningModule, exception: BaseException
     ) -> None:
-        # Close the bar (ending its line) so that the error or Ctrl-C line that follows starts afresh.
+        # Close the bar (ending its line) so that the error or Ctrl-C line that follows starts
+        # afresh.
         bar = getattr(self, "_train_progress_bar", None)
         if bar is not None:
             bar.close()
@@ -109,7 +110,8 @@ class ProgressLines(L.Callback):
         if not trainer.is_global_zero:
             return
         self.throttle(
-            f"condensing: {pl_module.plan.total_steps - int(pl_module.completed_steps)} steps to run"
+            "condensing: "
+            f"{pl_module.plan.total_steps - int(pl_module.completed_steps)} steps to run"
             + (f", starting with {self.stage}" if pl_module.plan.free_steps else ""),
             force=True,
         )

@@ -50,7 +50,8 @@ class RunLogger(TensorBoardLogger):
     def log_hyperparams(
         self, params: Any, metrics: Mapping[str, Any] | None = None, step: int | None = None
     ) -> None:
-        # Lightning may call this with the module's (empty) hparams; write the run's settings once instead.
+        # Lightning may call this with the module's (empty) hparams; write the run's settings once
+        # instead.
         if self._hparams_written:
             return
         self._hparams_written, self._writing_hparams = True, True
@@ -60,8 +61,9 @@ class RunLogger(TensorBoardLogger):
             )
         finally:
             self._writing_hparams = False
-        # Lightning wrote hparams.yaml at fit start with the module's empty hparams and never rewrites an
-        # existing file: remove it so the save at the end of the run writes these settings.
+        # Lightning wrote hparams.yaml at fit start with the module's empty hparams and never
+        # rewrites an existing file: remove it so the save at the end of the run writes these
+        # settings.
         (Path(self.log_dir) / "hparams.yaml").unlink(missing_ok=True)
 
 

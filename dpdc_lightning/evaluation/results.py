@@ -175,12 +175,14 @@ def append_eval_json(
 
 
 def comparison_table(outcomes: list[dict[str, Any]]) -> str:
-    """One markdown table over several bundles: run, method, ε, δ, seed, then a column per model."""
+    """One markdown table over several bundles: run, method, ε, δ, seed, then a column per
+    model."""
     models = sorted({r.model for o in outcomes for r in o["results"]})
     lines = ["### comparison", "", protocol_line(outcomes[0]["protocol"]), ""]
     if any(o["private_test"] for o in outcomes):
         lines += [
-            f"- note: some rows are {PRIVATE_TEST_NOTE.split(':')[0]} (test split held out from private data)",
+            f"- note: some rows are {PRIVATE_TEST_NOTE.split(':')[0]} "
+            "(test split held out from private data)",
             "",
         ]
     lines += [
@@ -194,8 +196,7 @@ def comparison_table(outcomes: list[dict[str, Any]]) -> str:
         eps = "∞" if o["epsilon"] is None else f"{o['epsilon']:.3f}"
         delta = "-" if o["delta"] is None else f"{o['delta']:g}"
         lines.append(
-            f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | {o['seed']} | "
-            + " | ".join(cells.get(m, "-") for m in models)
-            + " |"
+            f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | "
+            f"{o['seed']} | " + " | ".join(cells.get(m, "-") for m in models) + " |"
         )
     return "\n".join(lines) + "\n"

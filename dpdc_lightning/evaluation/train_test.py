@@ -30,10 +30,10 @@ def make_engine(
     test_images: int,
     shared_runs: int = 1,
 ) -> Engine:
-    """The engine ``engine`` (``auto`` resolved for the device) for ``runs`` runs of ``task``, each tested
-    on ``test_images`` images; ``compile`` (``eval.compile``) is decided by the cost model for the images
-    the shared step will see: these runs, times ``shared_runs`` such calls a caller announces (an
-    audit's shadows)."""
+    """The engine ``engine`` (``auto`` resolved for the device) for ``runs`` runs of ``task``, each
+    tested on ``test_images`` images; ``compile`` (``eval.compile``) is decided by the cost model
+    for the images the shared step will see: these runs, times ``shared_runs`` such calls a caller
+    announces (an audit's shadows)."""
     device = resolve_device(accelerator)
     name = resolve_engine(engine, device)
     if name == "lightning":
@@ -95,13 +95,13 @@ def train_and_test(
     engine: str = "auto",
     compile: str | bool = "auto",
 ) -> list[float]:
-    """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the real split.
-    Returns one accuracy in [0, 1] per run.
+    """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the real
+    split. Returns one accuracy in [0, 1] per run.
 
     Every random draw of run ``r`` (initialisation, shuffling, DSA) comes from generators derived
     from ``(seed, "eval", model, r)``, so equal arguments give equal accuracies on one device.
-    ``engine`` (``eval.engine``) is how the runs are trained; ``compile`` (``eval.compile``) whether the
-    step of the trainer-free engines runs through torch.compile (auto: when it pays back).
+    ``engine`` (``eval.engine``) is how the runs are trained; ``compile`` (``eval.compile``) whether
+    the step of the trainer-free engines runs through torch.compile (auto: when it pays back).
     """
     check_inputs(images, labels, test_images, test_labels, num_classes)
     task = _task(
@@ -157,9 +157,10 @@ def train_network(
     shared_runs: int = 1,
 ) -> nn.Module:
     """Run ``run`` of the protocol on (images, labels) and return the trained network (eval mode, on
-    the CPU): the network :func:`train_and_test` would test, for attacks that query it. A caller that
-    trains ``shared_runs`` such networks of one architecture in this process (an audit's shadows) says
-    so, and the cost model counts their steps when deciding whether compiling pays back."""
+    the CPU): the network :func:`train_and_test` would test, for attacks that query it. A caller
+    that trains ``shared_runs`` such networks of one architecture in this process (an audit's
+    shadows) says so, and the cost model counts their steps when deciding whether compiling pays
+    back."""
     check_inputs(images, labels, images[:1], labels[:1], num_classes)
     task = _task(
         images,

@@ -3,8 +3,8 @@
 A method is a :class:`CondensationMethod` subclass whose ``config_class`` is its schema; the
 registry (``config/registry.py``, torch-free, and :mod:`.registry`) holds built-in methods,
 installed plug-ins (entry point group ``dpdc_lightning.methods``) and methods registered at runtime
-with :func:`register_method`. ``METHODS`` (name -> class) is derived from it; docs/adding_a_method.md
-is the recipe.
+with :func:`register_method`. ``METHODS`` (name -> class) is derived from it;
+docs/adding_a_method.md is the recipe.
 """
 
 from dpdc_lightning.config.methods import MethodConfig

@@ -47,11 +47,13 @@ class AuxiliarySet:
             raise UserError("the auxiliary set holds NaN or infinite pixels")
         if self.labels is not None and tuple(self.labels.shape) != (len(self.images),):
             raise UserError(
-                f"the auxiliary set has {len(self.images)} images but labels of shape {tuple(self.labels.shape)}"
+                f"the auxiliary set has {len(self.images)} images but labels of shape "
+                f"{tuple(self.labels.shape)}"
             )
 
     def limited(self, size: int, *, seed: int) -> AuxiliarySet:
-        """At most ``size`` images: a subsample keyed by the public run seed, in the original order."""
+        """At most ``size`` images: a subsample keyed by the public run seed, in the original
+        order."""
         if len(self.images) <= size:
             return self
         keep = (
@@ -70,7 +72,8 @@ class AuxiliarySet:
 def check_shape(aux: AuxiliarySet, image_shape: tuple[int, int, int]) -> AuxiliarySet:
     if tuple(aux.images.shape[1:]) != tuple(image_shape):
         raise UserError(
-            f"the auxiliary images have shape {tuple(aux.images.shape[1:])}, the data {tuple(image_shape)}"
+            f"the auxiliary images have shape {tuple(aux.images.shape[1:])}, "
+            f"the data {tuple(image_shape)}"
         )
     return aux
 
@@ -88,7 +91,8 @@ def load_file(path: str) -> AuxiliarySet:
         payload = {"images": payload}
     if not isinstance(payload, dict) or not isinstance(payload.get("images"), Tensor):
         raise UserError(
-            f"method.aux.path={path} must hold a tensor 'images' [n, C, H, W] (and optionally 'labels')"
+            f"method.aux.path={path} must hold a tensor 'images' [n, C, H, W] "
+            "(and optionally 'labels')"
         )
     labels = payload.get("labels")
     if labels is not None and (not isinstance(labels, Tensor) or labels.is_floating_point()):
@@ -113,9 +117,10 @@ def public_split(
     would carry them into the released images outside any accounting."""
     if held_out:
         raise UserError(
-            f"method.aux.source=public_split: the test split of {dataset} was held out from your private "
-            "data (no dataset.test_root), so it is private; use method.aux.source=file (public images), "
-            "dp (made under DP on a budget share) or none, or set dataset.test_root to a public test set"
+            f"method.aux.source=public_split: the test split of {dataset} was held out from your "
+            "private data (no dataset.test_root), so it is private; use method.aux.source=file "
+            "(public images), dp (made under DP on a budget share) or none, or set "
+            "dataset.test_root to a public test set"
         )
     if len(test_images) == 0:
         raise UserError(

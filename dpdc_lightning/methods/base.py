@@ -62,8 +62,7 @@ class CondensationMethod(PrivateRelease, torch.nn.Module):
     config_class: ClassVar[type[MethodConfig]] = MethodConfig
     private: ClassVar[bool] = False
     sampling: ClassVar[str] = "per_class_poisson"
-    # False where the algorithm fixes the number of data steps
-    steps_adjustable: ClassVar[bool] = True
+    steps_adjustable: ClassVar[bool] = True  # False where the algorithm fixes the data step count
     uses_auxiliary: ClassVar[bool] = False  # True: condense() hands it an auxiliary image set
     uses_network: ClassVar[bool] = True  # False for a method that never builds model.* (LDPDC)
     checks: ClassVar[CheckSizes] = CheckSizes()  # the sizes audit.py check runs it at
@@ -97,7 +96,7 @@ class CondensationMethod(PrivateRelease, torch.nn.Module):
         self.config = config
         self.model_config = model or ModelConfig()
         if self.private and self.uses_network:
-            # Structural, before anything runs: the network as built, on the meta device (no storage).
+            # Structural, before anything runs: the built network on the meta device (no storage).
             refuse_batch_norm(
                 _network_on_meta(self.model_config, data), method=config.name or type(self).__name__
             )
@@ -200,14 +199,14 @@ class CondensationMethod(PrivateRelease, torch.nn.Module):
 
     @property
     def optimizer(self) -> torch.optim.Optimizer | None:
-        """The optimiser of the synthetic set, made once (the engine hands this object to its trainer)."""
+        """The synthetic set's optimiser, made once (the engine hands it to its trainer)."""
         if self._optimizer is None:
             self._optimizer = self.configure_optimizers()
         return self._optimizer
 
     @property
     def stage(self) -> str:
-        """What the next step does, for the progress bar: "sampling" (data) or "optimising" (free)."""
+        """The next step's kind, for the progress bar: "sampling" (data) or "optimising" (free)."""
         return "sampling" if self.plan.is_data_step(int(self.completed_steps)) else "optimising"
 
     @property
@@ -249,7 +248,8 @@ class CondensationMethod(PrivateRelease, torch.nn.Module):
     def _init_from_real(self) -> None:
         if self.private:
             raise UserError(
-                "method.init=real copies private images into the output; private methods need init=noise"
+                "method.init=real copies private images into the output; "
+                "private methods need init=noise"
             )
         if not isinstance(self.synthetic, PixelImages):
             raise UserError("method.init=real needs a pixel synthetic set")
@@ -273,7 +273,7 @@ class CondensationMethod(PrivateRelease, torch.nn.Module):
                 if self.plan.is_data_step(step)
                 else self.free_step(step)
             )
-            # Raised before the checkpoint is written, so a checkpoint on disk is never a diverged one.
+            # Raised before the checkpoint is written: a checkpoint on disk is never a diverged one.
             if loss is not None and not torch.isfinite(loss):
                 raise NumericalFault(f"the loss is {loss.item()}")
             if not all(torch.isfinite(p).all() for p in self.synthetic.parameters()):
@@ -287,9 +287,9 @@ class CondensationMethod(PrivateRelease, torch.nn.Module):
         return loss
 
     def optimise(self, loss: Tensor, *, replicated: bool = False) -> None:
-        """One optimiser step on the synthetic set. DDP averages gradients over processes: a loss over
-        the process's own classes is scaled by the world size first (the average becomes the sum); a
-        ``replicated`` one (the same on every process: global sampling) is not (the mean of equals)."""
+        """One optimiser step on the synthetic set. DDP averages gradients over processes: a loss
+        over this process's classes is scaled by the world size first (the average becomes the sum);
+        a ``replicated`` loss (global sampling: equal everywhere) is not (the mean of equals)."""
         optimizer = self.optimizer
         optimizer.zero_grad(set_to_none=True)
         self.runtime.backward(loss if replicated else loss * self.world_size)

@@ -4,10 +4,10 @@ Augmentation"). Non-private baseline of PSG; the report says ε = null.
 
 One data step is one outer step: per class c, a real batch of ``batch_real`` records (fixed size,
 without replacement) and the class's synthetic images go through the same DSA draw (Siamese, one
-family per draw as the reference's mode 'S'); the loss is Σ_c D(∇_θ CE(S_c), ∇_θ CE(X_c)) with the
-layer-wise distance D, and S takes one SGD step (lr 0.1, momentum 0.5). A round of T outer steps
-starts from a fresh θ (keyed by round); after every outer step but the last, θ trains J epochs
-on S (SGD lr_net, DSA per image). ``method.dsa_strategy=''`` is plain DC (no augmentation).
+family per draw as the reference's mode 'S'); the loss is Σ_c D(∇_θ CE(S_c), ∇_θ CE(X_c))
+with the layer-wise distance D, and S takes one SGD step (lr 0.1, momentum 0.5). A round of T outer
+steps starts from a fresh θ (keyed by round); after every outer step but the last, θ trains J
+epochs on S (SGD lr_net, DSA per image). ``method.dsa_strategy=''`` is plain DC (no augmentation).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """DM: distribution matching (Zhao & Bilen, "Dataset Condensation with Distribution Matching").
 
-Non-private baseline: loss = Σ_c ‖mean_i Φ(A(x_i^c)) − mean_j Φ(A(s_j^c))‖² with a fresh random
-Φ every step and one Siamese DSA draw per class. No privacy claim (the report says ε = null).
+Non-private baseline: loss = Σ_c ‖mean_i Φ(A(x_i^c)) − mean_j Φ(A(s_j^c))‖² with a fresh
+random Φ every step and one Siamese DSA draw per class. No privacy claim (the report says
+ε = null).
 """
 
 from __future__ import annotations

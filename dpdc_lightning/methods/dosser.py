@@ -3,15 +3,17 @@
 Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation", §3.2-3.4.
 One run, two stages:
 
-- sampling, the plan's data steps (I1): at step i a random extractor θ_i and, per class c, a Siamese
-  DSA draw ζ_i^c, both from keyed seeds; a Poisson sample of class c (q_c = L/N_c); each feature
-  projected (SER: P_i^T (f - m_i), P_i from an auxiliary set under θ_i) and THEN clipped to K, so
-  one record moves the sum by at most K whatever P_i is; the sum noised once (std z·K) and divided
-  by the expected size L. The noisy μ̂_i^c and the seeds go to the signal bank (methods/signal_bank.py);
+- sampling, the plan's data steps (I1): at step i a random extractor θ_i and, per class c, a
+  Siamese DSA draw ζ_i^c, both from keyed seeds; a Poisson sample of class c (q_c = L/N_c); each
+  feature projected (SER: P_i^T (f - m_i), P_i from an auxiliary set under θ_i) and THEN clipped to
+  K, so one record moves the sum by at most K whatever P_i is; the sum noised once (std z·K) and
+  divided by the expected size L. The noisy μ̂_i^c and the seeds go to the signal bank
+  (methods/signal_bank.py);
 - optimisation, the plan's free steps (I2): a keyed choice of a bank entry i, θ_i and ζ_i rebuilt
   from their seeds, the synthetic images expanded by PEA (optional) and augmented by ζ_i^c, and
-  Σ_c L² ‖μ̂_i^c − mean_j clip_K(P_i^T (f(z_j) − m_i))‖² minimised (SGD, lr 1, momentum 0.5). The L²
-  keeps the scale of NDPDC's sum-form loss (and of the public reference), which lr 1 is tuned for.
+  Σ_c L² ‖μ̂_i^c − mean_j clip_K(P_i^T (f(z_j) − m_i))‖² minimised (SGD, lr 1, momentum
+  0.5). The L² keeps the scale of NDPDC's sum-form loss (and of the public reference), which lr 1
+  is tuned for.
   Free steps read no data and spend nothing; ε is that of the I1 sampling steps (plus the
   auxiliary phase with ``method.aux.source=dp``).
 
@@ -149,8 +151,8 @@ class Dosser(FeatureMatchingMethod):
             if config.subspace_dim > limit:
                 raise UserError(
                     f"method.subspace_dim={config.subspace_dim} is too large: it must be at most "
-                    f"min(feature dimension {feature_dim}, auxiliary images {len(self.auxiliary.images)} - 1)"
-                    f" = {limit}"
+                    f"min(feature dimension {feature_dim}, "
+                    f"auxiliary images {len(self.auxiliary.images)} - 1) = {limit}"
                 )
         self.bank = self.carry(
             "signal_bank",
@@ -181,7 +183,7 @@ class Dosser(FeatureMatchingMethod):
         self.owned = list(batch.get("classes", range(self.data.num_classes)))
         return super().run_step(batch)
 
-    # ---- the private release (sampling stage): Σ clip_K(P_i^T (f - m_i)) + N(0, (zK)² I), / L ----
+    # ---- the private release (sampling stage): Σ clip_K(P_i^T (f - m_i)) + N(0, (zK)² I), / L
     def sensitivity(self) -> float:
         return self.config.clip_norm
 
@@ -265,7 +267,7 @@ class Dosser(FeatureMatchingMethod):
 
     # ---- helpers ---------------------------------------------------------------------------------
     def _load_theta(self, theta_seed: int) -> None:
-        # The same generator as RandomExtractor.resample(step): derive_generator(seed, "theta", step).
+        # As RandomExtractor.resample(step) draws it: derive_generator(seed, "theta", step).
         generator = torch.Generator()
         generator.manual_seed(theta_seed)
         init_weights_(self.extractor.net, generator=generator)
@@ -276,7 +278,7 @@ class Dosser(FeatureMatchingMethod):
         return self.dsa.sample(1, image_size=self.data.image_shape[1:], generator=generator)
 
     def _subspace(self, step: int) -> Subspace | None:
-        """P_i and m_i of the auxiliary set under the extractor now loaded (θ_i); None without SER."""
+        """P_i and m_i of the auxiliary set under the loaded extractor (θ_i); None without SER."""
         if not self.ser:
             return None
         return self.subspaces.get(step, self._compute_subspace)

@@ -30,8 +30,8 @@ class FeatureMatchingMethod(CondensationMethod):
         if "norm" in self.model_config.options() and self.model_config.norm == "batchnorm":
             if config.forward == "batched":
                 raise UserError(
-                    "method.forward=batched needs per-sample normalisation, model.norm is batchnorm; "
-                    "choose method.forward=loop or auto"
+                    "method.forward=batched needs per-sample normalisation, model.norm is "
+                    "batchnorm; choose method.forward=loop or auto"
                 )
 
     @classmethod
@@ -61,8 +61,9 @@ class FeatureMatchingMethod(CondensationMethod):
             config.forward == "auto" and device.type == "cuda"
         )
         real = batch * (cost.forward + 2 * image) * (data.num_classes if batched else 1)
-        # Per synthetic image: what autograd keeps, the gradient of the widest layer while the backward
-        # passes it (half its input + output), and DSA's copies (input, sampling grid, output).
+        # Per synthetic image: what autograd keeps, the gradient of the widest layer while the
+        # backward passes it (half its input + output), and DSA's copies (input, sampling grid,
+        # output).
         return [
             *super().memory_needs(config, data=data, plan=plan, model=model, device=device),
             Need(

@@ -1,11 +1,12 @@
 """The generator prior of PSG (Chen, Kerkouche & Fritz, supplement Alg. 2): a small conditional
 DCGAN-like generator G(z, y; φ) whose outputs on fixed latent codes are the synthetic set.
 
-Shape (ours, for any image size): [z, one-hot(y)] → Linear → 4d × s × s (s = ⌈H/4⌉) → ReLU,
-pixel norm → ConvTranspose 4×4 stride 2 → 2d × 2s × 2s → ReLU, pixel norm → ConvTranspose 4×4
-stride 2 → d × 4s × 4s → ReLU, pixel norm → 3×3 conv to C channels → crop to H × W, no output
-activation (the public code's prior run also ends with the identity). Weights are drawn with
-``init_weights_`` from an explicit generator: no global RNG, no batch norm, CPU or GPU alike.
+Shape (ours, for any image size): [z, one-hot(y)] → Linear → 4d × s × s (s = ⌈H/4⌉) →
+ReLU, pixel norm → ConvTranspose 4×4 stride 2 → 2d × 2s × 2s → ReLU, pixel norm →
+ConvTranspose 4×4 stride 2 → d × 4s × 4s → ReLU, pixel norm → 3×3 conv to C channels →
+crop to H × W, no output activation (the public code's prior run also ends with the identity).
+Weights are drawn with ``init_weights_`` from an explicit generator: no global RNG, no batch norm,
+CPU or GPU alike.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dpdc_lightning.models import init_weights_
 
 
 def _pixel_norm(x: Tensor, eps: float = 1e-8) -> Tensor:
-    # Normalises each position's channel vector of each image on its own: no statistics across images.
+    # Normalises each position's channel vector of each image on its own: no statistics across
+    # images.
     return x * torch.rsqrt(x.pow(2).mean(dim=1, keepdim=True) + eps)
 
 
@@ -62,7 +64,8 @@ def generated_images(
     weights: torch.Generator,
     latents: torch.Generator,
 ) -> GeneratedImages:
-    """The synthetic set G(z_i, y_i; φ): φ drawn from ``weights``, z_i ~ N(0, I) from ``latents``."""
+    """The synthetic set G(z_i, y_i; φ): φ drawn from ``weights``, z_i ~ N(0, I) from
+    ``latents``."""
     with torch.device(
         "meta"
     ):  # no draw from the global RNG: init_weights_ fills every weight below

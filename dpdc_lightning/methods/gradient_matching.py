@@ -1,11 +1,11 @@
-"""Shared parts of the gradient-matching methods (DC/DSA, PSG): loop sizes, the layer-wise
-distance, and the inner network that is re-initialised, matched on, and trained on the synthetic set.
+"""Shared parts of the gradient-matching methods (DC/DSA, PSG): loop sizes, the layer-wise distance,
+and the inner network that is re-initialised, matched on, and trained on the synthetic set.
 
 Both follow Zhao, Mopuri & Bilen, "Dataset Condensation with Gradient Matching" (and Chen,
 Kerkouche & Fritz, "Private Set Generation with Discriminative Information", supplement §B/§C.3):
 every ``iterations`` round draws a fresh network θ_0; for T outer steps the synthetic set S is
-moved so that the gradient of the CE loss on S matches the gradient on real data under the
-distance Σ_layers Σ_rows (1 − cos); between outer steps θ is trained J epochs on S (SGD, lr_net).
+moved so that the gradient of the CE loss on S matches the gradient on real data under the distance
+Σ_layers Σ_rows (1 − cos); between outer steps θ is trained J epochs on S (SGD, lr_net).
 """
 
 from __future__ import annotations
@@ -139,8 +139,8 @@ class GradientMatchingMethod(CondensationMethod):
         self.dsa: DSA | None = DSA(strategy, mode=self.augment_mode) if strategy else None
 
     def start_round(self, round_index: int) -> None:
-        """θ_0 of round ``round_index``: drawn from a generator keyed by (seed, round), so a resumed
-        or repeated run draws the same network."""
+        """θ_0 of round ``round_index``: drawn from a generator keyed by (seed, round), so a
+        resumed or repeated run draws the same network."""
         self.inner.reinitialise(derive_generator(self.seed, "net", round_index))
 
     def network_gradient(

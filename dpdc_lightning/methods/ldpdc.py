@@ -1,10 +1,11 @@
 """LDPDC: linear DP dataset condensation (Zheng & Li, "Differentially Private Dataset
 Condensation", Alg. 1).
 
-No network and no optimisation: step j sets, for every class c, s_j^c = (Σ_{x∈D} x + N(0, σ² I))/L
-with D a Poisson sample of class c (q_c = L/N_c). Records are clamped to [−b, b]^d, so one record
-has L2 norm at most b√d: that is the sensitivity of the sum; noise std σ = z·b√d with z the noise
-multiplier (the paper's default σ = √d with b = 1 is z = 1). The run has exactly M steps.
+No network and no optimisation: step j sets, for every class c,
+s_j^c = (Σ_{x∈D} x + N(0, σ² I))/L with D a Poisson sample of class c (q_c = L/N_c).
+Records are clamped to [−b, b]^d, so one record has L2 norm at most b√d: that is the sensitivity
+of the sum; noise std σ = z·b√d with z the noise multiplier (the paper's default σ = √d with
+b = 1 is z = 1). The run has exactly M steps.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class LDPDC(CondensationMethod):
             ),
         ]
 
-    # ---- the private release: Σ_{x∈D_c} clamp_b(x) + N(0, (z b√d)² I), divided by L ----------
+    # ---- the private release: Σ_{x∈D_c} clamp_b(x) + N(0, (z b√d)² I), divided by L -----
     def sensitivity(self) -> float:
         return self.config.bound * math.sqrt(math.prod(self.data.image_shape))
 

@@ -34,7 +34,7 @@ class NDPDC(FeatureMatchingMethod):
     def sample_size(cls, config: NDPDCConfig) -> float:
         return config.group_size
 
-    # ---- the private release: Σ_{x∈D_c} clip_G(Φ_θt(w_c(x))) + N(0, (zG)² I) --------------------
+    # ---- the private release: Σ_{x∈D_c} clip_G(Φ_θt(w_c(x))) + N(0, (zG)² I) ------------
     def sensitivity(self) -> float:
         return self.config.clip_norm
 

@@ -1,5 +1,6 @@
-"""PSG: private set generation by gradient matching (Chen, Kerkouche & Fritz, "Private Set Generation
-with Discriminative Information", main paper Alg. 1; supplement Alg. 2 for the generator prior).
+"""PSG: private set generation by gradient matching (Chen, Kerkouche & Fritz, "Private Set
+Generation with Discriminative Information", main paper Alg. 1; supplement Alg. 2 for the generator
+prior).
 
 R rounds (``method.iterations``), each from a fresh network θ (keyed by round); T outer steps per
 round, K batches (``method.batches``) per outer step. One data step is one batch: a Poisson sample
@@ -19,15 +20,17 @@ steps: R·T·K, each one sampled Gaussian mechanism at (σ, q); σ is calibrated
 Over several processes (``trainer.devices``>1) the one Poisson sample of a step is drawn identically
 on every process and shared out (engine/datamodule.py); each process clips its records' gradients,
 the clipped sums are all-reduced and the noise is added once to the total from the keyed stream
-(privacy/per_example.py), so every process holds the same g̃; θ, S and its optimiser are replicated.
+(privacy/per_example.py), so every process holds the same g̃; θ, S and its optimiser are
+replicated.
 
-Loop sizes (T, J) follow the authors' code (DingfanChen/Private-Set, 8277ee2) unless set: pixels take
-the per-IPC table of ``main.py`` and of the supplement §C.3 (IPC 10: T 10, J 50); the generator prior
-takes ``main_prior.py``'s T 2, J 10 at any IPC (5x fewer private steps per round at IPC 10; the
-supplement states no separate values for it). ``method.loop_sizes=table`` gives the prior the table.
-Where the prior path deliberately differs from ``main_prior.py``: the generator's layers (ours fit any
-image size, theirs only 28x28; same width 64, latent 10, Adam 0.01, identity output); exactly R rounds
-(their loop runs R + 1 while accounting for R); the noisy sum divided by the expected B.
+Loop sizes (T, J) follow the authors' code (DingfanChen/Private-Set, 8277ee2) unless set: pixels
+take the per-IPC table of ``main.py`` and of the supplement §C.3 (IPC 10: T 10, J 50); the
+generator prior takes ``main_prior.py``'s T 2, J 10 at any IPC (5x fewer private steps per round at
+IPC 10; the supplement states no separate values for it). ``method.loop_sizes=table`` gives the
+prior the table.
+Where the prior path deliberately differs from ``main_prior.py``: the generator's layers (ours fit
+any image size, theirs only 28x28; same width 64, latent 10, Adam 0.01, identity output); exactly R
+rounds (their loop runs R + 1 while accounting for R); the noisy sum divided by the expected B.
 """
 
 from __future__ import annotations
@@ -116,11 +119,14 @@ class PSG(GradientMatchingMethod):
 
     def divergence_cause(self) -> str:
         if self.config.prior == "generator":
-            return f"the learning rate method.lr_generator={self.config.lr_generator:g} is too large; lower it"
+            return (
+                f"the learning rate method.lr_generator={self.config.lr_generator:g} is too large; "
+                "lower it"
+            )
         return super().divergence_cause()
 
     def expected_batch_size(self) -> float:
-        """B = q·N from the plan (= method.batch_size unless q was capped at 1), with N the plan's size:
+        """B = q·N from the plan (= method.batch_size unless q was capped at 1), N the plan's size:
         public, or released under DP with privacy.class_sizes=private; never the exact private N."""
         return self.plan.expected_sample_size(-1)
 
@@ -130,7 +136,7 @@ class PSG(GradientMatchingMethod):
         k = self.config.batches
         return step // (outer * k), (step // k) % outer, step % k
 
-    # ---- the private release: (Σ_i clip_C(∇_θ CE(x_i, y_i)) + N(0, (σC)² I)) / B ------------------
+    # ---- the private release: (Σ_i clip_C(∇_θ CE(x_i, y_i)) + N(0, (σC)² I)) / B ----------
     def sensitivity(self) -> float:
         return self.config.clip_norm
 

@@ -1,4 +1,5 @@
-"""What a method may ask of the engine that runs it (``engine/method_module.py`` gives Lightning's)."""
+"""What a method may ask of the engine that runs it (``engine/method_module.py`` gives
+Lightning's)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,11 @@
-"""Dosser's signal bank: the NOISY per-class signals of the sampling stage and the seeds that made them.
+"""Dosser's signal bank: the NOISY per-class signals of the sampling stage and the seeds that made
+them.
 
-Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation", §3.2.1: entry
-(i, c) holds μ̂_i^c, the noisy clipped mean of class c at sampling step i, with the seed of the
-random extractor θ_i and of the Siamese augmentation ζ_i^c. The noise is added once, before the
-entry is stored; the optimisation stage only reads entries, so reusing one any number of times is
-post-processing of one release. (The public reference stores the clean clipped sums and draws
+Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation", §3.2.1:
+entry (i, c) holds μ̂_i^c, the noisy clipped mean of class c at sampling step i, with the seed of
+the random extractor θ_i and of the Siamese augmentation ζ_i^c. The noise is added once, before
+the entry is stored; the optimisation stage only reads entries, so reusing one any number of times
+is post-processing of one release. (The public reference stores the clean clipped sums and draws
 fresh noise at every reuse: r reuses average the noise down by √r, beyond what was accounted.)
 
 Nothing else is stored: no network, no projection matrix (both are rebuilt from the seeds and from

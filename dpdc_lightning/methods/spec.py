@@ -16,8 +16,9 @@ class DataSpec:
     num_classes: int
     image_shape: tuple[int, int, int]
     class_sizes: tuple[float, ...]
-    # The sizes a plan with public class sizes is made from (ImageData.public_class_sizes): the exact
-    # ones, or those the data declares when its exact training sizes are not public (data/loaders/own.py).
+    # The sizes a plan with public class sizes is made from (ImageData.public_class_sizes): the
+    # exact ones, or those the data declares when its exact training sizes are not public
+    # (data/loaders/own.py).
     public_class_sizes: tuple[float, ...] = ()
 
     @classmethod
@@ -26,7 +27,8 @@ class DataSpec:
         plan (privacy/plan.py) and of nothing else. With it: the plan's sizes (public, or released
         under DP with ``privacy.class_sizes=private``), what every method is built with, so that no
         method can compute anything from exact private counts."""
-        # A plan stored before plans held their sizes had public ones (from_dict restores released ones).
+        # A plan stored before plans held their sizes had public ones (from_dict restores released
+        # ones).
         public = tuple(getattr(data, "public_class_sizes", data.class_sizes))
         sizes = plan.class_sizes if plan is not None and plan.class_sizes else data.class_sizes
         if plan is not None:

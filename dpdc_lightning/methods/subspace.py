@@ -1,7 +1,7 @@
 """SER's subspaces: the principal directions of an auxiliary set's features under one extractor.
 
-Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation" (Dosser), §3.3:
-features f are replaced by P^T (f - m), with m the auxiliary features' mean and P their top-d
+Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation" (Dosser),
+§3.3: features f are replaced by P^T (f - m), with m the auxiliary features' mean and P their top-d
 principal directions. The computation reads public (or already paid-for) images only, so P costs no
 privacy; the private features are projected BEFORE they are clipped, so the clipped rows still have
 norm <= K whatever P is (the sensitivity argument lives in privacy/mechanisms.py).
@@ -41,7 +41,8 @@ def principal_subspace(features: Tensor, *, dim: int) -> Subspace:
 
 
 def project(features: Tensor, subspace: Subspace | None) -> Tensor:
-    """``(f - m) P`` per row (the coordinates in the subspace), or ``features`` unchanged without one."""
+    """``(f - m) P`` per row (the coordinates in the subspace), or ``features`` unchanged without
+    one."""
     if subspace is None:
         return features
     mean, basis = subspace
@@ -50,7 +51,8 @@ def project(features: Tensor, subspace: Subspace | None) -> Tensor:
 
 class SubspaceCache:
     """Keeps the last ``capacity`` subspaces by key (least recently used dropped); 0 keeps none and
-    every request recomputes. A cached subspace is the one recomputing would give (deterministic)."""
+    every request recomputes. A cached subspace is the one recomputing would give
+    (deterministic)."""
 
     def __init__(self, capacity: int) -> None:
         if capacity < 0:

@@ -4,7 +4,8 @@
 generator network and one fixed latent code per synthetic image, so the optimised parameters are
 the generator's weights and the images are its outputs (the generator prior of PSG, Chen et al.,
 "Private Set Generation with Discriminative Information", supplement Alg. 2). Either way
-``forward()`` returns every image, [classes * ipc, C, H, W], class-major, and ``labels`` is a buffer.
+``forward()`` returns every image, [classes * ipc, C, H, W], class-major, and ``labels`` is a
+buffer.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ class SyntheticSet(nn.Module):
         raise NotImplementedError
 
     def class_view(self, images: Tensor | None = None) -> Tensor:
-        """``images`` (default: ``forward()``) as [classes, ipc, C, H, W]; a view, gradients flow."""
+        """``images`` (default: ``forward()``) as [classes, ipc, C, H, W]; a view, gradients
+        flow."""
         images = self() if images is None else images
         return images.view(self.num_classes, self.ipc, *self.image_shape)
 

@@ -125,7 +125,8 @@ class ConvNet(nn.Module):
             if height < 1 or breadth < 1:
                 raise UserError(
                     f"image_size {tuple(image_size)} is too small for a depth-{depth} convnet "
-                    f"with {pooling} (each block halves the size); use a larger image or a smaller depth"
+                    f"with {pooling} (each block halves the size); use a larger image or a smaller "
+                    "depth"
                 )
             in_channels = width
         self.features = nn.Sequential(*layers)

@@ -31,8 +31,8 @@ class LeNet(nn.Module):
         sizes = [((side + 2 * padding - 4) // 2 - 4) // 2 for side in image_size]
         if min(sizes) < 1:
             raise UserError(
-                f"image_size {tuple(image_size)} is too small for lenet (features shrink to nothing); "
-                "use at least 12x12 for 1 channel or 16x16 otherwise"
+                f"image_size {tuple(image_size)} is too small for lenet "
+                "(features shrink to nothing); use at least 12x12 for 1 channel or 16x16 otherwise"
             )
         self.hidden = nn.Sequential(
             nn.Linear(16 * sizes[0] * sizes[1], 120),

@@ -2,8 +2,9 @@
 
 Configuration [64, M, 128, M, 256, 256, M, 512, 512, M, 512, 512, M]: each number is a 3x3 conv
 (padding 1; padding 3 in the first conv for a 1-channel 28x28 input, so 28 -> 32) followed by norm
-and ReLU; M is a 2x2 max-pool (skipped once the map is 1 pixel, so 16x16 inputs work). Instance norm (``GroupNorm(C, C)``) by default. A Linear classifier
-reads the flattened features: 512 for 32x32 input, 512*2*2 for 64x64.
+and ReLU; M is a 2x2 max-pool (skipped once the map is 1 pixel, so 16x16 inputs work). Instance norm
+(``GroupNorm(C, C)``) by default. A Linear classifier reads the flattened features: 512 for 32x32
+input, 512*2*2 for 64x64.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class VGG11(nn.Module):
         in_channels = channels
         for index, entry in enumerate(_VGG11):
             if entry == "M":
-                # Small inputs (e.g. 16x16 digits) keep their last 1x1 map instead of pooling it away.
+                # Small inputs (e.g. 16x16 digits) keep their last 1x1 map instead of pooling it
+                # away.
                 if height >= 2 and breadth >= 2:
                     layers.append(nn.MaxPool2d(kernel_size=2, stride=2))
                     height, breadth = height // 2, breadth // 2

@@ -86,7 +86,8 @@ class PrivacyAccountant:
         current = self._phases[-1]
         if current.is_fixed:
             raise RuntimeError(
-                f"the current phase {current.name!r} is a fixed cost; call start_phase() before step()"
+                f"the current phase {current.name!r} is a fixed cost; "
+                "call start_phase() before step()"
             )
         history = merge_step(
             current.history,
@@ -145,8 +146,8 @@ class PrivacyAccountant:
         remaining = delta - fixed
         if remaining <= 0 and self.total_steps > 0:
             raise UserError(
-                f"delta {delta:g} is used up by the fixed-cost phases (their deltas sum to {fixed:g}); "
-                "choose a larger delta"
+                f"delta {delta:g} is used up by the fixed-cost phases "
+                f"(their deltas sum to {fixed:g}); choose a larger delta"
             )
         return remaining
 

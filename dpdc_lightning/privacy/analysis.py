@@ -1,4 +1,5 @@
-"""Privacy analysis of composed Poisson-subsampled Gaussian mechanisms: pure functions over histories.
+"""Privacy analysis of composed Poisson-subsampled Gaussian mechanisms: pure functions over
+histories.
 
 A *history* is a sequence of ``(noise_multiplier, sample_rate, steps)`` entries, Opacus' format:
 ``steps`` consecutive runs of the mechanism with that noise multiplier and sample rate. The
@@ -164,12 +165,14 @@ def _prv_epsilon(history: list[HistoryEntry], *, delta: float) -> float:
             return float(accountant.get_epsilon(delta=delta))
     except MemoryError as error:
         raise UserError(
-            "the prv accountant cannot discretise this history (too little noise for its domain); use accountant=rdp"
+            "the prv accountant cannot discretise this history (too little noise for its domain); "
+            "use accountant=rdp"
         ) from error
 
 
 def epsilon_from_history(history: History, *, delta: float, accountant: str = "rdp") -> float:
-    """ε at ``delta`` of the composition of every entry of ``history`` (0.0 for an empty history)."""
+    """ε at ``delta`` of the composition of every entry of ``history`` (0.0 for an empty
+    history)."""
     check_accountant(accountant)
     delta = check_delta(delta)
     entries = check_history(history)

@@ -2,12 +2,12 @@
 mechanism stated from those events. Pure (no Lightning): ``engine/privacy_callback.py`` calls it
 from the trainer's hooks.
 
-Privacy-critical. One data step of a private method is one sampled Gaussian mechanism: each class
-is queried once on its own disjoint part of the data, so the step costs one mechanism at
-q = max_c q_c (parallel composition; Zheng & Li, "Differentially Private Dataset Condensation",
-Cor. A.1). The budget therefore composes, per data step, the mechanism the step's events spent
-at the plan's noise multiplier and q, which bound every one of them (under DDP a process sees only
-its own classes, and every process must compose the same cost). It refuses a step beyond the plan, a step that spends no
+Privacy-critical. One data step of a private method is one sampled Gaussian mechanism: each class is
+queried once on its own disjoint part of the data, so the step costs one mechanism at q = max_c q_c
+(parallel composition; Zheng & Li, "Differentially Private Dataset Condensation", Cor. A.1). The
+budget therefore composes, per data step, the mechanism the step's events spent at the plan's noise
+multiplier and q, which bound every one of them (under DDP a process sees only its own classes, and
+every process must compose the same cost). It refuses a step beyond the plan, a step that spends no
 event, a part of the data queried twice and an event costlier than planned; a free step spends
 nothing. What was spent before the first step (the class-size release, a DP auxiliary run) comes
 from the plan, which carries those events.
@@ -57,7 +57,8 @@ class PrivacyBudget:
         remaining = self.plan.data_steps - self.data_steps_spent
         if remaining < 0:
             raise RuntimeError(
-                f"the accountant holds {self.data_steps_spent} steps, the plan only {self.plan.data_steps}"
+                f"the accountant holds {self.data_steps_spent} steps, "
+                f"the plan only {self.plan.data_steps}"
             )
         target = self.plan.target_epsilon
         if (
@@ -79,7 +80,8 @@ class PrivacyBudget:
         spent_all = plan.private and self.data_steps_spent >= plan.data_steps
         if step >= plan.total_steps or (plan.is_data_step(step) and spent_all):
             raise RuntimeError(
-                f"step {step} is beyond the plan ({plan.data_steps} data steps, {plan.free_steps} free steps)"
+                f"step {step} is beyond the plan "
+                f"({plan.data_steps} data steps, {plan.free_steps} free steps)"
             )
 
     def spend(self, step: int, events: Spent) -> bool:
@@ -102,7 +104,8 @@ class PrivacyBudget:
         partitions = [partition for partition, _ in events]
         if len(set(partitions)) != len(partitions) or (-1 in partitions and len(partitions) > 1):
             raise RuntimeError(
-                f"one step queried the same data twice (partitions {partitions}); the plan covers one query"
+                f"one step queried the same data twice (partitions {partitions}); "
+                "the plan covers one query"
             )
         planned = self.plan.event()
         for _, event in events:
@@ -116,7 +119,8 @@ class PrivacyBudget:
         }
         if len(described) != 1:
             raise RuntimeError(
-                f"one step spent different mechanisms on its partitions: {sorted(map(str, described))}"
+                "one step spent different mechanisms on its partitions: "
+                f"{sorted(map(str, described))}"
             )
         spent = events[0][1]
         step_event = PrivacyEvent(
@@ -139,7 +143,8 @@ class PrivacyBudget:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if PrivacyPlan.from_dict(state["plan"]) != self.plan:
             raise UserError(
-                "the checkpoint was made under another privacy plan; a run's plan never changes on resume"
+                "the checkpoint was made under another privacy plan; "
+                "a run's plan never changes on resume"
             )
         self.accountant.load_state_dict(state["accountant"])
         self.mechanism = dict(state.get("mechanism") or {})

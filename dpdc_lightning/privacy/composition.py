@@ -4,13 +4,13 @@ Pure functions over the ``phases`` of each release's ``privacy.json`` (plain dat
 mechanism phase holds its history of ``(noise_multiplier, sample_rate, steps)``, a fixed phase its
 ``(epsilon, delta)``. Publishing several releases of one data set is their composition. Every
 mechanism run of every release is composed in ONE accountant computation (RDP adds over all of them,
-Mironov 2017, Prop. 1, then one conversion to (ε, δ)), and fixed phases add (basic composition), as
-:class:`~.accounting.PrivacyAccountant` does within one run. Adding the releases' ε would also be a
-valid bound, only a looser one; it is given beside the composed total for comparison.
+Mironov 2017, Prop. 1, then one conversion to (ε, δ)), and fixed phases add (basic composition),
+as :class:`~.accounting.PrivacyAccountant` does within one run. Adding the releases' ε would also
+be a valid bound, only a looser one; it is given beside the composed total for comparison.
 
 Publishing ONE release chosen by comparing several (the best accuracy, the nicest picture) costs as
-much as publishing all the compared ones: the choice is a function of all of them. (Private selection
-results such as Liu & Talwar 2019 could do better; they are not used here.)
+much as publishing all the compared ones: the choice is a function of all of them. (Private
+selection results such as Liu & Talwar 2019 could do better; they are not used here.)
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ Phases = Sequence[Mapping[str, Any]]  # the "phases" list of one privacy.json
 
 
 def composed_epsilon(releases: Sequence[Phases], *, delta: float, accountant: str = "rdp") -> float:
-    """ε at ``delta`` of publishing every release of ``releases`` together (each one the ``phases`` of
-    a privacy.json), all computed from the same private data."""
+    """ε at ``delta`` of publishing every release of ``releases`` together (each one the ``phases``
+    of a privacy.json), all computed from the same private data."""
     total = PrivacyAccountant(accountant=accountant)
     for index, phases in enumerate(releases):
         for phase in phases:
@@ -62,8 +62,8 @@ class Release:
 
 @dataclass(frozen=True)
 class DataCost:
-    """What publishing the releases of one data set costs: ``epsilon`` is the composed total of all of
-    them at ``delta`` (None: ∞, because ``not_private`` lists a release without a guarantee);
+    """What publishing the releases of one data set costs: ``epsilon`` is the composed total of all
+    of them at ``delta`` (None: ∞, because ``not_private`` lists a release without a guarantee);
     ``sum_of_epsilons`` is the looser basic-composition bound, for comparison."""
 
     data: str
@@ -77,8 +77,8 @@ class DataCost:
 def cost_by_data(releases: Sequence[Release]) -> list[DataCost]:
     """Group releases by the private data they read and compose each group (in first-seen order).
 
-    The total is stated at the smallest δ of the group (every release's own δ is at least that) with
-    the group's accountant (RDP when the releases used different ones)."""
+    The total is stated at the smallest δ of the group (every release's own δ is at least that)
+    with the group's accountant (RDP when the releases used different ones)."""
     groups: dict[str, list[Release]] = {}
     for release in releases:
         groups.setdefault(release.data, []).append(release)

@@ -1,4 +1,5 @@
-"""Private class sizes: the Gaussian mechanism on the class histogram (``privacy.class_sizes=private``).
+"""Private class sizes: the Gaussian mechanism on the class histogram
+(``privacy.class_sizes=private``).
 
 Privacy-critical. The sample rates q_c = L / N_c of per-class Poisson sampling are functions of the
 private class sizes N_c, which the DPDC paper (Zheng & Li) treats as public. Under the

@@ -67,7 +67,8 @@ _DOMAIN = (
 
 
 def _field(data: bytes) -> bytes:
-    # Length-prefixed fields: no two different keys encode to the same bytes (e.g. ("ab", 1) vs ("a", "b1")).
+    # Length-prefixed fields: no two different keys encode to the same bytes
+    # (e.g. ("ab", 1) vs ("a", "b1")).
     return len(data).to_bytes(8, "little") + data
 
 
@@ -102,7 +103,8 @@ class NoiseStream:
 
 
 class KeyedNoise(NoiseStream):
-    """Cryptographically secure Gaussian noise keyed by the run's secret (see the module docstring)."""
+    """Cryptographically secure Gaussian noise keyed by the run's secret (see the module
+    docstring)."""
 
     secure = True
 
@@ -122,7 +124,8 @@ class KeyedNoise(NoiseStream):
         self._draws = 0
 
     def _bytes(self, count: int) -> bytes:
-        # A fresh XOF per draw, keyed by its index: draws never share bytes and need no stored state.
+        # A fresh XOF per draw, keyed by its index: draws never share bytes and need no stored
+        # state.
         xof = hashlib.shake_256(self._prefix + _int_field(self._draws))
         self._draws += 1
         return xof.digest(count)
@@ -133,7 +136,8 @@ class KeyedNoise(NoiseStream):
         return (words >> np.uint64(64 - UNIFORM_BITS)).astype(np.float64)  # the top 53 bits
 
     def uniforms(self, count: int) -> Tensor:
-        """``count`` float64 uniforms on (0, 1], each a multiple of 2^-53 (one draw of the stream)."""
+        """``count`` float64 uniforms on (0, 1], each a multiple of 2^-53 (one draw of the
+        stream)."""
         # k + 1 <= 2^53 and the scaling by 2^-53 are exact in float64.
         return torch.from_numpy((self._words(count) + 1.0) * 2.0**-UNIFORM_BITS)
 
@@ -150,7 +154,8 @@ class KeyedNoise(NoiseStream):
 
 
 class SeededNoise(NoiseStream):
-    """float64 ``torch.randn`` from a generator seeded by (seed, phase, step, partition): NOT private."""
+    """float64 ``torch.randn`` from a generator seeded by (seed, phase, step, partition): NOT
+    private."""
 
     secure = False
 
@@ -188,14 +193,16 @@ def describe(
     """
     if reproducible:
         return {
-            "generator": "torch.Generator (Mersenne Twister) seeded from the PUBLIC run seed; NOT private",
+            "generator": "torch.Generator (Mersenne Twister) seeded from the PUBLIC run seed; "
+            "NOT private",
             "conversion": "torch.randn in float64 on the CPU, added to the float64 "
             "clipped sum, cast to float32 once",
         }
     summary: dict[str, Any] = {
-        "generator": "SHAKE-256 keyed by the run's OS-entropy secret and (phase, step, partition, draw)",
-        "conversion": "Box-Muller in float64 on a 106-bit radius uniform and a 53-bit angle uniform, added to "
-        "the float64 clipped sum, cast to float32 once",
+        "generator": "SHAKE-256 keyed by the run's OS-entropy secret and "
+        "(phase, step, partition, draw)",
+        "conversion": "Box-Muller in float64 on a 106-bit radius uniform and a 53-bit angle "
+        "uniform, added to the float64 clipped sum, cast to float32 once",
         "truncation_bound_std": TRUNCATION_RADIUS,
         "tail_mass_per_pair": PAIR_TAIL_MASS,
         "tail_mass_per_value": math.erfc(TRUNCATION_RADIUS / math.sqrt(2.0)),

@@ -10,9 +10,9 @@ with Discriminative Information", supplement Alg. 2; the DP-SGD step of Abadi et
 - the clipped vectors are summed. Add/remove one record changes the sum by that record's clipped
   vector only, so the L2 sensitivity of the sum is C, provided no record's gradient depends on
   another record: a network with batch norm is refused (:func:`refuse_batch_norm`);
-- :func:`.mechanisms.gaussian_sum` adds N(0, (σC)² I) from the run's NoiseStream, and the release is
-  divided by the EXPECTED batch size B = q·N, a public constant (post-processing). The public PSG
-  code divides by the realised Poisson batch size, a data-dependent number outside the stated
+- :func:`.mechanisms.gaussian_sum` adds N(0, (σC)² I) from the run's NoiseStream, and the release
+  is divided by the EXPECTED batch size B = q·N, a public constant (post-processing). The public
+  PSG code divides by the realised Poisson batch size, a data-dependent number outside the stated
   sensitivity; this module never does.
 - over several processes, each clips its share of the ONE sample, the float64 sums are all-reduced
   and the noise is added once to the total (:func:`.mechanisms.gaussian_sum` with ``reduce_sum``).
@@ -57,9 +57,9 @@ def refuse_batch_norm(network: nn.Module, *, method: str) -> None:
             where = name or "the network itself"
             raise UserError(
                 f"method {method} is private, and its network has a batch-norm layer ({where}: "
-                f"{type(module).__name__}; model.norm=batchnorm): batch norm mixes the records of a "
-                "sample and breaks the sensitivity bound; choose model.norm=instancenorm, groupnorm, "
-                "layernorm or none"
+                f"{type(module).__name__}; model.norm=batchnorm): batch norm mixes the records of "
+                "a sample and breaks the sensitivity bound; choose model.norm=instancenorm, "
+                "groupnorm, layernorm or none"
             )
 
 

@@ -56,7 +56,8 @@ def poisson_sample(num_records: int, *, sample_rate: float, generator: torch.Gen
 def sample_without_replacement(
     num_records: int, *, size: int, generator: torch.Generator
 ) -> Tensor:
-    """Sorted int64 indices of ``min(size, num_records)`` distinct records chosen uniformly at random.
+    """Sorted int64 indices of ``min(size, num_records)`` distinct records chosen uniformly at
+    random.
 
     For NON-PRIVATE baselines only (DM, DC/DSA): a fixed-size sample does not match the Poisson
     sampling assumed by the privacy accounting.

@@ -25,7 +25,8 @@ class MethodConfig:
     # A private method's schema leaves out "real": real-image initialisation leaks membership
     # (Dong et al., "Privacy for Free", Table 1).
     allowed_inits: ClassVar[tuple[str, ...]] = ("noise", "real")
-    # The keys that set the method's number of steps (named where trainer.max_steps cannot cap them).
+    # The keys that set the method's number of steps (named where trainer.max_steps cannot cap
+    # them).
     step_keys: ClassVar[tuple[str, ...]] = ("method.iterations",)
     # Shared keys this method never reads, each with what to set instead: one set on the command
     # line is refused rather than silently ignored.

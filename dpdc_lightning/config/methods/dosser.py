@@ -23,7 +23,8 @@ class AuxiliaryConfig:
     # file: a .pt (dict with 'images', optional 'labels') or .npz with the same arrays
     path: str | None = None
     size: int = 1000  # at most this many images are used (a keyed subsample of a larger set)
-    # source=dp: the private run that makes the set, and the ε it may spend alone (at privacy.delta)
+    # source=dp: the private run that makes the set, and the ε it may spend alone
+    # (at privacy.delta)
     method: str = "ndpdc"
     epsilon: float = 0.2
     ipc: int = 50

@@ -1,4 +1,5 @@
-"""The loaders behind ``dataset=NAME``: one module per kind of source, each returning an ``ImageData``.
+"""The loaders behind ``dataset=NAME``: one module per kind of source, each returning an
+``ImageData``.
 
 embedded.py (digits, toy), idx.py (mnist, fashion_mnist), torchvision_sets.py (cifar10, celeba),
 imagefolder.py and tensors.py (your own data; own.py holds their shared test split). A built-in

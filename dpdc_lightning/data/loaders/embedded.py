@@ -29,7 +29,8 @@ def load_digits(root: Path | None, download: bool, cache: Path) -> ImageData:
 
     bunch = sklearn_digits()
     unit = torch.as_tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    # 16x16: every network accepts it, at a quarter of MNIST's compute (the default data must run on a laptop CPU).
+    # 16x16: every network accepts it, at a quarter of MNIST's compute (the default data must run
+    # on a laptop CPU).
     unit = F.interpolate(
         unit, size=(DIGITS_SIZE, DIGITS_SIZE), mode="bilinear", align_corners=False, antialias=False
     )

@@ -36,7 +36,8 @@ IDX_NAMES = (
 
 
 def _idx_files_in(folder: Path) -> dict[str, Path] | None:
-    """The four idx files in ``folder`` (decompressed preferred, else ``.gz``), or None if any is missing."""
+    """The four idx files in ``folder`` (decompressed preferred, else ``.gz``), or None if any is
+    missing."""
     found = {}
     for name in IDX_NAMES:
         plain, packed = folder / name, folder / f"{name}.gz"
@@ -48,7 +49,8 @@ def _stage(dataset: str, files: dict[str, Path], dest_root: Path, tv_name: str) 
     """Decompress or copy ``files`` into ``dest_root/<tv_name>/raw`` and return ``dest_root``.
 
     Each file is written to a temporary name and renamed into place, so concurrent processes (DDP
-    ranks) never read a half-written file; a sidecar records the source so unchanged files are reused.
+    ranks) never read a half-written file; a sidecar records the source so unchanged files are
+    reused.
     """
     raw = dest_root / tv_name / "raw"
     try:
@@ -85,7 +87,8 @@ def _stage(dataset: str, files: dict[str, Path], dest_root: Path, tv_name: str) 
 def _locate_idx(
     dataset: str, tv_name: str, root: Path | None, system_dir: str | None, cache: Path
 ) -> tuple[Path | None, dict[str, Path], list[Path]]:
-    """Find the idx files; return (torchvision root or None, file name -> source path, paths tried)."""
+    """Find the idx files; return (torchvision root or None, file name -> source path, paths
+    tried)."""
     candidates: list[tuple[Path, Path | None]] = []  # (folder, staging destination or None)
     if root is not None:
         # A folder the user named is the only place looked at: falling back to another copy would
@@ -160,7 +163,8 @@ def _check_idx_split(
         raise UserError(f"{dataset}: {image_file} holds {images.shape[0]} images, expected {count}")
     if labels.shape != (count,):
         raise UserError(
-            f"{dataset}: {label_file} holds labels of shape {tuple(labels.shape)}, expected ({count},)"
+            f"{dataset}: {label_file} holds labels of shape {tuple(labels.shape)}, "
+            f"expected ({count},)"
         )
     if int(labels.min()) < 0 or int(labels.max()) > 9:
         raise UserError(f"{dataset}: {label_file} holds labels outside 0..9")
@@ -190,13 +194,15 @@ def _mnist_like(
         names = ", ".join(f"{n}[.gz]" for n in IDX_NAMES)
         if root is not None:
             raise UserError(
-                f"{dataset}: files not found in dataset.root={root}; tried {', '.join(map(str, tried))}; "
+                f"{dataset}: files not found in dataset.root={root}; "
+                f"tried {', '.join(map(str, tried))}; "
                 f"put {names} in one of them, or set dataset.download=true to download into it "
                 "(a named folder is never replaced by another copy)"
             )
         package = " install Debian's dataset-fashion-mnist," if system_dir is not None else ""
         raise UserError(
-            f"{dataset}: files not found; tried {', '.join(map(str, tried))}; put {names} in one of them "
+            f"{dataset}: files not found; tried {', '.join(map(str, tried))}; "
+            f"put {names} in one of them "
             f"(dataset.root=<folder> reads <folder>/{tv_name}/raw or <folder> itself),{package} "
             "or set dataset.download=true"
         )

@@ -28,12 +28,13 @@ def hold_out(images: Tensor, labels: Tensor, *, fraction: float, seed: int) -> T
     """A boolean mask of held-out records, each record decided on its own.
 
     Privacy-critical: a draw over the whole set (a permutation of every class) couples the records,
-    so removing one record from the file moves OTHER records between the splits, and the neighbouring
-    data set D' would condense other records than D minus one (the guarantee would then cover a group,
-    not one record). Here record i is held out iff a BLAKE2b hash keyed by ``split_seed`` of its label
-    and its pixels (quantised to 8 bits, so that float rounding of a resize on another CPU flips
-    nothing) falls below ``fraction``: removing or adding a record changes no other record's side.
-    The held-out share is ``fraction`` on average (binomial), not exactly."""
+    so removing one record from the file moves OTHER records between the splits, and the
+    neighbouring data set D' would condense other records than D minus one (the guarantee would
+    then cover a group, not one record). Here record i is held out iff a BLAKE2b hash keyed by
+    ``split_seed`` of its label and its pixels (quantised to 8 bits, so that float rounding of a
+    resize on another CPU flips nothing) falls below ``fraction``: removing or adding a record
+    changes no other record's side. The held-out share is ``fraction`` on average (binomial), not
+    exactly."""
     key = hashlib.blake2b(str(int(seed)).encode(), digest_size=32).digest()
     levels = torch.round((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).flatten(1).numpy()
     threshold = fraction * 2.0**64
@@ -68,10 +69,27 @@ def refuse_shared_records(
     for index, row in enumerate(test_images):
         if digest(row) in private:
             raise UserError(
-                f"{test_source} shares records with the private data in {root} (test record {index} "
-                "has the content of a training record): a test set declared public must hold no private "
-                "record; remove the shared ones, or drop it to hold out a private split"
+                f"{test_source} shares records with the private data in {root} "
+                f"(test record {index} has the content of a training record): a test set declared "
+                "public must hold no private record; remove the shared ones, or drop it to hold "
+                "out a private split"
             )
+
+
+def _check_test_split(
+    test: tuple[Tensor, Tensor], images: Tensor, *, root: Path, num_classes: int
+) -> None:
+    """The test split must have the training images' shape and labels among ``root``'s classes."""
+    if test[0].shape[1:] != images.shape[1:]:
+        raise UserError(
+            f"the test images are {tuple(test[0].shape[1:])}, the training images "
+            f"{tuple(images.shape[1:])}; give both the same dataset.image_size and dataset.channels"
+        )
+    if int(test[1].max()) >= num_classes:
+        raise UserError(
+            f"the test split has labels up to {int(test[1].max())} but {root} has "
+            f"{num_classes} classes"
+        )
 
 
 def assemble(
@@ -104,23 +122,16 @@ def assemble(
         if int(kept.min()) == 0:
             empty = names[int(torch.nonzero(kept == 0)[0])]
             raise UserError(
-                f"dataset.test_fraction={test_fraction} with dataset.split_seed={split_seed} holds out every "
-                f"record of class {empty}; lower dataset.test_fraction, or give a public dataset.test_root"
+                f"dataset.test_fraction={test_fraction} with dataset.split_seed={split_seed} "
+                f"holds out every record of class {empty}; lower dataset.test_fraction, or give a "
+                "public dataset.test_root"
             )
         test = (images[held].contiguous(), labels[held].contiguous())
         images, labels = images[~held].contiguous(), labels[~held].contiguous()
         declared = tuple((1 - test_fraction) * float(n) for n in sizes)
     else:
         refuse_shared_records(images, test[0], root=root, test_source=test_source)
-    if test[0].shape[1:] != images.shape[1:]:
-        raise UserError(
-            f"the test images are {tuple(test[0].shape[1:])}, the training images {tuple(images.shape[1:])}; "
-            "give both the same dataset.image_size and dataset.channels"
-        )
-    if int(test[1].max()) >= num_classes:
-        raise UserError(
-            f"the test split has labels up to {int(test[1].max())} but {root} has {num_classes} classes"
-        )
+    _check_test_split(test, images, root=root, num_classes=num_classes)
     return ImageData(
         name,
         images,

@@ -27,7 +27,8 @@ _HINT = "set dataset.root=<folder> or dataset.download=true"
 def _missing_or_corrupt(
     folder: Path, checks: list[tuple[str, str | None]]
 ) -> tuple[list[Path], list[Path]]:
-    """Files of ``checks`` (name, md5 or None) that are missing, and those whose checksum differs."""
+    """Files of ``checks`` (name, md5 or None) that are missing, and those whose checksum
+    differs."""
     from torchvision.datasets.utils import check_integrity
 
     missing = [folder / name for name, _ in checks if not (folder / name).exists()]
@@ -48,7 +49,8 @@ def _open_torchvision(
     checks: list[tuple[str, str | None]],
     download: bool,
 ) -> Any:
-    """``make()``, with torchvision's failures turned into a UserError naming the missing or corrupt file."""
+    """``make()``, with torchvision's failures turned into a UserError naming the missing or
+    corrupt file."""
     try:
         return make()
     except Exception as exc:
@@ -81,7 +83,7 @@ def load_cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
     for train, count in ((True, 50000), (False, 10000)):
         split = _open_torchvision(
             "cifar10",
-            lambda: CIFAR10(str(base), train=train, download=download),  # noqa: B023 (called at once)
+            lambda: CIFAR10(str(base), train=train, download=download),  # noqa: B023 (run at once)
             folder,
             checks,
             download,
@@ -91,8 +93,8 @@ def load_cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
         valid = tuple(images.shape) == (count, 3, 32, 32) and labels.shape == (count,)
         if not valid or int(labels.min()) < 0 or int(labels.max()) > 9:
             raise UserError(
-                f"cifar10: files in {folder} hold {tuple(images.shape)} images / {tuple(labels.shape)} "
-                f"labels, expected {count} of 3x32x32 with labels 0..9"
+                f"cifar10: files in {folder} hold {tuple(images.shape)} images / "
+                f"{tuple(labels.shape)} labels, expected {count} of 3x32x32 with labels 0..9"
             )
         splits += [from_uint8(images.contiguous()), labels]
     return ImageData("cifar10", *splits, 10, tuple(split.classes), source=str(folder))
@@ -115,7 +117,8 @@ def _celeba_images(split: Any, indices: Tensor, folder: Path) -> Tensor:
 
 
 def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
-    """CelebA gender (attribute 'Male'), 64x64: resize short side to 64, centre crop 64 (Dong et al.).
+    """CelebA gender (attribute 'Male'), 64x64: resize short side to 64, centre crop 64
+    (Dong et al.).
 
     Training data: 5000 images per class drawn without replacement by a generator seeded with
     ``CELEBA_SUBSAMPLE_SEED``; test data: the full official test split. Slow (decodes JPEGs).
@@ -134,7 +137,7 @@ def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
             "celeba",
             lambda: CelebA(
                 str(base),
-                split=split_name,  # noqa: B023 (called at once)
+                split=split_name,  # noqa: B023 (run at once)
                 target_type="attr",
                 download=download,
             ),

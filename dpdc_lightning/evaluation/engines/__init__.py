@@ -6,7 +6,8 @@ after another through one shared step function, sequential.py) and ``stacked`` (
 evaluation/protocol.py, so the protocol and every run's draws are the same for all of them.
 
 This module imports no torch; the names of the engines and compile modes are the config's
-(config/schema.py), which checks ``eval.engine`` and ``eval.compile`` while the command line is parsed.
+(config/schema.py), which checks ``eval.engine`` and ``eval.compile`` while the command line is
+parsed.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-# The names are the config's (one list): ENGINES' auto picks the engine measured fastest on the device
-# (base.resolve_engine); COMPILE_MODES' auto compiles when it pays back (cost.py).
+# The names are the config's (one list): ENGINES' auto picks the engine measured fastest on the
+# device (base.resolve_engine); COMPILE_MODES' auto compiles when it pays back (cost.py).
 from dpdc_lightning.config.schema import COMPILE_MODES  # noqa: F401
 from dpdc_lightning.config.schema import EVAL_ENGINES as ENGINES
 from dpdc_lightning.errors import UserError
@@ -45,7 +46,8 @@ def check_compile(compile: str | bool) -> str:
 
 
 def engine_class(name: str) -> Any:
-    """The implementation (a base.Engine subclass) of engine ``name`` (not ``auto``: resolve it first), imported on first use."""
+    """The implementation (a base.Engine subclass) of engine ``name`` (not ``auto``: resolve it
+    first), imported on first use."""
     if name not in _MODULES:
         raise UserError(
             f"eval.engine={name!r} is not an engine; choose one of: {', '.join(_MODULES)}"

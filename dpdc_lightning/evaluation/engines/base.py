@@ -93,8 +93,9 @@ def resolve_device(accelerator: str) -> torch.device:
 
 
 def resolve_engine(engine: str, device: torch.device) -> str:
-    """``auto`` is ``stacked`` on a CUDA GPU and ``sequential`` elsewhere (measured: on a CPU the vmapped
-    convolutions become grouped ones, which run slower; benchmarks/results/eval_speed_cpu.md)."""
+    """``auto`` is ``stacked`` on a CUDA GPU and ``sequential`` elsewhere (measured: on a CPU the
+    vmapped convolutions become grouped ones, which run slower;
+    benchmarks/results/eval_speed_cpu.md)."""
     if check_engine(engine) != "auto":
         return engine
     return "stacked" if device.type == "cuda" else "sequential"

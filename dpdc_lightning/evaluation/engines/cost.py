@@ -1,9 +1,11 @@
-"""Whether ``eval.compile=auto`` compiles the step: when the measured saving pays the compilation back.
+"""Whether ``eval.compile=auto`` compiles the step: when the measured saving pays the compilation
+back.
 
 Compiling costs a fixed time once per process (the step function and its graphs are then shared by
 every later evaluation of the same architecture and input shape, functional.shared_step) and saves a
-time per image that grows with the image's pixels (what compilation fuses, normalisation, activation
-and pooling with their backward, is elementwise work over the feature maps). So a graph pays back once
+time per image that grows with the image's pixels (what compilation fuses, normalisation,
+activation and pooling with their backward, is elementwise work over the feature maps). So a graph
+pays back once
 
     pixels per image x images it will process  >=  compile seconds / saving per pixel,
 
@@ -29,7 +31,8 @@ from dpdc_lightning.evaluation.engines import check_compile
 
 @dataclass(frozen=True)
 class CompileCost:
-    """One graph's measured cost: compiling it once, and what it saves per pixel of a processed image."""
+    """One graph's measured cost: compiling it once, and what it saves per pixel of a processed
+    image."""
 
     compile_s: float
     saving_s_per_pixel: float
@@ -38,14 +41,15 @@ class CompileCost:
         return self.compile_s / self.saving_s_per_pixel
 
 
-# ConvNet (the evaluation default; width 128, depth 3, instance norm) on the CPU, by the smallest image
-# size a cost was measured at (pixels = height x width); an image uses the entry of the largest measured
-# size not above its own. The saving per pixel is not constant (on 16x16 images compilation saves a
-# quarter of an eager step, on 28x28 about 30 %, with less per pixel on the small maps), so each
-# measured size has its own crossover. Sizes below the smallest entry, other architectures and other
-# devices were not measured: auto leaves them eager (never slower than the eager engine). All in process
-# CPU seconds, one thread, cold inductor cache (benchmarks/eval_compile_cost.py; CPU time moves much
-# less with a shared machine's load than wall time):
+# ConvNet (the evaluation default; width 128, depth 3, instance norm) on the CPU, by the smallest
+# image size a cost was measured at (pixels = height x width); an image uses the entry of the
+# largest measured size not above its own. The saving per pixel is not constant (on 16x16 images
+# compilation saves a quarter of an eager step, on 28x28 about 30 %, with less per pixel on the
+# small maps), so each measured size has its own crossover. Sizes below the smallest entry, other
+# architectures and other devices were not measured: auto leaves them eager (never slower than the
+# eager engine). All in process CPU seconds, one thread, cold inductor cache
+# (benchmarks/eval_compile_cost.py; CPU time moves much less with a shared machine's load than wall
+# time):
 #   256 (16x16, digits): compiling the training graph 24.3 s, step 0.137 -> 0.102 s per 100 images,
 #       crossover ~690 steps (17.7 M pixel-images). Its test graph was not measured: it stays eager.
 #   784 (28x28, FashionMNIST): compiling 28.4 s, step 0.600 -> 0.436 s per 100 images (~170 steps,
@@ -66,7 +70,8 @@ MEASURED: dict[tuple[str, str], dict[int, dict[str, CompileCost]]] = {
 
 
 def measured_costs(device: torch.device, model: str, pixels: int) -> dict[str, CompileCost]:
-    """The measured costs that apply to ``model`` on ``device`` at ``pixels`` per image (empty: none)."""
+    """The measured costs that apply to ``model`` on ``device`` at ``pixels`` per image (empty:
+    none)."""
     sizes = MEASURED.get((device.type, model), {})
     fitting = [size for size in sizes if size <= pixels]
     return sizes[max(fitting)] if fitting else {}
@@ -93,9 +98,9 @@ def plan_compile(
     train_images: int,
     test_images: int,
 ) -> CompilePlan:
-    """``eval.compile`` for an evaluation whose shared step will see ``train_images`` training images
-    (images per step x steps, over every run that shares it) and ``test_images`` test images, each of
-    ``pixels`` pixels (height x width)."""
+    """``eval.compile`` for an evaluation whose shared step will see ``train_images`` training
+    images (images per step x steps, over every run that shares it) and ``test_images`` test images,
+    each of ``pixels`` pixels (height x width)."""
     mode = check_compile(compile)
     if mode != "auto":
         return CompilePlan(train=mode == "true", test=mode == "true")

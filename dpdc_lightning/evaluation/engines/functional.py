@@ -1,6 +1,6 @@
-"""What the trainer-free engines (sequential, stacked) share: one step function per architecture with
-the weights as its arguments, the weights and momentum buffers of the runs, and a process-wide cache
-of step functions so that a compiled step is compiled once per process.
+"""What the trainer-free engines (sequential, stacked) share: one step function per architecture
+with the weights as its arguments, the weights and momentum buffers of the runs, and a process-wide
+cache of step functions so that a compiled step is compiled once per process.
 
 ``StepFunction`` runs the forward and the loss through ``functional_call`` on a "meta" copy of the
 network, so one (compiled) function serves every run of every evaluation of that architecture and
@@ -28,7 +28,8 @@ class StepFunction:
 
     ``compiled=True`` on a call runs it through one ``torch.compile`` of the function (made on first
     use; its graphs, one per input shape and mode, live as long as this object). The training graph
-    and the test graph are compiled independently: each call says whether it wants its graph compiled.
+    and the test graph are compiled independently: each call says whether it wants its graph
+    compiled.
     """
 
     def __init__(self, network: nn.Module, *, vmapped: bool) -> None:
@@ -76,7 +77,8 @@ class StepFunction:
             return self._compiled(params, buffers, x, y)
         except Exception as err:  # no working compiler (e.g. no C++ toolchain): run eagerly
             warnings.warn(
-                f"evaluation: torch.compile failed ({type(err).__name__}: {err}); continuing without it",
+                f"evaluation: torch.compile failed ({type(err).__name__}: {err}); "
+                "continuing without it",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -161,7 +163,8 @@ class RunState:
             y = test_labels[start : start + batch_size].detach().long().to(device)
             if self.compile.test and len(x) < batch_size <= len(test_images):
                 # One shape for every test batch: padding the last one (label -1 never counts as
-                # correct; eval mode treats images one by one) is cheaper than compiling a second graph.
+                # correct; eval mode treats images one by one) is cheaper than compiling a second
+                # graph.
                 x = torch.cat([x, x.new_zeros(batch_size - len(x), *x.shape[1:])])
                 y = torch.cat([y, y.new_full((batch_size - len(y),), -1)])
             correct = correct + self.correct(x, y)

@@ -1,4 +1,5 @@
-"""``eval.engine=lightning``: a Lightning Trainer per run (dpdc_lightning/engine/evaluation_module.py).
+"""``eval.engine=lightning``: a Lightning Trainer per run
+(dpdc_lightning/engine/evaluation_module.py).
 
 The path cross-checked against the reference evaluator (benchmarks/results/evaluator_crosscheck.md);
 the same batches and optimiser as the other engines, with Lightning running the loop.

@@ -1,4 +1,5 @@
-"""``eval.engine=sequential``: the runs one after another, every step through one shared step function.
+"""``eval.engine=sequential``: the runs one after another, every step through one shared step
+function.
 
 On a CPU this is the fast engine: the step is bound by memory-heavy elementwise work that
 compilation fuses, while stacking runs (stacked.py) only makes the convolutions grouped, which CPU
@@ -28,7 +29,12 @@ class SequentialEngine(Engine):
     name = "sequential"
     vmapped = False
 
-    def __init__(self, device: torch.device, *, compile: CompilePlan = CompilePlan()) -> None:  # noqa: B008 (frozen)
+    def __init__(
+        self,
+        device: torch.device,
+        *,
+        compile: CompilePlan = CompilePlan(),  # noqa: B008 (frozen)
+    ) -> None:
         super().__init__(device)
         self.compile = compile
 
