@@ -3,10 +3,11 @@
     from dpdc_lightning import compose, condense, evaluate, load_bundle, train
 
     config = compose(["method=ndpdc", "privacy.target_epsilon=2"])
-    result = condense(config)                  # in process, nothing written: result.images, .labels, .report
-    run_dir = train(config)                    # the same as `python train.py ...`: a run folder with a bundle
-    bundle = load_bundle(run_dir)              # verified tensors + privacy report
-    scores = evaluate(run_dir, models=("convnet",), overrides=("eval=quick",))  # {model: ModelResult}
+    result = condense(config)      # in process, nothing written: result.images, .labels, .report
+    run_dir = train(config)        # the same as `python train.py ...`: a run folder with a bundle
+    bundle = load_bundle(run_dir)  # verified tensors + privacy report
+    scores = evaluate(run_dir, models=("convnet",), overrides=("eval=quick",))
+    # scores: {model: ModelResult}
 
 Names are imported on first use, so ``import dpdc_lightning`` is instant and the command line can
 answer ``--help`` without loading torch.
@@ -42,7 +43,7 @@ def evaluate(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Evaluate a bundle with the protocol of its config (``overrides`` such as ``"eval=quick"`` or
-    ``"eval.runs=3"`` change it); results are appended to its eval.json. Returns {model: ModelResult}."""
+    ``"eval.runs=3"`` change it); the results go to its eval.json. Returns {model: ModelResult}."""
     from dpdc_lightning.cli.evaluate import evaluate_run
 
     outcome = evaluate_run(

@@ -25,11 +25,12 @@ class Interrupted(Exception):
 
 class NumericalFault(UserError):
     """The optimisation diverged (NaN/Inf in the loss, the synthetic set or its features): the run
-    stops before anything bad is saved. Raised with what went wrong; ``CondensationMethod.training_step`` adds
-    the step and the likely cause, and ``training.train`` what became of the run folder. Only public quantities
-    (the synthetic set, and losses against noisy releases) are checked: whether a run stops never
-    depends on a private record. The mechanisms turn a private row that is not finite into a zero row
-    (privacy/mechanisms.py ``finite_rows``), so a noisy release is always finite."""
+    stops before anything bad is saved. Raised with what went wrong;
+    ``CondensationMethod.training_step`` adds the step and the likely cause, and ``training.train``
+    what became of the run folder. Only public quantities (the synthetic set, and losses against
+    noisy releases) are checked: whether a run stops never depends on a private record. The
+    mechanisms turn a private row that is not finite into a zero row (privacy/mechanisms.py
+    ``finite_rows``), so a noisy release is always finite."""
 
     def __init__(
         self,

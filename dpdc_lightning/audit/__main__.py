@@ -1,4 +1,4 @@
-"""python -m dpdc_lightning.audit RUN_DIR [audit.*=...] | metrics --scores S.npy --members M.npy ..."""
+"""python -m dpdc_lightning.audit RUN_DIR [audit.*=...] | metrics --scores S.npy --members M.npy"""
 
 from dpdc_lightning.audit.command import audit_main
 from dpdc_lightning.errors import main_entry

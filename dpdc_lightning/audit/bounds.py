@@ -1,16 +1,16 @@
-"""ε lower bounds from canary scores of many runs of a mechanism: Clopper–Pearson, Gaussian DP, one run.
+"""ε lower bounds from the canary scores of many runs: Clopper–Pearson, Gaussian DP, one run.
 
 Input: for every run (trial) and canary, a score per test statistic (higher = "the canary was in")
 and whether the canary really was in. Trials are split once, before anything is looked at, into
 calibration trials (the first ``ceil(fraction * trials)``) and certification trials (the rest). The
 calibration trials choose the statistic, the threshold and the number of one-run guesses; the
-certification trials, never seen before, certify them. Nothing is chosen on the data that certifies it.
+certification trials, never seen before, certify them. Nothing is chosen on the data certifying it.
 
-- ``clopper_pearson``: the (ε, δ) lower bound of Kairouz et al. / Jagielski et al. 2020 at the chosen
-  threshold (:func:`.metrics.certified_epsilon`), treating the certification canaries as independent
-  trials. They are when the canaries of one run occupy orthogonal directions of the mechanism's
-  output (isotropic noise: independent projections; independent Poisson coins) and runs use fresh
-  secrets (:mod:`.whitebox`). Rigorous at ``confidence``.
+- ``clopper_pearson``: the (ε, δ) lower bound of Kairouz et al. / Jagielski et al. 2020 at the
+  chosen threshold (:func:`.metrics.certified_epsilon`), treating the certification canaries as
+  independent trials. They are when the canaries of one run occupy orthogonal directions of the
+  mechanism's output (isotropic noise: independent projections; independent Poisson coins) and runs
+  use fresh secrets (:mod:`.whitebox`). Rigorous at ``confidence``.
 - ``gaussian_dp``: the estimate of Nasr et al. 2023 ("Tight auditing of differentially private
   machine learning"): if the mechanism is μ-GDP (Dong, Roth & Su 2022), every test has
   μ >= Φ⁻¹(1 − FPR) − Φ⁻¹(FNR); μ from the certification rates, with a two-sided Clopper–Pearson
@@ -19,7 +19,7 @@ certification trials, never seen before, certify them. Nothing is chosen on the 
   so it is never compared with the accounted ε.
 - ``one_run``: Steinke, Nasr & Jagielski (2023) on ONE certification run (all its canaries, each in
   with probability ½), guessing "in" for the highest and "out" for the lowest scores
-  (:func:`.canary.one_run_epsilon_bound`). Rigorous for that run without any independence assumption.
+  (:func:`.canary.one_run_epsilon_bound`). Rigorous for that run with no independence assumption.
 """
 
 from __future__ import annotations

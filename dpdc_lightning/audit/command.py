@@ -26,6 +26,7 @@ METRICS_USAGE = (
 )
 USAGE = "usage: python audit.py MODE ... (python audit.py --help lists the modes)"
 MODES = ("whitebox", "release", "mia", "selftest", "check", "metrics")
+# Printed as written: the page's table is wider than 100 columns (the noqa covers the string).
 HELP = """usage: python audit.py MODE [ARGUMENTS] [audit.key=value ...]   (also dpdc-audit, python -m dpdc_lightning.audit)
 
 Which mode answers which question (docs/audit.md explains how to read the numbers):
@@ -58,12 +59,12 @@ settings (audit.key=value):
   release: targets, extractors, guesses, confidence, delta, seed
   mia: dpdc_lightning/conf/audit/default.yaml
 Exit code 1 when a rigorous lower bound exceeds the accounted epsilon (or the self-test fails), 2 on bad input.
-"""
+"""  # noqa: E501
 
 
 def audit_main(argv: list[str]) -> int:
-    """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``). ``--help``
-    and ``metrics`` import neither torch nor Lightning, so they answer at once."""
+    """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``).
+    ``--help`` and ``metrics`` import neither torch nor Lightning, so they answer at once."""
     if "--help" in argv or "-h" in argv:
         print(HELP, end="")
         return 0
@@ -125,8 +126,9 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
         print(
             "\n"
             + "!" * 78
-            + "\nAUDIT FAILED: an empirical lower bound exceeds the accounted epsilon. This means a\n"
-            "bug in the mechanism or its accounting (or a 1 - confidence false alarm):",
+            + "\nAUDIT FAILED: an empirical lower bound exceeds the accounted epsilon. "
+            "This means a\nbug in the mechanism or its accounting "
+            "(or a 1 - confidence false alarm):",
             flush=True,
         )
         for line in output.violations:
@@ -188,25 +190,28 @@ def _print_summary(report: dict, path: Path) -> None:
         )
 
     print(
-        f"audit ({report['protocol']['reduced']}; confidence {report['confidence_per_bound']:.4f} per bound)"
+        f"audit ({report['protocol']['reduced']}; "
+        f"confidence {report['confidence_per_bound']:.4f} per bound)"
     )
     for name, entry in [(f"target{t}", e) for t, e in enumerate(report["targets"])]:
         for attack, m in entry["attacks"].items():
             print(
-                f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
-                f"advantage={fmt(m['advantage'])} eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
+                f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} "
+                f"tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} advantage={fmt(m['advantage'])} "
+                f"eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
                 f"(accounted {fmt(entry['accounted_epsilon'])})"
             )
     for attack, m in report["bundle"]["attacks"].items():
         print(
             f"  bundle   {attack:15s} auc={fmt(m['auc'])} tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} "
-            f"advantage={fmt(m['advantage'])} (attack strength: training vs test records, no epsilon bound)"
+            f"advantage={fmt(m['advantage'])} "
+            "(attack strength: training vs test records, no epsilon bound)"
         )
     if "canary" in report:
         c = report["canary"]
         print(
-            f"  canaries {c['correct']}/{c['guesses']} correct, eps_lb={fmt(c['epsilon_lower_bound'])} "
-            f"(accounted {fmt(c['accounted_epsilon'])})"
+            f"  canaries {c['correct']}/{c['guesses']} correct, "
+            f"eps_lb={fmt(c['epsilon_lower_bound'])} (accounted {fmt(c['accounted_epsilon'])})"
         )
     print(f"results written to {path}\nwarning: {report['warning']}")
 

@@ -1,4 +1,4 @@
-"""The files an audit reads and writes: the configuration of a run, strict JSON, never replacing a file."""
+"""Files an audit reads and writes: a run's configuration, strict JSON, never replacing a file."""
 
 from __future__ import annotations
 

@@ -103,7 +103,7 @@ def best_threshold(scores: Sequence[float], members: Sequence[int]) -> float:
 def rates_at(
     scores: Sequence[float], members: Sequence[int], threshold: float
 ) -> tuple[int, int, int, int]:
-    """(false positives, non-members, false negatives, members) of the rule ``score >= threshold``."""
+    """(false positives, non-members, false negatives, members) guessing ``score >= threshold``."""
     scores, members = _as_arrays(scores, members)
     predicted = scores >= threshold
     return (
@@ -115,7 +115,7 @@ def rates_at(
 
 
 def clopper_pearson_upper(k: int, n: int, *, confidence: float) -> float:
-    """One-sided upper bound on a binomial rate from ``k`` of ``n``: P(rate <= bound) >= confidence."""
+    """One-sided upper bound on a binomial rate, ``k`` of ``n``: P(rate <= bound) >= confidence."""
     _check_counts(k, n)
     return float(clopper_pearson_upper_many(np.asarray(k), np.asarray(n), confidence=confidence))
 
@@ -296,7 +296,7 @@ def epsilon_lower_bound_bonferroni(
 def attack_strength(scores: Sequence[float], members: Sequence[int]) -> dict:
     """AUC, TPR at the FPR points and advantage: how strong an attack is, with NO ε bound. The only
     summary for attacks whose members and non-members are DIFFERENT records (training vs test
-    records): two record sets can be told apart by the sets alone, even by a mechanism of true ε 0."""
+    records): the two sets can be told apart by themselves, even by a mechanism of true ε 0."""
     return {
         "auc": auc(scores, members),
         "tpr_at_fpr": {str(f): tpr_at_fpr(scores, members, f) for f in FPR_POINTS},

@@ -27,7 +27,7 @@ def say(message: str) -> None:
 
 
 def _run_config(arguments: list[str], usage: str) -> tuple[Any, Path | None]:
-    """The configuration to audit: a run directory's config.yaml, or config overrides as train.py takes."""
+    """The configuration to audit: a run directory's config.yaml, or overrides as train.py takes."""
     from dpdc_lightning.config import compose
 
     if len(arguments) == 1 and "=" not in arguments[0]:
@@ -85,21 +85,24 @@ def release_main(argv: list[str]) -> int:
     for name, entry in report["bundle_strength"].items():
         if name != "note":
             print(
-                f"bundle   {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
-                f"advantage={entry['advantage']:.4f} (attack strength: training vs test records)"
+                f"bundle   {name:8s} auc={entry['auc']:.4f} "
+                f"tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} advantage={entry['advantage']:.4f} "
+                "(attack strength: training vs test records)"
             )
     for name, entry in report.get("initialisation_strength", {}).items():
         if name != "note":
             print(
-                f"init     {name:8s} auc={entry['auc']:.4f} tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} "
-                f"advantage={entry['advantage']:.4f} (the records init=real copied vs test records)"
+                f"init     {name:8s} auc={entry['auc']:.4f} "
+                f"tpr@0.1%={entry['tpr_at_fpr']['0.001']:.4f} advantage={entry['advantage']:.4f} "
+                "(the records init=real copied vs test records)"
             )
     for target in report["targets"]:
         for name, b in target["bounds"].items():
             claim = target["accounted_epsilon"]
             print(
-                f"target{target['index']}  {name:8s} one-run lower bound {b['epsilon']:.4f} ({b['correct']}/"
-                f"{b['guesses']} right; accounted ε {'∞ (not private)' if claim is None else f'{claim:.4f}'})"
+                f"target{target['index']}  {name:8s} one-run lower bound {b['epsilon']:.4f} "
+                f"({b['correct']}/{b['guesses']} right; accounted ε "
+                f"{'∞ (not private)' if claim is None else f'{claim:.4f}'})"
             )
     return _finish(report, out, "release")
 
@@ -159,7 +162,8 @@ def _finish(report: dict[str, Any], out: Path | None, what: str) -> int:
             "\n"
             + "!" * 78
             + f"\nAUDIT FAILED ({what}): an empirical lower bound exceeds the accounted epsilon. "
-            "This means a\nbug in the mechanism or its accounting (or a 1 - confidence false alarm):"
+            "This means a\nbug in the mechanism or its accounting "
+            "(or a 1 - confidence false alarm):"
         )
         for line in report["violations"]:
             print(f"  {line}")

@@ -15,8 +15,8 @@ Two questions, two answers:
 - an ε lower BOUND: ``audit.targets`` condensations of the same configuration, each on the training
   records kept independently with probability ½; the ``audit.guesses`` records closest to the
   release (default: as many as it has images, the most records it can copy) are guessed "in", and
-  the one-run theorem of Steinke, Nasr & Jagielski (2023) bounds ε (:mod:`.canary`). Sound without any
-  independence assumption; compared with the target's own accounted ε.
+  the one-run theorem of Steinke, Nasr & Jagielski (2023) bounds ε (:mod:`.canary`). Sound without
+  any independence assumption; compared with the target's own accounted ε.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def release_scores(
     extractors: int,
     seed: int,
 ) -> dict[str, Tensor]:
-    """Per record: minus the distance to the nearest released image of its label (pixels; features)."""
+    """Per record: minus the distance to its label's nearest released image (pixels; features)."""
     scores = {"pixel": canary.nearest_release_score(records, labels, released, released_labels)}
     if extractors:
         extractor = RandomExtractor(

@@ -178,8 +178,9 @@ def _canary_audit(
         "score": "minus L2 distance to the nearest released image of the canary's (wrong) label",
         "epsilon_lower_bound": bound,
         "accounted_epsilon": released.report.get("epsilon"),
-        "note": "one condensation on the training records plus the included canaries (Steinke, Nasr & "
-        "Jagielski 2023); sound in one run, weak for few canaries, and a zero bound proves nothing",
+        "note": "one condensation on the training records plus the included canaries (Steinke, "
+        "Nasr & Jagielski 2023); sound in one run, weak for few canaries, and a zero bound "
+        "proves nothing",
     }
 
 

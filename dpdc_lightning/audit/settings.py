@@ -43,8 +43,8 @@ class AuditConfig:
     def __post_init__(self) -> None:
         if self.shadows < 4 or self.shadows % 2:
             raise UserError(
-                f"audit.shadows must be even and >= 4 (online LiRA needs IN and OUT shadows for every "
-                f"record), got {self.shadows}"
+                "audit.shadows must be even and >= 4 (online LiRA needs IN and OUT shadows for "
+                f"every record), got {self.shadows}"
             )
         for key in ("targets", "epochs", "ssim_candidates"):
             if getattr(self, key) < 1:
@@ -86,7 +86,8 @@ class WhiteboxConfig:
         for key in ("trials", "canaries", "others"):
             if getattr(self, key) < (2 if key == "trials" else 1):
                 raise UserError(
-                    f"audit.{key} must be >= {2 if key == 'trials' else 1}, got {getattr(self, key)}"
+                    f"audit.{key} must be >= {2 if key == 'trials' else 1}, "
+                    f"got {getattr(self, key)}"
                 )
         if self.canary not in ("row", "image"):
             raise UserError(f"audit.canary must be row or image, got {self.canary!r}")

@@ -1,6 +1,6 @@
 """Shadow experiments (Carlini et al. 2022, "Membership inference attacks from first principles";
 Dong, Zhao & Lyu 2022, §5.1): condense on random halves of the private records, train a fresh
-classifier on each result with the evaluation protocol, and record how confident it is on each record.
+classifier on each result with the evaluation protocol, and record its confidence on each record.
 
 The keep matrix puts every training record IN exactly half of the S reference shadows. Held-out
 target shadows draw their own membership, each record IN independently with probability ½, and are
@@ -40,7 +40,7 @@ def keep_matrix(shadows: int, records: int, *, generator: torch.Generator) -> Te
 def logit_confidence(
     network: nn.Module, images: Tensor, labels: Tensor, *, batch_size: int = 1024
 ) -> tuple[Tensor, Tensor]:
-    """(φ averaged over the image and its horizontal flip, top-1 correct on the original) per record."""
+    """(φ averaged over the image and its horizontal flip, top-1 correct unflipped) per record."""
     network.eval()
     phis, correct = [], []
     for x, y in zip(images.split(batch_size), labels.split(batch_size)):
@@ -75,8 +75,8 @@ class ShadowPlan:
     scored: Tensor  # indices of the training records that are attacked
     seed: int
     progress: Callable[[str], None] = field(default=lambda message: None)
-    # Classifiers this audit trains in this process (run_shadows sets it): they share one step function,
-    # so eval.compile=auto weighs one compilation against all of their steps.
+    # Classifiers this audit trains in this process (run_shadows sets it): they share one step
+    # function, so eval.compile=auto weighs one compilation against all of their steps.
     shared_runs: int = 1
 
     def run(self, members: Tensor, *, name: str) -> ShadowResult:
@@ -113,8 +113,8 @@ class ShadowPlan:
             protocol=self.protocol,
             seed=seed,
             model_options=model.options(),
-            # eval.accelerator (auto: the GPU where there is one), as evaluate.py trains; the trained
-            # network comes back on the CPU, where it is scored.
+            # eval.accelerator (auto: the GPU where there is one), as evaluate.py trains; the
+            # trained network comes back on the CPU, where it is scored.
             accelerator=self.config.eval.accelerator,
             pea=self.config.eval.pea,
             engine=self.config.eval.engine,
@@ -138,7 +138,7 @@ class ShadowPlan:
 def run_shadows(
     plan: ShadowPlan, *, shadows: int, targets: int
 ) -> tuple[list[ShadowResult], list[ShadowResult]]:
-    """S reference shadows on the keep matrix, then ``targets`` held-out shadows (own coin flips)."""
+    """S reference shadows on the keep matrix, then ``targets`` held-out ones (own coin flips)."""
     plan = dataclasses.replace(plan, shared_runs=shadows + targets)
     n = len(plan.data.train_labels)
     keep = keep_matrix(shadows, n, generator=derive_generator(plan.seed, "audit", "keep"))

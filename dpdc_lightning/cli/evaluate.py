@@ -1,6 +1,7 @@
-"""``python evaluate.py`` (``dpdc-evaluate``): train fresh networks on bundles, a plain tensor file, or a baseline.
+"""``python evaluate.py`` (``dpdc-evaluate``): train fresh networks on bundles, a plain tensor
+file, or a baseline.
 
-    python evaluate.py RUN_DIR [RUN_DIR ...] [model=convnet,mlp,...] [eval.runs=5] [eval.epochs=1000]
+    python evaluate.py RUN_DIR [RUN_DIR ...] [model=convnet,mlp] [eval.runs=5] [eval.epochs=1000]
     python evaluate.py SWEEP_DIR [eval=quick]        # every bundle of a sweep, one comparison table
     python evaluate.py --images FILE.pt dataset=NAME [model=...] [eval.*=...]
     python evaluate.py --baseline random-real dataset=digits method.ipc=10
@@ -51,7 +52,8 @@ def evaluate_main(argv: list[str]) -> int:
             end="",
         )
         print(
-            "\nflags: --images FILE.pt, --baseline random-real, --no-progress; model=a,b,c evaluates several models"
+            "\nflags: --images FILE.pt, --baseline random-real, --no-progress; "
+            "model=a,b,c evaluates several models"
         )
         return 0
     tokens = [a for a in args.rest if "=" in a]
@@ -79,7 +81,8 @@ def evaluate_run(
     overrides: Sequence[str] = (),
     quiet: bool = False,
 ) -> dict[str, Any]:
-    """Evaluate one bundle with the protocol of its config.yaml plus ``overrides`` (e.g. ``eval=quick``)."""
+    """Evaluate one bundle with the protocol of its config.yaml plus ``overrides`` (e.g.
+    ``eval=quick``)."""
     from dpdc_lightning.config.composition import compose_models, compose_saved
     from dpdc_lightning.evaluation.command import evaluate_bundle
 
@@ -131,7 +134,7 @@ def _models(tokens: list[str]) -> list[Any]:
 
 
 def _expand(run_dirs: list[str]) -> list[Path]:
-    """Run folders as given; a sweep folder (no privacy.json, members below it) stands for its members."""
+    """Run folders as given; a sweep folder (no privacy.json, members below) means its members."""
     from dpdc_lightning.engine.bundle import PRIVACY_REPORT
 
     bundles: list[Path] = []

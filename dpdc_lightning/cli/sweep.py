@@ -1,8 +1,8 @@
 """``python train.py -m`` (``--multirun``): a sweep, run by Hydra's multirun and its launchers.
 
-    python train.py -m method=ndpdc privacy.target_epsilon=0.5,1,2,5 seed=0,1,2 --evaluate eval=quick
+    python train.py -m method=ndpdc privacy.target_epsilon=0.5,1,2,5 seed=0,1 --evaluate eval=quick
     python train.py -m ... hydra/launcher=joblib hydra.launcher.n_jobs=2      # local processes
-    python train.py -m ... hydra/launcher=submitit_slurm hydra.launcher.partition=gpu   # a SLURM cluster
+    python train.py -m ... hydra/launcher=submitit_slurm hydra.launcher.partition=gpu  # on SLURM
 
 Every ``key=a,b,c`` (or ``range()``/``choice()`` of Hydra's grammar) is an axis; the members are
 the cartesian product, expanded by Hydra's basic sweeper. Every member is composed and checked
@@ -56,8 +56,8 @@ NOT_SWEPT = ("run_dir", "runs_root", "resume", "forget")
 
 
 def _member_name(swept: str, *, _root_: Any) -> str:
-    """``NNN-key=value-...`` from a job's number and overrides: the last part of each swept key, made
-    a safe name (``swept``: the swept keys joined by ``|``)."""
+    """``NNN-key=value-...`` from a job's number and overrides: the last part of each swept key,
+    made a safe name (``swept``: the swept keys joined by ``|``)."""
     keys, num = swept.split("|"), _root_.hydra.job.num
     parts = [o for o in _root_.hydra.overrides.task if o.partition("=")[0] in keys]
     text = "-".join(
@@ -194,7 +194,8 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
         config = validate(cfg, method=job.runtime.choices.get("method"), overrides=overrides)
         config.run_dir = str(member)
         with contextlib.suppress(OSError):
-            member.rmdir()  # Hydra made it empty for the job; train() creates a run folder itself, never reusing one
+            # Hydra made it empty for the job; train() makes the run folder, never reusing one
+            member.rmdir()
         run_dir = train(config)
         # Which private data it read: members of one data set compose (the summary's total).
         row["data"] = f"{config.dataset.name} from {read_provenance(run_dir)}"
@@ -205,7 +206,8 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
     except Interrupted:
         row["status"] = "interrupted"
         write_row(member.parent, row)
-        raise KeyboardInterrupt from None  # not an Exception: Hydra's job runner lets it through, the sweep stops
+        # Not an Exception: Hydra's job runner lets it through, the sweep stops.
+        raise KeyboardInterrupt from None
     except UserError as err:
         row["error"] = str(err)
         print(f"sweep member {member.name} failed: {err}", file=sys.stderr)
@@ -221,7 +223,8 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
 
 
 def _swept_text(name: str, overrides: list[str]) -> str:
-    """The member's swept values as the command line spelled them (its name holds their last key parts)."""
+    """The member's swept values as the command line spelled them (its name holds their last key
+    parts only)."""
     parts = set(name.split("-", 1)[1].split("-")) if "-" in name else set()
     return " ".join(
         o
@@ -247,7 +250,8 @@ def _finish(folder: Path, tokens: list[str]) -> int:
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         print(
-            f"{len(failed)} of {len(rows)} sweep members failed: {', '.join(r['member'] for r in failed)}",
+            f"{len(failed)} of {len(rows)} sweep members failed: "
+            f"{', '.join(r['member'] for r in failed)}",
             file=sys.stderr,
         )
     return 1 if failed else 0

@@ -3,9 +3,9 @@
 
 Each member leaves its row in ``.rows/`` (members may run in other processes or on other nodes,
 under Hydra's joblib or submitit launchers); :class:`SweepSummary`, a Hydra callback, writes the
-summary from them when the multirun ends, and ``evaluate.py SWEEP_DIR`` again when it adds evaluations.
-Wall times stay in ``sweep.json``, the owner's record: a member's time depends on its realised
-Poisson sample sizes (a timing side channel), so the tables meant for sharing leave them out.
+summary from them when the multirun ends, and ``evaluate.py SWEEP_DIR`` again when it adds
+evaluations. Wall times stay in ``sweep.json``, the owner's record: a member's time depends on its
+realised Poisson sample sizes (a timing side channel), so the tables meant for sharing omit them.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def summary_entries(outcome: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def refresh_summary(folder: Path, outcomes: list[dict[str, Any]]) -> Path:
-    """Put the evaluations just made of a sweep's members into its summary and plot; returns summary.md."""
+    """Put new evaluations of a sweep's members into its summary and plot; returns summary.md."""
     record = json.loads((folder / SWEEP_FILE).read_text())
     by_member = {Path(o["path"]).name: o for o in outcomes}
     for row in record["members"]:
@@ -233,8 +233,8 @@ def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
     for cost in cost_by_data(releases):
         count = len(cost.releases)
         lines.append(
-            f"- {cost.data}: {count} member{'' if count == 1 else 's'} ({', '.join(cost.releases)}). "
-            "Publishing one costs its own ε (table)."
+            f"- {cost.data}: {count} member{'' if count == 1 else 's'} "
+            f"({', '.join(cost.releases)}). Publishing one costs its own ε (table)."
             + ("" if count == 1 else _several(cost, count))
         )
     return lines if releases else []
@@ -247,8 +247,9 @@ def _several(cost: Any, count: int) -> str:
             f" {together.capitalize()} ε = ∞: {', '.join(cost.not_private)} carries no guarantee."
         )
     return (
-        f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} (every member's events composed "
-        f"by the accountant; adding their ε would give {cost.sum_of_epsilons:.4f})."
+        f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} "
+        f"(every member's events composed by the accountant; adding their ε would give "
+        f"{cost.sum_of_epsilons:.4f})."
     )
 
 

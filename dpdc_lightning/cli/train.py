@@ -32,17 +32,21 @@ USAGE = (
 EXAMPLES = (
     "python train.py method=ndpdc                                 # embedded digits, CPU",
     "python train.py method=ndpdc dataset=imagefolder dataset.root=my_images dataset.image_size=32",
-    "python train.py method=ndpdc privacy.target_epsilon=1 --print-config   # the plan, nothing run",
-    "python train.py method=dosser --cfg job                      # the composed config, nothing run",
-    "python train.py -m method=ndpdc privacy.target_epsilon=0.5,1,2,5 seed=0,1,2 --evaluate eval=quick",
-    "python train.py -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   # members in parallel",
+    "python train.py method=ndpdc privacy.target_epsilon=1 --print-config   "
+    "# the plan, nothing run",
+    "python train.py method=dosser --cfg job                      "
+    "# the composed config, nothing run",
+    "python train.py -m method=ndpdc privacy.target_epsilon=0.5,1,2,5 seed=0,1,2 "
+    "--evaluate eval=quick",
+    "python train.py -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   "
+    "# members in parallel",
     "python train.py resume=runs/RUN_DIR        # continue an interrupted run",
     "python train.py forget=runs/RUN_DIR        # delete an abandoned run's secret",
 )
 FLAGS = (
-    "\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the privacy plan, "
-    "run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, joblib, submitit_local, "
-    "submitit_slurm), --evaluate (evaluate each bundle after training)"
+    "\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the "
+    "privacy plan, run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, "
+    "joblib, submitit_local, submitit_slurm), --evaluate (evaluate each bundle after training)"
 )
 
 
@@ -141,6 +145,6 @@ def _forget_leftover_secret(tokens: list[str]) -> None:
 
         note = f"; {LEFTOVER_NOTE}" if forget_if_finished(Path(resume[-1])) else ""
         raise UserError(
-            f"resume={resume[-1]}: that run finished (privacy.json exists); a finished run is never "
-            f"continued past its budget, start a new run instead{note}"
+            f"resume={resume[-1]}: that run finished (privacy.json exists); a finished run is "
+            f"never continued past its budget, start a new run instead{note}"
         )

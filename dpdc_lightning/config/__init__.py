@@ -8,7 +8,7 @@ in ``dpdc_lightning/conf/``, and composition, overrides and sweeps on Hydra.
 - :mod:`.methods` the built-in methods' schemas; :mod:`.registry` every method's name, schema and
   code (built-in, installed plug-ins, registered at runtime: ``METHOD_SCHEMAS``);
 - :mod:`.store` their registration in Hydra's ConfigStore;
-- :mod:`.composition` Hydra's compose API behind :func:`compose`, its errors as one ``UserError`` line;
+- :mod:`.composition` Hydra's compose API behind :func:`compose`, errors as one ``UserError`` line;
 - :mod:`.validation` the one validator: a composed config to typed objects;
 - :mod:`.help` the ``--help`` page.
 

@@ -33,11 +33,14 @@ from dpdc_lightning.errors import UserError
 
 # Keys older versions wrote into config.yaml; refused with where the value lives now.
 RETIRED = {
-    "privacy.planned_noise_multiplier": "is recorded by the framework in the run's plan.json, never set by hand",
-    "privacy.planned_steps": "is recorded by the framework in the run's plan.json, never set by hand",
-    "privacy.planned_epsilon": "is recorded by the framework in the run's plan.json, never set by hand",
-    "dataset.resolved_root": "is recorded by the framework (the run's owner-only .provenance.json), never set by "
-    "hand; set dataset.root instead",
+    "privacy.planned_noise_multiplier": "is recorded by the framework in the run's plan.json, "
+    "never set by hand",
+    "privacy.planned_steps": "is recorded by the framework in the run's plan.json, "
+    "never set by hand",
+    "privacy.planned_epsilon": "is recorded by the framework in the run's plan.json, "
+    "never set by hand",
+    "dataset.resolved_root": "is recorded by the framework (the run's owner-only "
+    ".provenance.json), never set by hand; set dataset.root instead",
 }
 TOP_KEYS = (*GROUPS, "augment", "seed", "run_dir", "runs_root", "resume")
 
@@ -86,9 +89,8 @@ def compose_raw(
 
     register_schemas(selected_methods(tokens))
     with hydra_errors(tokens):
-        if (
-            GlobalHydra.instance().is_initialized()
-        ):  # inside a Hydra app (a sweep member): its search path
+        # inside a Hydra app (a sweep member): its search path
+        if GlobalHydra.instance().is_initialized():
             composed = hydra.compose(
                 config_name="config", overrides=hydra_overrides(tokens), return_hydra_config=True
             )
@@ -126,9 +128,8 @@ def _missing(err: Exception) -> str:
     if not found:
         return one_line(err)
     group, name = found.group(1).split("/")[-1], found.group(2)
-    if found.group(1).startswith(
-        "hydra/"
-    ):  # a Hydra group: its options are plugins (launchers, sweepers)
+    # a Hydra group: its options are plugins (launchers, sweepers)
+    if found.group(1).startswith("hydra/"):
         options = list(getattr(err, "options", None) or [])
     else:
         options = group_options(group) + _registered(group)
@@ -154,8 +155,8 @@ def _hydra_message(err: Exception, tokens: Sequence[str]) -> str:
     if "Ambiguous value for argument" in text:
         token = re.search(r"argument '([^']+)'", text)
         return (
-            f"{token.group(1) if token else 'an argument'} is a comma list: to sweep over its values add --multirun "
-            "(-m); for a list value write key=[a,b]"
+            f"{token.group(1) if token else 'an argument'} is a comma list: to sweep over its "
+            "values add --multirun (-m); for a list value write key=[a,b]"
         )
     override = getattr(err, "override", None)
     if "Error parsing override" in text or override is not None:
@@ -245,14 +246,13 @@ def compose_resume(run_dir: str, tokens: Sequence[str]) -> RunConfig:
 
 
 def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
-    """A run's saved config.yaml with ``tokens`` on top: ``eval=NAME`` (an eval group file) and
-    ``key=value`` overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files)."""
+    """A run's config.yaml with ``tokens`` on top: ``eval=NAME`` (an eval group file), ``key=value``
+    overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files)."""
     path = Path(run_dir) / "config.yaml"
     try:
         saved = OmegaConf.load(path)
-        for key in (
-            RETIRED
-        ):  # what older versions recorded in config.yaml is in plan.json / .provenance.json now
+        # what older versions recorded in config.yaml is in plan.json / .provenance.json now
+        for key in RETIRED:
             group, _, leaf = key.partition(".")
             if isinstance(saved.get(group), DictConfig) and leaf in saved[group]:
                 saved[group].pop(leaf)
@@ -261,9 +261,9 @@ def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
             key, _, value = token.partition("=")
             if key == "dataset" and value != saved.dataset.name:
                 raise UserError(
-                    f"{run_dir} was condensed from dataset {saved.dataset.name}; it is evaluated on that "
-                    f"data set's test split, not on {value} (drop dataset=, or use dataset.root=DIR to "
-                    "point at its files)"
+                    f"{run_dir} was condensed from dataset {saved.dataset.name}; it is evaluated "
+                    f"on that data set's test split, not on {value} (drop dataset=, or use "
+                    "dataset.root=DIR to point at its files)"
                 )
             if key == "eval":
                 if value not in group_options("eval"):
@@ -281,7 +281,7 @@ def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
 
 
 def compose_models(names: Sequence[str], tokens: Sequence[str]) -> list[ModelConfig]:
-    """One ModelConfig per name (``model=convnet,mlp`` of evaluate.py), each with the ``model.*`` tokens."""
+    """A ModelConfig per name (evaluate.py's ``model=convnet,mlp``) with the ``model.*`` tokens."""
     dotted = [t for t in tokens if t.startswith("model.")]
     return [compose_raw_model(name, dotted) for name in names]
 

@@ -47,7 +47,7 @@ def validate(
     raw: DictConfig, *, method: str | None = None, overrides: Sequence[str] = ()
 ) -> RunConfig:
     """``raw`` checked against the schemas; ``method`` is the method selected by group (default: the
-    config's own ``method.name``), ``overrides`` the command-line tokens (to refuse ignored keys)."""
+    config's ``method.name``), ``overrides`` the command-line tokens (to refuse ignored keys)."""
     name = method or OmegaConf.select(raw, "method.name")
     choice("method", name, METHOD_SCHEMAS)
     if OmegaConf.select(raw, "method.name") != name:
@@ -124,17 +124,17 @@ def _check_auxiliary_maker(method: Any) -> None:
 
 
 def _trainer_options(options: Any) -> dict[str, Any]:
-    """Keys the framework sets are refused; whether Lightning knows the others, the engine checks."""
+    """Refuse keys the framework sets; whether Lightning knows the others, the engine checks."""
     options = dict(options or {})
     for key in options:
         if key in RESERVED_TRAINER_KEYS:
             raise UserError(f"trainer.{key} is set by the framework and cannot be overridden")
     cap = options.get("max_steps")
-    # Lightning reads 0 as "no step" and -1 as "no cap"; neither is what a cap of a private run means.
+    # Lightning reads 0 as "no step" and -1 as "no cap"; neither is what a private run's cap means.
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise UserError(
-            f"trainer.max_steps={cap} must be an integer >= 1 (it caps the method's steps; leave it out "
-            "to run them all)"
+            f"trainer.max_steps={cap} must be an integer >= 1 (it caps the method's steps; leave "
+            "it out to run them all)"
         )
     return options
 

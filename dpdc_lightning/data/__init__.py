@@ -2,7 +2,7 @@
 one loading call (load.py), and record samplers.
 
 Imports point one way: load -> registry -> loaders -> image_data. Names are imported on first use
-(PEP 562), so ``dpdc_lightning.data.registry`` can be read by the command line without importing torch.
+(PEP 562), so the command line can read ``dpdc_lightning.data.registry`` without importing torch.
 """
 
 from __future__ import annotations

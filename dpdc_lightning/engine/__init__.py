@@ -3,7 +3,8 @@ the LightningModule adapter (``method_module``), the privacy callback around the
 (``privacy_callback``), the private data stream (``datamodule``), trainer construction
 (``trainer``), run folders and bundles (``run_folder``, ``bundle``), progress, TensorBoard and image
 grids, checkpoint IO, the plan of a run (``planning``), :func:`condense` and :func:`train`; and the
-Lightning side of ``eval.engine=lightning`` (``evaluation_module``, called by evaluation/engines/lightning.py).
+Lightning side of ``eval.engine=lightning`` (``evaluation_module``, which
+evaluation/engines/lightning.py calls).
 
 Names are imported on first use (PEP 562).
 """

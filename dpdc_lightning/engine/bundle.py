@@ -47,8 +47,8 @@ def forget_if_finished(run_dir: Path) -> bool:
 
 def atomic_write(path: Path, write: Callable[[Path], None], *, replace: bool = True) -> None:
     """Call ``write(tmp)`` for a temporary file beside ``path``, fsync, then rename onto ``path``.
-    With ``replace=False`` an existing ``path`` is never replaced (``FileExistsError``): the complete
-    file is hard-linked into place, which fails atomically if the name is taken."""
+    With ``replace=False`` an existing ``path`` is never replaced (``FileExistsError``): the
+    complete file is hard-linked into place, which fails atomically if the name is taken."""
     path = Path(path)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -84,7 +84,8 @@ def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
             # A finished run someone points at again loses a leftover secret.
             note = f"; {LEFTOVER_NOTE}" if forget_if_finished(path) else ""
             raise UserError(
-                f"run_dir {path} already exists; choose a new one (runs are never overwritten){note}"
+                f"run_dir {path} already exists; choose a new one "
+                f"(runs are never overwritten){note}"
             )
         return path
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -193,7 +194,8 @@ def load_bundle(run_dir: str | Path) -> Bundle:
         or tensors_digest(images, labels) != expected.get("sha256")
     ):
         raise UserError(
-            f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle"
+            f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): "
+            "tampered or mixed bundle"
         )
     from dpdc_lightning.privacy.verify import require_verified
 
@@ -252,8 +254,8 @@ def export_image_folder(
         else ""
     )
     return (
-        f"wrote {len(pixels)} PNGs in {len(set(bundle.labels.tolist()))} class folders, labels.csv and "
-        f"{BUNDLE_TENSORS} (exact values) to {destination}{note}"
+        f"wrote {len(pixels)} PNGs in {len(set(bundle.labels.tolist()))} class folders, "
+        f"labels.csv and {BUNDLE_TENSORS} (exact values) to {destination}{note}"
     )
 
 

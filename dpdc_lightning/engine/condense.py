@@ -1,4 +1,4 @@
-"""condense(): one condensation in process. Plan first, then build every object with its final values.
+"""condense(): one condensation in process. Plan first, then build every object with final values.
 
     result = condense(compose(["method=ndpdc", "privacy.target_epsilon=2"]), data=my_image_data)
     result.images, result.labels, result.report
@@ -95,7 +95,8 @@ def resolve_auxiliary(
     else:
         if plan.auxiliary is None:
             raise ValueError("method.aux.source=dp but the privacy plan paid for no auxiliary run")
-        # Its own 256-bit secret, derived from the run's: samples and noise independent of the main stage's.
+        # Its own 256-bit secret, derived from the run's: samples and noise
+        # independent of the main stage's.
         made = Condensation(
             auxiliary_run_config(config),
             data,
@@ -255,9 +256,9 @@ def condense(
 
 
 class _CallableModule(types.ModuleType):
-    """Importing this module makes Python set ``dpdc_lightning.engine.condense`` to the module itself, which
-    would shadow the function that ``from dpdc_lightning import condense`` promises: calling the
-    module calls :func:`condense`."""
+    """Importing this module makes Python set ``dpdc_lightning.engine.condense`` to the module
+    itself, which would shadow the function that ``from dpdc_lightning import condense`` promises:
+    calling the module calls :func:`condense`."""
 
     def __call__(
         self,

@@ -35,8 +35,8 @@ def owned_classes(num_classes: int, *, rank: int, world_size: int) -> list[int]:
     """Classes handled by one process: round-robin, so every class has exactly one owner."""
     if world_size > num_classes:
         raise UserError(
-            f"trainer.devices x trainer.num_nodes = {world_size} processes but only {num_classes} classes "
-            f"to shard over them; use at most {num_classes} processes"
+            f"trainer.devices x trainer.num_nodes = {world_size} processes but only {num_classes} "
+            f"classes to shard over them; use at most {num_classes} processes"
         )
     return list(range(rank, num_classes, world_size))
 
@@ -126,7 +126,7 @@ class PrivateDataModule(L.LightningDataModule):
                     len(pool), size=int(plan.sample_size), generator=generator
                 )
             # index_select, not pool[picks]: advanced indexing costs ~1000x more on a busy CPU. The
-            # indices travel without a blocking copy (which would wait for the GPU's queue to drain).
+            # indices travel without a blocking copy (that would wait for the GPU's queue to drain).
             batches.append(pool.index_select(0, picks.to(pool.device, non_blocking=True)))
         return {"step": step, "classes": classes, "images": batches}
 

@@ -83,7 +83,8 @@ def _released_class_sizes(
     privacy = config.privacy
     if not METHODS[config.method.name].private:
         raise UserError(
-            f"method {config.method.name} is not private: privacy.class_sizes=private does not apply"
+            f"method {config.method.name} is not private: "
+            "privacy.class_sizes=private does not apply"
         )
     if noise_seed is None:
         raise ValueError("releasing private class sizes needs the run's noise seed")
@@ -150,8 +151,8 @@ def refuse_step_cap(config: RunConfig) -> None:
     keys = " and ".join(schema.step_keys)
     if method.free_steps(schema):
         why = (
-            f"it runs {method.data_steps(schema)} private steps, then {method.free_steps(schema)} free ones, and "
-            "a cap would cut the free stage first"
+            f"it runs {method.data_steps(schema)} private steps, then "
+            f"{method.free_steps(schema)} free ones, and a cap would cut the free stage first"
         )
     elif not method.steps_adjustable:
         why = "its algorithm fixes the number of steps (a cap would leave images unwritten)"

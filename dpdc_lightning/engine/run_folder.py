@@ -65,7 +65,7 @@ def write_provenance(run_dir: Path, data: ImageData, *, seed: int) -> None:
 
 
 def read_provenance(run_dir: Path) -> str | None:
-    """The recorded data folder of a run (older runs recorded it in config.yaml's dataset.resolved_root)."""
+    """A run's recorded data folder (older runs kept it in config.yaml's dataset.resolved_root)."""
     path = Path(run_dir) / PROVENANCE_FILE
     if path.is_file():
         return json.loads(path.read_text()).get("data")
@@ -82,8 +82,8 @@ def check_provenance(run_dir: Path, data: ImageData) -> None:
     recorded, now = read_provenance(run_dir), data_provenance(data)
     if recorded is not None and recorded != now:
         raise UserError(
-            f"{run_dir} was started on data read from {recorded}, now it would read {now}; a run must "
-            "come from one data set, so it cannot be resumed"
+            f"{run_dir} was started on data read from {recorded}, now it would read {now}; "
+            "a run must come from one data set, so it cannot be resumed"
         )
 
 
@@ -116,8 +116,8 @@ def check_checkpoint(run_dir: Path) -> None:
         load_plain(checkpoint, what="checkpoint")
     except UserError as err:
         raise UserError(
-            f"resume={run_dir}: {err}; delete it to restart the run from step 0 (repeated steps redraw "
-            "the same samples and noise, so nothing is spent twice) or start a new run"
+            f"resume={run_dir}: {err}; delete it to restart the run from step 0 (repeated steps "
+            "redraw the same samples and noise, so nothing is spent twice) or start a new run"
         ) from None
 
 
@@ -134,7 +134,7 @@ def create(run_dir: Path) -> None:
 
 def end_of_run_line(run_dir: Path) -> str:
     """The last line of train.py: the guarantee as privacy.json states it, steps and where the
-    bundle is. No wall time: it depends on the realised sample sizes (see :func:`wall_time_line`)."""
+    bundle is. No wall time: it depends on the realised sample sizes (:func:`wall_time_line`)."""
     report = json.loads((Path(run_dir) / PRIVACY_REPORT).read_text())
     if report.get("epsilon") is None:
         plan_file = Path(run_dir) / PLAN_FILE
@@ -183,10 +183,13 @@ def forget_run(path: Path) -> str:
             LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}"
         )
     if not forget_secret(path):
-        return f"{path} holds no {SECRET_FILE} (not private, reproducible noise, or already forgotten): nothing to delete"
+        return (
+            f"{path} holds no {SECRET_FILE} (not private, reproducible noise, or already "
+            "forgotten): nothing to delete"
+        )
     return (
-        f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no longer be "
-        "resumed (resume= will refuse it)"
+        f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no "
+        "longer be resumed (resume= will refuse it)"
     )
 
 

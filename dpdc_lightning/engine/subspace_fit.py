@@ -39,7 +39,7 @@ def fit_subspace(config: RunConfig, data: DataSpec, auxiliary: Any | None) -> An
 
 
 def _feature_dim(config: RunConfig, data: DataSpec) -> int:
-    """The width of the extractor's features, from a network built on the meta device (no memory)."""
+    """The extractor's feature width, from a network built on the meta device (no memory)."""
     import torch
 
     from dpdc_lightning.models import NETWORKS

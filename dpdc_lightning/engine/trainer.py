@@ -20,7 +20,7 @@ from dpdc_lightning.privacy.plan import PrivacyPlan
 
 def quiet_libraries() -> None:
     """Lightning and Opacus print banners and advice that bury the few lines a user needs. Called
-    by the modules that import Lightning, right after importing it (it sets its loggers on import)."""
+    by the modules that import Lightning, right after the import (it sets Lightning's loggers)."""
     for name in ("lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
         logging.getLogger(name).setLevel(logging.WARNING)
     logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
@@ -185,5 +185,6 @@ def _check_precision(requested: Any, used: str) -> None:
     if wanted != used:
         raise UserError(
             f"trainer.precision={requested} means {wanted}, which this accelerator does not run: "
-            f"Lightning would silently use {used} instead; set trainer.precision={used} to accept that"
+            f"Lightning would silently use {used} instead; "
+            f"set trainer.precision={used} to accept that"
         )

@@ -207,14 +207,14 @@ def _diverged(fault: NumericalFault, run_dir: Path, *, created: bool) -> str:
         else "its folder is kept"
     )
     return (
-        f"{fault}; {kept} for inspection, its secret was deleted (a resume would repeat the same steps and "
-        "diverge again): start a new run"
+        f"{fault}; {kept} for inspection, its secret was deleted (a resume would repeat the same "
+        "steps and diverge again): start a new run"
     )
 
 
 def planned_config_text(config: RunConfig) -> str:
-    """``--print-config``: the config and, as comments, the memory estimate and the plan's σ, steps and
-    ε (nothing written; the plan is what plan.json will hold)."""
+    """``--print-config``: the config and, as comments, the memory estimate and the plan's σ, steps
+    and ε (nothing written; the plan is what plan.json will hold)."""
     data = load_data(config)
     spec = DataSpec.of(data)
     if config.privacy.class_sizes == "private":
@@ -230,7 +230,7 @@ def planned_config_text(config: RunConfig) -> str:
     if not plan.private:
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
     return text + (
-        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} privacy-consuming "
-        f"steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} at δ = {plan.delta:g} "
-        f"({plan.accountant})\n"
+        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} "
+        f"privacy-consuming steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} "
+        f"at δ = {plan.delta:g} ({plan.accountant})\n"
     )

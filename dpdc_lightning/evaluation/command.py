@@ -230,7 +230,8 @@ def _check_accelerator(accelerator: str) -> None:
 
     if accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
         raise UserError(
-            f"eval.accelerator={accelerator} but no CUDA GPU is available; use eval.accelerator=cpu or auto"
+            f"eval.accelerator={accelerator} but no CUDA GPU is available; "
+            "use eval.accelerator=cpu or auto"
         )
     if accelerator == "mps" and not torch.backends.mps.is_available():
         raise UserError(
@@ -259,7 +260,8 @@ def load_image_file(path: Path, data: Any) -> tuple[Any, Any]:
     payload = load_plain(path, what="--images file")
     if not isinstance(payload, dict):
         raise UserError(
-            f"{path} must hold a dict with tensors 'images' and 'labels', got {type(payload).__name__}"
+            f"{path} must hold a dict with tensors 'images' and 'labels', "
+            f"got {type(payload).__name__}"
         )
     missing = [key for key in ("images", "labels") if not isinstance(payload.get(key), Tensor)]
     if missing:
@@ -271,8 +273,8 @@ def load_image_file(path: Path, data: Any) -> tuple[Any, Any]:
     expected = tuple(data.test_images.shape[1:])
     if images.dim() != 4 or tuple(images.shape[1:]) != expected or len(images) == 0:
         raise UserError(
-            f"{path}: images have shape {tuple(images.shape)}, expected [N, {', '.join(map(str, expected))}] "
-            f"with N >= 1 (the test split's images)"
+            f"{path}: images have shape {tuple(images.shape)}, "
+            f"expected [N, {', '.join(map(str, expected))}] with N >= 1 (the test split's images)"
         )
     if not images.is_floating_point():
         raise UserError(f"{path}: images must be a float tensor, got {images.dtype}")
@@ -304,7 +306,8 @@ def _fresh_eval_path(path: Path) -> Path:
 
 
 def _write_new(path: Path, text: str) -> None:
-    """Create ``path`` whole or not at all, never replacing it (an evaluation started meanwhile keeps its file)."""
+    """Create ``path`` whole or not at all, never replacing it (an evaluation started
+    meanwhile keeps its file)."""
     from dpdc_lightning.engine.bundle import atomic_write_text
 
     try:

@@ -18,7 +18,7 @@ from dpdc_lightning.plots.accuracy import accuracy_vs_epsilon_png as draw_accura
 def series_of(
     rows: list[dict[str, Any]], *, model: str
 ) -> dict[str, dict[float | None, list[float]]]:
-    """{line label: {ε (None: not private): [accuracy of each seed]}} from finished, evaluated members."""
+    """{line label: {ε (None: not private): [accuracy per seed]}} of finished, evaluated members."""
     lines: dict[str, dict[float | None, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         accuracy = row.get("evaluation", {}).get(model, {}).get("mean")

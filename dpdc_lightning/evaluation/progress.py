@@ -12,8 +12,8 @@ from dpdc_lightning.engine.progress import Throttle, interactive
 
 
 class EvalProgress:
-    """``overall(total)`` once, then ``start_run(label, epochs)`` / ``epoch_done(n)`` / ``end_run()``
-    per training. Disabled (no output) with ``enabled=False``."""
+    """``overall(total)`` once, then ``start_run(label, epochs)`` / ``epoch_done(n)`` /
+    ``end_run()`` per training. Disabled (no output) with ``enabled=False``."""
 
     def __init__(
         self, *, total_runs: int, enabled: bool = True, throttle: Throttle | None = None

@@ -1,4 +1,4 @@
-"""The evaluation protocol in one place: its settings, its schedule, the batches of a run, the update.
+"""The evaluation protocol in one place: settings, schedule, the batches of a run, the update.
 
 Zhao & Bilen's protocol, as their reference code runs it (``evaluate_synset`` and ``epoch`` in
 VICO-UoE/DatasetCondensation ``utils.py``, which the DPDC authors' code keeps; docs/evaluation.md):
@@ -9,7 +9,8 @@ optimiser (momentum buffers dropped), network in train mode while training and e
 test; accuracy on the real test split, mean +- std over >= 5 freshly initialised networks.
 
 Every engine (evaluation/engines/) trains on :func:`training_batches` with :class:`ProtocolSGD`, so
-the engines differ only in how the forward and backward are run. Run ``r`` draws its initialisation, order and DSA parameters from generators derived from
+the engines differ only in how the forward and backward are run. Run ``r`` draws its
+initialisation, order and DSA parameters from generators derived from
 ``(seed, "eval", model, r[, "shuffle" | "dsa"])``: the same data whatever the engine and however
 many runs are trained beside it.
 """
@@ -125,8 +126,8 @@ class EvalProtocol:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Step counts of one run: ``total_steps`` optimiser steps, the lr x 0.1 (and the fresh optimiser
-    of the reference, i.e. momentum buffers dropped) at ``decay_step``."""
+    """Step counts of one run: ``total_steps`` optimiser steps, the lr x 0.1 (and the fresh
+    optimiser of the reference, i.e. momentum buffers dropped) at ``decay_step``."""
 
     steps_per_epoch: int
     total_steps: int
@@ -137,7 +138,7 @@ class Schedule:
         return self.lr if step < self.decay_step else self.lr * 0.1
 
     def restarts_at(self, step: int) -> bool:
-        """Whether step ``step`` starts with fresh momentum buffers (the first step, and the decay)."""
+        """Whether ``step`` starts with fresh momentum buffers (the first step, and the decay)."""
         return step == 0 or step == self.decay_step
 
 
@@ -193,8 +194,8 @@ def training_batches(
 
 
 class ProtocolSGD(torch.optim.Optimizer):
-    """The reference's optimiser over one run: SGD at the schedule's lr, replaced at the decay step by a
-    fresh one (its momentum buffers dropped), as ``evaluate_synset`` does. The update is
+    """The reference's optimiser over one run: SGD at the schedule's lr, replaced at the decay step
+    by a fresh one (its momentum buffers dropped), as ``evaluate_synset`` does. The update is
     ``torch.optim.SGD``'s (dampening 0, no Nesterov) written on tensor lists: ``d = g + wd * w``;
     ``b = d`` on the first step after a (re)start, else ``b = momentum * b + d``; ``w -= lr * b``.
     Every engine steps this optimiser, so the update is one piece of code for all of them."""

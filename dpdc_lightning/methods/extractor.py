@@ -3,8 +3,8 @@
 θ is drawn afresh every step from a generator derived from (seed, step) and never trained, so every
 process of a sharded run, and a resumed run, uses the same θ at the same step.
 
-Speed options and their "auto" values were chosen by measurement, side by side with the DPDC
-authors' loop (benchmarks/ndpdc_vs_reference_speed.py, benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
+Speed options and their "auto" values were chosen by measuring, side by side with the DPDC authors'
+loop (benchmarks/ndpdc_vs_reference_speed.py, benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
 and benchmarks/ndpdc_speed.py for the variants alone).
 """
 
@@ -26,8 +26,8 @@ _RECOMPILE_LIMIT = 64
 
 
 def bucket_size(n: int) -> int:
-    """``n`` rounded up to a multiple of ``max(8, 2^(bit_length(n) - 4))``: at most n/8 (or 7 rows) of
-    padding, and a handful of distinct sizes for a Poisson sample around its mean, so that a
+    """``n`` rounded up to a multiple of ``max(8, 2^(bit_length(n) - 4))``: at most n/8 (or 7 rows)
+    of padding, and a handful of distinct sizes for a Poisson sample around its mean, so that a
     compiled extractor compiles once per bucket instead of once per realised sample size."""
     if n < 1:
         raise ValueError(f"bucket_size needs n >= 1, got {n}")
@@ -60,7 +60,7 @@ def resolve_autocast(autocast: str, device: torch.device) -> str:
 
 @contextlib.contextmanager
 def cudnn_tf32(allowed: bool) -> Iterator[None]:
-    """cuDNN's TF32 switch set to ``allowed`` inside the block (and only that switch; it is restored after)."""
+    """cuDNN's TF32 switch at ``allowed`` inside the block (only that switch; restored after)."""
     cudnn = torch.backends.cudnn
     previous = cudnn.allow_tf32
     cudnn.allow_tf32 = allowed
@@ -131,14 +131,13 @@ class RandomExtractor:
         compile: bool = False,
     ) -> None:
         """``memory_format`` is the layout of the inputs ("auto": the faster one measured on this
-        device type); ``autocast`` the precision of the forward ("none": float32, on CUDA with cuDNN's
-        TF32 switched off; "bf16": bfloat16 autocast; "tf32": TF32 on CUDA; "auto": see
-        :func:`resolve_autocast`); features always come back float32 and
-        the mechanism clips and noises in float64. ``compile`` wraps the embedding in
-        ``torch.compile`` with static shapes. All are speed options: features agree with the
-        float32 defaults up to rounding, except bf16 (and TF32), which round the convolutions;
-        the compiled backward moves image gradients by 1e-4..1e-3 relative (measured,
-        benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
+        device type); ``autocast`` the precision of the forward ("none": float32, on CUDA with
+        cuDNN's TF32 switched off; "bf16": bfloat16 autocast; "tf32": TF32 on CUDA; "auto": see
+        :func:`resolve_autocast`); features always come back float32 and the mechanism clips and
+        noises in float64. ``compile`` wraps the embedding in ``torch.compile`` with static shapes.
+        All are speed options: features agree with the float32 defaults up to rounding, except bf16
+        (and TF32), which round the convolutions; the compiled backward moves image gradients by
+        1e-4..1e-3 relative (measured, benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(
                 f"memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}"
@@ -178,7 +177,7 @@ class RandomExtractor:
         if self.autocast == "bf16":
             return torch.autocast(self.device_type, dtype=torch.bfloat16)
         if self.device_type == "cuda":
-            # cuDNN allows TF32 convolutions by default: "none" turns that off for an exactly float32
+            # cuDNN allows TF32 convolutions by default; "none" turns that off for an exact float32
             # forward, "tf32" turns it on. (The backward runs later, under torch's global setting.)
             return cudnn_tf32(self.autocast == "tf32")
         return contextlib.nullcontext()
@@ -222,10 +221,10 @@ class RandomExtractor:
 
 
 def _auto_memory_format(device: torch.device, *, compiled: bool) -> str:
-    # CPU, eager: channels-last inputs gave no clear gain at the paper setting (0.99x of contiguous by
-    # the median, 1.12x by the fastest step on a 2-core AVX2 EPYC; 1.12x / 0.87x on a 2-core Xeon),
-    # so the plain layout stays. CPU, compiled: channels-last was a little faster in both statistics
-    # (1.39x vs 1.36x of the authors' loop by the median, 1.46x vs 1.45x by the fastest step;
-    # benchmarks/results/ndpdc_vs_reference_speed_cpu.md) with the same gradient. CUDA: not measured yet
-    # (benchmarks/ndpdc_speed.py --device cuda does), so the default there is unchanged.
+    # CPU, eager: channels-last inputs gave no clear gain at the paper setting (0.99x of contiguous
+    # by the median, 1.12x by the fastest step on a 2-core AVX2 EPYC; 1.12x / 0.87x on a 2-core
+    # Xeon), so the plain layout stays. CPU, compiled: channels-last was a little faster in both
+    # statistics (1.39x vs 1.36x of the authors' loop by the median, 1.46x vs 1.45x by the fastest
+    # step; benchmarks/results/ndpdc_vs_reference_speed_cpu.md) with the same gradient. CUDA: not
+    # measured yet (benchmarks/ndpdc_speed.py --device cuda does), so its default is unchanged.
     return "channels_last" if compiled and device.type == "cpu" else "contiguous"

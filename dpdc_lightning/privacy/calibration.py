@@ -64,7 +64,7 @@ def calibrate_noise_multiplier(
     epsilon_tolerance: float = 0.01,
     prior_history: History = (),
 ) -> float:
-    """The noise multiplier σ for which ``steps`` runs at ``sample_rate`` cost ε ≤ ``target_epsilon``.
+    """Noise multiplier σ for which ``steps`` runs at ``sample_rate`` cost ε ≤ ``target_epsilon``.
 
     Wraps Opacus' ``get_noise_multiplier`` (bisection to within ``epsilon_tolerance`` below the
     target), then verifies σ with :func:`epsilon_from_history` and raises it slightly until the
@@ -194,7 +194,7 @@ def max_steps(
     prior_history: History = (),
     limit: int = 10_000_000,
 ) -> int:
-    """The largest n ≤ ``limit`` such that ``prior_history`` plus n runs of the event keeps ε ≤ target.
+    """Largest n ≤ ``limit`` such that ``prior_history`` plus n runs of the event keeps ε ≤ target.
 
     0 if even one more run exceeds the target. Exponential search then bisection; the answer
     satisfies ε(n) ≤ target < ε(n + 1) (unless n = ``limit``).

@@ -1,4 +1,4 @@
-"""Every input a release depends on, with its privacy status: the ``inputs`` list of ``privacy.json``.
+"""Every input a release depends on, with its privacy status: ``privacy.json``'s ``inputs`` list.
 
 A guarantee covers the whole bundle, and it holds only under what was assumed about each input. The
 list states it, one entry per input, in four statuses (plus the mechanism's own randomness):
@@ -7,8 +7,8 @@ list states it, one entry per input, in four statuses (plus the mechanism's own 
   private and not read by the release at all;
 - ``public by construction``: computed from public values only (a random initialisation, network
   weights θ and augmentation draws from the public run seed);
-- ``declared public by the user``: assumed public because the user said so (the number of classes and
-  image shape, public class sizes, a test split, an auxiliary file); the guarantee does not cover them;
+- ``declared public by the user``: assumed public as the user said (the number of classes and image
+  shape, public class sizes, a test split, an auxiliary file); the guarantee does not cover them;
 - ``released under DP``: the output of an accounted mechanism, with the phase whose ε it spent
   (``privacy.json`` adds that phase's ε alone as ``epsilon_alone``).
 
@@ -56,10 +56,10 @@ def release_inputs(
 ) -> list[dict[str, Any]]:
     """The inputs of one release.
 
-    ``auxiliary`` is ``(method.aux.source, description)`` of an auxiliary set, or None; ``test_split``
-    is ``"held out"`` (split off the private data), ``"declared public"`` or ``"none"``; ``init`` is
-    ``method.init`` (noise, real or aux); ``network`` says whether the method uses random networks and
-    augmentation (all but LDPDC)."""
+    ``auxiliary`` is ``(method.aux.source, description)`` of an auxiliary set, or None;
+    ``test_split`` is ``"held out"`` (split off the private data), ``"declared public"`` or
+    ``"none"``; ``init`` is ``method.init`` (noise, real or aux); ``network`` says whether the
+    method uses random networks and augmentation (all but LDPDC)."""
     source = auxiliary[0] if auxiliary is not None else None
     inputs = [
         _records(dataset, private=private),

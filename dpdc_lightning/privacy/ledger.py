@@ -43,7 +43,7 @@ TEXT_OUTPUTS = ("stdout", "stderr")
 
 @dataclass(frozen=True)
 class Released:
-    """One output (or part of one) that ``mechanism`` released or that is computed from its release."""
+    """One output (or part of one) that ``mechanism`` released or is computed from its release."""
 
     output: str
     field: str
@@ -56,7 +56,7 @@ def _all(output: str, fields: tuple[str, ...], mechanism: str, why: str) -> tupl
 
 
 _CHECKPOINT = "checkpoints/*.ckpt"
-# PrivacyPlan fields made from the released class sizes (privacy/plan.py; the rest comes from the config)
+# PrivacyPlan fields made from the released class sizes (privacy/plan.py; the rest from the config)
 _PLAN_FIELDS = (
     "sample_rates.*",
     "noise_multiplier",
@@ -149,7 +149,8 @@ LEDGER: tuple[Released, ...] = (
             "carried_state.inner_network.*",
         ),
         CONDENSATION,
-        "resumable state: the synthetic set, its optimiser, the stored noisy signals, a network trained on it",
+        "resumable state: the synthetic set, its optimiser, the stored noisy signals, "
+        "a network trained on it",
     ),
     *_all(
         "tensorboard/*",
@@ -239,7 +240,7 @@ def mechanisms_of(*, class_sizes: str, auxiliary_source: str | None) -> frozense
 
 
 def ledger_for(*, class_sizes: str, auxiliary_source: str | None) -> tuple[Released, ...]:
-    """The ledger entries of a run with ``privacy.class_sizes`` and ``method.aux.source`` (None
-    for a method without an auxiliary set): every other output must be a function of public inputs."""
+    """The ledger entries of a run with ``privacy.class_sizes`` and ``method.aux.source`` (None for
+    a method without an auxiliary set): every other output must be a function of public inputs."""
     active = mechanisms_of(class_sizes=class_sizes, auxiliary_source=auxiliary_source)
     return tuple(entry for entry in LEDGER if entry.mechanism in active)

@@ -92,7 +92,7 @@ class PrivacyEvent:
 
 
 def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> Tensor:
-    """Scale each row ``x[i]`` (flattened) to L2 norm at most ``max_norm``: ``x_i * min(1, G / ||x_i||)``.
+    """Scale each row ``x[i]`` (flattened) to L2 norm ≤ ``max_norm``: ``x_i * min(1, G / ||x_i||)``.
 
     Rows already inside the ball are returned unchanged (the factor is exactly 1), zero rows
     stay zero with finite gradients, and the operation is differentiable: it is applied to
@@ -115,7 +115,7 @@ def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> T
             "non-finite rows (its sensitivity bound does not hold for them)"
         )
     norms = torch.linalg.vector_norm(flat, dim=1)
-    # clamp_min keeps G / 0 finite; the clamp at 1 then leaves zero rows (and short rows) as they are.
+    # clamp_min keeps G / 0 finite; the clamp at 1 then leaves zero (and short) rows as they are.
     if constant_factor:
         norms = norms.detach()
     factor = (max_norm / norms.clamp_min(torch.finfo(norms.dtype).tiny)).clamp(max=1.0)
@@ -124,20 +124,20 @@ def clip_rows(x: Tensor, *, max_norm: float, constant_factor: bool = False) -> T
 
 NON_FINITE_ROWS = (
     "a sampled record whose row (pixels, features or gradient) holds NaN or Inf is replaced by a "
-    "zero row before clipping: norm 0 <= the clip norm, so the sensitivity is unchanged and the run "
-    "never stops for it; how many rows were replaced is not reported (an exact count would be a "
-    "release of its own)"
+    "zero row before clipping: norm 0 <= the clip norm, so the sensitivity is unchanged and the "
+    "run never stops for it; how many rows were replaced is not reported (an exact count would be "
+    "a release of its own)"
 )
 
 
 def finite_rows(rows: Tensor) -> Tensor:
     """``rows`` (``[n, *shape]``) with every row that holds a NaN or Inf replaced by zeros.
 
-    Privacy-critical: what the mechanisms do with a private row that has no norm to clip to. Refusing
-    it would stop the run at the first step that samples it, so whether and when a run stops would
-    depend on a private record and on the secret sample. A zero row adds nothing to the sum and has
-    norm 0 <= any clip norm: the sensitivity bound holds as before. Nothing counts or reports the
-    replaced rows (:data:`NON_FINITE_ROWS` is the report's fixed statement)."""
+    Privacy-critical: what the mechanisms do with a private row that has no norm to clip to.
+    Refusing it would stop the run at the first step that samples it, so whether and when a run
+    stops would depend on a private record and on the secret sample. A zero row adds nothing to the
+    sum and has norm 0 <= any clip norm: the sensitivity bound holds as before. Nothing counts or
+    reports the replaced rows (:data:`NON_FINITE_ROWS` is the report's fixed statement)."""
     flat = rows.flatten(1) if rows.dim() > 1 else rows.unsqueeze(1)
     finite = torch.isfinite(flat).all(dim=1).reshape((-1,) + (1,) * (rows.dim() - 1))
     return torch.where(finite, rows, torch.zeros((), dtype=rows.dtype, device=rows.device))

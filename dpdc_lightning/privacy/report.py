@@ -34,7 +34,7 @@ CLAMP_NOTE = (
 
 def nonnegative_epsilon(epsilon: float) -> tuple[float, bool]:
     """``(max(ε, 0), whether it was clamped)``. The RDP-to-(ε, δ) conversion (Balle et al. 2020) can
-    return ε < 0 when δ is large; a published ε < 0 is nonsense, and 0 is the tightest valid bound."""
+    return ε < 0 when δ is large; a published ε < 0 is nonsense; 0 is the tightest valid bound."""
     return (0.0, True) if epsilon < 0 else (epsilon, False)
 
 

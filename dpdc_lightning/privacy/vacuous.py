@@ -23,9 +23,10 @@ def vacuous_guarantee(plan: PrivacyPlan) -> list[str]:
     epsilon, delta = plan.planned_epsilon, plan.delta
     if epsilon >= math.log(1 / delta):
         said.append(
-            f"the planned ε = {epsilon:.4g} is at least ln(1/δ) = {math.log(1 / delta):.3g}: such a "
-            f"guarantee allows an attack that finds every record's membership while erring with "
-            f"probability δ = {delta:g}; it protects nothing (raise the noise or lower the target)"
+            f"the planned ε = {epsilon:.4g} is at least ln(1/δ) = {math.log(1 / delta):.3g}: "
+            f"such a guarantee allows an attack that finds every record's membership while "
+            f"erring with probability δ = {delta:g}; it protects nothing (raise the noise or "
+            "lower the target)"
         )
     if delta < PAIR_TAIL_MASS:
         said.append(

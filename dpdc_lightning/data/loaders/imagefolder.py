@@ -1,11 +1,12 @@
-"""``dataset=imagefolder dataset.root=DIR``: torchvision's ImageFolder layout, ``DIR/<class>/<image>``.
+"""``dataset=imagefolder dataset.root=DIR``: torchvision's ImageFolder layout,
+``DIR/<class>/<image>``.
 
-Class names are the sub-folder names in sorted order (label k = k-th name). Every file is opened with
-PIL: a file that is not a readable image, an empty class folder or a folder with fewer than two
+Class names are the sub-folder names in sorted order (label k = k-th name). Every file is opened
+with PIL: a file that is not a readable image, an empty class folder or a folder with fewer than two
 classes is a ``UserError`` naming it. Images are converted to ``dataset.channels`` (1: grey, 3: RGB;
 default: 1 if every image is grey, else 3) and resized to ``dataset.image_size`` x
-``dataset.image_size`` (bilinear); without ``image_size`` all images must already have one size.
-The test split and the fixed normalisation: data/loaders/own.py.
+``dataset.image_size`` (bilinear); without ``image_size`` all images must already have one size. The
+test split and the fixed normalisation: data/loaders/own.py.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """``dataset=tensors dataset.root=FILE``: a ``.pt`` or ``.npz`` file of images and labels.
 
-The file is loaded with ``weights_only=True`` (``.pt``) or ``allow_pickle=False`` (``.npz``) and holds
-``images`` ([N, C, H, W] or [N, H, W]; uint8 0..255 or float in [0, 1]) and ``labels`` ([N] integers
-from 0), optionally ``test_images`` / ``test_labels`` and ``class_names``. The test split and the
-fixed normalisation: data/loaders/own.py.
+The file is loaded with ``weights_only=True`` (``.pt``) or ``allow_pickle=False`` (``.npz``) and
+holds ``images`` ([N, C, H, W] or [N, H, W]; uint8 0..255 or float in [0, 1]) and ``labels`` ([N]
+integers from 0), optionally ``test_images`` / ``test_labels`` and ``class_names``. The test split
+and the fixed normalisation: data/loaders/own.py.
 """
 
 from __future__ import annotations
@@ -57,7 +57,8 @@ def _read_tensor_file(
         isinstance(payload.get(k), Tensor) for k in ("images", "labels")
     ):
         raise UserError(
-            f"{path} must hold 'images' [N, C, H, W] and 'labels' [N] (a dict in .pt, arrays in .npz)"
+            f"{path} must hold 'images' [N, C, H, W] and 'labels' [N] "
+            "(a dict in .pt, arrays in .npz)"
         )
 
     def prepare(images: Tensor, labels: Tensor, key: str) -> tuple[Tensor, Tensor]:
@@ -132,9 +133,9 @@ def _check_labels(root: Path, labels: Tensor, names: tuple[str, ...] | None) -> 
         if strays:
             count = int((labels >= len(names)).sum())
             raise UserError(
-                f"{root}: label {strays[0]} ({count} record{'s' if count > 1 else ''} with labels >= "
-                f"{len(names)}) has no class name (class_names lists {len(names)} classes, labels 0.."
-                f"{len(names) - 1}); drop those records or add the names"
+                f"{root}: label {strays[0]} ({count} record{'s' if count > 1 else ''} with "
+                f"labels >= {len(names)}) has no class name (class_names lists {len(names)} "
+                f"classes, labels 0..{len(names) - 1}); drop those records or add the names"
             )
         return
     gap = next(c for c in range(len(present) + 1) if c not in present)
@@ -142,11 +143,14 @@ def _check_labels(root: Path, labels: Tensor, names: tuple[str, ...] | None) -> 
         above = [v for v in present if v > gap]
         count = int((labels > gap).sum())
         listed = ", ".join(map(str, present[:8])) + (", ..." if len(present) > 8 else "")
-        records = f"{count} record{'s have' if count > 1 else ' has'} label{'s' if len(above) > 1 else ''}"
+        records = (
+            f"{count} record{'s have' if count > 1 else ' has'} "
+            f"label{'s' if len(above) > 1 else ''}"
+        )
         raise UserError(
-            f"{root}: the labels in use ({listed}) are not numbered 0..K-1: no record has label {gap}, "
-            f"but {records} above it ({', '.join(map(str, above[:5]))}); drop records with a stray label "
-            "or renumber the classes"
+            f"{root}: the labels in use ({listed}) are not numbered 0..K-1: no record has label "
+            f"{gap}, but {records} above it ({', '.join(map(str, above[:5]))}); drop records with "
+            "a stray label or renumber the classes"
         )
 
 
