@@ -43,13 +43,15 @@ class StepSchedule:
     """What a method asks of the plan, derived from its config and the public shape of the data.
 
     ``sample_size`` is the expected number of records per class (per-class Poisson), per step
-    (global Poisson) or the fixed batch per class (``per_class_fixed``, non-private baselines).
+    (global Poisson) or the fixed batch per class (``per_class_fixed``, non-private baselines);
+    None (Poisson kinds only): every record of each partition at every data step, i.e. q = 1
+    (a method that releases the whole data set once, such as DP-MERF's mean embedding).
     ``data_steps`` read the private data; ``free_steps`` follow them and read nothing.
     """
 
     private: bool
     sampling: str
-    sample_size: float
+    sample_size: float | None
     data_steps: int
     free_steps: int = 0
     default_noise_multiplier: float | None = None
@@ -58,6 +60,8 @@ class StepSchedule:
     def __post_init__(self) -> None:
         if self.sampling not in SAMPLING_KINDS:
             raise ValueError(f"sampling must be one of {SAMPLING_KINDS}, got {self.sampling!r}")
+        if self.sample_size is None and self.sampling == "per_class_fixed":
+            raise ValueError("a fixed-size sample needs a sample_size (None: every record, q = 1)")
         if self.private and self.sampling == "per_class_fixed":
             raise ValueError(
                 "a fixed-size sample does not match the Poisson accounting; private methods sample by Poisson"
@@ -72,7 +76,7 @@ class PrivacyPlan:
 
     private: bool
     sampling: str
-    sample_size: float
+    sample_size: float | None  # None: every record at every data step (q = 1)
     sample_rates: tuple[
         float, ...
     ]  # Poisson rate per partition: one per class, or one for the whole set
@@ -258,7 +262,9 @@ def auxiliary_history(auxiliary: PrivacyPlan | None) -> list[tuple[float, float,
 
 def sample_rates(schedule: StepSchedule, class_sizes: Sequence[float]) -> tuple[float, ...]:
     """Poisson rates from the plan's class sizes (public, or released under DP): L / N_c per class,
-    or B / N for global sampling."""
+    or B / N for global sampling; 1 for every partition when the schedule reads every record."""
+    if schedule.sample_size is None:  # every record once per data step: Poisson at q = 1
+        return (1.0,) * (1 if schedule.sampling == "global_poisson" else len(class_sizes))
     if schedule.sampling == "global_poisson":
         return (min(1.0, schedule.sample_size / sum(class_sizes)),)
     if schedule.sampling == "per_class_poisson":
@@ -326,7 +332,7 @@ def make_plan(
     common = dict(
         private=schedule.private,
         sampling=schedule.sampling,
-        sample_size=float(schedule.sample_size),
+        sample_size=None if schedule.sample_size is None else float(schedule.sample_size),
         sample_rates=rates,
         free_steps=free_steps,
         accountant=accountant,
