@@ -1,4 +1,5 @@
-"""Issue 19: neighbouring runs through ``python train.py`` with the same secret (tests/neighbouring.py).
+"""Issue 19: neighbouring runs through ``python train.py`` with the same secret (the harness:
+dpdc_lightning/audit/neighbours/).
 
 Each case runs D and D' (one record removed, or replaced where the class sizes are declared public)
 and asserts (a) every output outside privacy/ledger.py is identical, (b) a record nothing accounted
@@ -17,13 +18,83 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import neighbouring
 import pytest
 import torch
-from neighbouring import Case, matrix, run_case
-from run_outputs import in_ledger
 
+from dpdc_lightning.audit import neighbours
+from dpdc_lightning.audit.neighbours import Case
+from dpdc_lightning.audit.neighbours.outputs import in_ledger
+from dpdc_lightning.cli.commands import train_main
+from dpdc_lightning.config.registry import method_entry
+from dpdc_lightning.methods import METHODS
 from dpdc_lightning.privacy.ledger import LEDGER, TEXT_OUTPUTS
+
+AUX_SOURCES = ("public_split", "file", "dp", "none")
+DATA = (
+    ("digits", False),
+    ("tensors", False),
+    ("tensors", True),
+    ("imagefolder", False),
+    ("imagefolder", True),
+)
+TRAIN_RECORDS = ("typical", "largest", "smallest_class")
+
+
+def run_case(case: Case, work: Path, **options) -> neighbours.Verdict:
+    """A case through the command line's own train_main (argument parsing, sweeps)."""
+    return neighbours.run_case(case, work, runner=train_main, **options)
+
+
+def _configurations() -> list[tuple[str, str, str | None, str, str, bool]]:
+    """(method, variant, aux, sizes, data, test_root) of every installed method (built-in and
+    plug-ins; not those registered at runtime by other tests)."""
+    return [
+        (method, variant, aux, sizes, data, test_root)
+        for method in METHODS
+        if not method_entry(method).origin.startswith("registered")
+        for variant in ("", *METHODS[method].checks.variants)
+        for aux in (AUX_SOURCES if METHODS[method].uses_auxiliary else (None,))
+        for sizes in (("public", "private") if METHODS[method].private else ("public",))
+        for data, test_root in DATA
+    ]
+
+
+def _calibrated(method: str) -> bool:
+    """Noise calibrated to a target ε (slow RDP evaluations): methods of per-class sampling
+    without free steps (LDPDC, NDPDC)."""
+    cls = METHODS[method]
+    return cls.sampling == "per_class_poisson" and not cls.free_steps(cls.config_class())
+
+
+def matrix() -> list[Case]:
+    """Every method (with each variant; with every auxiliary source where it takes one) x class
+    sizes public/private (private methods) x data (digits; tensors and imagefolder files, each
+    with and without a test root). Each configuration runs one training record, the kind rotating
+    over the configurations so that every method meets every kind (typical, largest, smallest
+    class), then its held-out record (a second training record where the method reads a public
+    test split). The noise is calibrated to a target ε on digits with private sizes; two
+    configurations run as 2-member sweeps."""
+    cases = []
+    for i, (method, variant, aux, sizes, data, test_root) in enumerate(_configurations()):
+        common = dict(
+            method=method,
+            variant=variant,
+            data=data,
+            sizes=sizes,
+            test_root=test_root,
+            aux=aux,
+            target=sizes == "private" and _calibrated(method) and data == "digits",
+        )
+        held_out = Case(record="held_out", **common)
+        second = (
+            held_out if held_out.applicable() else Case(record=TRAIN_RECORDS[(i + 1) % 3], **common)
+        )
+        cases += [Case(record=TRAIN_RECORDS[i % 3], **common), second]
+    sweeps = [
+        Case("ndpdc", "tensors", "typical", sizes="private", test_root=True, sweep=True),
+        Case("dm", "imagefolder", "held_out", sweep=True),
+    ]
+    return cases + sweeps
 
 
 def param(case: Case):
@@ -69,7 +140,7 @@ def test_every_ledger_entry_names_a_real_output(work_root):
     0 (a δ so large that the conversion goes negative), which no neighbouring case uses."""
     configurations = [
         Case("psg", "tensors", "typical", sizes="private", test_root=True),
-        Case("psg+generator", "tensors", "typical", sizes="private", test_root=True),
+        Case("psg", "tensors", "typical", sizes="private", test_root=True, variant="generator"),
         Case("dosser", "tensors", "typical", sizes="private", test_root=True, aux="dp"),
         Case(
             "ndpdc", "tensors", "typical", sizes="private", test_root=True, target=True, sweep=True
@@ -79,7 +150,7 @@ def test_every_ledger_entry_names_a_real_output(work_root):
     keys: set[str] = set()
     text = {name: "" for name in TEXT_OUTPUTS}
     for case in configurations:
-        outcome = neighbouring.reference(case, work_root / case.folder)
+        outcome = neighbours.reference(case, work_root / case.folder, runner=train_main)
         assert outcome.exit_code == 0, outcome.outputs["stderr"]
         keys |= set(outcome.outputs)
         for name in TEXT_OUTPUTS:
@@ -157,7 +228,7 @@ def test_harness_catches_noise_scaled_to_an_understated_sensitivity(work_root, m
             p,
         )
     ]
-    assert moved and 1 < max(moved) <= 3 * (1 + neighbouring.ROUNDING), problems
+    assert moved and 1 < max(moved) <= 3 * (1 + neighbours.ROUNDING), problems
 
 
 def test_harness_catches_a_mechanism_reading_the_held_out_split(work_root, monkeypatch):

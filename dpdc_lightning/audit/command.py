@@ -24,7 +24,7 @@ METRICS_USAGE = (
     "[--delta D] [--confidence C]"
 )
 USAGE = "usage: python audit.py MODE ... (python audit.py --help lists the modes)"
-MODES = ("whitebox", "release", "mia", "selftest", "metrics")
+MODES = ("whitebox", "release", "mia", "selftest", "check", "metrics")
 HELP = """usage: python audit.py MODE [ARGUMENTS] [audit.key=value ...]   (also dpdc-audit, python -m dpdc_lightning.audit)
 
 Which mode answers which question (docs/audit.md explains how to read the numbers):
@@ -36,8 +36,11 @@ Which mode answers which question (docs/audit.md explains how to read the number
                               space: strength on the bundle, one-run epsilon bound on target condensations.
   mia RUN_DIR                 What does a classifier trained on the release reveal? Shadows, loss threshold,
                               LiRA, canaries, visual privacy (python audit.py RUN_DIR is the same).
-  selftest [ndpdc|psg]        Does the white-box audit catch planted privacy bugs (noise x0.1, no clipping,
+  selftest [METHOD ...]       Does the white-box audit catch planted privacy bugs (noise x0.1, no clipping,
                               reused noise, a doubled record) and pass the correct mechanisms?
+  check method=NAME [KEY=VALUE ...]
+                              Is a private method (a plug-in too) private as implemented? Neighbouring runs
+                              (every output against the ledger), the white-box audit and the self-test.
   metrics --scores S.npy --members M.npy [--delta D] [--confidence C]
                               AUC, TPR at low FPR, advantage and epsilon bound of your own attack's scores.
 
@@ -47,9 +50,10 @@ examples:
   python audit.py release runs/<run>
   python audit.py runs/<run> audit.shadows=16 audit.epochs=100
   python audit.py selftest
+  python audit.py check method=ndpdc
 
 settings (audit.key=value):
-  whitebox/selftest: trials, canaries, canary (row|image), others, calibration, confidence, delta, seed, out
+  whitebox/selftest/check: trials, canaries, canary (row|image), others, calibration, confidence, delta, seed, out
   release: targets, extractors, guesses, confidence, delta, seed
   mia: dpdc_lightning/conf/audit/default.yaml
 Exit code 1 when a rigorous lower bound exceeds the accounted epsilon (or the self-test fails), 2 on bad input.
@@ -70,7 +74,7 @@ def audit_main(argv: list[str]) -> int:
     flags = [a for a in argv if a.startswith("-")]
     if flags:
         raise UserError(f"unknown flag {flags[0]}; {USAGE}")
-    if mode in ("whitebox", "release", "selftest"):
+    if mode in ("whitebox", "release", "selftest", "check"):
         from dpdc_lightning.audit import modes
 
         return getattr(modes, f"{mode}_main")(rest)

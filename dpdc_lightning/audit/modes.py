@@ -1,4 +1,5 @@
-"""The ``whitebox``, ``release`` and ``selftest`` modes of ``python audit.py`` (dispatch: command.py).
+"""The ``whitebox``, ``release``, ``selftest`` and ``check`` modes of ``python audit.py`` (dispatch:
+command.py).
 
 Each prints a short summary and ends with exit code 1 and a loud message when a rigorous lower bound
 exceeds the accounted ε (a bug, or with probability <= 1 − confidence a false alarm); the self-test
@@ -120,6 +121,27 @@ def selftest_main(argv: list[str]) -> int:
         print("self-test passed: every planted bug caught, no correct mechanism flagged")
         return 0
     print("SELF-TEST FAILED: see the verdicts above")
+    return 1
+
+
+def check_main(argv: list[str]) -> int:
+    """``audit.py check method=NAME [KEY=VALUE ...] [audit.key=value ...]`` (audit/check.py)."""
+    tokens, arguments = audit_tokens(argv)
+    settings = load_settings(tokens, WhiteboxConfig)
+    from dpdc_lightning.audit.check import check_target, passed, print_rows, run_check
+
+    method, overrides = check_target(arguments)
+    out = json_target(settings.out, None, "")
+    rows = run_check(method, overrides, settings, progress=say)
+    print_rows(method, rows)
+    if out is not None:
+        write_json(
+            out, {"method": method, "overrides": overrides, "rows": [r.as_dict() for r in rows]}
+        )
+    if passed(rows):
+        print(f"check passed: method {method}")
+        return 0
+    print(f"CHECK FAILED: method {method}; see the rows above that do not pass")
     return 1
 
 

@@ -11,8 +11,8 @@ Poisson coin q of the step when the canary is in the data) plus N(0, s² I), s =
 Canaries (m per partition per trial, each in with probability ½, independently):
 - ``row`` (default): orthogonal directions of the mechanism's row space, so that the canaries of a
   run do not interfere and their scores are independent: rows λ·e_j (the white-box "gradient
-  canary" of Nasr et al. 2021), λ = the largest row norm of the step's records or the sensitivity
-  if larger, so that a record as large as the data's largest is what clipping must cut down. They
+  canary" of Nasr et al. 2021), λ = the largest row norm of the step's records or twice the
+  sensitivity if larger, so that clipping must cut every canary down. They
   enter the method's own release (``method.release``) beside the sampled records' rows.
 - ``image``: one real image per partition (a public test image, relabelled into the partition), its
   row computed by the method's own ``release_rows`` like every record's.
@@ -83,7 +83,10 @@ class Canaries:
             )
         directions = torch.zeros(self.m, d, dtype=torch.float64)
         directions[torch.arange(self.m), torch.arange(self.m) * (d // self.m)] = 1.0
-        size = max(float(pool.double().norm(dim=1).max()), self.transcript.mechanism.sensitivity)
+        # Twice the sensitivity at least: clipping must cut a canary down even where no record
+        # exceeds the sensitivity (LDPDC's clamped images), or a missing clip would go unseen.
+        sensitivity = self.transcript.mechanism.sensitivity
+        size = max(float(pool.double().norm(dim=1).max()), 2 * sensitivity)
         return (size * directions).float(), directions
 
 

@@ -20,6 +20,7 @@ from torch import Tensor
 from dpdc_lightning.config.methods import DCConfig
 from dpdc_lightning.methods.gradient_matching import GradientMatchingMethod, layerwise_distance
 from dpdc_lightning.methods.memory import NetworkCost
+from dpdc_lightning.methods.release import CheckSizes
 from dpdc_lightning.seeding import derive_generator
 
 
@@ -27,6 +28,7 @@ class DC(GradientMatchingMethod):
     config_class = DCConfig
     private = False
     sampling = "per_class_fixed"
+    checks = CheckSizes(tiny=("method.ipc=1", "method.iterations=2", "method.batch_real={real}"))
     inner_augment = True
 
     @classmethod

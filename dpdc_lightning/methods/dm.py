@@ -13,12 +13,14 @@ from torch import Tensor
 
 from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
+from dpdc_lightning.methods.release import CheckSizes
 
 
 class DM(FeatureMatchingMethod):
     config_class = DMConfig
     private = False
     sampling = "per_class_fixed"
+    checks = CheckSizes(tiny=("method.ipc=1", "method.iterations=2", "method.batch_real={real}"))
 
     @classmethod
     def sample_size(cls, config: DMConfig) -> float:

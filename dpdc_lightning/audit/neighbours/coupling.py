@@ -1,10 +1,12 @@
-"""Observing and coupling the Gaussian mechanism for the neighbouring-run harness (tests/neighbouring.py).
+"""Observing and coupling the Gaussian mechanism for the neighbouring-run harness.
 
-:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian_sum`` wherever a dpdc_lightning module
-binds it (mechanisms.noisy_clipped_sum, per_example.private_gradient, counts.release_class_sizes):
-every call's pre-noise sum, sensitivity and event are recorded, and a tap given D's calls makes
-call i release D's value of call i. :func:`couple_sampling` makes D''s Poisson draws those of D
-without the removed record. Tests only; nothing here is reachable from the package.
+:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian_sum`` wherever a dpdc_lightning module,
+or the module of a registered method (a plug-in), binds it (mechanisms.noisy_clipped_sum,
+per_example.noisy_gradient_mean, counts.release_class_sizes, ...): every call's pre-noise sum,
+sensitivity and event are recorded, and a tap given D's calls makes call i release D's value of
+call i. :func:`couple_sampling` makes D''s Poisson draws those of D without the removed record.
+Nothing in a run reaches this module: only the harness (``audit.py check`` and the tests) installs
+it, for the length of one run.
 """
 
 from __future__ import annotations
@@ -13,13 +15,16 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import pytest
 import torch
 from torch import Tensor
 
-import dpdc_lightning.engine.condense  # noqa: F401  (with the methods, every module that binds gaussian_sum)
-import dpdc_lightning.methods  # noqa: F401
+import dpdc_lightning.engine.condense  # noqa: F401  (binds gaussian_sum through its imports)
+import dpdc_lightning.privacy.counts  # noqa: F401  (binds gaussian_sum)
+import dpdc_lightning.privacy.per_example  # noqa: F401  (binds gaussian_sum)
+from dpdc_lightning.audit.neighbours.patches import Patches
+from dpdc_lightning.config.registry import loaded_names
 from dpdc_lightning.engine import datamodule as datamodule_module
+from dpdc_lightning.methods import method_class
 from dpdc_lightning.privacy import mechanisms
 
 
@@ -43,16 +48,16 @@ class MechanismTap:
         self.reference = reference
         self.calls: list[Call] = []
 
-    def install(self, patch: pytest.MonkeyPatch) -> None:
+    def install(self, patch: Patches) -> None:
         original = mechanisms.gaussian_sum
         bound = [
             (module, name)
-            for module_name, module in list(sys.modules.items())
-            if module_name.startswith("dpdc_lightning") and module is not None
+            for module in _method_modules()
             for name, value in list(vars(module).items())
             if value is original
         ]
-        assert len(bound) >= 3, f"gaussian_sum is bound in too few modules: {bound}"
+        if len(bound) < 3:
+            raise RuntimeError(f"gaussian_sum is bound in too few modules: {bound}")
 
         def tapped(
             clipped_sum: Tensor,
@@ -92,7 +97,19 @@ class MechanismTap:
             patch.setattr(module, name, tapped)
 
 
-def couple_sampling(patch: pytest.MonkeyPatch, removed: dict[int, int]) -> None:
+def _method_modules() -> list[Any]:
+    """Every dpdc_lightning module and every module a registered method's class comes from (its
+    classes imported first, so that they are bound before the tap is installed)."""
+    classes = [method_class(name) for name in loaded_names()]
+    owners = {base.__module__ for cls in classes for base in cls.__mro__}
+    return [
+        module
+        for name, module in list(sys.modules.items())
+        if module is not None and (name.startswith("dpdc_lightning") or name in owners)
+    ]
+
+
+def couple_sampling(patch: Patches, removed: dict[int, int]) -> None:
     """Poisson sampling of D' that keeps every record's uniform from D: ``removed[partition]`` is
     the position (in D's pool of that class, or -1: the whole set) of the removed record, whose
     uniform is drawn and dropped."""

@@ -1,5 +1,6 @@
 """Everything a run of ``python train.py`` shows, flattened to ``output:field`` keys, and the
-comparison of two runs against the release ledger (privacy/ledger.py). Used by tests/neighbouring.py.
+comparison of two runs against the release ledger (privacy/ledger.py), for the neighbouring-run
+harness.
 
 A run folder (or sweep folder) becomes ``relative/path:key`` entries: JSON and YAML by key, tensor
 files and checkpoints by nested key (tensors as values), TensorBoard events by ``tag@step`` (wall
@@ -24,14 +25,13 @@ from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import yaml
 from torch import Tensor
 
-from dpdc_lightning.cli import run
-from dpdc_lightning.cli.commands import train_main
+from dpdc_lightning.audit.neighbours.patches import Patches, patched
 from dpdc_lightning.data import clear_dataset_cache
+from dpdc_lightning.errors import run
 from dpdc_lightning.privacy.ledger import TEXT_OUTPUTS, Released
 
 
@@ -45,25 +45,30 @@ class _Logs(logging.Handler):
 
 
 def run_cli(
-    tokens: list[str], *, folder: Path, work: Path, patches: Callable[[pytest.MonkeyPatch], None]
+    tokens: list[str],
+    *,
+    folder: Path,
+    work: Path,
+    patches: Callable[[Patches], None],
+    runner: Callable[[list[str]], int | None],
 ) -> tuple[int, dict[str, Any]]:
-    """``python train.py TOKENS`` in process (the CLI's own error handling included) with ``patches``
-    applied; returns the exit code and every output, ``work`` written as ``<work>``. The run folder
-    ``folder`` is read and deleted."""
+    """``runner(TOKENS)`` (train.py's main) in process, errors handled as the command line does
+    (``errors.run``), with ``patches`` applied; returns the exit code and every output, ``work``
+    written as ``<work>``. The run folder ``folder`` is read and deleted."""
     clear_dataset_cache()
     out, err, logs = io.StringIO(), io.StringIO(), _Logs()
     loggers = [
         logging.getLogger(name)
         for name in ("", "lightning", "lightning.pytorch", "lightning.fabric", "pytorch_lightning")
     ]
-    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+    with patched() as patch, warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         patches(patch)
         for logger in loggers:
             logger.addHandler(logs)
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                code = run(train_main, tokens)
+                code = run(runner, tokens)
         finally:
             for logger in loggers:
                 logger.removeHandler(logs)

@@ -1,0 +1,137 @@
+"""``audit.py check method=NAME [KEY=VALUE ...]``: what a researcher runs on a private method, a
+plug-in included, before trusting its ε.
+
+1. the neighbouring runs of :func:`.neighbours.check_cases` at the method's tiny size: D and D'
+   with the same secret, every output compared against the release ledger, every mechanism call's
+   pre-noise sum against its sensitivity (a method that reads an exact count, divides by a
+   realised sample size or understates its sensitivity fails here);
+2. the white-box audit of the method's own release at its smallest honest size (its class's
+   ``checks.whitebox``, claimed ε 2 on the digits): the Clopper-Pearson lower bound must stay at
+   or below the claim;
+3. the planted-bug self-test on the same transcript (noise x0.1, no clipping, reused noise, a
+   doubled record): each must be caught, or the audit has no power at this size.
+
+The overrides apply to all three on top of the method's sizes. Verdict table on stdout; exit code
+0 when every row passes, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpdc_lightning.audit.settings import WhiteboxConfig
+from dpdc_lightning.errors import UserError
+
+PASSING = ("pass", "passes", "caught")
+
+
+@dataclass
+class Row:
+    part: str  # neighbours, white-box, self-test
+    item: str
+    verdict: str  # pass / FAIL, passes / FALSE ALARM, caught / MISSED
+    detail: str
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+def check_target(arguments: list[str]) -> tuple[str, list[str]]:
+    """(the method, the other overrides) of ``check``'s arguments; one error line when they do not
+    name exactly one registered private method or do not compose."""
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.methods import METHODS, private_methods
+
+    names = [a.partition("=")[2] for a in arguments if a.partition("=")[0] == "method"]
+    if len(names) != 1 or any("=" not in a for a in arguments):
+        raise UserError(
+            "give one method=NAME and config overrides (KEY=VALUE); usage: python audit.py "
+            "check method=NAME [KEY=VALUE ...] [audit.key=value ...]"
+        )
+    name, overrides = names[0], [a for a in arguments if a.partition("=")[0] != "method"]
+    if name not in METHODS or not METHODS[name].private:
+        raise UserError(
+            f"check takes a private method; method={name} is "
+            f"{'not private' if name in METHODS else 'not registered'}; choose one of: "
+            f"{', '.join(private_methods())}"
+        )
+    compose([f"method={name}", *overrides, "trainer.enable_progress_bar=false"])
+    return name, overrides
+
+
+def neighbour_rows(
+    method: str, overrides: list[str], *, progress: Callable[[str], None]
+) -> list[Row]:
+    from dpdc_lightning.audit.neighbours import check_cases, run_case
+
+    rows, work = [], Path(tempfile.mkdtemp(prefix="dpdc-check-"))
+    try:
+        for case in check_cases(method, tuple(overrides)):
+            progress(f"neighbouring runs: {case.id}")
+            started = time.monotonic()
+            verdict = run_case(case, work / case.folder)
+            seconds = time.monotonic() - started
+            detail = (
+                verdict.problems[0]
+                if verdict.problems
+                else verdict.refused or f"{verdict.calls} mechanism calls, {verdict.read} moved"
+            )
+            failed = "FAIL" if verdict.problems else "pass"
+            rows.append(Row("neighbours", case.id, failed, detail, seconds))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def whitebox_rows(
+    method: str,
+    overrides: list[str],
+    settings: WhiteboxConfig,
+    *,
+    progress: Callable[[str], None],
+) -> list[Row]:
+    """The white-box audit of the correct release and of every planted bug (one transcript)."""
+    from dpdc_lightning.audit.selftest import run_selftest
+
+    rows = []
+    reports = run_selftest(settings, methods=[method], overrides=overrides, progress=progress)
+    for report in reports:
+        bound, claim = report["clopper_pearson"]["epsilon"], report["claimed_epsilon"]
+        part = "white-box" if report["release"] == "correct" else "self-test"
+        detail = f"lower bound {bound:.3f} vs claimed ε {claim:.3f}"
+        rows.append(Row(part, report["release"], report["verdict"], detail, 0.0))
+    if rows:  # one transcript for all five releases: its time on the first row
+        rows[0].seconds = reports[-1]["wall_seconds"]
+    return rows
+
+
+def run_check(
+    method: str,
+    overrides: list[str],
+    settings: WhiteboxConfig,
+    *,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[Row]:
+    return [
+        *neighbour_rows(method, overrides, progress=progress),
+        *whitebox_rows(method, overrides, settings, progress=progress),
+    ]
+
+
+def print_rows(method: str, rows: list[Row]) -> None:
+    print(f"check of method {method}: every row must pass")
+    print(f"{'part':10s} {'case / release':58s} {'verdict':11s} {'s':>6s}  detail")
+    for row in rows:
+        seconds = f"{row.seconds:6.1f}" if row.seconds else " " * 6
+        print(f"{row.part:10s} {row.item:58s} {row.verdict:11s} {seconds}  {row.detail}")
+
+
+def passed(rows: list[Row]) -> bool:
+    return bool(rows) and all(row.verdict in PASSING for row in rows)
