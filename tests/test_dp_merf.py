@@ -182,3 +182,22 @@ def test_a_tiny_run_writes_a_bundle_whose_report_states_the_mechanism(tmp_path):
     assert report["noise_std"] == report["noise_multiplier"]  # sensitivity 1
     synthetic = torch.load(run_dir / "synthetic.pt", weights_only=True)
     assert synthetic["images"].shape == (8, 1, 28, 28) and torch.isfinite(synthetic["images"]).all()
+
+
+@pytest.mark.slow
+def test_audit_check_passes(tmp_path):
+    """`audit.py check method=dp_merf` at its own sizes: neighbouring runs, the white-box audit of
+    its release and the planted bugs (noise reuse across steps is n/a in a one-step release)."""
+    from dpdc_lightning.audit.check import passed, run_check
+    from dpdc_lightning.audit.settings import WhiteboxConfig
+
+    rows = run_check("dp_merf", [], WhiteboxConfig())
+    assert passed(rows), [(r.item, r.verdict, r.detail) for r in rows if r.verdict != "pass"]
+    verdicts = {r.item: r.verdict for r in rows if r.part != "neighbours"}
+    assert verdicts == {
+        "correct": "passes",
+        "noise_x0.1": "caught",
+        "no_clipping": "caught",
+        "noise_reused": "n/a",
+        "weight_doubled": "caught",
+    }
