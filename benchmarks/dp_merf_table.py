@@ -194,7 +194,9 @@ PROTOCOLS_DIFFER = [
     "from autodp), then drew 50 samples per class and trained a ConvNet on them with DSA (their "
     "full evaluation protocol). Here the same released statistic (per class, add/remove-one, "
     "sensitivity 1, σ from our accountant) drives the PIXELS of IPC images per class directly, "
-    "and the evaluation is reduced. Their σ = 5 is ε 0.79 under our accountant and relation. "
+    "and the evaluation is reduced. Their σ = 5 puts noise of std 10 on a class sum: noise "
+    "multiplier 5 under replace-one (ε 0.79 by our accountant, 1 by their autodp) and 10 under "
+    "add/remove-one (ε 0.38); Table 9's σ = 0.5 is ε 10.7 by ours under replace-one. "
     "Side by side with the authors' code: dp_merf_vs_reference_fashion_mnist_cpu.md.",
 ]
 

@@ -26,8 +26,8 @@ class DPMERFConfig(MethodConfig):
     }
 
     name: str = "dp_merf"
-    iterations: int = 2000  # free steps: no data read, nothing spent
-    lr_img: float = 0.05
+    iterations: int = 1000  # free steps: no data read, nothing spent
+    lr_img: float = 0.2
     features: int = 10000  # D: cos and sin of D / 2 random frequencies (the authors' d_rff)
     # ℓ / √d, with ℓ the Gaussian kernel's length scale in [-1, 1] pixel units and d the pixels
     bandwidth: float = 0.75
