@@ -97,11 +97,11 @@ def run_row(row: str, cache: dict) -> None:
 
 
 def run_selftest(cache: dict) -> None:
-    from dpdc_lightning.audit.selftest import CONFIGURATIONS
+    from dpdc_lightning.audit.selftest import default_methods
     from dpdc_lightning.audit.selftest import run_selftest as selftest
     from dpdc_lightning.audit.settings import WhiteboxConfig
 
-    for method in CONFIGURATIONS:
+    for method in default_methods():
         if f"selftest-{method}" not in cache:
             say(f"self-test {method}")
             cache[f"selftest-{method}"] = {

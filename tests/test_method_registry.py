@@ -115,21 +115,49 @@ def test_audit_check_covers_a_toy_method_from_a_test_file(toys, capsys):
     ], out
 
 
-@pytest.mark.parametrize(
-    "toy, failing",
-    [
-        # the normaliser from the realised sample: the coupled run releases D's sums, yet D' differs
-        ("toy_exact_n", r"^neighbours toy_exact_n.* FAIL .*\(a\) coupled releases"),
-        # noise for sensitivity 1 on rows clipped to 4: a record moves the sum by more than 1
-        ("toy_unscaled", r"^neighbours toy_unscaled.* FAIL .*\(c\) call \d+: the pre-noise sum"),
-    ],
-)
+BROKEN = [
+    # the normaliser from the realised sample: the coupled run releases D's sums, yet D' differs
+    ("toy_exact_n", r"^neighbours toy_exact_n.* FAIL .*\(a\) coupled releases"),
+    # noise for sensitivity 1 on rows clipped to 4: a record moves the sum by more than 1
+    ("toy_unscaled", r"^neighbours toy_unscaled.* FAIL .*\(c\) call \d+: the pre-noise sum"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("toy, failing", BROKEN)
 def test_audit_check_fails_a_broken_toy(toys, capsys, toy, failing):
-    """Each broken toy fails ``check`` (exit 1), named in the row that catches it; the white-box
-    part is skipped here (audit.trials=4 would be too weak: the neighbouring runs decide)."""
+    """Each broken toy fails ``check`` (exit 1), named in the row that catches it (the white-box
+    part at a weak 4 trials: the neighbouring runs decide)."""
     code, out = _check([f"method={toy}", "audit.trials=4", "audit.canaries=40"], capsys)
     assert code == 1 and "CHECK FAILED" in out, out
     assert re.search(failing, out, flags=re.M), out
+
+
+@pytest.mark.parametrize("toy, failing", BROKEN)
+def test_checks_first_neighbouring_case_catches_each_broken_toy(toys, tmp_path, toy, failing):
+    """The first case ``check`` runs (the largest record removed from a file with a test root)
+    fails each broken toy and passes the correct one."""
+    from dpdc_lightning.audit.neighbours import check_cases, run_case
+
+    for name, broken in (("toy_mean", False), (toy, True)):
+        case = check_cases(name)[0]
+        verdict = run_case(case, tmp_path / case.folder)
+        assert bool(verdict.problems) == broken, verdict.problems
+    kind = failing.split(".* FAIL .*")[1]
+    assert any(re.match(kind, problem) for problem in verdict.problems), verdict.problems
+
+
+def test_check_passes_only_when_every_row_passes():
+    from dpdc_lightning.audit.check import Row, passed
+
+    good = [
+        Row("neighbours", "a case", "pass", "", 1.0),
+        Row("white-box", "correct", "passes", "", 2.0),
+        Row("self-test", "noise_x0.1", "caught", "", 0.0),
+    ]
+    assert passed(good) and not passed([])
+    for bad in ("FAIL", "FALSE ALARM", "MISSED"):
+        assert not passed([*good, Row("any", "row", bad, "", 0.0)])
 
 
 @pytest.mark.parametrize(
@@ -198,9 +226,14 @@ def _install_plugin(folder: Path) -> None:
     )
 
 
-def test_an_installed_plugin_composes_without_torch_and_trains(tmp_path, cli_env):
-    _install_plugin(tmp_path)
-    env = {**cli_env, "PYTHONPATH": f"{tmp_path}:{ROOT / 'tests'}:{cli_env.get('PYTHONPATH', '')}"}
+def _plugin_env(folder: Path, cli_env: dict[str, str]) -> dict[str, str]:
+    _install_plugin(folder)
+    return {**cli_env, "PYTHONPATH": f"{folder}:{ROOT / 'tests'}:{cli_env.get('PYTHONPATH', '')}"}
+
+
+def test_an_installed_plugin_composes_and_is_listed_without_torch(tmp_path, cli_env):
+    """Entry point to a torch-free schema with a YAML: composing (its YAML on its schema, in
+    Hydra's ConfigStore) and --help load no torch; its class is imported only when a run needs it."""
     code = (
         "import sys\nfrom dpdc_lightning.config import compose\n"
         "from dpdc_lightning.config.help import help_text\n"
@@ -208,21 +241,58 @@ def test_an_installed_plugin_composes_without_torch_and_trains(tmp_path, cli_env
         "print('CONFIG', type(c.method).__name__, c.method.iterations, c.method.group_size)\n"
         "print('HELP', 'toy_plugin' in help_text('x').splitlines()[3])\n"
         "print('LOADED', sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+        "from dpdc_lightning.methods import METHODS, private_methods\n"
+        "print('CLASS', METHODS['toy_plugin'].__name__, 'toy_plugin' in private_methods())\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", code],
+        env=_plugin_env(tmp_path, cli_env),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert "CONFIG PluginConfig 3 6.0" in done.stdout, done.stdout + done.stderr
     assert "HELP True" in done.stdout and "LOADED []" in done.stdout, done.stdout
+    assert "CLASS PluginMethod True" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_an_installed_plugin_trains_from_the_command_line(tmp_path, cli_env):
     run = subprocess.run(
         [sys.executable, str(ROOT / "train.py"), "method=toy_plugin", f"run_dir={tmp_path / 'r'}"],
-        env=env,
+        env=_plugin_env(tmp_path, cli_env),
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "r" / "privacy.json").is_file()
+
+
+def test_a_broken_plugin_fails_its_own_name_in_one_line(tmp_path, cli_env):
+    """An entry point whose module does not import: method=NAME says so in one error line, and
+    every other method still composes."""
+    env = _plugin_env(tmp_path, cli_env)
+    (tmp_path / "toy_plugin_schema.py").write_text("raise ImportError('no such thing')\n")
+    for tokens, expected in ((["method=toy_plugin"], 2), (["method=ndpdc"], 0)):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), *tokens, "--cfg", "job"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == expected, done.stderr
+    assert done.stderr == "" and "name: ndpdc" in done.stdout
+    broken = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "method=toy_plugin", "--cfg", "job"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = broken.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: method 'toy_plugin': cannot load"), lines
 
 
 # --------------------------------------------------------------------------- no name literals
@@ -280,4 +350,4 @@ def test_the_literal_scan_finds_a_literal(tmp_path):
         'HELP = "python audit.py whitebox method=ndpdc"\n'
     )
     found = method_literals(tmp_path, method_names())
-    assert {(name, line) for _, name, line in found} == {("ndpdc", 2), ("psg", 4), ("dosser", 6)}
+    assert {(name, line) for _, name, line in found} == {("ndpdc", 2), ("psg", 4), ("dosser", 5)}

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -109,6 +110,44 @@ def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
     return max(1, min(settings.canaries // partitions, dim, ROW_BUDGET // dim))
 
 
+@dataclass
+class _Scores:
+    """The two statistics of every (release, trial, partition, canary), summed over the steps."""
+
+    llr: Tensor
+    spread: Tensor
+    last: Tensor
+    variance: float
+
+    @classmethod
+    def zeros(cls, shape: tuple[int, ...], *, noise_std: float) -> _Scores:
+        return cls(*(torch.zeros(shape, dtype=torch.float64) for _ in range(3)), noise_std**2)
+
+    def add(self, at: tuple[int, int, int], x: Tensor, *, shift: Tensor, q: float, step: int):
+        """Step ``step``'s coordinates ``x`` of the canaries of (release, trial, partition)."""
+        log_out = math.log1p(-q) if q < 1 else -math.inf
+        self.llr[at] += torch.logaddexp(
+            torch.tensor(log_out, dtype=torch.float64),
+            math.log(q) + (shift * x - shift**2 / 2) / self.variance,
+        )
+        if step:
+            self.spread[at] += (x - self.last[at]) ** 2 / (2 * self.variance)
+        self.last[at] = x
+
+    def samples(self, names: list[str], members: np.ndarray) -> dict[str, Samples]:
+        trials = members.shape[0]
+        return {
+            name: Samples(
+                {
+                    "llr": self.llr[v].reshape(trials, -1).numpy(),
+                    "spread": self.spread[v].reshape(trials, -1).numpy(),
+                },
+                members,
+            )
+            for v, name in enumerate(names)
+        }
+
+
 def run_trials(
     transcript: Transcript,
     settings: WhiteboxConfig,
@@ -121,16 +160,10 @@ def run_trials(
     first = transcript.at(0)
     m = per_partition(settings, len(parts), first.pool_rows[parts[0]].shape[1])
     canaries = Canaries(transcript, kind=settings.canary, per_partition=m)
-    coins = (
-        torch.rand(
-            trials, len(parts), m, generator=derive_generator(settings.seed, "whitebox", "coins")
-        )
-        < 0.5
-    )
+    generator = derive_generator(settings.seed, "whitebox", "coins")
+    coins = torch.rand(trials, len(parts), m, generator=generator) < 0.5
     secrets = [derive_seed(settings.seed, "whitebox", "secret", k) for k in range(trials)]
-    shape = (len(releases), trials, len(parts), m)
-    llr, spread, last = (torch.zeros(shape, dtype=torch.float64) for _ in range(3))
-    variance = mech.noise_std**2
+    scores = _Scores.zeros((len(releases), trials, len(parts), m), noise_std=mech.noise_std)
     for step in range(transcript.steps):
         if step % max(1, transcript.steps // 10) == 0:
             progress(f"white-box: step {step + 1}/{transcript.steps}")
@@ -141,50 +174,23 @@ def run_trials(
             rows, directions = canaries.at(view, part)
             shift = clip_rows(rows.double(), max_norm=mech.sensitivity).norm(dim=1)
             q = transcript.rate(part)
-            log_out, log_in = math.log1p(-q) if q < 1 else -math.inf, math.log(q)
             for k in range(trials):
                 inside = torch.nonzero(coins[k, p]).squeeze(1)
                 picks = sample_pool(
-                    len(others) + len(inside),
-                    sample_rate=q,
-                    secret=secrets[k],
-                    step=step,
+                    len(others) + len(inside), sample_rate=q, secret=secrets[k], step=step,
                     partition=part,
-                )
-                mine, theirs = (
-                    picks[picks < len(others)],
-                    inside[picks[picks >= len(others)] - len(others)],
-                )
+                )  # fmt: skip
+                mine = picks[picks < len(others)]
+                theirs = inside[picks[picks >= len(others)] - len(others)]
                 sampled = torch.cat([others[mine], rows[theirs]])
-                subtract = known[mine].sum(0)
                 for v, release in enumerate(releases.values()):
                     y = release(
-                        transcript,
-                        sampled,
-                        canaries=len(theirs),
-                        step=step,
-                        partition=part,
+                        transcript, sampled, canaries=len(theirs), step=step, partition=part,
                         secret=secrets[k],
-                    )
-                    x = (y - subtract) @ directions.T
-                    llr[v, k, p] += torch.logaddexp(
-                        torch.tensor(log_out, dtype=torch.float64),
-                        log_in + (shift * x - shift**2 / 2) / variance,
-                    )
-                    if step:
-                        spread[v, k, p] += (x - last[v, k, p]) ** 2 / (2 * variance)
-                    last[v, k, p] = x
-    members = coins.reshape(trials, -1).numpy()
-    return {
-        name: Samples(
-            {
-                "llr": llr[v].reshape(trials, -1).numpy(),
-                "spread": spread[v].reshape(trials, -1).numpy(),
-            },
-            members,
-        )
-        for v, name in enumerate(releases)
-    }
+                    )  # fmt: skip
+                    x = (y - known[mine].sum(0)) @ directions.T
+                    scores.add((v, k, p), x, shift=shift, q=q, step=step)
+    return scores.samples(list(releases), coins.reshape(trials, -1).numpy())
 
 
 def accounted(transcript: Transcript) -> dict[str, float]:

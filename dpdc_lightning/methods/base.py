@@ -9,6 +9,9 @@ A subclass describes itself with class attributes and a few small hooks:
   ``GeneratedImages``); the base optimises its parameters and exports its images;
 - ``condensation_step(batch, step)`` for a data step and ``free_step(step)`` for a step that reads
   no data and spends nothing (e.g. Dosser's optimisation stage);
+- a private method's release (``release.py``): ``release_context``, ``release_rows``,
+  ``sensitivity``, ``normaliser`` and ``release``, which its step calls through ``release_batch``
+  and the white-box audit calls with canaries; ``checks``: its sizes for ``audit.py check``;
 - ``carry(name, obj)`` registers state kept between steps (an inner network's optimiser, a signal
   bank): anything with ``state_dict``/``load_state_dict`` is saved in every checkpoint and restored
   on resume (submodules are saved with the module anyway).
@@ -17,7 +20,8 @@ A method never touches a trainer: what it needs from whatever runs it (the backw
 optimiser step, the number of processes, a sum over processes, logging) it asks of ``runtime``, a
 :class:`Runtime`. The default one drives steps by hand in one process; ``engine/method_module.py``
 gives Lightning's. The method is built with its final privacy plan (noise multiplier, sample rates,
-step counts) and noise seed; nothing is patched onto it afterwards.
+step counts) and noise seed; nothing is patched onto it afterwards. A class is a method once it is
+registered with its schema (``registry.py``; docs/adding_a_method.md).
 """
 
 from __future__ import annotations

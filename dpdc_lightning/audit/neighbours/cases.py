@@ -176,27 +176,23 @@ class Case:
 def check_cases(method: str, overrides: tuple[str, ...] = ()) -> list[Case]:
     """What ``audit.py check`` runs for ``method``: a record removed from own files with a test
     root (the largest one: clipping must cut it down) and a record of the smallest class from a
-    set whose held-out split is private (each of its variants too); a record replaced under
-    public class sizes on the digits (two sensitivities); a held-out record nothing accounted
-    reads (every output bit-identical); a record of extreme pixels handed over from Python; an
-    auxiliary set from a public file where the method takes one."""
-    cls = method_class(method)
-    common: dict[str, Any] = {"overrides": tuple(overrides)}
+    set whose held-out split is private (each of its variants too); a held-out record nothing
+    accounted reads (every output bit-identical); a record replaced under public class sizes on
+    the digits (two sensitivities); a record of extreme pixels handed over from Python. A method
+    that takes an auxiliary set reads a public file in the cases on own files and the digits'
+    declared-public test split on the digits (its default could be a source a case refuses)."""
+    uses_aux = method_class(method).uses_auxiliary
+    own = {"overrides": tuple(overrides), "aux": "file" if uses_aux else None}
+    digits = {**own, "aux": "public_split" if uses_aux else None}
     cases = [
-        Case(method, "tensors", "largest", sizes="private", test_root=True, **common),
-        Case(method, "tensors", "smallest_class", sizes="private", **common),
-        Case(method, "tensors", "held_out", sizes="private", **common),
-        Case(method, "digits", "typical", **common),
-        Case(method, "api", "extreme", sizes="private", **common),
+        Case(method, "tensors", "largest", sizes="private", test_root=True, **own),
+        Case(method, "tensors", "smallest_class", sizes="private", **own),
+        Case(method, "tensors", "held_out", sizes="private", **own),
+        Case(method, "digits", "typical", **digits),
+        Case(method, "api", "extreme", sizes="private", overrides=tuple(overrides)),
     ]
-    cases += [
-        Case(method, "tensors", "typical", sizes="private", variant=variant, **common)
-        for variant in cls.checks.variants
+    variants = method_class(method).checks.variants
+    return cases + [
+        Case(method, "tensors", "typical", sizes="private", variant=variant, **own)
+        for variant in variants
     ]
-    if cls.uses_auxiliary:
-        cases.append(
-            Case(
-                method, "tensors", "typical", sizes="private", test_root=True, aux="file", **common
-            )
-        )
-    return cases

@@ -131,7 +131,8 @@ def execute(
 
 @dataclass
 class Prepared:
-    """The data of one configuration: D's records (on disk under ``work`` for own data) as loaded."""
+    """The data of one configuration: D's records (on disk under ``work`` for own data), as
+    loaded."""
 
     work: Path
     own: OwnData | None
@@ -198,7 +199,7 @@ def choose_secret(case: Case, prep: Prepared, split: str, index: int) -> int:
     from dpdc_lightning.engine.planning import plan_run
     from dpdc_lightning.methods import DataSpec
 
-    # The rates do not depend on the noise, the target or the auxiliary set: plan without them (fast).
+    # The rates do not depend on the noise, the target or the auxiliary set: plan without them.
     plain = dataclasses.replace(case, aux=None, target=False, sweep=False)
     config = _config(plain.tokens(prep.work))
     record, label = prep.data.train_images[index], int(prep.data.train_labels[index])
@@ -259,7 +260,8 @@ def _pools(data: ImageData, global_pool: bool) -> dict[int, Tensor]:
 
 
 def _removal(before: Tensor, after: Tensor) -> tuple[str, int] | None:
-    """How ``after`` follows from ``before``: ("same", -1), ("replaced", i), ("removed", i), or None."""
+    """How ``after`` follows from ``before``: ("same", -1), ("replaced", i), ("removed", i), or
+    None."""
     if before.shape == after.shape:
         rows = torch.nonzero((before != after).flatten(1).any(1)).flatten().tolist()
         return ("same", -1) if not rows else ("replaced", rows[0]) if len(rows) == 1 else None
@@ -279,7 +281,8 @@ def _differing(before: Tensor, after: Tensor) -> int:
 
 
 def _neighbour(case: Case, prep: Prepared, split: str, index: int) -> Callable[[Patches], None]:
-    """Write D' (own data files) or prepare its loader (digits, the Python API); returns the loader patch."""
+    """Write D' (own data files) or prepare its loader (digits, the Python API); returns the
+    loader patch."""
     if prep.own is None:
         changed = _changed_image_data(prep.data, split, index, case.relation)
         if case.data == "api":
@@ -309,9 +312,9 @@ def _pool_changes(
         if how is None:
             change = f"with one record {case.relation}d" if split == "train" else "unchanged"
             problems.append(
-                f"the training records of D' are not D's {change}: partition {partition} has {len(pool)} records in D "
-                f"and {len(pools_after[partition])} in D' ({_differing(pool, pools_after[partition])} of D's records "
-                "are not in D')"
+                f"the training records of D' are not D's {change}: partition {partition} has "
+                f"{len(pool)} records in D and {len(pools_after[partition])} in D' "
+                f"({_differing(pool, pools_after[partition])} of D's records are not in D')"
             )
         elif how[0] != "same":
             moved.append(partition)
@@ -344,21 +347,15 @@ def run_case(
     secret = choose_secret(case, prep, split, index)
     ref = reference(case, work, secret, runner=runner)
     verdict.calls = len(ref.calls)
-    if (
-        ref.exit_code != 0
-    ):  # a refused configuration reads no record: where D' trains does not matter
+    if ref.exit_code != 0:  # a refused configuration reads no record: where D' trains is moot
         patches = _neighbour(case, prep, split, index)
         return _refusal(verdict, ref, work, secret, patches, runner)
     if changes:  # D' does not differ from D by the one record: no coupling to check
         verdict.problems += changes
         return verdict
     _neighbour(case, prep, split, index)  # D's run rewrote D's files
-    expected = (
-        []
-        if split == "test"
-        else [int(prep.data.train_labels[index])] + ([-1] if case.global_pool else [])
-    )
-    if sorted(moved) != sorted(expected):
+    expected = [] if split == "test" else [int(prep.data.train_labels[index])]
+    if sorted(moved) != sorted(expected + ([-1] if expected and case.global_pool else [])):
         raise RuntimeError(f"the change of D' is not where the harness put it: {moved}")
     # A private held-out split is read by no accounted mechanism; a public one only as a declared
     # public auxiliary set (method.aux.source=public_split).
@@ -367,34 +364,59 @@ def run_case(
         modes = (
             ("plain",) if not case.private else ("coupled",) if never_read else ("plain", "coupled")
         )
-    ledger = ledger_for(class_sizes=case.sizes, auxiliary_source=case.aux)
-    tokens = case.tokens(work)
+    run = _Neighbour(case, work, ref, secret, patches, runner, never_read)
     if "plain" in modes:
-        plain = execute(
-            tokens, work=work, tap=MechanismTap(), secret=secret, patches=patches, runner=runner
-        )
-        found = differences(ref.outputs, plain.outputs, ledger=() if never_read else ledger)
-        verdict.problems += (
-            ["(b) a record nothing accounted reads changed the outputs"]
-            if never_read and found
-            else []
-        )
-        verdict.problems += [f"(a) same secret: {line}" for line in found]
+        verdict.problems += run.plain()
     if "coupled" in modes:
-        coupled = execute(
-            tokens,
-            work=work,
-            tap=MechanismTap(ref.calls),
-            secret=secret,
+        verdict.problems += run.coupled(removed, verdict, train=split == "train")
+    return verdict
+
+
+@dataclass
+class _Neighbour:
+    """D' of one case against D's run ``ref``."""
+
+    case: Case
+    work: Path
+    ref: Outcome
+    secret: int
+    patches: Callable[[Patches], None]
+    runner: Runner
+    never_read: bool
+
+    def _execute(self, tap: MechanismTap, removed: dict[int, int] | None = None) -> Outcome:
+        return execute(
+            self.case.tokens(self.work),
+            work=self.work,
+            tap=tap,
+            secret=self.secret,
             removed=removed,
-            patches=patches,
-            runner=runner,
+            patches=self.patches,
+            runner=self.runner,
         )
-        bound = 0 if never_read else (1 if case.relation == "remove" else 2)
-        verdict.problems += [
-            f"(c) {line}" for line in _check_calls(ref.calls, coupled.calls, bound)
-        ]
-        verdict.problems += [
+
+    def plain(self) -> list[str]:
+        """(a) same secret: every output outside the ledger equal; (b) all of them where nothing
+        accounted reads the record."""
+        case = self.case
+        ledger = ledger_for(class_sizes=case.sizes, auxiliary_source=case.aux)
+        plain = self._execute(MechanismTap())
+        found = differences(
+            self.ref.outputs, plain.outputs, ledger=() if self.never_read else ledger
+        )
+        problems = []
+        if self.never_read and found:
+            problems.append("(b) a record nothing accounted reads changed the outputs")
+        return problems + [f"(a) same secret: {line}" for line in found]
+
+    def coupled(self, removed: dict[int, int], verdict: Verdict, *, train: bool) -> list[str]:
+        """(c) D's releases coupled into D': the same calls, pre-noise sums within the
+        sensitivity; every output then equal to D's."""
+        ref = self.ref
+        coupled = self._execute(MechanismTap(ref.calls), removed)
+        bound = 0 if self.never_read else (1 if self.case.relation == "remove" else 2)
+        problems = [f"(c) {line}" for line in _check_calls(ref.calls, coupled.calls, bound)]
+        problems += [
             f"(a) coupled releases: {line}" for line in differences(ref.outputs, coupled.outputs)
         ]
         verdict.read = sum(
@@ -402,12 +424,12 @@ def run_case(
             for mine, theirs in zip(ref.calls, coupled.calls)
             if mine.pre.shape == theirs.pre.shape and not torch.equal(mine.pre, theirs.pre)
         )
-        if split == "train" and not verdict.read:
-            verdict.problems.append(
+        if train and not verdict.read:
+            problems.append(
                 "(c) vacuous: the changed record moved no pre-noise sum, though D's secret was "
                 "chosen to sample it"
             )
-    return verdict
+        return problems
 
 
 def _refusal(
@@ -468,14 +490,15 @@ def _check_calls(reference: list[Call], coupled: list[Call], records: int) -> li
             theirs.pre.shape,
         ):
             problems.append(
-                f"{where}: D' called the mechanism differently (noise key, event, sensitivity or shape)"
+                f"{where}: D' called the mechanism differently (noise key, event, sensitivity or "
+                "shape)"
             )
             continue
         moved = float(torch.linalg.vector_norm(theirs.pre - mine.pre))
         limit = records * mine.sensitivity * (1 + ROUNDING)
         if (records == 0 and moved != 0.0) or moved > limit:
             problems.append(
-                f"{where}: the pre-noise sum moved by {moved:.6g}, more than {records} x sensitivity "
-                f"{mine.sensitivity:g}"
+                f"{where}: the pre-noise sum moved by {moved:.6g}, more than {records} x "
+                f"sensitivity {mine.sensitivity:g}"
             )
     return problems

@@ -128,7 +128,8 @@ def _markdown_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
 
 
 def _events(path: Path) -> dict[str, Any]:
-    """TensorBoard events without wall times: ``tag@step`` -> value (hparams without their times)."""
+    """TensorBoard events without wall times: ``tag@step`` -> value (hparams without their
+    times)."""
     from google.protobuf.json_format import MessageToDict
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
     from tensorboard.plugins.hparams.plugin_data_pb2 import HParamsPluginData
@@ -154,7 +155,8 @@ def _events(path: Path) -> dict[str, Any]:
 
 
 def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
-    """Every file under ``folder`` as ``relative/path:field`` -> value (files listed under ``files``)."""
+    """Every file under ``folder`` as ``relative/path:field`` -> value (files listed under
+    ``files``)."""
     outputs: dict[str, Any] = {}
     if not folder.exists():
         outputs["files"] = None

@@ -20,7 +20,8 @@ SIDE = 12
 
 
 def _own_arrays(sizes: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
-    """uint8 [N, 1, SIDE, SIDE]: class c is a bright bar on rows 3c+1..3c+3 plus noise; all distinct."""
+    """uint8 [N, 1, SIDE, SIDE]: class c is a bright bar on rows 3c+1..3c+3 plus noise; all
+    distinct."""
     generator = torch.Generator().manual_seed(seed)
     labels = torch.cat([torch.full((n,), c, dtype=torch.int64) for c, n in enumerate(sizes)])
     images = torch.randint(0, 90, (len(labels), 1, SIDE, SIDE), generator=generator)
@@ -30,10 +31,11 @@ def _own_arrays(sizes: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
 
 
 def _inverted_on_the_same_side(image: Tensor, label: int) -> Tensor:
-    """The pixel inversion of a record, nudged (first pixel) until the hold-out of data/loaders/own.py (default
-    fraction and seed) puts it on the same side of the split as the record it replaces: the
-    replacement then changes one record of one split, as the relation means. (Each record's side is
-    its own hash, so a plain inversion could cross to the other split.)"""
+    """The pixel inversion of a record, nudged (first pixel) until the hold-out of
+    data/loaders/own.py (default fraction and seed) puts it on the same side of the split as the
+    record it replaces: the replacement then changes one record of one split, as the relation
+    means. (Each record's side is its own hash, so a plain inversion could cross to the other
+    split.)"""
     from dpdc_lightning.data.loaders.own import hold_out
 
     def held_out(pixels: Tensor) -> bool:
@@ -125,9 +127,9 @@ _API: dict[
 
 
 def _api_data() -> ImageData:
-    """The harness's own records as normalised tensors (the Python API), plus one record of pixels at
-    EXTREME at the end of the smallest class, the last training record (finite: the load check of
-    the code this harness was written against let it pass)."""
+    """The harness's own records as normalised tensors (the Python API), plus one record of
+    pixels at EXTREME at the end of the smallest class, the last training record (finite: the load
+    check of the code this harness was written against let it pass)."""
     own = OwnData.make()
     labels = torch.cat([own.labels, torch.tensor([len(OWN_SIZES) - 1])])
     images = torch.cat([own.unit_rows("train"), torch.full((1, 1, SIDE, SIDE), EXTREME)])
@@ -141,7 +143,8 @@ def _api_data() -> ImageData:
 
 
 def write_aux_file(work: Path, image_shape: tuple[int, ...]) -> None:
-    """A public auxiliary file for Dosser's SER (method.aux.source=file): 10 float images in [-1, 1]."""
+    """A public auxiliary file (method.aux.source=file, Dosser's SER): 10 float images in
+    [-1, 1]."""
     generator = torch.Generator().manual_seed(13)
     torch.save(
         {"images": torch.rand(10, *image_shape, generator=generator) * 2 - 1}, work / "aux.pt"
