@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 LOCK := constraints.txt
 UV_VERSION := 0.13.9
 
-.PHONY: demo lint test test-slow test-latest lock
+.PHONY: demo lint test test-slow test-latest lock chromium gpu-bundle gpu-check-dry
 
 # The DP-MERF plug-in (method=dp_merf): a package of its own, registered by its entry point, installed
 # beside the project (the fast suite tests it).
@@ -34,8 +34,15 @@ lint: $(STAMP)
 test: lint
 	$(PY) -m pytest -q
 
-test-slow: $(STAMP)
+# The slow tests include the report's browser test: Debian's chromium, installed here when missing
+# (as root, with apt-get), required otherwise.
+test-slow: $(STAMP) chromium
 	$(PY) -m pytest -q -m slow
+
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  { echo "error: make test-slow needs chromium (the report's browser test): apt-get install chromium" >&2; exit 2; }
 
 # Early warning: the fast suite on the newest releases pyproject.toml allows, unlocked, in .venv-latest.
 test-latest:
@@ -54,3 +61,19 @@ lock:
 	  { $(PYTHON) -m venv .venv-lock && .venv-lock/bin/python -m pip install --quiet uv==$(UV_VERSION); }
 	.venv-lock/bin/uv pip compile pyproject.toml --extra dev --universal --fork-strategy fewest $(UPGRADE) \
 	  --default-index https://pypi.org/simple --custom-compile-command 'make lock' --quiet -o $(LOCK)
+
+# A lent GPU (benchmarks/README.md, "On a lent GPU"). gpu-bundle fills the ignored .gpu/ with what the
+# GPU machine lacks (wheels, FashionMNIST, the DPDC authors' loop when a local snapshot exists) and
+# prints its size. gpu-check-dry runs benchmarks/gpu_check.sh on the CPU at a tiny size as two calls
+# (the second resumes from what the first returned), prints the GPU estimate per stage, and imports
+# the second call's files into a scratch results folder (CI runs it: the script cannot rot).
+DRY := /tmp/dpdc-gpu-dry
+gpu-bundle: $(STAMP)
+	$(PY) benchmarks/gpu_bundle.py
+
+gpu-check-dry: $(STAMP)
+	rm -rf $(DRY) && mkdir -p $(DRY)/resume
+	OUT=$(DRY)/out1 GPU_CHECK_WORK=$(DRY)/work1 GPU_CHECK_MAX_ROWS=2 PYTHON=$(PY) bash benchmarks/gpu_check.sh --dry-run
+	cp $(DRY)/out1/stages.json $(DRY)/out1/state.tar.gz $(DRY)/resume/
+	OUT=$(DRY)/out2 GPU_CHECK_WORK=$(DRY)/work2 GPU_CHECK_RESUME=$(DRY)/resume PYTHON=$(PY) bash benchmarks/gpu_check.sh --dry-run
+	$(PY) benchmarks/gpu_import.py $(DRY)/out2 --results $(DRY)/results --allow-dry-run

@@ -5,15 +5,15 @@ architecture notes (before/after a change).
     python benchmarks/import_graph.py                    # this checkout
     python benchmarks/import_graph.py --root /other/checkout --path before
 
-Every import counts: module level, inside functions, under TYPE_CHECKING, ``importlib.import_module``
-with a literal name, and the lazy exports of PEP 562 (a dict handed to ``lazy_getattr``). A *room*
-is a package or a top-level module of ``dpdc_lightning`` (the package's own ``__init__`` is the room
-``dpdc_lightning``, the public API). Rooms have a declared *rank*, the layer they belong to (cli →
-evaluation/audit → engine → methods → config → data/models/augment → privacy → errors/seeding);
-an *upward arrow* goes from a room to a room of higher rank. *Floors* are measured, not declared:
-a room's floor is one more than the highest floor it imports (circles counted as one room), and
-the number of floors is the longest import chain. *Circles* are strongly connected groups of
-modules (files).
+Every import counts: module level, inside functions, under TYPE_CHECKING,
+``importlib.import_module`` with a literal name, and the lazy exports of PEP 562 (a dict handed to
+``lazy.exports``, or to ``lazy_getattr`` in older layouts). A *room* is a package or a top-level
+module of ``dpdc_lightning`` (the package's own ``__init__`` is the room ``dpdc_lightning``, the
+public API). Rooms have a declared *rank*, the layer they belong to (cli → evaluation/audit → engine
+→ methods → config → data/models/augment → privacy → errors/seeding); an *upward arrow* goes from a
+room to a room of higher rank. *Floors* are measured, not declared: a room's floor is one more than
+the highest floor it imports (circles counted as one room), and the number of floors is the longest
+import chain. *Circles* are strongly connected groups of modules (files).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ RANKS = {
     "lazy": 0,
     "seeding": 0,
     "tensor_files": 0,
+    "plots": 0,
     "privacy": 1,
     "data": 2,
     "models": 2,
@@ -50,6 +51,7 @@ RANKS = {
     "tensorboard": 5,
     "image_grid": 5,
     "checkpoint_io": 5,
+    "report": 5,
     "evaluation": 6,
     "audit": 6,
     "cli": 7,
@@ -86,7 +88,7 @@ NOISE_MULTIPLIER_PATHS = {
         "conf/privacy/default.yaml",
         "config/schema.py",
         "engine/planning.py",
-        "methods/base.py",
+        "privacy/planner.py",
         "privacy/plan.py",
         "methods/base.py",
         "methods/ndpdc.py",
@@ -194,7 +196,9 @@ def _resolve(name: str, modules: set[str]) -> str | None:
 
 def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterable[str]:
     package = module if is_package else module.rpartition(".")[0]
-    lazy_tables = _lazy_tables(tree)
+    lazy_tables, lazy_dicts = _lazy_tables(tree)
+    for table in lazy_dicts:
+        yield from _lazy_targets(table, package)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
@@ -218,10 +222,15 @@ def _imported_names(tree: ast.AST, module: str, is_package: bool) -> Iterable[st
             isinstance(t, ast.Name) and t.id in lazy_tables for t in node.targets
         ):
             if isinstance(node.value, ast.Dict):
-                for value in node.value.values:
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                        target = value.value
-                        yield target if "." in target else f"{package}.{target}"
+                yield from _lazy_targets(node.value, package)
+
+
+def _lazy_targets(table: ast.Dict, package: str) -> Iterable[str]:
+    """The modules a lazy-export dict points at: a submodule of the package, or a dotted path."""
+    for value in table.values:
+        if isinstance(value, ast.Constant) and isinstance(value.value, str):
+            target = value.value
+            yield target if "." in target else f"{package}.{target}"
 
 
 def _called(node: ast.Call) -> str:
@@ -233,15 +242,22 @@ def _called(node: ast.Call) -> str:
     return ""
 
 
-def _lazy_tables(tree: ast.AST) -> set[str]:
-    """Names of the dicts handed to ``lazy_getattr`` (PEP 562 exports)."""
-    return {
-        arg.id
+LAZY_CALLS = ("exports", "lazy.exports", "lazy_getattr")  # today's name, then an older layout's
+
+
+def _lazy_tables(tree: ast.AST) -> tuple[set[str], list[ast.Dict]]:
+    """The dicts handed to a lazy-export call (PEP 562): names of those passed by name, and those
+    written in the call."""
+    args = [
+        arg
         for node in ast.walk(tree)
-        if isinstance(node, ast.Call) and _called(node) == "lazy_getattr"
+        if isinstance(node, ast.Call) and _called(node) in LAZY_CALLS
         for arg in node.args
-        if isinstance(arg, ast.Name)
-    }
+    ]
+    return (
+        {arg.id for arg in args if isinstance(arg, ast.Name)},
+        [arg for arg in args if isinstance(arg, ast.Dict)],
+    )
 
 
 def _components(edges: dict[str, set[str]]) -> list[list[str]]:

@@ -41,7 +41,7 @@ from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC  # noqa: E402
 from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
-from dpdc_lightning.privacy.plan import make_plan  # noqa: E402
+from dpdc_lightning.privacy.planner import make_plan  # noqa: E402
 from dpdc_lightning.privacy.sampling import poisson_sample  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 

@@ -4,6 +4,7 @@
     python benchmarks/reproduce.py --scale cpu --rows dm,ldpdc,ndpdc  # CPU-reduced FashionMNIST
     python benchmarks/reproduce.py --scale paper --accelerator gpu  # the papers' protocols (GPU)
     python benchmarks/reproduce.py --scale cpu --dry-run           # the plan: rows, steps, ε, estimated work
+    python benchmarks/reproduce.py --scale cpu --dataset fashion_mnist --redraw  # figure from the table
 
 Methods: DM, LDPDC, NDPDC, DC/DSA, PSG, PSG with the generator prior, Dosser. Each row condenses
 through the package API (``config.compose`` + ``training.train``) into ``<work-dir>/runs``, then
@@ -76,6 +77,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help=f"comma list of methods ({', '.join(METHODS)}), row keys or all",
     )
     parser.add_argument(
+        "--keys",
+        default=None,
+        help="comma list of exact row keys, run in this order (instead of --rows)",
+    )
+    parser.add_argument(
         "--work-dir", default="/tmp/dpdc_reproduce", help="runs and the results cache"
     )
     parser.add_argument(
@@ -100,18 +106,57 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan and estimated work; run nothing"
     )
+    parser.add_argument(
+        "--redraw",
+        action="store_true",
+        help="draw the figure again from the numbers of the written table (--out); run nothing",
+    )
     args = parser.parse_args(argv)
     try:
         args.selected = select(args.rows, SCALES[args.scale].rows)
     except ValueError as err:
         parser.error(str(err))
+    if args.keys is not None:
+        by_key = {r.key: r for r in SCALES[args.scale].rows}
+        keys = [k.strip() for k in args.keys.split(",") if k.strip()]
+        if unknown := [k for k in keys if k not in by_key]:
+            parser.error(
+                f"--keys: unknown row(s) {', '.join(unknown)}; choose from {', '.join(by_key)}"
+            )
+        args.selected = [by_key[k] for k in keys]
     if args.out is not None and Path(args.out).suffix != ".md":
         parser.error(f"--out must name a .md file, got {args.out!r}")
     return args
 
 
+def default_out(dataset: str, scale: str) -> Path:
+    return ROOT / "benchmarks" / "results" / f"reproduce_{dataset}_{scale}.md"
+
+
+def redraw(args: argparse.Namespace) -> int:
+    """The figure of a written table drawn again from the table's own numbers (the mean ± std
+    cells and run counts), e.g. after the plotting code changed; nothing is run."""
+    from dpdc_repro.report import draw, points_from_markdown
+
+    scale = SCALES[args.scale]
+    out = Path(args.out or default_out(args.dataset or scale.dataset, scale.name))
+    if not out.is_file():
+        fail(f"{out} does not exist: run its rows first (without --redraw)")
+    try:
+        png = draw(points_from_markdown(out.read_text(), list(scale.rows)))
+    except ValueError as err:
+        fail(f"{out}: {err}")
+    if png is None:
+        fail(f"{out} has no finished row to draw")
+    out.with_suffix(".png").write_bytes(png)
+    print(f"drew {out.with_suffix('.png')} from {out.name}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.redraw:
+        return redraw(args)
     from dpdc_repro.common import ResultCache
     from dpdc_repro.report import write_outputs
     from dpdc_repro.run import dry_run_text, fingerprint, run_row
@@ -161,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    out = Path(args.out or ROOT / "benchmarks" / "results" / f"reproduce_{dataset}_{scale.name}.md")
+    out = Path(args.out or default_out(dataset, scale.name))
     # the command that makes the whole table (a --rows subset adds its rows to the same table)
     options = [
         ("--seed", args.seed if args.seed else None),

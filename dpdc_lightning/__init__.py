@@ -5,7 +5,7 @@
     config = compose(["method=ndpdc", "privacy.target_epsilon=2"])
     result = condense(config)                  # in process, nothing written: result.images, .labels, .report
     run_dir = train(config)                    # the same as `python train.py ...`: a run folder with a bundle
-    bundle = load_bundle(run_dir)              # checked tensors + privacy report
+    bundle = load_bundle(run_dir)              # verified tensors + privacy report
     scores = evaluate(run_dir, models=("convnet",), overrides=("eval=quick",))  # {model: ModelResult}
 
 Names are imported on first use, so ``import dpdc_lightning`` is instant and the command line can
@@ -16,20 +16,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpdc_lightning.lazy import lazy_getattr
+from dpdc_lightning.lazy import exports
 
 __version__ = "0.1.0"
 
-_WHERE = {
-    "compose": "dpdc_lightning.config",
-    "condense": "dpdc_lightning.engine.condense",
-    "train": "dpdc_lightning.engine.training",
-    "load_bundle": "dpdc_lightning.engine.bundle",
-    "register_dataset": "dpdc_lightning.data",
-    "ImageData": "dpdc_lightning.data",
-}
-
-__all__ = ["__version__", "evaluate", *sorted(_WHERE)]
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "compose": "dpdc_lightning.config",
+        "condense": "dpdc_lightning.engine.condense",
+        "train": "dpdc_lightning.engine.training",
+        "load_bundle": "dpdc_lightning.engine.bundle",
+        "register_dataset": "dpdc_lightning.data",
+        "ImageData": "dpdc_lightning.data",
+    },
+    eager=("__version__", "evaluate"),
+)
 
 
 def evaluate(
@@ -47,6 +49,3 @@ def evaluate(
         run_dir, models=tuple(models), overrides=tuple(overrides), quiet=not progress
     )
     return {result.model: result for result in outcome["results"]}
-
-
-__getattr__ = lazy_getattr(__name__, _WHERE)

@@ -43,6 +43,57 @@ def test_auc_and_roc_match_sklearn(seed):
         assert metrics.tpr_at_fpr(scores, members, limit) == pytest.approx(tpr[fpr <= limit].max())
 
 
+def _brute_force_roc(scores, members):
+    """Every threshold tried by hand: the rule "member iff score >= t" at t = +inf and each distinct
+    score; the AUC as the Mann–Whitney statistic (pairs, ties counting one half). Independent of
+    any ROC code."""
+    scores, members = np.asarray(scores, float), np.asarray(members, bool)
+    points = [
+        (float(np.mean(scores[~members] >= t)), float(np.mean(scores[members] >= t)))
+        for t in [math.inf, *sorted(set(scores.tolist()), reverse=True)]
+    ]
+    pairs = [(a > b) + 0.5 * (a == b) for a in scores[members] for b in scores[~members]]
+    return points, float(np.mean(pairs))
+
+
+def test_roc_metrics_on_fixed_scores_equal_a_hand_count():
+    """The audit's AUC, TPR at FPR and advantage on scores counted by hand: 4 members and 6
+    non-members with ties inside and across the classes (written on the hand-written ROC, kept when
+    scikit-learn's replaced it). Thresholds 0.9, 0.8, 0.7, 0.3, 0.2, 0.1 give the points (0, 1/4),
+    (1/6, 1/4), (2/6, 3/4), (3/6, 3/4), (5/6, 1), (1, 1); U = 6 + 4.5 + 4.5 + 2 = 17 of 24 pairs."""
+    members = [1, 0, 1, 1, 0, 0, 0, 1, 0, 0]
+    scores = [0.9, 0.8, 0.7, 0.7, 0.7, 0.3, 0.2, 0.2, 0.2, 0.1]
+    assert metrics.auc(scores, members) == pytest.approx(17 / 24, abs=1e-15)
+    expected = {0.001: 1 / 4, 0.01: 1 / 4, 1 / 6: 1 / 4, 0.2: 1 / 4, 2 / 6: 3 / 4, 5 / 6: 1.0}
+    for limit, tpr in expected.items():
+        assert metrics.tpr_at_fpr(scores, members, limit) == tpr, limit
+    assert metrics.advantage(scores, members) == pytest.approx(3 / 4 - 2 / 6, abs=1e-15)
+    assert metrics.best_threshold(scores, members) == 0.7
+    fpr, tpr, thresholds = metrics.roc_curve(scores, members)
+    assert np.allclose(fpr, [0, 0, 1 / 6, 2 / 6, 3 / 6, 5 / 6, 1])
+    assert np.allclose(tpr, [0, 1 / 4, 1 / 4, 3 / 4, 3 / 4, 1, 1])
+    assert thresholds[0] == math.inf and list(thresholds[1:]) == [0.9, 0.8, 0.7, 0.3, 0.2, 0.1]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_roc_metrics_equal_every_threshold_tried_by_hand(seed):
+    """Unequal class counts (about 1 member in 4) and many ties: the audit's AUC and TPR at each FPR
+    (the largest TPR among thresholds whose FPR is at most the limit, no interpolation) against
+    :func:`_brute_force_roc`, at the audit's FPR points and at limits that hit a point exactly."""
+    rng = np.random.default_rng(seed)
+    members = (rng.random(157) < 0.25).astype(int)
+    scores = np.round(rng.normal(size=157) + 0.8 * members, 1)
+    points, auc = _brute_force_roc(scores, members)
+    assert metrics.auc(scores, members) == pytest.approx(auc, abs=1e-12)
+    negatives = int((members == 0).sum())
+    for limit in (*metrics.FPR_POINTS, 1 / negatives, 3 / negatives, 0.1, 0.5, 1.0):
+        expected = max(t for f, t in points if f <= limit + 1e-12)
+        assert metrics.tpr_at_fpr(scores, members, limit) == pytest.approx(expected, abs=1e-15)
+    assert metrics.advantage(scores, members) == pytest.approx(max(t - f for f, t in points))
+    summary = metrics.summarise(scores, members, delta=1e-5, seed=seed)
+    assert summary.auc == pytest.approx(auc, abs=1e-12)
+
+
 def test_clopper_pearson_matches_beta_quantiles():
     for k, n in [(0, 10), (3, 10), (10, 10), (17, 250)]:
         upper = metrics.clopper_pearson_upper(k, n, confidence=0.95)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from dpdc_lightning.cli import run
+from dpdc_lightning.privacy.digests import plan_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,11 +42,13 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     finished.mkdir()
     from dpdc_lightning.engine.bundle import save_bundle
 
+    plan = _non_private_plan()  # a bundle that passes `dpdc-privacy verify` (its plan.json too)
+    (finished / "plan.json").write_text(json.dumps(plan))
     save_bundle(
         finished,
         images=images,
         labels=labels,
-        report={"method": "dm", "epsilon": None},
+        report={"method": "dm", "epsilon": None, "plan_sha256": plan_digest(plan)},
         grid_png=None,
     )
     from dpdc_lightning.config import compose, to_yaml
@@ -88,6 +92,24 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     _tensor_files(tmp_path)
     cache = tmp_path_factory.mktemp("cache")  # dataset staging goes outside the watched folder
     return tmp_path, cache
+
+
+def _non_private_plan() -> dict:
+    from dpdc_lightning.privacy.plan import PrivacyPlan
+
+    return PrivacyPlan(
+        private=False,
+        sampling="per_class_fixed",
+        sample_size=1.0,
+        sample_rates=(1.0,) * 4,
+        data_steps=1,
+        free_steps=0,
+        noise_multiplier=None,
+        delta=None,
+        target_epsilon=None,
+        accountant="rdp",
+        planned_epsilon=None,
+    ).to_dict()
 
 
 def _made(path: Path) -> Path:

@@ -23,7 +23,8 @@ from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.calibration import max_steps
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule, make_plan
+from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
+from dpdc_lightning.privacy.planner import make_plan
 
 DELTA = 1e-5
 RATE = 4 / 48  # group size 4 over the toy's 48 records per class
@@ -217,6 +218,36 @@ def _plan(target=None, *, calibrate="steps", steps=ITERATIONS, free=0, private=T
         calibrate=calibrate,
         accountant="rdp",
     )
+
+
+def test_a_generous_target_never_plans_more_data_steps_than_the_method_asks():
+    """calibrate=steps cuts the data steps to what the target allows and never adds one."""
+    plan = _plan(1000.0, calibrate="steps")
+    assert plan.data_steps == ITERATIONS and plan.planned_epsilon < 1000.0
+
+
+@pytest.mark.parametrize("cap, data_steps, free_steps", [(10, 8, 2), (6, 6, 0), (20, 8, 5)])
+def test_a_step_cap_takes_the_data_steps_first_then_the_free_ones(cap, data_steps, free_steps):
+    schedule = StepSchedule(
+        private=True,
+        sampling="per_class_poisson",
+        sample_size=4,
+        data_steps=8,
+        free_steps=5,
+        default_noise_multiplier=1.0,
+    )
+    plan = make_plan(
+        schedule,
+        class_sizes=(48,) * 4,
+        method="test",
+        noise_multiplier=None,
+        target_epsilon=None,
+        delta=DELTA,
+        calibrate="sigma",
+        accountant="rdp",
+        step_cap=cap,
+    )
+    assert (plan.data_steps, plan.free_steps) == (data_steps, free_steps)
 
 
 class FakeModule:

@@ -25,7 +25,8 @@ from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
 from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.privacy.plan import StepSchedule, make_plan
+from dpdc_lightning.privacy.plan import StepSchedule
+from dpdc_lightning.privacy.planner import make_plan
 from dpdc_lightning.privacy.report import build_report
 from dpdc_lightning.privacy.secret import SECRET_FILE
 

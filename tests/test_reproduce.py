@@ -167,7 +167,16 @@ def test_table_and_figure_show_finished_rows_and_the_banner(tmp_path):
     )
     assert "| 61 s | 30 s | test CPU |" in ndpdc and "30 epochs x 2 runs" in ndpdc
     assert text.count("(not run yet)") == len(scale.rows) - 2
-    assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
+    figure = out.with_suffix(".png").read_bytes()
+    assert figure.startswith(b"\x89PNG")
+    # --redraw reads the table's own numbers back: the same points, so the same figure
+    from dpdc_repro.report import draw, points_from_markdown
+
+    from dpdc_lightning.plots.accuracy import Point
+
+    points = points_from_markdown(out.read_text(), list(scale.rows))
+    assert points == {"NDPDC": [Point(1.0, 72.0, 2.0, 2)], "DM": [Point(None, 80.0, 0.0, 2)]}
+    assert draw(points) == figure
 
 
 @pytest.mark.slow  # every method at the tiny scale on digits, then again from the cache: ~4 min on 2 cores

@@ -210,6 +210,52 @@ def test_ctrl_c_before_the_first_step_keeps_nothing(tmp_path, monkeypatch, capsy
     assert not (tmp_path / "run").exists()
 
 
+def test_ctrl_c_before_the_first_step_of_a_resumed_run_keeps_its_folder(tmp_path, monkeypatch):
+    """Only a folder this process created is removed: a resumed run interrupted before its first
+    step (no checkpoint yet) keeps its config, plan and secret, and says how to resume."""
+    from dpdc_lightning.engine.training import train
+    from dpdc_lightning.methods.ndpdc import NDPDC
+
+    original = NDPDC.condensation_step
+    stop_at = {"step": 2}
+
+    def interrupt(self, batch, step):
+        if step == stop_at["step"]:
+            raise KeyboardInterrupt
+        return original(self, batch, step)
+
+    monkeypatch.setattr(NDPDC, "condensation_step", interrupt)
+    handler = signal.getsignal(signal.SIGINT)
+    run_dir = tmp_path / "run"
+    config = compose(["method=ndpdc", *TINY, "method.iterations=4", f"run_dir={run_dir}"])
+    try:
+        with pytest.raises(Interrupted, match="interrupted at step 2"):
+            train(config)  # no checkpoint written: checkpoint_every is past the last step
+        stop_at["step"] = 0
+        with pytest.raises(Interrupted, match=f"interrupted at step 0; .*resume={run_dir}"):
+            train(compose([f"resume={run_dir}"]))
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    assert not (run_dir / "checkpoints" / "last.ckpt").exists()
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "plan.json").is_file()
+    assert (run_dir / ".private_seed").is_file()
+
+
+def test_a_failed_write_into_a_new_run_folder_leaves_nothing(tmp_path, monkeypatch, capsys):
+    from dpdc_lightning.engine import training
+
+    def full_disk(run_dir, data, **keys):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(training, "write_provenance", full_disk)
+    run_dir = tmp_path / "run"
+    code = run(train_main, ["method=ndpdc", *TINY, "method.iterations=2", f"run_dir={run_dir}"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error:") == 1
+    assert f"cannot write to run_dir {run_dir}: No space left on device" in err
+    assert not run_dir.exists()
+
+
 # --------------------------------------------------------------------------- own data
 
 
@@ -252,11 +298,12 @@ def test_imagefolder_resizes_keeps_class_names_and_holds_out_a_private_test_spli
 
 @pytest.mark.parametrize("suffix", [".pt", ".npz"])
 def test_tensor_files_are_read_and_checked(tmp_path, suffix):
-    images = (torch.rand(30, 1, 6, 6) * 255).to(torch.uint8)
+    generator = torch.Generator().manual_seed(0)
+    images = (torch.rand(30, 1, 6, 6, generator=generator) * 255).to(torch.uint8)
     labels = torch.arange(30) % 3
     path = tmp_path / f"data{suffix}"
     if suffix == ".pt":
-        test_images = (torch.rand(6, 1, 6, 6) * 255).to(
+        test_images = (torch.rand(6, 1, 6, 6, generator=generator) * 255).to(
             torch.uint8
         )  # not private records (issue 19)
         torch.save(
@@ -273,8 +320,14 @@ def test_tensor_files_are_read_and_checked(tmp_path, suffix):
     data = load_dataset("tensors", root=path, image_size=4)
     assert data.train_images.shape[1:] == (1, 4, 4)
     assert data.test_is_private == (suffix == ".npz")
-    expected = 30 if suffix == ".pt" else 24
-    assert len(data.train_labels) == expected
+    if suffix == ".pt":  # a test split in the file: every record is trained on
+        assert len(data.train_labels) == 30 and len(data.test_labels) == 6
+    else:  # held out of the 30 records: each on exactly one side, a few on the test side
+        assert len(data.train_labels) + len(data.test_labels) == 30
+        assert 0 < len(data.test_labels) < 15
+        assert sorted(data.train_labels.tolist() + data.test_labels.tolist()) == sorted(
+            labels.tolist()
+        )
     bad = tmp_path / "bad.pt"
     torch.save({"images": torch.rand(4, 1, 6, 6) * 3, "labels": torch.arange(4) % 2}, bad)
     with pytest.raises(UserError, match="bad.pt.*\\[0, 1\\]"):
@@ -440,6 +493,8 @@ def test_sweep_runs_the_product_reports_a_failure_and_writes_table_csv_and_plot(
         and "REDUCED PROTOCOL" in (folder / "summary.md").read_text()
     )
     assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
+    page = (folder / "report.html").read_text(encoding="utf-8")  # one page over the members
+    assert "compose <strong>sequentially</strong>" in page and page.count("/report.html") == 2
     from dpdc_lightning.cli.commands import evaluate_main
 
     assert (

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import statistics
 from pathlib import Path
 
 import torch
 
 from dpdc_lightning.evaluation import EvalProtocol
-from dpdc_lightning.evaluation.plot import accuracy_vs_epsilon_png
 from dpdc_lightning.evaluation.results import REDUCED_BANNER
+from dpdc_lightning.plots.accuracy import Point, accuracy_vs_epsilon_png
 from dpdc_repro.common import accuracy_cell, device_line, runs_text
 from dpdc_repro.plan import Row, Scale
 from dpdc_repro.published import published_for
@@ -136,25 +138,53 @@ def markdown(
     return "\n".join(lines)
 
 
+SPREAD = "evaluation runs of one condensation"
+
+
 def figure_png(rows: list[Row], results: dict[str, dict]) -> bytes | None:
-    """The accuracy-vs-ε figure, drawn by the package's sweep plot: each evaluation run is handed to it
-    as one member, so its mean and bar are the mean and std over the runs."""
-    members = [
-        {
-            "status": "ok",
-            "method": row.label,
-            "overrides": "",
-            "epsilon": results[row.key]["epsilon"],
-            "target_epsilon": row.target_epsilon,
-            "evaluation": {"convnet": {"mean": 100 * accuracy}},
-        }
-        for row in rows
-        if row.key in results
-        for accuracy in results[row.key]["accuracies"]
-    ]
-    return accuracy_vs_epsilon_png(
-        members, model="convnet", spread_over="evaluation runs of one condensation"
-    )
+    """Accuracy against the row's target ε, one line per method: the mean and population std of
+    each row's evaluation runs (as the table's cell)."""
+    points = {}
+    for row in rows:
+        if row.key in results:
+            accuracies = [100 * a for a in results[row.key]["accuracies"]]
+            point = Point(
+                row.target_epsilon,
+                statistics.fmean(accuracies),
+                statistics.pstdev(accuracies),
+                len(accuracies),
+            )
+            points.setdefault(row.label, []).append(point)
+    return draw(points)
+
+
+def draw(points: dict[str, list[Point]]) -> bytes | None:
+    if not points:
+        return None
+    return accuracy_vs_epsilon_png(points, ylabel="ConvNet test accuracy (%)", spread_over=SPREAD)
+
+
+CELL = re.compile(r"^([0-9.]+) ± ([0-9.]+)$")
+
+
+def points_from_markdown(text: str, rows: list[Row]) -> dict[str, list[Point]]:
+    """The figure's points read back from a written table: its Results rows are the scale's rows
+    in order ("(not run yet)" rows included); each finished one gives its accuracy cell (mean ±
+    population std) and its number of runs. For drawing the figure again without running."""
+    table = text.split("## Results", 1)[1].split("\n\n", 2)[1]
+    lines = [line for line in table.splitlines() if line.startswith("| ")][1:]
+    if len(lines) != len(rows):
+        raise ValueError(f"the table has {len(lines)} rows, the scale {len(rows)}")
+    points: dict[str, list[Point]] = {}
+    for row, line in zip(rows, lines):
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        found = CELL.match(cells[5]) if len(cells) > 5 else None
+        if cells[0] != row.label or found is None:
+            continue  # not run yet
+        runs = int(re.search(r"(\d+) runs?", cells[4]).group(1))
+        point = Point(row.target_epsilon, float(found.group(1)), float(found.group(2)), runs)
+        points.setdefault(row.label, []).append(point)
+    return points
 
 
 def record(

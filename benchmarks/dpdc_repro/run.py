@@ -60,6 +60,7 @@ def run_row(
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "continued": run_dir.exists(),
         "device": device_name(accelerator),
+        "torch": torch.__version__,
     }
     start = time.perf_counter()
     run_dir = condense_run(

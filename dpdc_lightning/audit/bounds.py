@@ -33,6 +33,7 @@ from opacus.accountants.analysis.gdp import delta_eps_mu, eps_from_mu
 from scipy.stats import norm
 
 from dpdc_lightning.audit.canary import guess, one_run_epsilon_bound
+from dpdc_lightning.audit.figures import score_histogram
 from dpdc_lightning.audit.metrics import (
     certified_epsilon_many,
     clopper_pearson_lower_many,
@@ -111,19 +112,42 @@ def certify(
     """The three bounds (see the module docstring); ``confidence`` for each rigorous bound."""
     n_cal, n_cert = samples.split(calibration)
     cal, cert = slice(0, n_cal), slice(n_cal, None)
+    clopper_pearson = _clopper_pearson(samples, cal, cert, delta=delta, confidence=confidence)
+    gaussian = _gaussian_dp(
+        samples, cal, cert, delta=delta, confidence=confidence, gdp_confidence=gdp_confidence
+    )
+    return {
+        "calibration_trials": n_cal,
+        "certification_trials": n_cert,
+        "clopper_pearson": clopper_pearson,
+        "gaussian_dp": gaussian,
+        "one_run": one_run(
+            samples,
+            clopper_pearson["statistic"],
+            n_cal=n_cal,
+            delta=delta,
+            confidence=confidence,
+        ),
+    }
 
-    def counts_of(choice):
-        scores = samples.scores[choice.statistic][cert]
-        return [
-            int(c[0]) for c in _counts(scores, samples.members[cert], np.array([choice.threshold]))
-        ]
 
+def _counts_at(samples: Samples, cert: slice, choice: Choice) -> list[int]:
+    """(fp, negatives, fn, positives) of the certification trials at the chosen threshold."""
+    scores = samples.scores[choice.statistic][cert]
+    return [int(c[0]) for c in _counts(scores, samples.members[cert], np.array([choice.threshold]))]
+
+
+def _clopper_pearson(
+    samples: Samples, cal: slice, cert: slice, *, delta: float, confidence: float
+) -> dict[str, Any]:
+    """The rigorous bound: Clopper-Pearson on both error rates at the threshold chosen on the
+    calibration trials."""
     choice, _ = _best(
         samples, cal, lambda *c: certified_epsilon_many(*c, delta=delta, confidence=confidence)
     )
-    fp, neg, fn, pos = counts_of(choice)
+    fp, neg, fn, pos = _counts_at(samples, cert, choice)
     cp = float(certified_epsilon_many(fp, neg, fn, pos, delta=delta, confidence=confidence))
-    clopper_pearson = {
+    return {
         "epsilon": cp,
         "confidence": confidence,
         **asdict(choice),
@@ -131,8 +155,25 @@ def certify(
         "negatives": neg,
         "fn": fn,
         "positives": pos,
+        # what the report's figure draws: the certifying trials' scores, present vs absent canaries
+        "distribution": score_histogram(
+            samples.scores[choice.statistic][cert],
+            samples.members[cert],
+            threshold=choice.threshold,
+        ),
     }
 
+
+def _gaussian_dp(
+    samples: Samples,
+    cal: slice,
+    cert: slice,
+    *,
+    delta: float,
+    confidence: float,
+    gdp_confidence: float,
+) -> dict[str, Any]:
+    """The Gaussian-DP estimate: μ from the error rates, with its two-sided interval."""
     per_rate = 1 - (1 - confidence) / 2
 
     def mu_lower(fp, neg, fn, pos):
@@ -142,7 +183,7 @@ def certify(
         )
 
     gdp_choice, _ = _best(samples, cal, mu_lower)
-    fp, neg, fn, pos = counts_of(gdp_choice)
+    fp, neg, fn, pos = _counts_at(samples, cert, gdp_choice)
     two_sided = 1 - (1 - gdp_confidence) / 4  # each rate bounded on both sides, all four at once
     mu = float(_gdp_mu(np.asarray(fp / neg), np.asarray(fn / pos)))
     mu_low = float(
@@ -157,7 +198,7 @@ def certify(
             clopper_pearson_lower_many(fn, pos, confidence=two_sided),
         )
     )
-    gaussian = {
+    return {
         "epsilon": epsilon_of_mu(mu, delta=delta),
         "interval": [epsilon_of_mu(mu_low, delta=delta), epsilon_of_mu(mu_high, delta=delta)],
         "mu": mu,
@@ -168,15 +209,6 @@ def certify(
         "negatives": neg,
         "fn": fn,
         "positives": pos,
-    }
-    return {
-        "calibration_trials": n_cal,
-        "certification_trials": n_cert,
-        "clopper_pearson": clopper_pearson,
-        "gaussian_dp": gaussian,
-        "one_run": one_run(
-            samples, choice.statistic, n_cal=n_cal, delta=delta, confidence=confidence
-        ),
     }
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dpdc_lightning.audit.files import finite, run_config
+from dpdc_lightning.audit.files import finite, refresh_report, run_config
 from dpdc_lightning.errors import UserError
 
 METRICS_USAGE = (
@@ -161,6 +161,7 @@ def _write_outputs(names: dict[str, Path], output) -> None:
         raise UserError(
             f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun"
         ) from None
+    refresh_report(names["json"].parent)  # report.html shows the audit
 
 
 def _json_default(value):

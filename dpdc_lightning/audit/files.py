@@ -66,3 +66,12 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
         atomic_write(path, lambda tmp: tmp.write_text(text), replace=False)
     except FileExistsError:
         raise UserError(f"{path} appeared while auditing; nothing written, rerun") from None
+    refresh_report(path.parent)
+
+
+def refresh_report(folder: Path) -> None:
+    """An audit written beside a bundle goes into its report.html: render the page again."""
+    from dpdc_lightning.engine.bundle import PRIVACY_REPORT, write_report
+
+    if (Path(folder) / PRIVACY_REPORT).is_file():
+        write_report(Path(folder))

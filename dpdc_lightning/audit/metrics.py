@@ -1,5 +1,9 @@
 """Attack metrics: ROC, AUC, TPR at a fixed FPR, advantage, and the empirical ε lower bound.
 
+The ROC curve and its AUC are scikit-learn's (``roc_curve``, ``roc_auc_score``); what it lacks is
+here: the TPR at a fixed FPR (read at the curve's points, no interpolation), the advantage and the
+threshold that maximises it, the counts at a threshold and the bounds.
+
 Scores: higher = "more likely a member". A threshold ``t`` predicts "member" iff ``score >= t``.
 
 Empirical ε lower bound (Kairouz, Oh & Viswanath 2015, "The composition theorem for differential
@@ -50,32 +54,42 @@ def roc_curve(
     scores: Sequence[float], members: Sequence[int]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(fpr, tpr, thresholds), thresholds decreasing; the first point is (0, 0) at threshold +inf.
-    Ties share one point, so the curve does not depend on the order of tied examples."""
+    Ties share one point, so the curve does not depend on the order of tied examples. scikit-learn's
+    curve with every point kept (``drop_intermediate`` would drop points on a straight segment, and
+    :func:`tpr_at_fpr` reads the curve at the points themselves)."""
+    from sklearn.metrics import roc_curve as sklearn_roc_curve
+
     scores, members = _as_arrays(scores, members)
-    order = np.argsort(-scores, kind="stable")
-    s, m = scores[order], members[order]
-    last_of_tie = np.r_[np.nonzero(np.diff(s))[0], len(s) - 1]
-    tp = np.cumsum(m)[last_of_tie]
-    fp = np.cumsum(~m)[last_of_tie]
-    tpr = np.r_[0.0, tp / m.sum()]
-    fpr = np.r_[0.0, fp / (~m).sum()]
-    return fpr, tpr, np.r_[np.inf, s[last_of_tie]]
+    fpr, tpr, thresholds = sklearn_roc_curve(members, scores, drop_intermediate=False)
+    return fpr, tpr, thresholds
 
 
 def auc(scores: Sequence[float], members: Sequence[int]) -> float:
-    """Area under the ROC curve (trapezoids: ties count one half, as the Mann–Whitney statistic)."""
-    fpr, tpr, _ = roc_curve(scores, members)
-    return float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    """Area under the ROC curve (scikit-learn's trapezoids: ties count one half, as the
+    Mann–Whitney statistic)."""
+    from sklearn.metrics import roc_auc_score
+
+    scores, members = _as_arrays(scores, members)
+    return float(roc_auc_score(members, scores))
 
 
-def tpr_at_fpr(scores: Sequence[float], members: Sequence[int], fpr_limit: float) -> float:
-    """Largest TPR over thresholds whose FPR is <= ``fpr_limit`` (no interpolation: achievable)."""
-    fpr, tpr, _ = roc_curve(scores, members)
+def tpr_at(fpr: np.ndarray, tpr: np.ndarray, fpr_limit: float) -> float:
+    """The largest TPR among the curve's points whose FPR is <= ``fpr_limit`` (no interpolation: a
+    rate one threshold achieves; Carlini et al. 2022 read their curves the same way). scikit-learn
+    has no such function: ours, on its curve. The 1e-12 keeps a point whose FPR is the limit itself
+    (k / n computed in floating point)."""
     return float(tpr[fpr <= fpr_limit + 1e-12].max())
 
 
+def tpr_at_fpr(scores: Sequence[float], members: Sequence[int], fpr_limit: float) -> float:
+    """Largest TPR over thresholds whose FPR is <= ``fpr_limit``: :func:`tpr_at` on the curve."""
+    fpr, tpr, _ = roc_curve(scores, members)
+    return tpr_at(fpr, tpr, fpr_limit)
+
+
 def advantage(scores: Sequence[float], members: Sequence[int]) -> float:
-    """max over thresholds of TPR − FPR (the membership advantage, Yeom et al.), on these examples."""
+    """max over thresholds of TPR − FPR (the membership advantage, Yeom et al.), on these examples
+    (Youden's J; scikit-learn has none)."""
     fpr, tpr, _ = roc_curve(scores, members)
     return float(np.max(tpr - fpr))
 

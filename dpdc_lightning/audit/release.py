@@ -130,23 +130,8 @@ def release_audit(
         "settings": dataclasses.asdict(settings),
         "bundle_strength": {},
         "targets": [],
+        **_strengths(scores, is_member, config, data),
     }
-    if len(data.test_labels):
-        report["bundle_strength"] = {name: strength(s, is_member) for name, s in scores.items()}
-        report["bundle_strength"]["note"] = (
-            "members = training records, non-members = test records: attack "
-            "strength of the release, NOT a per-record DP test, so no ε bound"
-        )
-    init = initialisation_records(config, data)
-    if init is not None and len(data.test_labels):
-        chosen = torch.cat([init, len(data.train_labels) + torch.arange(len(data.test_labels))])
-        report["initialisation_strength"] = {
-            name: strength(s[chosen], is_member[chosen]) for name, s in scores.items()
-        }
-        report["initialisation_strength"]["note"] = (
-            f"the {len(init)} records method.init=real started from against "
-            "the test records (attack strength, not an ε bound)"
-        )
     for t in range(settings.targets):
         report["targets"].append(
             _target(
@@ -168,6 +153,33 @@ def release_audit(
         if t["accounted_epsilon"] is not None and b["epsilon"] > t["accounted_epsilon"]
     ]
     return report
+
+
+def _strengths(
+    scores: dict[str, Tensor], is_member: Tensor, config: RunConfig, data: ImageData
+) -> dict[str, Any]:
+    """Attack strength (no ε bound) of the release against the test records: for every training
+    record, and for the records ``method.init=real`` started from."""
+    if not len(data.test_labels):
+        return {}
+    out: dict[str, Any] = {
+        "bundle_strength": {name: strength(s, is_member) for name, s in scores.items()}
+    }
+    out["bundle_strength"]["note"] = (
+        "members = training records, non-members = test records: attack "
+        "strength of the release, NOT a per-record DP test, so no ε bound"
+    )
+    init = initialisation_records(config, data)
+    if init is not None:
+        chosen = torch.cat([init, len(data.train_labels) + torch.arange(len(data.test_labels))])
+        out["initialisation_strength"] = {
+            name: strength(s[chosen], is_member[chosen]) for name, s in scores.items()
+        }
+        out["initialisation_strength"]["note"] = (
+            f"the {len(init)} records method.init=real started from against "
+            "the test records (attack strength, not an ε bound)"
+        )
+    return out
 
 
 def _target(

@@ -11,17 +11,19 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from dpdc_lightning.audit import analysis, attacks, canary, metrics, visual
+from dpdc_lightning.audit import analysis, canary, visual
 from dpdc_lightning.audit.figures import roc_png
+from dpdc_lightning.audit.membership import Bounds, bundle_entry, target_entries
 from dpdc_lightning.audit.settings import AuditConfig
-from dpdc_lightning.audit.shadows import ShadowPlan, keep_matrix, run_shadows
+from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, run_shadows
 from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import Bundle
 from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.evaluation import EvalProtocol
 from dpdc_lightning.evaluation.command import protocol_of
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
@@ -55,22 +57,15 @@ def _say(message: str) -> None:
 def run_audit(
     bundle: Bundle, config: RunConfig, data: ImageData, settings: AuditConfig
 ) -> AuditOutput:
+    """Shadows, then the attacks on each target and on the release, the canary run, visual privacy
+    and the analyses; every ε lower bound is checked against the accounted ε."""
     delta = settings.delta if settings.delta is not None else config.privacy.delta
-    # The bundle attacks compare training with test records (different records): attack strength only,
-    # no ε bound, never compared with the accounted ε, so they take no share of the confidence.
+    # The bundle attacks compare training with test records (different records): attack strength
+    # only, no ε bound, never compared with the accounted ε: they take no share of the confidence.
     checks = settings.targets * len(ATTACKS_TARGET) + settings.targets + (settings.canaries > 0)
-    per_bound = 1 - (1 - settings.confidence) / checks
+    bounds = Bounds(delta, 1 - (1 - settings.confidence) / checks, seed=settings.seed)
     protocol = dataclasses.replace(protocol_of(config), epochs=settings.epochs, runs=1)
-    n_train = len(data.train_labels)
-    scored = (
-        torch.arange(n_train)
-        if settings.records is None or settings.records >= n_train
-        else torch.randperm(n_train, generator=derive_generator(settings.seed, "audit", "records"))[
-            : settings.records
-        ]
-        .sort()
-        .values
-    )
+    scored = _scored_records(len(data.train_labels), settings)
     plan = ShadowPlan(
         config=config,
         data=data,
@@ -80,107 +75,54 @@ def run_audit(
         progress=_say,
     )
     reference, targets = run_shadows(plan, shadows=settings.shadows, targets=settings.targets)
-    ref_phi = torch.stack([r.train_phi for r in reference])
-    ref_in = torch.stack([r.members[scored] for r in reference])
-    stats = attacks.fit_gaussians(ref_phi, ref_in)
-    violations: list[str] = []
-    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-
-    def certify(
-        name: str, scores: dict[str, np.ndarray], members: np.ndarray, accounted: float | None
-    ) -> dict:
-        out: dict[str, Any] = {"accounted_epsilon": accounted, "attacks": {}}
-        for attack, s in scores.items():
-            m = metrics.summarise(s, members, delta=delta, confidence=per_bound, seed=settings.seed)
-            out["attacks"][attack] = m.as_dict()
-            curves[f"{name}/{attack}"] = metrics.roc_curve(s, members)[:2]
-            _check(
-                violations,
-                f"{name} {attack} (Kairouz/eq. 6, Clopper-Pearson)",
-                m.bound.epsilon,
-                accounted,
-            )
-        return out
-
-    def strength(scores: dict[str, np.ndarray], members: np.ndarray) -> dict:
-        out: dict[str, Any] = {"attacks": {}}
-        for attack, s in scores.items():
-            out["attacks"][attack] = metrics.attack_strength(s, members)
-            curves[f"bundle/{attack}"] = metrics.roc_curve(s, members)[:2]
-        return out
-
-    target_reports = []
-    for t, target in enumerate(targets):
-        members = target.members[scored].numpy()
-        scores = attacks.attack_scores(target.train_phi, stats, online=True)
-        entry = certify(f"target{t}", scores, members, target.epsilon)
-        entry["loss_threshold_split"] = attacks.loss_threshold(
-            target.train_phi, target.members[scored], seed=settings.seed
+    report = _header(settings, bounds, checks, config, data, protocol, scored, reference)
+    report["targets"] = target_entries(targets, reference, scored, bounds, settings)
+    report["bundle"] = bundle_entry(plan, bundle, reference, scored, bounds, settings)
+    if settings.canaries:
+        report["canary"] = canary_report = _canary_audit(
+            config, data, settings, delta=delta, confidence=bounds.per_bound
         )
-        entry["test_accuracy"] = target.test_accuracy
-        r = max(1, int(settings.one_run_guesses * len(scored)))
-        g = canary.guess(
-            torch.as_tensor(scores["lira_online"]),
-            target.members[scored],
-            guesses_in=r,
-            guesses_out=0,
+        bounds.check(
+            "canary one-run bound (Steinke et al.)",
+            canary_report["epsilon_lower_bound"],
+            canary_report["accounted_epsilon"],
         )
-        bound = canary.one_run_epsilon_bound(
-            m=len(scored), r=g.r, v=g.v, delta=delta, confidence=per_bound
-        )
-        entry["one_run_bound"] = {
-            "attack": "lira_online",
-            "m": len(scored),
-            "guesses": g.r,
-            "correct": g.v,
-            "epsilon_lower_bound": bound,
-        }
-        _check(violations, f"target{t} one-run bound (Steinke et al.)", bound, target.epsilon)
-        target_reports.append(entry)
+    _say("visual privacy")
+    report["visual"], found = visual.visual_report(
+        bundle.images, data.train_images, data.test_images, ssim_candidates=settings.ssim_candidates
+    )
+    if settings.analysis:
+        report["analysis"] = _analyses(bundle, config, data)
+    png, report["roc_legend"] = roc_png(bounds.curves)
+    report["violations"] = bounds.violations
+    neighbours = visual.neighbour_pairs_png(bundle.images, data.train_images, found)
+    return AuditOutput(report, png, neighbours, bounds.violations)
 
-    # The release itself: members = the attacked training records, non-members = the test split.
-    _say("target: classifier on the released bundle")
-    released = plan.score(
-        bundle.images,
-        bundle.labels,
-        members=torch.ones(n_train, dtype=torch.bool),
-        epsilon=bundle.report.get("epsilon"),
-        seed=derive_seed(settings.seed, "audit", "bundle"),
-    )
-    bundle_phi = torch.cat([released.train_phi, released.test_phi])
-    both_in = torch.cat(
-        [ref_in, torch.zeros(len(reference), len(data.test_labels), dtype=torch.bool)], dim=1
-    )
-    both_phi = torch.cat([ref_phi, torch.stack([r.test_phi for r in reference])], dim=1)
-    # A training record is OUT of S/2 shadows; a test record of all S. Its OUT mean would then be
-    # less noisy than a training record's, and that difference alone separates the two groups: so
-    # each test record keeps the OUT values of a random S/2 shadows only.
-    test_used = keep_matrix(
-        len(reference),
-        len(data.test_labels),
-        generator=derive_generator(settings.seed, "audit", "test-out"),
-    )
-    used = torch.cat([torch.ones_like(ref_in), test_used], dim=1)
-    bundle_stats = attacks.fit_gaussians(both_phi, both_in, used=used)
-    bundle_members = np.r_[
-        np.ones(len(scored), dtype=bool), np.zeros(len(data.test_labels), dtype=bool)
-    ]
-    bundle_entry = strength(
-        attacks.attack_scores(bundle_phi, bundle_stats, online=False), bundle_members
-    )
-    bundle_entry["test_accuracy"] = released.test_accuracy
-    bundle_entry["note"] = (
-        "attack STRENGTH only: members = training records, non-members = test records (different "
-        "records, so this is the MIA of Dong et al., not a per-record DP test, and no ε bound "
-        "follows from it); LiRA statistics from shadows condensed on half as many records as the "
-        "release"
-    )
 
-    report: dict[str, Any] = {
+def _scored_records(n_train: int, settings: AuditConfig) -> torch.Tensor:
+    """The training records attacked: all, or ``audit.records`` of them drawn by the audit seed."""
+    if settings.records is None or settings.records >= n_train:
+        return torch.arange(n_train)
+    draw = torch.randperm(n_train, generator=derive_generator(settings.seed, "audit", "records"))
+    return draw[: settings.records].sort().values
+
+
+def _header(
+    settings: AuditConfig,
+    bounds: Bounds,
+    checks: int,
+    config: RunConfig,
+    data: ImageData,
+    protocol: EvalProtocol,
+    scored: torch.Tensor,
+    reference: list[ShadowResult],
+) -> dict[str, Any]:
+    """The report's first keys: the warning, the settings and protocol, the reference shadows."""
+    return {
         "warning": PRIVATE_OUTPUT,
         "settings": settings.as_dict(),
-        "delta": delta,
-        "confidence_per_bound": per_bound,
+        "delta": bounds.delta,
+        "confidence_per_bound": bounds.per_bound,
         "bounds_checked": checks,
         "protocol": {
             "shadow_classifier": protocol.describe(config.model.name),
@@ -197,36 +139,7 @@ def run_audit(
             }
             for r in reference
         ],
-        "targets": target_reports,
-        "bundle": bundle_entry,
     }
-    if settings.canaries:
-        report["canary"] = _canary_audit(config, data, settings, delta=delta, confidence=per_bound)
-        _check(
-            violations,
-            "canary one-run bound (Steinke et al.)",
-            report["canary"]["epsilon_lower_bound"],
-            report["canary"]["accounted_epsilon"],
-        )
-    _say("visual privacy")
-    report["visual"], found = visual.visual_report(
-        bundle.images, data.train_images, data.test_images, ssim_candidates=settings.ssim_candidates
-    )
-    if settings.analysis:
-        report["analysis"] = _analyses(bundle, config, data)
-    png, legend = roc_png(curves)
-    report["roc_legend"] = legend
-    report["violations"] = violations
-    return AuditOutput(
-        report, png, visual.neighbour_pairs_png(bundle.images, data.train_images, found), violations
-    )
-
-
-def _check(violations: list[str], what: str, bound: float, accounted: float | None) -> None:
-    if accounted is not None and bound > accounted:
-        violations.append(
-            f"{what}: empirical lower bound {bound:.4f} > accounted epsilon {accounted:.4f}"
-        )
 
 
 def _canary_audit(
@@ -275,7 +188,7 @@ def _analyses(bundle: Bundle, config: RunConfig, data: ImageData) -> dict:
         "noiseless_privacy": analysis.noiseless_privacy(data.train_images, data.train_labels)
     }
     method = config.method
-    if method.name != "dm" or method.init != "noise":
+    if not isinstance(method, DMConfig) or method.init != "noise":  # DPDC §3.1 is about DM
         out["dm_closed_form"] = "applies to DM bundles with method.init=noise (DPDC §3.1); skipped"
         return out
     init_images, init_labels = analysis.dm_noise_initialisation(

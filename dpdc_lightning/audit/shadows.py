@@ -113,7 +113,9 @@ class ShadowPlan:
             protocol=self.protocol,
             seed=seed,
             model_options=model.options(),
-            accelerator="cpu",
+            # eval.accelerator (auto: the GPU where there is one), as evaluate.py trains; the trained
+            # network comes back on the CPU, where it is scored.
+            accelerator=self.config.eval.accelerator,
             pea=self.config.eval.pea,
             engine=self.config.eval.engine,
             compile=self.config.eval.compile,

@@ -73,9 +73,11 @@ class DSAParams:
     rotate: Tensor | None = None  # (B,) angle in radians
 
     def to(self, device: torch.device | str) -> DSAParams:
-        """The same draw with every tensor on ``device``."""
+        """The same draw with every tensor on ``device``. The copies do not block: a draw is made of
+        fresh CPU tensors, and a blocking copy to a GPU would wait for its queue to drain, once per
+        tensor of every augmentation."""
         moved = {
-            f.name: getattr(self, f.name).to(device)
+            f.name: getattr(self, f.name).to(device, non_blocking=True)
             for f in dataclasses.fields(self)
             if isinstance(getattr(self, f.name), Tensor)
         }

@@ -1,4 +1,5 @@
-"""A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``, ``sweep.png``.
+"""A sweep folder's record and summary: ``sweep.json``, ``summary.md``, ``summary.csv``,
+``sweep.png`` and ``report.html`` (report/sweep.py: the members on one page, with the composed ε).
 
 Each member leaves its row in ``.rows/`` (members may run in other processes or on other nodes,
 under Hydra's joblib or submitit launchers); :class:`SweepSummary`, a Hydra callback, writes the
@@ -18,11 +19,12 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE = (
+SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "summary.md",
     "summary.csv",
     "sweep.png",
     "sweep.json",
+    "report.html",
 )
 ROWS = ".rows"  # one JSON row per member while the sweep runs
 
@@ -103,6 +105,24 @@ def write_summary(
         # Hydra's basic sweeper saves its whole config here; the sweep's record is sweep.json.
         (folder / "multirun.yaml").unlink(missing_ok=True)
     models = sorted({m for r in rows for m in r.get("evaluation", {})})
+    atomic_write_text(folder / SUMMARY_CSV, _summary_csv(rows, models))
+    atomic_write_text(folder / SUMMARY_MD, _summary_md(folder, tokens, rows, models))
+    if models:
+        from dpdc_lightning.evaluation.plot import accuracy_vs_epsilon_png
+
+        png = accuracy_vs_epsilon_png(
+            rows, model=models[0] if "convnet" not in models else "convnet"
+        )
+        if png is not None:
+            atomic_write(folder / SWEEP_PLOT, lambda tmp: tmp.write_bytes(png))
+    from dpdc_lightning.report.sweep import render_sweep
+
+    page = render_sweep(folder, tokens, rows).encode("utf-8")
+    atomic_write(folder / SWEEP_PAGE, lambda tmp: tmp.write_bytes(page))
+
+
+def _summary_csv(rows: list[dict[str, Any]], models: list[str]) -> str:
+    """summary.csv: one line per member, its accuracy mean and std per evaluated model."""
     header = [
         "member",
         "overrides",
@@ -128,7 +148,13 @@ def write_summary(
             + [_num(evaluation.get(m, {}).get("std")) for m in models]
             + [r.get("error", "")]
         )
-    atomic_write_text(folder / SUMMARY_CSV, buffer.getvalue())
+    return buffer.getvalue()
+
+
+def _summary_md(
+    folder: Path, tokens: list[str], rows: list[dict[str, Any]], models: list[str]
+) -> str:
+    """summary.md: the protocols, a table of the members, what publishing them costs."""
     protocols = sorted(
         {
             f"- {m}: {e['protocol']}"
@@ -145,46 +171,43 @@ def write_summary(
         "| member | status | method | seed | ε | δ | steps | "
         + "".join(f"{m} accuracy (%) | " for m in models),
         "|---" * (7 + len(models)) + "|",
+        *(_table_row(r, models) for r in rows),
     ]
-    for r in rows:
-        evaluation = r.get("evaluation", {})
-        cells = [
-            f"{evaluation[m]['mean']:.2f} ± {evaluation[m]['std']:.2f}" if m in evaluation else "-"
-            for m in models
-        ]
-        eps = (
-            "∞"
-            if r.get("status") == "ok" and r.get("epsilon") is None
-            else _num(r.get("epsilon"), 3) or "-"
-        )
-        status = r["status"] + (f": {r['error']}" if r.get("error") else "")
-        lines.append(
-            f"| {r['member']} | {status} | {r['method']} | {r['seed']} | {eps} | {_num(r.get('delta')) or '-'} "
-            f"| {r.get('steps', '-') or '-'} | " + "".join(f"{c} | " for c in cells)
-        )
     if any(e.get("private_test") for r in rows for e in r.get("evaluation", {}).values()):
         from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE
 
         lines += [
             "",
-            f"Note: some accuracies come from a test split held out from the private data: {PRIVATE_TEST_NOTE}",
+            "Note: some accuracies come from a test split held out from the private data: "
+            f"{PRIVATE_TEST_NOTE}",
         ]
     lines += [
         "",
         *publishing_cost_lines(rows),
         "",
-        f"Wall times are in {SWEEP_FILE} only, the owner's record: they depend on the realised Poisson sample "
-        "sizes (a timing side channel); do not publish them.",
+        f"Wall times are in {SWEEP_FILE} only, the owner's record: they depend on the realised "
+        "Poisson sample sizes (a timing side channel); do not publish them.",
     ]
-    atomic_write_text(folder / SUMMARY_MD, "\n".join(lines) + "\n")
-    if models:
-        from dpdc_lightning.evaluation.plot import accuracy_vs_epsilon_png
+    return "\n".join(lines) + "\n"
 
-        png = accuracy_vs_epsilon_png(
-            rows, model=models[0] if "convnet" not in models else "convnet"
-        )
-        if png is not None:
-            atomic_write(folder / SWEEP_PLOT, lambda tmp: tmp.write_bytes(png))
+
+def _table_row(r: dict[str, Any], models: list[str]) -> str:
+    evaluation = r.get("evaluation", {})
+    cells = [
+        f"{evaluation[m]['mean']:.2f} ± {evaluation[m]['std']:.2f}" if m in evaluation else "-"
+        for m in models
+    ]
+    eps = (
+        "∞"
+        if r.get("status") == "ok" and r.get("epsilon") is None
+        else _num(r.get("epsilon"), 3) or "-"
+    )
+    status = r["status"] + (f": {r['error']}" if r.get("error") else "")
+    delta = _num(r.get("delta")) or "-"
+    return (
+        f"| {r['member']} | {status} | {r['method']} | {r['seed']} | {eps} | {delta} "
+        f"| {r.get('steps', '-') or '-'} | " + "".join(f"{c} | " for c in cells)
+    )
 
 
 def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:

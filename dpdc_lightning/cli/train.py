@@ -14,11 +14,15 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from omegaconf import OmegaConf
 
 from dpdc_lightning.cli.parser import Parser
 from dpdc_lightning.errors import UserError
+
+if TYPE_CHECKING:
+    from dpdc_lightning.config import RunConfig
 
 USAGE = (
     "python train.py [group=name ...] [key=value ...] [--cfg job|hydra|all] [--print-config] "
@@ -52,25 +56,13 @@ def train_main(argv: list[str]) -> int:
     args = parser.parse(argv)
     tokens = list(args.rest)
     if args.help:
-        from dpdc_lightning.config.help import help_text
-
-        print(
-            help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens), end=""
-        )
-        print(FLAGS)
-        return 0
+        return _help(tokens)
     if args.shell_completion:  # Hydra's tab completion: python train.py -sc install=bash
         from dpdc_lightning.cli.sweep import hydra_app
 
         return hydra_app(["-sc", *tokens])
-    forget = [t for t in tokens if t.startswith("forget=")]
-    if forget:
-        if len(argv) != 1 or not forget[0].partition("=")[2]:
-            raise UserError("usage: python train.py forget=RUN_DIR (nothing else on the line)")
-        from dpdc_lightning.engine.run_folder import forget_run
-
-        print(forget_run(Path(forget[0].partition("=")[2])))
-        return 0
+    if any(t.startswith("forget=") for t in tokens):
+        return _forget(argv)
     _forget_leftover_secret(tokens)
     if args.multirun:
         if args.print_config or args.cfg:
@@ -81,13 +73,7 @@ def train_main(argv: list[str]) -> int:
 
         return sweep(tokens, evaluate=args.evaluate)
     if args.cfg:
-        from dpdc_lightning.config.composition import compose, compose_raw
-
-        compose(tokens)  # the same checks as a run
-        raw, _ = compose_raw(tokens, keep_hydra=args.cfg != "job")
-        shown = raw if args.cfg == "all" else raw.hydra if args.cfg == "hydra" else raw
-        print(OmegaConf.to_yaml(shown, resolve=args.resolve), end="")
-        return 0
+        return _show_composed(tokens, part=args.cfg, resolve=args.resolve)
     from dpdc_lightning.config import compose
 
     config = compose(tokens)
@@ -96,6 +82,40 @@ def train_main(argv: list[str]) -> int:
 
         print(planned_config_text(config), end="")
         return 0
+    return _train(config, evaluate=args.evaluate)
+
+
+def _help(tokens: list[str]) -> int:
+    from dpdc_lightning.config.help import help_text
+
+    print(help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens), end="")
+    print(FLAGS)
+    return 0
+
+
+def _forget(argv: list[str]) -> int:
+    """``forget=RUN_DIR``, alone on the line: delete an abandoned run's secret."""
+    path = argv[0].partition("=")[2] if len(argv) == 1 else ""  # alone on the line, or refused
+    if not path:
+        raise UserError("usage: python train.py forget=RUN_DIR (nothing else on the line)")
+    from dpdc_lightning.engine.run_folder import forget_run
+
+    print(forget_run(Path(path)))
+    return 0
+
+
+def _show_composed(tokens: list[str], *, part: str, resolve: bool) -> int:
+    """``--cfg job|hydra|all``: the composed config (Hydra's flag), checked as a run is."""
+    from dpdc_lightning.config.composition import compose, compose_raw
+
+    compose(tokens)  # the same checks as a run
+    raw, _ = compose_raw(tokens, keep_hydra=part != "job")
+    print(OmegaConf.to_yaml(raw.hydra if part == "hydra" else raw, resolve=resolve), end="")
+    return 0
+
+
+def _train(config: RunConfig, *, evaluate: bool) -> int:
+    """One run, then its last line (and its evaluation with ``--evaluate``) on the main process."""
     from dpdc_lightning.engine.run_folder import end_of_run_line
     from dpdc_lightning.engine.training import train
 
@@ -103,7 +123,7 @@ def train_main(argv: list[str]) -> int:
     run_dir = train(config)
     if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
         print(end_of_run_line(run_dir, wall_seconds=time.monotonic() - started))
-        if args.evaluate:
+        if evaluate:
             from dpdc_lightning.cli.evaluate import evaluate_main
 
             evaluate_main([str(run_dir)])

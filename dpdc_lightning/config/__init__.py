@@ -17,26 +17,25 @@ Names are imported on first use (PEP 562).
 
 from __future__ import annotations
 
-from dpdc_lightning.lazy import lazy_getattr
+from dpdc_lightning.lazy import exports
 
-_WHERE = {
-    "CONF_DIR": "schema",
-    "GROUPS": "schema",
-    "AugmentConfig": "schema",
-    "DatasetConfig": "schema",
-    "EvalConfig": "schema",
-    "ModelConfig": "schema",
-    "PrivacyConfig": "schema",
-    "RunConfig": "schema",
-    "METHOD_SCHEMAS": "registry",
-    "MethodConfig": "methods",
-    "compose": "composition",
-    "compose_resume": "composition",
-    "validate": "validation",
-    "to_yaml": "validation",
-    "config_hash": "validation",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_getattr(__name__, _WHERE)
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "CONF_DIR": "schema",
+        "GROUPS": "schema",
+        "AugmentConfig": "schema",
+        "DatasetConfig": "schema",
+        "EvalConfig": "schema",
+        "ModelConfig": "schema",
+        "PrivacyConfig": "schema",
+        "RunConfig": "schema",
+        "METHOD_SCHEMAS": "registry",
+        "MethodConfig": "methods",
+        "compose": "composition",
+        "compose_resume": "composition",
+        "validate": "validation",
+        "to_yaml": "validation",
+        "config_hash": "validation",
+    },
+)

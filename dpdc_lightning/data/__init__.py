@@ -7,24 +7,23 @@ Imports point one way: load -> registry -> loaders -> image_data. Names are impo
 
 from __future__ import annotations
 
-from dpdc_lightning.lazy import lazy_getattr
+from dpdc_lightning.lazy import exports
 
-_WHERE = {
-    "DATASETS": "registry",
-    "register_dataset": "registry",
-    "NORMALISE_MEAN": "image_data",
-    "NORMALISE_STD": "image_data",
-    "ImageData": "image_data",
-    "normalise": "image_data",
-    "clear_dataset_cache": "load",
-    "default_cache_dir": "load",
-    "load_dataset": "load",
-    "poisson_sample": "dpdc_lightning.privacy.sampling",
-    "sample_without_replacement": "dpdc_lightning.privacy.sampling",
-    "random_class_picks": "subsets",
-    "random_real_subset": "subsets",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_getattr(__name__, _WHERE)
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "DATASETS": "registry",
+        "register_dataset": "registry",
+        "NORMALISE_MEAN": "image_data",
+        "NORMALISE_STD": "image_data",
+        "ImageData": "image_data",
+        "normalise": "image_data",
+        "clear_dataset_cache": "load",
+        "default_cache_dir": "load",
+        "load_dataset": "load",
+        "poisson_sample": "dpdc_lightning.privacy.sampling",
+        "sample_without_replacement": "dpdc_lightning.privacy.sampling",
+        "random_class_picks": "subsets",
+        "random_real_subset": "subsets",
+    },
+)

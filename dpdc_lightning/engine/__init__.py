@@ -10,17 +10,16 @@ Names are imported on first use (PEP 562).
 
 from __future__ import annotations
 
-from dpdc_lightning.lazy import lazy_getattr
+from dpdc_lightning.lazy import exports
 
-_WHERE = {
-    "Condensation": "dpdc_lightning.engine.condense",
-    "CondensedSet": "dpdc_lightning.engine.condense",
-    "train": "dpdc_lightning.engine.training",
-    "load_bundle": "dpdc_lightning.engine.bundle",
-    "plan_run": "dpdc_lightning.engine.planning",
-    "load_data": "dpdc_lightning.engine.planning",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_getattr(__name__, _WHERE)
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "Condensation": "dpdc_lightning.engine.condense",
+        "CondensedSet": "dpdc_lightning.engine.condense",
+        "train": "dpdc_lightning.engine.training",
+        "load_bundle": "dpdc_lightning.engine.bundle",
+        "plan_run": "dpdc_lightning.engine.planning",
+        "load_data": "dpdc_lightning.engine.planning",
+    },
+)

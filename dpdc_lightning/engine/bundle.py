@@ -2,7 +2,9 @@
 
 Every file is written to a temporary name in the same folder and renamed into place, so a crash
 never leaves a truncated file under a final name. ``privacy.json`` is written last: its presence
-marks a complete bundle, and loaders refuse a folder without it.
+marks a complete bundle, and loaders refuse a folder without it. ``report.html`` (report/run.py)
+follows the complete bundle, made from its files, and is rendered again by every command that adds
+to the folder (evaluate, audit): :func:`write_report`.
 """
 
 from __future__ import annotations
@@ -21,13 +23,13 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.digests import BUNDLE_TENSORS, PRIVACY_REPORT, tensors_digest
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
 from dpdc_lightning.tensor_files import load_plain
 
-BUNDLE_TENSORS = "synthetic.pt"
-PRIVACY_REPORT = "privacy.json"
 CONFIG_FILE = "config.yaml"
 GRID_IMAGE = "synthetic.png"
+REPORT_PAGE = "report.html"
 LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
 
 
@@ -94,15 +96,6 @@ def new_run_dir(*, run_dir: str | None, runs_root: str, label: str) -> Path:
     return path
 
 
-def tensors_digest(images: Tensor, labels: Tensor) -> str:
-    import hashlib
-
-    digest = hashlib.sha256()
-    digest.update(images.detach().cpu().float().contiguous().numpy().tobytes())
-    digest.update(labels.detach().cpu().long().contiguous().numpy().tobytes())
-    return digest.hexdigest()
-
-
 def save_bundle(
     run_dir: Path,
     *,
@@ -136,6 +129,23 @@ def save_bundle(
     atomic_write_text(
         run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n"
     )
+    write_report(run_dir)
+
+
+def write_report(run_dir: Path) -> Path | None:
+    """(Re)write ``report.html`` beside the complete bundle in ``run_dir`` from the files there;
+    returns its path, or None (with a warning on stderr) when it could not be written. The bundle
+    is the release and is complete without it: a failure here never undoes a finished run."""
+    from dpdc_lightning.report.run import render_run
+
+    path = Path(run_dir) / REPORT_PAGE
+    try:
+        page = render_run(Path(run_dir)).encode("utf-8")  # whatever the locale's encoding
+        atomic_write(path, lambda tmp: tmp.write_bytes(page))
+    except (OSError, ValueError) as err:
+        print(f"warning: {path} not written: {err}", file=sys.stderr)
+        return None
+    return path
 
 
 @dataclass(frozen=True)
@@ -147,7 +157,8 @@ class Bundle:
 
 
 def load_bundle(run_dir: str | Path) -> Bundle:
-    """Load and check a bundle: complete, pickle-free, and matching its privacy.json."""
+    """Load and check a bundle: complete, pickle-free, matching its privacy.json, and verified
+    (privacy/verify.py: ε recomputed from the recorded events, the plan's digest)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"bundle folder {path} does not exist")
@@ -184,6 +195,9 @@ def load_bundle(run_dir: str | Path) -> Bundle:
         raise UserError(
             f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): tampered or mixed bundle"
         )
+    from dpdc_lightning.privacy.verify import require_verified
+
+    require_verified(path)  # the claim recomputed from the events (`dpdc-privacy verify`)
     return Bundle(path=path, images=images, labels=labels, report=report)
 
 

@@ -109,7 +109,7 @@ class PrivateDataModule(L.LightningDataModule):
                 sample_rate=plan.rate_of(-1),
                 generator=derive_generator(self._sampling_seed, "sample", step),
             )
-            picks = picks.to(self._all_images.device)
+            picks = picks.to(self._all_images.device, non_blocking=True)
             return {
                 "step": step,
                 "images": self._all_images.index_select(0, picks),
@@ -125,8 +125,9 @@ class PrivateDataModule(L.LightningDataModule):
                 picks = sample_without_replacement(
                     len(pool), size=int(plan.sample_size), generator=generator
                 )
-            # index_select, not pool[picks]: advanced indexing costs ~1000x more on a busy CPU.
-            batches.append(pool.index_select(0, picks.to(pool.device)))
+            # index_select, not pool[picks]: advanced indexing costs ~1000x more on a busy CPU. The
+            # indices travel without a blocking copy (which would wait for the GPU's queue to drain).
+            batches.append(pool.index_select(0, picks.to(pool.device, non_blocking=True)))
         return {"step": step, "classes": classes, "images": batches}
 
     def train_dataloader(self) -> DataLoader:

@@ -4,7 +4,7 @@ and a DP auxiliary run when the config asks for them), the secret, the memory es
 ``config`` (the user's input) goes in; a :class:`~dpdc_lightning.privacy.plan.PrivacyPlan` comes out
 and is never written back into the config. ``noise_multiplier`` takes this path: the config's
 ``privacy.noise_multiplier`` (or the method schema's ``default_noise_multiplier``) and target ε go
-to ``privacy.plan.make_plan``, which fixes the plan's noise multiplier once; the method reads it
+to ``privacy.planner.make_plan``, which fixes the plan's noise multiplier once; the method reads it
 from the plan and hands it to the mechanism, whose event the privacy budget composes.
 """
 
@@ -21,7 +21,8 @@ from dpdc_lightning.methods.memory import Need, check_fits, run_device
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
 from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.privacy.plan import PrivacyPlan, make_plan
+from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planner import make_plan
 from dpdc_lightning.privacy.secret import new_secret
 from dpdc_lightning.seeding import derive_seed
 
@@ -99,9 +100,9 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
 
 
 def refuse_step_cap(config: RunConfig) -> None:
-    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/plan.py): for a
-    method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the run, so
-    it is refused, naming the keys that set those steps."""
+    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/planner.py):
+    for a method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the
+    run, so it is refused, naming the keys that set those steps."""
     if config.trainer.get("max_steps") is None:
         return
     method, schema = METHODS[config.method.name], config.method

@@ -1,10 +1,11 @@
 """Run folders: where a run writes, what it keeps for a resume, and what it leaves when it fails.
 
 A run folder holds the bundle (engine/bundle.py), ``config.yaml`` (the config as the user gave it),
-``plan.json`` (the privacy plan), checkpoints, TensorBoard logs and, while the run is unfinished,
-two owner-only files (mode 0600, never part of the bundle): ``.private_seed``, the secret of its
-noise, and ``.provenance.json``, the folder the private data was read from (a resumed run must read
-the same one). ``forget=RUN_DIR`` deletes the secret of a run that is abandoned.
+``plan.json`` (the privacy plan), checkpoints, TensorBoard logs and owner-only files (mode 0600,
+never part of the bundle): ``.provenance.json``, the folder the private data was read from, and,
+while the run is unfinished, ``.private_seed``, the secret of its noise, and ``.data_digest``, the
+data's digest keyed by that secret (privacy/digests.py). A resumed run must read the same folder
+and the same data. ``forget=RUN_DIR`` deletes the secret of a run that is abandoned.
 """
 
 from __future__ import annotations
@@ -25,12 +26,19 @@ from dpdc_lightning.engine.bundle import (
 )
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.privacy.plan import PrivacyPlan, sample_rates
-from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
+from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
+from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planner import sample_rates
+from dpdc_lightning.privacy.secret import (
+    SECRET_FILE,
+    derive_secret,
+    forget_secret,
+    read_data_digest,
+    store_data_digest,
+)
 from dpdc_lightning.tensor_files import load_plain
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
-PLAN_FILE = "plan.json"
 PROVENANCE_FILE = ".provenance.json"
 
 
@@ -39,12 +47,21 @@ def data_provenance(data: ImageData) -> str:
     return data.source if data.source is not None else f"no files (embedded data set {data.name})"
 
 
-def write_provenance(run_dir: Path, data: ImageData) -> None:
-    """The folder the data was read from, readable by the owner only (like the secret)."""
+def keyed_data_digest(data: ImageData, *, seed: int) -> str:
+    """The digest of everything the run reads (both splits), keyed by its secret (or, for a run
+    without one, its public seed: such a run promises no privacy)."""
+    tensors = (data.train_images, data.train_labels, data.test_images, data.test_labels)
+    return data_digest(tensors, key=derive_secret(seed, DATA_DIGEST_PURPOSE))
+
+
+def write_provenance(run_dir: Path, data: ImageData, *, seed: int) -> None:
+    """The folder the data was read from, readable by the owner only (like the secret), and the
+    data's keyed digest, kept with the secret until the run ends."""
     path = Path(run_dir) / PROVENANCE_FILE
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(json.dumps({"data": data_provenance(data)}) + "\n")
+    store_data_digest(run_dir, keyed_data_digest(data, seed=seed))
 
 
 def read_provenance(run_dir: Path) -> str | None:
@@ -67,6 +84,18 @@ def check_provenance(run_dir: Path, data: ImageData) -> None:
         raise UserError(
             f"{run_dir} was started on data read from {recorded}, now it would read {now}; a run must "
             "come from one data set, so it cannot be resumed"
+        )
+
+
+def check_data_digest(run_dir: Path, data: ImageData, *, seed: int | None) -> None:
+    """A resumed run must read the data it started on: a copied unfinished folder resumed on other
+    data would release it with the same noise. Without the secret (``seed`` None: forgotten) the
+    digest cannot be checked; such a run is refused anyway."""
+    digest = read_data_digest(run_dir)  # None: started before digests were kept
+    if digest is not None and seed is not None and digest != keyed_data_digest(data, seed=seed):
+        raise UserError(
+            f"resume={run_dir}: the data changed since the run started (its keyed digest differs "
+            "from the one recorded then); resume it on the data it started with, or start a new run"
         )
 
 

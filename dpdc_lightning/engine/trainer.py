@@ -72,9 +72,7 @@ def build_trainer(
     plan's outcome as hparams, image grids) when ``run_dir`` is given, else nothing written."""
     quiet_libraries()  # again here: pytest and notebooks reset warning filters between calls
     check_trainer_options(config.trainer)
-    options = {
-        k: v for k, v in config.trainer.items() if k != "max_steps"
-    }  # the plan caps the steps
+    options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps steps
     settings = {
         "log_every_n_steps": 1,
         "accelerator": "auto",
@@ -97,42 +95,8 @@ def build_trainer(
     if run_dir is None:
         disk: dict[str, Any] = {"logger": False, "enable_checkpointing": False}
     else:
-        from lightning.pytorch.callbacks import ModelCheckpoint
-        from omegaconf import OmegaConf
-
-        from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
-        from dpdc_lightning.engine.image_grid import ImageGridLogger
-        from dpdc_lightning.engine.tensorboard import RunLogger, flat_hparams
-
-        method = config.method
-        callbacks = [
-            *callbacks,
-            ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
-            ModelCheckpoint(
-                dirpath=run_dir / "checkpoints",
-                save_last=True,
-                save_top_k=0,
-                every_n_train_steps=method.checkpoint_every,
-            ),
-        ]
-        settings_tree = OmegaConf.to_container(OmegaConf.structured(config))
-        for key in ("run_dir", "runs_root", "resume"):
-            settings_tree.pop(key, None)
-        # What the plan fixed, beside what was asked (the plan's outcome is never written into the config).
-        settings_tree["plan"] = {
-            "noise_multiplier": plan.noise_multiplier,
-            "data_steps": plan.data_steps,
-            "planned_epsilon": plan.planned_epsilon,
-        }
-        planned = plan.planned_epsilon
-        logger = RunLogger(
-            save_dir=run_dir,
-            name="",
-            version="tensorboard",
-            hparams=flat_hparams(settings_tree),
-            hp_metrics={"epsilon": planned} if planned is not None else {},
-        )
-        disk = {"logger": logger, "default_root_dir": run_dir, "plugins": [SafeCheckpointIO()]}
+        callbacks = [*callbacks, *_disk_callbacks(config, run_dir, class_names=class_names)]
+        disk = _disk_settings(config, run_dir, plan=plan)
     try:
         trainer = L.Trainer(
             max_epochs=1,
@@ -146,6 +110,55 @@ def build_trainer(
         raise UserError(f"invalid trainer option: {str(err).strip().splitlines()[0]}") from None
     _check_precision(settings.get("precision"), str(trainer.precision))
     return trainer
+
+
+def _disk_callbacks(
+    config: RunConfig, run_dir: Path, *, class_names: tuple[str, ...] | None
+) -> list[L.Callback]:
+    """Image grids every ``method.log_images_every`` steps, the last checkpoint every
+    ``method.checkpoint_every``."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from dpdc_lightning.engine.image_grid import ImageGridLogger
+
+    method = config.method
+    return [
+        ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
+        ModelCheckpoint(
+            dirpath=run_dir / "checkpoints",
+            save_last=True,
+            save_top_k=0,
+            every_n_train_steps=method.checkpoint_every,
+        ),
+    ]
+
+
+def _disk_settings(config: RunConfig, run_dir: Path, *, plan: PrivacyPlan) -> dict[str, Any]:
+    """TensorBoard (the config and the plan's outcome as hparams) and the pickle-free checkpoint
+    IO, under ``run_dir``."""
+    from omegaconf import OmegaConf
+
+    from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
+    from dpdc_lightning.engine.tensorboard import RunLogger, flat_hparams
+
+    settings_tree = OmegaConf.to_container(OmegaConf.structured(config))
+    for key in ("run_dir", "runs_root", "resume"):
+        settings_tree.pop(key, None)
+    # What the plan fixed, beside what was asked (the plan's outcome never goes into the config).
+    settings_tree["plan"] = {
+        "noise_multiplier": plan.noise_multiplier,
+        "data_steps": plan.data_steps,
+        "planned_epsilon": plan.planned_epsilon,
+    }
+    planned = plan.planned_epsilon
+    logger = RunLogger(
+        save_dir=run_dir,
+        name="",
+        version="tensorboard",
+        hparams=flat_hparams(settings_tree),
+        hp_metrics={"epsilon": planned} if planned is not None else {},
+    )
+    return {"logger": logger, "default_root_dir": run_dir, "plugins": [SafeCheckpointIO()]}
 
 
 # What Lightning means by each short spelling of trainer.precision.

@@ -1,22 +1,27 @@
 """train(): condense one private dataset into a run directory and export its bundle.
 
-Run folder (engine/run_folder.py) + :class:`~dpdc_lightning.engine.condense.Condensation` + export.
-A fresh run fixes its privacy plan and secret before anything is written, then writes config.yaml
-(the config as given), plan.json, the secret and the data's provenance; a resumed run (or a DDP
-process started by rank 0) reads them back and never replans.
+One straight line: the plan (a fresh run fixes its privacy plan and secret before anything is
+written; a resumed run, or a DDP process started by rank 0, reads them back and never replans),
+the folder (config.yaml as given, plan.json, the secret and the data's provenance, in
+engine/run_folder.py's layout), the fit (:class:`~dpdc_lightning.engine.condense.Condensation`),
+the export. Around the fit, two named pieces: the run directory handed to the DDP processes, and
+the rollback of a failed fit (one error line; a folder with nothing to resume from is removed).
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import lightning as L
 
 from dpdc_lightning.config import RunConfig, to_yaml
+from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
-from dpdc_lightning.engine.condense import Condensation
+from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
 from dpdc_lightning.engine.planning import (
     load_data,
@@ -30,6 +35,7 @@ from dpdc_lightning.engine.run_folder import (
     PLAN_FILE,
     RUN_DIR_ENV,
     check_checkpoint,
+    check_data_digest,
     check_provenance,
     create,
     data_provenance,
@@ -42,97 +48,135 @@ from dpdc_lightning.engine.run_folder import (
 from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
+from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 
 
 def train(config: RunConfig) -> Path:
-    """Load data, fix (or reload) the plan, fit the method, export the bundle; returns the run directory."""
+    """Load data, fix (or reload) the plan, fit the method, export the bundle; returns the run
+    directory."""
     data = load_data(config)
     run_dir = run_dir_of(config)
-    if config.resume is not None:
-        check_checkpoint(run_dir)
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0
     fresh = config.resume is None and not launched
-    secret_needed = needs_secret(config)
-    if fresh:
-        seed = noise_seed_for(config)
-        plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
-    else:
-        plan = stored_plan(run_dir, config, DataSpec.of(data))
-        seed = read_secret(run_dir) if secret_needed else config.seed
-        if seed is None:
-            raise UserError(
-                f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
-                "resumed run would redraw the noise of repeated steps and spend them twice; start a new run"
-            )
-    if not fresh:
-        check_provenance(run_dir, data)
+    plan, seed = _new_plan(config, data) if fresh else _stored_plan(config, run_dir, data)
     run = Condensation(config, data, plan=plan, noise_seed=seed, run_dir=run_dir)
-    # Only the launching process writes, and hands its run directory to the DDP processes it starts
-    # for this fit only: a later train() in the same process (tests, notebooks) must pick its own.
-    hands_run_dir = run.trainer.is_global_zero and not launched
-    created = False
-    if hands_run_dir:
-        lines = [f"data: {config.dataset.name} from {data_provenance(data)}"]
-        if data.test_is_private:
-            lines.append(
-                "note: the test split is held out from your private data: accuracy measured on it is NOT "
-                "covered by the privacy guarantee (set dataset.test_root for a public test set)"
-            )
-        # Printed once the run starts (a failure before stays one line), before the progress starts.
-        run.trainer.callbacks.insert(0, _Announce(lines))
+    writes = run.trainer.is_global_zero and not launched  # only the launching process writes
+    if writes:
+        _announce(run, config, data)
         if fresh:
-            create(run_dir)
-            created = True
-            try:
-                atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
-                atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-                write_provenance(run_dir, data)
-                if secret_needed:
-                    store_secret(run_dir, seed)
-            except OSError as err:
-                discard(run_dir)
-                raise UserError(
-                    f"cannot write to run_dir {run_dir}: {err.strerror or err}"
-                ) from None
+            _create_folder(run_dir, config, data, plan=plan, seed=seed)
+    with _handed_to_ddp(run_dir, hand=writes), _rollback(run, run_dir, created=writes and fresh):
+        result = run.fit(checkpoint=last_checkpoint(run_dir) if config.resume else None)
+    if run.trainer.is_global_zero:
+        _export(run_dir, result, class_names=data.class_names)
+    return run_dir
+
+
+def _new_plan(config: RunConfig, data: ImageData) -> tuple[PrivacyPlan, int]:
+    """A fresh run fixes its secret (or public seed) and its privacy plan before anything is
+    written."""
+    seed = noise_seed_for(config)
+    return plan_run(config, DataSpec.of(data), noise_seed=seed), seed
+
+
+def _stored_plan(config: RunConfig, run_dir: Path, data: ImageData) -> tuple[PrivacyPlan, int]:
+    """A resumed run (or a DDP process started by rank 0) reads its plan and secret back and never
+    replans; it must start from a readable checkpoint and read the data its first steps read."""
+    if config.resume is not None:
+        check_checkpoint(run_dir)
+    seed = read_secret(run_dir) if needs_secret(config) else config.seed
+    check_data_digest(run_dir, data, seed=seed)  # the data it started on (keyed digest)
+    plan = stored_plan(run_dir, config, DataSpec.of(data))
+    if seed is None:
+        raise UserError(
+            f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
+            "resumed run would redraw the noise of repeated steps and spend them twice; start a "
+            "new run"
+        )
+    check_provenance(run_dir, data)
+    return plan, seed
+
+
+def _announce(run: Condensation, config: RunConfig, data: ImageData) -> None:
+    """Where the data came from (and whether the test split is private), printed once the run
+    starts (a failure before stays one line), before the progress starts."""
+    lines = [f"data: {config.dataset.name} from {data_provenance(data)}"]
+    if data.test_is_private:
+        lines.append(
+            "note: the test split is held out from your private data: accuracy measured on it is "
+            "NOT covered by the privacy guarantee (set dataset.test_root for a public test set)"
+        )
+    run.trainer.callbacks.insert(0, _Announce(lines))
+
+
+def _create_folder(
+    run_dir: Path, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, seed: int
+) -> None:
+    """A fresh run's folder: config.yaml (the config as given), plan.json, the data's provenance
+    and the secret (a private run's); a write that fails removes the folder again."""
+    create(run_dir)
+    try:
+        atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+        atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
+        write_provenance(run_dir, data, seed=seed)
+        if needs_secret(config):
+            store_secret(run_dir, seed)
+    except OSError as err:
+        discard(run_dir)
+        raise UserError(f"cannot write to run_dir {run_dir}: {err.strerror or err}") from None
+
+
+@contextmanager
+def _handed_to_ddp(run_dir: Path, *, hand: bool) -> Iterator[None]:
+    """The launching process hands its run directory to the DDP processes it starts, for this fit
+    only: a later train() in the same process (tests, notebooks) must pick its own."""
+    if hand:
         os.environ[RUN_DIR_ENV] = str(run_dir)
     try:
-        try:
-            result = run.fit(checkpoint=last_checkpoint(run_dir) if config.resume else None)
-        except (KeyboardInterrupt, SystemExit) as err:
-            # Lightning turns Ctrl-C into a graceful stop and then sys.exit(1).
-            if isinstance(err, SystemExit) and not run.trainer.interrupted:
-                raise
-            step = int(run.method.completed_steps)
-            if created and step == 0 and last_checkpoint(run_dir) is None:
-                discard(run_dir)
-                raise Interrupted("interrupted before the first step; nothing was kept") from None
-            raise Interrupted(
-                f"interrupted at step {step}; resume with: python train.py resume={run_dir}"
-            ) from None
-        except NumericalFault as fault:
-            raise UserError(_diverged(fault, run_dir, created=created)) from None
-        except BaseException:
-            # A run that fails with no checkpoint on disk has nothing to resume from: it leaves
-            # nothing behind (a leftover folder would block a retry with the same run_dir, and
-            # would keep the secret of a run no one can continue).
-            if created and last_checkpoint(run_dir) is None:
-                discard(run_dir)
-            raise
-        if run.trainer.is_global_zero:
-            save_bundle(
-                run_dir,
-                images=result.images,
-                labels=result.labels,
-                report=result.report,
-                grid_png=grid_png(result.images, result.labels, class_names=data.class_names),
-                class_names=data.class_names,
-            )
-            forget_secret(run_dir)
+        yield
     finally:
-        if hands_run_dir:
+        if hand:
             os.environ.pop(RUN_DIR_ENV, None)
-    return run_dir
+
+
+@contextmanager
+def _rollback(run: Condensation, run_dir: Path, *, created: bool) -> Iterator[None]:
+    """A failed fit as one line, and what it leaves. A run with no checkpoint on disk has nothing
+    to resume from: a folder this process ``created`` is removed (a leftover folder would block a
+    retry with the same run_dir, and would keep the secret of a run no one can continue)."""
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit) as err:
+        # Lightning turns Ctrl-C into a graceful stop and then sys.exit(1).
+        if isinstance(err, SystemExit) and not run.trainer.interrupted:
+            raise
+        step = int(run.method.completed_steps)
+        if created and step == 0 and last_checkpoint(run_dir) is None:
+            discard(run_dir)
+            raise Interrupted("interrupted before the first step; nothing was kept") from None
+        raise Interrupted(
+            f"interrupted at step {step}; resume with: python train.py resume={run_dir}"
+        ) from None
+    except NumericalFault as fault:
+        raise UserError(_diverged(fault, run_dir, created=created)) from None
+    except BaseException:
+        if created and last_checkpoint(run_dir) is None:
+            discard(run_dir)
+        raise
+
+
+def _export(run_dir: Path, result: CondensedSet, *, class_names: Sequence[str]) -> None:
+    """The bundle (privacy.json last), then the secret goes: a finished run is never resumed."""
+    save_bundle(
+        run_dir,
+        images=result.images,
+        labels=result.labels,
+        report=result.report,
+        grid_png=grid_png(result.images, result.labels, class_names=class_names),
+        class_names=class_names,
+    )
+    forget_secret(run_dir)
 
 
 class _Announce(L.Callback):

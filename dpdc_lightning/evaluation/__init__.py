@@ -9,28 +9,27 @@ Names are imported on first use (PEP 562): ``evaluate.py --help`` must not load 
 
 from __future__ import annotations
 
-from dpdc_lightning.lazy import lazy_getattr
+from dpdc_lightning.lazy import exports
 
-_WHERE = {
-    "PRIVATE_TEST_NOTE": "results",
-    "REDUCED_BANNER": "results",
-    "ModelResult": "results",
-    "format_table": "results",
-    "protocol_line": "results",
-    "results_to_json": "results",
-    "EvalProtocol": "protocol",
-    "PAPER_EPOCHS": "protocol",
-    "PAPER_RUNS": "protocol",
-    "EvalProgress": "progress",
-    "COMPILE_MODES": "engines",
-    "ENGINES": "engines",
-    "EvalTask": "dpdc_lightning.evaluation.engines.base",
-    "resolve_device": "dpdc_lightning.evaluation.engines.base",
-    "resolve_engine": "dpdc_lightning.evaluation.engines.base",
-    "train_and_test": "train_test",
-    "train_network": "train_test",
-}
-
-__all__ = sorted(_WHERE)
-
-__getattr__ = lazy_getattr(__name__, _WHERE)
+__getattr__, __dir__, __all__ = exports(
+    __name__,
+    {
+        "PRIVATE_TEST_NOTE": "results",
+        "REDUCED_BANNER": "results",
+        "ModelResult": "results",
+        "format_table": "results",
+        "protocol_line": "results",
+        "results_to_json": "results",
+        "EvalProtocol": "protocol",
+        "PAPER_EPOCHS": "protocol",
+        "PAPER_RUNS": "protocol",
+        "EvalProgress": "progress",
+        "COMPILE_MODES": "engines",
+        "ENGINES": "engines",
+        "EvalTask": "dpdc_lightning.evaluation.engines.base",
+        "resolve_device": "dpdc_lightning.evaluation.engines.base",
+        "resolve_engine": "dpdc_lightning.evaluation.engines.base",
+        "train_and_test": "train_test",
+        "train_network": "train_test",
+    },
+)

@@ -46,7 +46,7 @@ def evaluate_bundle(
     """Evaluate the bundle in ``path`` with ``config`` (its config.yaml, with any evaluation
     overrides); the results are appended to its eval.json and returned (``results``: one ModelResult
     per model)."""
-    from dpdc_lightning.engine.bundle import load_bundle
+    from dpdc_lightning.engine.bundle import load_bundle, write_report
 
     bundle = load_bundle(path)
     _check_accelerator(config.eval.accelerator)
@@ -75,6 +75,7 @@ def evaluate_bundle(
     except OSError:
         pass  # TensorBoard is a convenience; eval.json holds the results
     print(f"results appended to {eval_path}")
+    write_report(path)  # report.html shows the evaluations
     return {
         "path": path,
         "method": config.method.name,

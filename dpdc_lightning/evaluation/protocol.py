@@ -185,7 +185,7 @@ def training_batches(
     for _ in range(protocol.train_epochs):
         order = torch.randperm(len(images), generator=shuffle)
         for index in order.split(protocol.batch_size):
-            index = index.to(images.device)
+            index = index.to(images.device, non_blocking=True)  # no wait for the GPU's queue
             x, y = images[index], labels[index]
             if dsa is not None:
                 x = dsa(x, generator=dsa_generator, siamese=False)

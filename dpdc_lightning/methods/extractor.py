@@ -70,6 +70,49 @@ def cudnn_tf32(allowed: bool) -> Iterator[None]:
         cudnn.allow_tf32 = previous
 
 
+def _frozen_network(
+    model: ModelConfig,
+    *,
+    channels: int,
+    num_classes: int,
+    image_size: tuple[int, int],
+    seed: int,
+    device: torch.device,
+) -> torch.nn.Module:
+    """The extractor's network, built from the public seed, in training mode (DM/DPDC extract
+    features so), its weights frozen: gradients are wanted for the images only."""
+    net = build_network(
+        model.name,
+        channels=channels,
+        num_classes=num_classes,
+        image_size=image_size,
+        generator=derive_generator(seed, "theta", "build"),
+        device=device,
+        **model.options(),
+    )
+    net.train()
+    for parameter in net.parameters():
+        parameter.requires_grad_(False)
+    return net
+
+
+def _forward_mode(
+    forward: str, model: ModelConfig, *, device: torch.device, per_sample: bool
+) -> str:
+    """``loop`` (one forward per class) or ``batched`` (one for all classes)."""
+    if forward == "auto":
+        # CPU: one forward per class. Batched ran at 0.7-0.8x of loop on a 2-core Xeon
+        # (benchmarks/results/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
+        # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md).
+        # CUDA: one forward for all classes, since a GPU is starved by 50-image batches.
+        forward = "batched" if device.type == "cuda" and per_sample else "loop"
+    if forward == "batched" and not per_sample:
+        raise ValueError(
+            f"batched forward needs per-sample normalisation, model.norm is {model.norm}"
+        )
+    return forward
+
+
 class RandomExtractor:
     """Holds one network whose weights are re-drawn in place by ``resample(step)``."""
 
@@ -102,34 +145,18 @@ class RandomExtractor:
             )
         self.autocast = resolve_autocast(autocast, device)
         self.seed = seed
-        self.net = build_network(
-            model.name,
+        self.net = _frozen_network(
+            model,
             channels=channels,
             num_classes=num_classes,
             image_size=image_size,
-            generator=derive_generator(seed, "theta", "build"),
+            seed=seed,
             device=device,
-            **model.options(),
         )
-        self.net.train()  # DM/DPDC extract features with the network in training mode
-        for parameter in self.net.parameters():
-            parameter.requires_grad_(False)  # gradients are wanted for the images only
-        # Batching all classes in one forward is only exact when normalisation is per sample.
-        per_sample = (
-            "norm" not in model.options() or model.norm != "batchnorm"
-        )  # VGG/ResNet take a norm too
-        self.per_sample = per_sample
-        if forward == "auto":
-            # CPU: one forward per class. Batched ran at 0.7-0.8x of loop on a 2-core Xeon
-            # (benchmarks/results/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
-            # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md).
-            # CUDA: one forward for all classes, since a GPU is starved by 50-image batches.
-            forward = "batched" if device.type == "cuda" and per_sample else "loop"
-        if forward == "batched" and not per_sample:
-            raise ValueError(
-                f"batched forward needs per-sample normalisation, model.norm is {model.norm}"
-            )
-        self.forward_mode = forward
+        # Batching all classes in one forward is only exact when normalisation is per sample
+        # (VGG/ResNet take a norm too).
+        self.per_sample = "norm" not in model.options() or model.norm != "batchnorm"
+        self.forward_mode = _forward_mode(forward, model, device=device, per_sample=self.per_sample)
         if memory_format == "auto":
             memory_format = _auto_memory_format(device, compiled=bool(compile))
         # Only the inputs change layout: the convolutions follow them, while the weights stay

@@ -123,9 +123,16 @@ class PrivateRelease:
         records = Records.of_batch(batch)
         context = self.release_context(step)
         rows = self.release_rows(records, step=step, context=context)
+        device = rows[0].device if rows else torch.device("cpu")
+        if device.type != "cpu" and len(rows) > 1:
+            # The mechanism clips and noises on the CPU in float64: ONE copy of every partition's
+            # rows (a copy per partition would wait for the accelerator once per partition).
+            sizes = [len(part_rows) for part_rows in rows]
+            rows = list(torch.cat(rows).to("cpu", torch.float64).split(sizes))
         released = {}
         for partition, part_rows in zip(records.partitions, rows):
-            released[partition], event = self.release(part_rows, step=step, partition=partition)
+            out, event = self.release(part_rows, step=step, partition=partition)
+            released[partition] = out.to(device, non_blocking=True)
             self.spend(event, partition=partition)
         return released
 

@@ -35,14 +35,16 @@ def _uniform_(tensor: torch.Tensor, bound: float, generator: torch.Generator) ->
 
     When the generator lives on another device than the tensor (a CPU generator for a CUDA
     network), the draw happens on the generator's device and is copied over, so the same seed
-    gives the same weights on every device.
+    gives the same weights on every device. The copy is asynchronous: a blocking host-to-device copy
+    waits for the GPU's queue to drain, once per layer at every re-draw of the extractor; the draw is
+    a fresh pageable tensor, which CUDA stages before the call returns, so it may be freed at once.
     """
     if tensor.device == generator.device:
         tensor.uniform_(-bound, bound, generator=generator)
     else:
         draw = torch.empty(tensor.shape, dtype=tensor.dtype, device=generator.device)
         draw.uniform_(-bound, bound, generator=generator)
-        tensor.copy_(draw)
+        tensor.copy_(draw, non_blocking=True)
 
 
 def _reset_norm_(module: nn.Module) -> None:

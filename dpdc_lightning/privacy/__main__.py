@@ -1,10 +1,12 @@
-"""Privacy calculator: ``python -m dpdc_lightning.privacy {epsilon,calibrate,max-steps} ...``.
+"""Privacy calculator and receipt: ``python -m dpdc_lightning.privacy VERB ...`` (``dpdc-privacy``).
 
-Each verb prints a short explanation, then its answer alone on the LAST line (for scripts):
+Each calculator verb prints a short explanation, then its answer alone on the LAST line:
 
     epsilon    --sample-rate Q --noise-multiplier S --steps T --delta D [--accountant rdp|prv]
     calibrate  --target-epsilon E --sample-rate Q --steps T --delta D [--accountant ...]
     max-steps  --target-epsilon E --sample-rate Q --noise-multiplier S --delta D [--accountant ...]
+    verify     RUN    a finished run's privacy.json recomputed from its events (privacy/verify.py);
+               a table, then the verdict; exit code 0 verified, 1 a check failed, 2 not a bundle
 
 The sample rate may be a fraction such as ``50/6000`` (expected batch / class size). ε is
 printed rounded UP to 4 decimals, so the printed bound is never below the computed one; the
@@ -58,10 +60,11 @@ def _epsilon_text(epsilon: float) -> str:
 def _build_parser() -> argparse.ArgumentParser:
     parser = _OneLineParser(
         prog="python -m dpdc_lightning.privacy",
-        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism.",
+        description="Privacy calculator for the Poisson-subsampled Gaussian mechanism, and the "
+        "verification of a finished run's privacy claim.",
     )
     verbs = parser.add_subparsers(
-        dest="verb", metavar="{epsilon,calibrate,max-steps}", required=True
+        dest="verb", metavar="{epsilon,calibrate,max-steps,verify}", required=True
     )
 
     def add(name: str, help_text: str, *, target: bool, noise: bool, steps: bool) -> None:
@@ -107,77 +110,105 @@ def _build_parser() -> argparse.ArgumentParser:
         noise=True,
         steps=False,
     )
+    verify = "recompute a finished run's ε from its recorded events and check its files"
+    verbs.add_parser("verify", help=verify, description=verify).add_argument(
+        "run_dir",
+        metavar="RUN",
+        help="a finished run folder (privacy.json, plan.json, synthetic.pt)",
+    )
     return parser
 
 
+def _verify(run_dir: str) -> int:
+    from dpdc_lightning.privacy.verify import format_verdict, verify_run
+
+    verdict = verify_run(run_dir)
+    print(format_verdict(verdict))
+    return 0 if verdict.ok else 1
+
+
 def _run(args: argparse.Namespace) -> None:
-    # Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
+    accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
+    verbs = {"epsilon": _epsilon, "calibrate": _calibrate}
+    verbs.get(args.verb, _max_steps)(args, accountant)
+
+
+# Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
+def _epsilon(args: argparse.Namespace, accountant: str) -> None:
     from dpdc_lightning.privacy.analysis import epsilon_from_history
-    from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
     from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
 
-    accountant = f"accountant: {_ACCOUNTANT_NAMES[args.accountant]}; delta {args.delta:g}"
-    if args.verb == "epsilon":
-        epsilon = epsilon_from_history(
-            [(args.noise_multiplier, args.sample_rate, args.steps)],
-            delta=args.delta,
-            accountant=args.accountant,
+    epsilon = epsilon_from_history(
+        [(args.noise_multiplier, args.sample_rate, args.steps)],
+        delta=args.delta,
+        accountant=args.accountant,
+    )
+    print(
+        f"Poisson-subsampled Gaussian mechanism: noise multiplier {args.noise_multiplier:g}, "
+        f"sample rate {args.sample_rate:.6g}, {args.steps} steps"
+    )
+    print(accountant)
+    epsilon, clamped = nonnegative_epsilon(epsilon)
+    if clamped:
+        print(f"note: {CLAMP_NOTE}")
+    print("epsilon (upper bound, rounded up to 4 decimals):")
+    print(_epsilon_text(epsilon))
+
+
+def _calibrate(args: argparse.Namespace, accountant: str) -> None:
+    from dpdc_lightning.privacy.analysis import epsilon_from_history
+    from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
+    from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
+
+    sigma = calibrate_noise_multiplier(
+        target_epsilon=args.target_epsilon,
+        delta=args.delta,
+        sample_rate=args.sample_rate,
+        steps=args.steps,
+        accountant=args.accountant,
+    )
+    achieved, clamped = nonnegative_epsilon(
+        epsilon_from_history(
+            [(sigma, args.sample_rate, args.steps)], delta=args.delta, accountant=args.accountant
         )
-        print(
-            f"Poisson-subsampled Gaussian mechanism: noise multiplier {args.noise_multiplier:g}, "
-            f"sample rate {args.sample_rate:.6g}, {args.steps} steps"
-        )
-        print(accountant)
-        epsilon, clamped = nonnegative_epsilon(epsilon)
-        if clamped:
-            print(f"note: {CLAMP_NOTE}")
-        print("epsilon (upper bound, rounded up to 4 decimals):")
-        print(_epsilon_text(epsilon))
-    elif args.verb == "calibrate":
-        sigma = calibrate_noise_multiplier(
-            target_epsilon=args.target_epsilon,
-            delta=args.delta,
-            sample_rate=args.sample_rate,
-            steps=args.steps,
-            accountant=args.accountant,
-        )
-        achieved, clamped = nonnegative_epsilon(
-            epsilon_from_history(
-                [(sigma, args.sample_rate, args.steps)],
-                delta=args.delta,
-                accountant=args.accountant,
-            )
-        )
-        print(
-            f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, {args.steps} steps"
-        )
-        print(accountant)
-        if clamped:
-            print(f"note: {CLAMP_NOTE}")
-        print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
-        print("noise multiplier (noise std / L2 sensitivity):")
-        print(repr(sigma))
-    else:
-        steps = max_steps(
-            target_epsilon=args.target_epsilon,
-            delta=args.delta,
-            sample_rate=args.sample_rate,
-            noise_multiplier=args.noise_multiplier,
-            accountant=args.accountant,
-        )
-        print(
-            f"target epsilon {args.target_epsilon:g}: noise multiplier {args.noise_multiplier:g}, "
-            f"sample rate {args.sample_rate:.6g}"
-        )
-        print(accountant)
-        print("largest number of steps within the target:")
-        print(steps)
+    )
+    print(
+        f"target epsilon {args.target_epsilon:g}: sample rate {args.sample_rate:.6g}, "
+        f"{args.steps} steps"
+    )
+    print(accountant)
+    if clamped:
+        print(f"note: {CLAMP_NOTE}")
+    print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
+    print("noise multiplier (noise std / L2 sensitivity):")
+    print(repr(sigma))
+
+
+def _max_steps(args: argparse.Namespace, accountant: str) -> None:
+    from dpdc_lightning.privacy.calibration import max_steps
+
+    steps = max_steps(
+        target_epsilon=args.target_epsilon,
+        delta=args.delta,
+        sample_rate=args.sample_rate,
+        noise_multiplier=args.noise_multiplier,
+        accountant=args.accountant,
+    )
+    print(
+        f"target epsilon {args.target_epsilon:g}: noise multiplier {args.noise_multiplier:g}, "
+        f"sample rate {args.sample_rate:.6g}"
+    )
+    print(accountant)
+    print("largest number of steps within the target:")
+    print(steps)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the calculator; returns the exit code (argument syntax errors exit 2 from argparse)."""
     args = _build_parser().parse_args(argv)
     try:
+        if args.verb == "verify":
+            return _verify(args.run_dir)
         _run(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

@@ -80,8 +80,8 @@ def calibrate_noise_multiplier(
     epsilon_tolerance = _check_positive(epsilon_tolerance, name="epsilon_tolerance")
 
     unreachable = (
-        f"target epsilon {target_epsilon:g} is unreachable with sample rate {sample_rate:g} over {steps} steps "
-        f"at delta {delta:g}"
+        f"target epsilon {target_epsilon:g} is unreachable with sample rate {sample_rate:g} over "
+        f"{steps} steps at delta {delta:g}"
     )
     prior = check_history(prior_history)
     if prior:
@@ -94,6 +94,35 @@ def calibrate_noise_multiplier(
             accountant=accountant,
             unreachable=unreachable,
         )
+    sigma = _opacus_sigma(
+        target_epsilon=target_epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        steps=steps,
+        accountant=accountant,
+        epsilon_tolerance=epsilon_tolerance,
+        unreachable=unreachable,
+    )
+    for _ in range(_MAX_NUDGES):  # verified with our own analysis, raised slightly until it holds
+        history = [(sigma, sample_rate, steps)]
+        if epsilon_from_history(history, delta=delta, accountant=accountant) <= target_epsilon:
+            return sigma
+        sigma *= _SIGMA_NUDGE
+    raise UserError(f"{unreachable} (would need noise multiplier > {sigma:g})")
+
+
+def _opacus_sigma(
+    *,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    accountant: str,
+    epsilon_tolerance: float,
+    unreachable: str,
+) -> float:
+    """Opacus' ``get_noise_multiplier`` (bisection to within ``epsilon_tolerance`` below the
+    target), its failures as one-line errors."""
     if accountant == "rdp":
         # Answer at once rather than after Opacus doubles sigma up to its limit, which can take
         # minutes for large sample rates.
@@ -104,7 +133,7 @@ def calibrate_noise_multiplier(
             )
     try:
         with quiet_opacus():
-            sigma = float(
+            return float(
                 opacus_utils.get_noise_multiplier(
                     target_epsilon=target_epsilon,
                     target_delta=delta,
@@ -120,17 +149,9 @@ def calibrate_noise_multiplier(
         ) from error
     except MemoryError as error:
         raise UserError(
-            f"the {accountant} accountant cannot discretise this budget (too little noise); use accountant=rdp"
+            f"the {accountant} accountant cannot discretise this budget (too little noise); "
+            "use accountant=rdp"
         ) from error
-
-    for _ in range(_MAX_NUDGES):
-        if (
-            epsilon_from_history([(sigma, sample_rate, steps)], delta=delta, accountant=accountant)
-            <= target_epsilon
-        ):
-            return sigma
-        sigma *= _SIGMA_NUDGE
-    raise UserError(f"{unreachable} (would need noise multiplier > {sigma:g})")
 
 
 def _calibrate_after(

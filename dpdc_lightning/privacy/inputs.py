@@ -60,62 +60,74 @@ def release_inputs(
     is ``"held out"`` (split off the private data), ``"declared public"`` or ``"none"``; ``init`` is
     ``method.init`` (noise, real or aux); ``network`` says whether the method uses random networks and
     augmentation (all but LDPDC)."""
+    source = auxiliary[0] if auxiliary is not None else None
+    inputs = [
+        _records(dataset, private=private),
+        _class_sizes(class_sizes_released, test_split=test_split, count_phase=count_phase),
+        _entry(
+            "number of classes, class names and image shape",
+            DECLARED_PUBLIC,
+            "the shape of the output; public by assumption for every data set",
+        ),
+    ]
+    if auxiliary is not None:
+        status = RELEASED if source == "dp" else DECLARED_PUBLIC
+        phase = auxiliary_phase if source == "dp" else None
+        inputs.append(_entry("auxiliary image set", status, auxiliary[1], phase=phase))
+    inputs.append(_initialisation(init, auxiliary_source=source))
+    inputs += _randomness(network=network, private=private, reproducible_noise=reproducible_noise)
+    inputs += _test_split(test_split, read=source == "public_split")
+    return inputs
+
+
+def _records(dataset: str, *, private: bool) -> dict[str, Any]:
     records = (
         "read only by the mechanism: Poisson-sampled, clipped, summed and noised"
         if private
         else "read WITHOUT protection: this method is not differentially private"
     )
-    inputs = [
-        _entry(
-            f"training records of {dataset}", PRIVATE, records, phase="main" if private else None
+    phase = "main" if private else None
+    return _entry(f"training records of {dataset}", PRIVATE, records, phase=phase)
+
+
+def _class_sizes(released: bool, *, test_split: str, count_phase: str) -> dict[str, Any]:
+    if released:
+        return _entry(
+            "class sizes",
+            RELEASED,
+            "the Gaussian mechanism on the class histogram (sensitivity 1); the sample rates and "
+            "every normaliser come from the released sizes",
+            phase=count_phase,
         )
-    ]
-    if class_sizes_released:
-        inputs.append(
-            _entry(
-                "class sizes",
-                RELEASED,
-                "the Gaussian mechanism on the class histogram (sensitivity "
-                "1); the sample rates and every normaliser come from the released sizes",
-                phase=count_phase,
-            )
-        )
-    else:
-        sizes = (
-            "they set the sample rates q_c = L / N_c (privacy.class_sizes=public, the assumption of Zheng & "
-            "Li's DPDC)"
-        )
-        if (
-            test_split == "held out"
-        ):  # data/loaders/own.py: each record's side of the split is its own
-            sizes += (
-                "; with a split held out of the private data, N_c is (1 - dataset.test_fraction) x the class "
-                "size of the file, never the exact number of training records"
-            )
-        inputs.append(_entry("class sizes", DECLARED_PUBLIC, sizes))
-    inputs.append(
-        _entry(
-            "number of classes, class names and image shape",
-            DECLARED_PUBLIC,
-            "the shape of the output; public by assumption for every data set",
-        )
+    sizes = (
+        "they set the sample rates q_c = L / N_c (privacy.class_sizes=public, the assumption of "
+        "Zheng & Li's DPDC)"
     )
-    source, description = auxiliary if auxiliary is not None else (None, "")
-    if auxiliary is not None:
-        if source == "dp":
-            inputs.append(
-                _entry("auxiliary image set", RELEASED, description, phase=auxiliary_phase)
-            )
-        else:
-            inputs.append(_entry("auxiliary image set", DECLARED_PUBLIC, description))
+    if test_split == "held out":  # data/loaders/own.py: each record's side of the split is its own
+        sizes += (
+            "; with a split held out of the private data, N_c is (1 - dataset.test_fraction) x the "
+            "class size of the file, never the exact number of training records"
+        )
+    return _entry("class sizes", DECLARED_PUBLIC, sizes)
+
+
+def _initialisation(init: str, *, auxiliary_source: str | None) -> dict[str, Any]:
     initial = {
         "noise": (BY_CONSTRUCTION, "N(0, I) images from the public run seed"),
         "real": (PRIVATE, "real training images, copied into the output unprotected"),
-        "aux": (RELEASED if source == "dp" else DECLARED_PUBLIC, "images of the auxiliary set"),
+        "aux": (
+            RELEASED if auxiliary_source == "dp" else DECLARED_PUBLIC,
+            "images of the auxiliary set",
+        ),
     }[init]
-    inputs.append(_entry("synthetic initialisation", *initial))
+    return _entry("synthetic initialisation", *initial)
+
+
+def _randomness(*, network: bool, private: bool, reproducible_noise: bool) -> list[dict[str, Any]]:
+    """Network weights and augmentation draws (public), then the mechanism's own randomness."""
+    entries = []
     if network:
-        inputs.append(
+        entries.append(
             _entry(
                 "network weights and augmentation draws",
                 BY_CONSTRUCTION,
@@ -124,7 +136,7 @@ def release_inputs(
             )
         )
     if private:
-        inputs.append(
+        entries.append(
             _entry(
                 "Poisson samples and Gaussian noise",
                 BY_CONSTRUCTION if reproducible_noise else SECRET,
@@ -134,26 +146,19 @@ def release_inputs(
                 "to the bundle and deleted when the run ends",
             )
         )
-    read = source == "public_split"
+    return entries
+
+
+def _test_split(test_split: str, *, read: bool) -> list[dict[str, Any]]:
     if test_split == "held out":
-        inputs.append(
-            _entry(
-                "test split",
-                PRIVATE,
-                "held out from the private data; not read by the release; "
-                "accuracy measured on it is NOT covered by the guarantee",
-                read_by_release=False,
-            )
+        detail = (
+            "held out from the private data; not read by the release; accuracy measured on it is "
+            "NOT covered by the guarantee"
         )
-    elif test_split == "declared public":
-        inputs.append(
-            _entry(
-                "test split",
-                DECLARED_PUBLIC,
-                "the data set's test split (dataset.test_root for your "
-                "own data)"
-                + (": read as the auxiliary set" if read else "; not read by the release"),
-                read_by_release=read,
-            )
+        return [_entry("test split", PRIVATE, detail, read_by_release=False)]
+    if test_split == "declared public":
+        detail = "the data set's test split (dataset.test_root for your own data)" + (
+            ": read as the auxiliary set" if read else "; not read by the release"
         )
-    return inputs
+        return [_entry("test split", DECLARED_PUBLIC, detail, read_by_release=read)]
+    return []

@@ -24,7 +24,8 @@ An entry names an output (a file pattern relative to the run or sweep folder, or
 ``stderr``) and a field inside it: a key pattern (fnmatch, ``*`` also spans dots) into a JSON or
 YAML file, a tensor file or a checkpoint (nested keys joined by dots, list items by index), a
 ``tag@step`` pattern of a TensorBoard event file, ``row.column`` of a table (summary.csv and
-summary.md), ``*`` for a whole file, or, for printed text, a
+summary.md), the ``data-source`` of a value report.html shows (``FILE:FIELD``, an image ``FILE``),
+``*`` for a whole file, or, for printed text, a
 regular expression of the released part of a line. tests/test_neighbouring.py runs neighbouring
 data sets with the same secret and checks that every output outside :func:`ledger_for` the run's
 configuration is identical, and that with every mechanism output made equal nothing differs at all.
@@ -87,6 +88,7 @@ _REPORT_FIELDS = (
     "phases.*.history.*",
     "phases.*.steps",
     "phases.*.epsilon",
+    "plan_sha256",  # the digest of plan.json, made from the released class sizes
     "class_sizes.released.*",
     *_PLAN_SUMMARY,
     "noise.noise_values",
@@ -95,6 +97,40 @@ _REPORT_FIELDS = (
     # the inputs list: a DP input's ε share and the description of a DP auxiliary set
     "inputs.*.epsilon_alone",
     "inputs.*.detail",
+)
+
+# report.html (report/): the released values it shows, by the data-source each carries. A run's
+# page shows privacy.json's fields under their own keys, the TensorBoard log's curves by tag; a
+# sweep's page its members' rows (sweep.json) and their composed cost.
+_PAGE = "report.html"
+_PAGE_CONDENSATION = ("synthetic.png", "tensorboard:loss", "privacy.json:bundle.sha256")
+_PAGE_COUNTS = (
+    *(
+        f"privacy.json:{f}"
+        for f in (
+            "epsilon",
+            "steps",
+            "noise_multiplier",
+            "noise_std",
+            "sample_rate",
+            "expected_batch_size",
+            "phases.*.history.*",
+            "phases.*.steps",
+            "phases.*.epsilon",
+            "plan.noise_multiplier",
+            "plan.sample_rate",
+            "plan.data_steps",
+            "plan.free_steps",
+            "plan.planned_epsilon",
+            "plan.auxiliary.*",
+            "inputs.*.epsilon_alone",
+            "inputs.*.detail",
+        )
+    ),
+    "tensorboard:epsilon",
+    "sweep.json:members.*.epsilon",
+    "sweep.json:members.*.steps",
+    "composition:*",
 )
 
 LEDGER: tuple[Released, ...] = (
@@ -121,6 +157,7 @@ LEDGER: tuple[Released, ...] = (
         CONDENSATION,
         "the loss against the noisy release; the image grid",
     ),
+    *_all(_PAGE, _PAGE_CONDENSATION, CONDENSATION, "the images, the loss curve, the digest"),
     # ---- privacy.class_sizes=private: the released sizes and the plan made from them
     *_all(
         "plan.json", _PLAN_FIELDS, CLASS_COUNTS, "the plan is made from the released class sizes"
@@ -185,6 +222,7 @@ LEDGER: tuple[Released, ...] = (
     Released(
         "auxiliary.pt", "description", CLASS_COUNTS, "names the ε planned for the DP auxiliary run"
     ),
+    *_all(_PAGE, _PAGE_COUNTS, CLASS_COUNTS, "ε, the plan and their curve as the page shows them"),
     # ---- method.aux.source=dp: the auxiliary set its own private run made
     Released("auxiliary.pt", "images", AUXILIARY, "the DP auxiliary set, kept for a resumed run"),
 )

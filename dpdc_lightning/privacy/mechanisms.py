@@ -200,8 +200,11 @@ def gaussian_sum(
     if reduce_sum is not None:
         clipped_sum = reduce_sum(clipped_sum.to(torch.float64).clone())
     values = gaussian_noise_like(clipped_sum, std=event.noise_std, noise=noise)
-    released = clipped_sum.to(device="cpu", dtype=torch.float64) + values
-    return released.to(device=clipped_sum.device, dtype=torch.float32), event
+    # The device meets the noise here: the sum comes to the CPU (a GPU sum: one device-to-host copy,
+    # which waits for the values), the float64 total is rounded to float32 ONCE, on the CPU, and the
+    # float32 release goes back without blocking (the host tensor is fresh; CUDA stages it at once).
+    released = (clipped_sum.to(device="cpu", dtype=torch.float64) + values).to(torch.float32)
+    return released.to(clipped_sum.device, non_blocking=True), event
 
 
 def noisy_clipped_sum(
@@ -237,7 +240,7 @@ def noisy_clipped_sum(
         mechanism=f"Poisson-subsampled Gaussian sum of {rows_are} clipped to L2 norm {max_norm:g}",
         expected_size=expected_size,
     )
-    return released.to(rows.device), event
+    return released.to(rows.device, non_blocking=True), event
 
 
 def noisy_clipped_mean(

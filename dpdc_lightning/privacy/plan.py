@@ -1,16 +1,12 @@
 """The privacy plan of a run: fixed before any data is read, never changed afterwards.
 
-Privacy-critical. A method describes what it needs (:class:`StepSchedule`: how it samples, the
-expected sample size, how many steps read data, how many are free); the public class sizes turn the
-sample size into Poisson rates q_c = L / N_c (per class) or q = B / N (global); the target ε turns
-into a noise multiplier or a step count. The result, :class:`PrivacyPlan`, is the single source the
-data stream (rates, step count), the method (noise multiplier, rates) and the PrivacyCallback
-(event, budget) read. It is stored in the run directory and in every checkpoint; a resumed run
-reuses it as stored and never recalibrates.
-
-One data step of a private method costs one Poisson-subsampled Gaussian mechanism at
-q = max_c q_c: the classes are disjoint parts of the data (parallel composition, Zheng & Li,
-"Differentially Private Dataset Condensation", Cor. A.1). Free steps read no data and cost nothing.
+Privacy-critical. Two records: :class:`StepSchedule`, what a method asks of the plan (how it
+samples, the expected sample size, how many steps read data, how many are free), and
+:class:`PrivacyPlan`, what privacy/planner.py ``make_plan`` fixes from it, the class sizes and the
+budget (rates, noise multiplier, steps, the phases before the first step). The plan is the single
+source the data stream (rates, step count), the method (noise multiplier, rates, normalisers) and
+the privacy budget (events) read. It is stored in the run directory (plan.json, written and read
+here) and in every checkpoint; a resumed run reuses it as stored and never recalibrates.
 
 Phases before the first step (a class-size release, a DP auxiliary set made by another private
 method on a declared budget share, as Dosser's SER uses) are part of the plan: the auxiliary run's
@@ -21,14 +17,10 @@ is tighter than adding each phase's ε as Zheng et al.'s Dosser Theorem 2 (basic
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
 from dpdc_lightning.privacy.counts import COUNT_MECHANISM, COUNT_PHASE, COUNT_SENSITIVITY
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 
@@ -77,18 +69,16 @@ class PrivacyPlan:
     private: bool
     sampling: str
     sample_size: float | None  # None: every record at every data step (q = 1)
-    sample_rates: tuple[
-        float, ...
-    ]  # Poisson rate per partition: one per class, or one for the whole set
+    # Poisson rate per partition: one per class, or one for the whole set
+    sample_rates: tuple[float, ...]
     data_steps: int
     free_steps: int
     noise_multiplier: float | None  # noise std / L2 sensitivity; None when not private
     delta: float | None
     target_epsilon: float | None
     accountant: str
-    planned_epsilon: (
-        float | None
-    )  # ε after every data step, at ``delta`` (class-size release included)
+    # ε after every data step, at ``delta`` (class-size release and auxiliary run included)
+    planned_epsilon: float | None
     # privacy.class_sizes=private: the noise multiplier of the class-size release (privacy/counts.py)
     # and the released sizes the sample rates were computed from; None when sizes are public.
     count_noise_multiplier: float | None = None
@@ -247,170 +237,3 @@ class PrivacyPlan:
             "noise_multiplier": event.noise_multiplier,
             "noise_std": event.noise_std,
         }
-
-
-def auxiliary_history(auxiliary: PrivacyPlan | None) -> list[tuple[float, float, int]]:
-    """The mechanism runs of an auxiliary plan (one entry: its data steps at its noise and rate)."""
-    if auxiliary is None or not auxiliary.data_steps:
-        return []
-    if auxiliary.count_noise_multiplier is not None or auxiliary.auxiliary_plan is not None:
-        raise ValueError(
-            "an auxiliary run must not hold phases of its own (they belong to the main plan)"
-        )
-    return [(float(auxiliary.noise_multiplier), auxiliary.sample_rate, auxiliary.data_steps)]
-
-
-def sample_rates(schedule: StepSchedule, class_sizes: Sequence[float]) -> tuple[float, ...]:
-    """Poisson rates from the plan's class sizes (public, or released under DP): L / N_c per class,
-    or B / N for global sampling; 1 for every partition when the schedule reads every record."""
-    if schedule.sample_size is None:  # every record once per data step: Poisson at q = 1
-        return (1.0,) * (1 if schedule.sampling == "global_poisson" else len(class_sizes))
-    if schedule.sampling == "global_poisson":
-        return (min(1.0, schedule.sample_size / sum(class_sizes)),)
-    if schedule.sampling == "per_class_poisson":
-        if schedule.sample_size > min(class_sizes):
-            raise UserError(
-                f"the expected sample per class ({schedule.sample_size:g}) is larger than the smallest "
-                f"class ({min(class_sizes):g} records); lower method.group_size"
-            )
-        return tuple(schedule.sample_size / size for size in class_sizes)
-    return ()
-
-
-def check_delta_size(delta: float, *, records: int, allow_large_delta: bool) -> None:
-    """Refuse δ >= 1/N. Privacy-critical: a δ of the order of 1/N is met by a mechanism that
-    publishes the complete records of a few participants (Dwork & Roth, "The Algorithmic
-    Foundations of Differential Privacy", §2.3), so such a guarantee says nothing.
-    With ``allow_large_delta`` the run goes on, and the owner's console says why it should not."""
-    if delta * records < 1:
-        return
-    message = (
-        f"privacy.delta={delta:g} is not below 1/N = {1 / records:.3g} (N = {records:g} private records): "
-        "at such a delta a mechanism may publish whole records"
-    )
-    if not allow_large_delta:
-        raise UserError(
-            f"{message}; lower privacy.delta, or set privacy.allow_large_delta=true to accept it"
-        )
-    print(f"warning: {message}; accepted because privacy.allow_large_delta=true", file=sys.stderr)
-
-
-def make_plan(
-    schedule: StepSchedule,
-    *,
-    class_sizes: Sequence[float],
-    method: str,
-    noise_multiplier: float | None,
-    target_epsilon: float | None,
-    delta: float,
-    calibrate: str,
-    accountant: str,
-    step_cap: int | None = None,
-    count_event: PrivacyEvent | None = None,
-    allow_large_delta: bool = False,
-    auxiliary: PrivacyPlan | None = None,
-    auxiliary_method: str | None = None,
-) -> PrivacyPlan:
-    """Fix the plan of a run.
-
-    - no target: the given (or the method's default) noise multiplier, every data step;
-    - target, calibrate="sigma": the smallest noise multiplier keeping ε(data steps) <= target;
-    - target, calibrate="steps": the largest number of data steps keeping ε <= target.
-    ``step_cap`` (``trainer.max_steps``) caps the data steps first, then the free steps.
-    With ``count_event``, ``class_sizes`` are the sizes released by privacy/counts.py with that event,
-    and that release counts towards the target together with the steps.
-    A private plan needs ``delta < 1 / N`` (N = sum of the class sizes) unless ``allow_large_delta``.
-    ``auxiliary`` is the plan of a private run made before this one on the same data (its steps
-    count towards the target too, composed with the others).
-    """
-    count_noise_multiplier = count_event.noise_multiplier if count_event is not None else None
-    data_steps, free_steps = schedule.data_steps, schedule.free_steps
-    if step_cap is not None and step_cap > 0:
-        data_steps = min(data_steps, step_cap)
-        free_steps = min(free_steps, step_cap - data_steps)
-    rates = sample_rates(schedule, class_sizes)
-    common = dict(
-        private=schedule.private,
-        sampling=schedule.sampling,
-        sample_size=None if schedule.sample_size is None else float(schedule.sample_size),
-        sample_rates=rates,
-        free_steps=free_steps,
-        accountant=accountant,
-        class_sizes=tuple(float(n) for n in class_sizes),
-    )
-    if not schedule.private:
-        if (
-            target_epsilon is not None
-            or noise_multiplier is not None
-            or count_noise_multiplier is not None
-            or auxiliary is not None
-        ):
-            raise UserError(
-                f"method {method} is not private: privacy.target_epsilon and privacy.noise_multiplier do not apply"
-            )
-        return PrivacyPlan(
-            **common,
-            data_steps=data_steps,
-            noise_multiplier=None,
-            delta=None,
-            target_epsilon=None,
-            planned_epsilon=None,
-        )
-    check_delta_size(delta, records=sum(class_sizes), allow_large_delta=allow_large_delta)
-    q = max(rates)
-    prior = (
-        [(count_event.noise_multiplier, count_event.sample_rate, 1)] if count_event else []
-    ) + auxiliary_history(auxiliary)
-    sigma = noise_multiplier or schedule.default_noise_multiplier
-    if target_epsilon is not None and calibrate == "sigma":
-        if noise_multiplier is not None:
-            raise UserError(
-                "set either privacy.noise_multiplier or privacy.target_epsilon with privacy.calibrate=sigma, not both"
-            )
-        sigma = calibrate_noise_multiplier(
-            target_epsilon=target_epsilon,
-            delta=delta,
-            sample_rate=q,
-            steps=data_steps,
-            accountant=accountant,
-            prior_history=prior,
-        )
-    elif target_epsilon is not None:
-        if not schedule.steps_adjustable:
-            raise UserError(
-                f"method {method} has a fixed number of steps; use privacy.calibrate=sigma"
-            )
-        data_steps = max_steps(
-            target_epsilon=target_epsilon,
-            delta=delta,
-            sample_rate=q,
-            noise_multiplier=sigma,
-            accountant=accountant,
-            limit=data_steps,
-            prior_history=prior,
-        )
-        if data_steps == 0:
-            raise UserError(
-                f"privacy.target_epsilon={target_epsilon} is unreachable: even one step at noise multiplier "
-                f"{sigma} and sample rate {q:.4g} costs more; raise privacy.noise_multiplier"
-            )
-    history = prior + ([(sigma, q, data_steps)] if data_steps else [])
-    planned = epsilon_from_history(history, delta=delta, accountant=accountant) if history else 0.0
-    if target_epsilon is not None and planned > target_epsilon:
-        raise RuntimeError(
-            f"plan error: ε {planned} above the target {target_epsilon}"
-        )  # calibration never allows it
-    released = tuple(float(n) for n in class_sizes) if count_noise_multiplier else None
-    return PrivacyPlan(
-        **common,
-        data_steps=data_steps,
-        noise_multiplier=float(sigma),
-        delta=delta,
-        target_epsilon=target_epsilon,
-        planned_epsilon=planned,
-        count_noise_multiplier=count_noise_multiplier,
-        released_class_sizes=released,
-        count_event=count_event.to_dict() if count_event is not None else None,
-        auxiliary_plan=auxiliary.to_dict() if auxiliary is not None else None,
-        auxiliary_method=auxiliary_method if auxiliary is not None else None,
-    )

@@ -7,6 +7,7 @@ from importlib import metadata
 from typing import Any
 
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.digests import plan_digest
 from dpdc_lightning.privacy.mechanisms import NON_FINITE_ROWS
 from dpdc_lightning.privacy.noise import describe as describe_noise
 from dpdc_lightning.privacy.plan import PrivacyPlan
@@ -65,56 +66,81 @@ def build_report(
             }
         )
     else:
-        epsilon, clamped = nonnegative_epsilon(
-            accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0
-        )
-        phases = accountant.breakdown(delta=delta)
-        for phase in phases:
-            phase["epsilon"], phase_clamped = nonnegative_epsilon(phase["epsilon"])
-            clamped = clamped or phase_clamped
-        summary = plan.summary()
-        if summary.get("planned_epsilon") is not None:
-            summary["planned_epsilon"], plan_clamped = nonnegative_epsilon(
-                summary["planned_epsilon"]
-            )
-            clamped = clamped or plan_clamped
         report.update(
-            {
-                "epsilon": epsilon,
-                "delta": delta,
-                "target_epsilon": plan.target_epsilon,
-                "accountant": accountant.accountant,
-                "neighbouring_relation": NEIGHBOURING,
-                "steps": accountant.steps_of(),  # the condensation's data steps (a class-size release is a phase)
-                **mechanism,
-                "phases": phases,
-                "plan": summary,
-                "noise_mode": "reproducible" if reproducible_noise else "secure",
-                "class_sizes": plan.class_size_statement(),
-                "non_finite_rows": NON_FINITE_ROWS,
-                "noise": describe_noise(
-                    reproducible=reproducible_noise,
-                    values_drawn=noise_values,
-                    epsilon=epsilon,
-                    delta=delta,
-                ),
-            }
+            _guarantee(
+                mechanism,
+                accountant,
+                delta=delta,
+                plan=plan,
+                reproducible_noise=reproducible_noise,
+                noise_values=noise_values,
+            )
         )
-        alone = {phase["name"]: phase["epsilon"] for phase in phases}
+        alone = {phase["name"]: phase["epsilon"] for phase in report["phases"]}
         inputs = [
             {**entry, "epsilon_alone": alone[entry["phase"]]}
             if entry.get("phase") in alone
             else entry
             for entry in inputs or []
         ]
-        if clamped:
-            report["epsilon_note"] = CLAMP_NOTE
-        if reproducible_noise:
-            report["warning"] = (
-                "privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
-                "in config.yaml; the output is NOT private against anyone who knows that seed"
-            )
     if inputs:
         report["inputs"] = list(inputs)
-    report.update({"config_sha256": config_hash, "versions": library_versions()})
+    # plan.json's digest: `dpdc-privacy verify` checks that the events above are the plan's.
+    report.update(
+        {
+            "plan_sha256": plan_digest(plan.to_dict()),
+            "config_sha256": config_hash,
+            "versions": library_versions(),
+        }
+    )
     return report
+
+
+def _guarantee(
+    mechanism: dict[str, Any],
+    accountant: PrivacyAccountant,
+    *,
+    delta: float,
+    plan: PrivacyPlan,
+    reproducible_noise: bool,
+    noise_values: int | None,
+) -> dict[str, Any]:
+    """The report's statement of a private run: ε (clamped at 0 where the conversion went
+    negative, and said so), the mechanism, its phases, the plan and the noise."""
+    epsilon, clamped = nonnegative_epsilon(
+        accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0
+    )
+    phases = accountant.breakdown(delta=delta)
+    for phase in phases:
+        phase["epsilon"], phase_clamped = nonnegative_epsilon(phase["epsilon"])
+        clamped = clamped or phase_clamped
+    summary = plan.summary()
+    if summary.get("planned_epsilon") is not None:
+        summary["planned_epsilon"], plan_clamped = nonnegative_epsilon(summary["planned_epsilon"])
+        clamped = clamped or plan_clamped
+    guarantee = {
+        "epsilon": epsilon,
+        "delta": delta,
+        "target_epsilon": plan.target_epsilon,
+        "accountant": accountant.accountant,
+        "neighbouring_relation": NEIGHBOURING,
+        # the condensation's data steps (a class-size release is a phase)
+        "steps": accountant.steps_of(),
+        **mechanism,
+        "phases": phases,
+        "plan": summary,
+        "noise_mode": "reproducible" if reproducible_noise else "secure",
+        "class_sizes": plan.class_size_statement(),
+        "non_finite_rows": NON_FINITE_ROWS,
+        "noise": describe_noise(
+            reproducible=reproducible_noise, values_drawn=noise_values, epsilon=epsilon, delta=delta
+        ),
+    }
+    if clamped:
+        guarantee["epsilon_note"] = CLAMP_NOTE
+    if reproducible_noise:
+        guarantee["warning"] = (
+            "privacy.reproducible_noise=true: noise and sampling are derived from the run seed "
+            "in config.yaml; the output is NOT private against anyone who knows that seed"
+        )
+    return guarantee

@@ -8,6 +8,10 @@ written: a finished run directory holds nothing that would let anyone subtract t
 left by a crash right after the bundle is deleted by the next command touching the run
 (``export.forget_if_finished``); ``python train.py forget=RUN_DIR`` deletes an abandoned run's.
 With ``privacy.reproducible_noise=true`` the public run seed is used instead (not private).
+
+Beside it, ``<run_dir>/.data_digest`` (mode 0600) holds the keyed digest of the data the run
+started on (privacy/digests.py), keyed by a key derived from the secret; a resumed run must read
+the same data. It is deleted with the secret: nothing about the data stays in a finished folder.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 from pathlib import Path
 
 SECRET_FILE = ".private_seed"
+DIGEST_FILE = ".data_digest"
 SECRET_BITS = (
     256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a 63-bit key could be searched
 )
@@ -57,8 +62,23 @@ def read_secret(run_dir: Path) -> int | None:
 
 
 def forget_secret(run_dir: Path) -> bool:
-    """Delete the run's secret; True if there was one."""
+    """Delete the run's secret and its data digest; True if there was a secret."""
     path = Path(run_dir) / SECRET_FILE
     existed = path.is_file()
     path.unlink(missing_ok=True)
+    (Path(run_dir) / DIGEST_FILE).unlink(missing_ok=True)
     return existed
+
+
+def store_data_digest(run_dir: Path, digest: str) -> None:
+    """Keep the keyed digest of the run's data beside its secret, readable by the owner only."""
+    path = Path(run_dir) / DIGEST_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(f"{digest}\n")
+
+
+def read_data_digest(run_dir: Path) -> str | None:
+    """The stored data digest, or None (a run started before digests were kept, or forgotten)."""
+    path = Path(run_dir) / DIGEST_FILE
+    return path.read_text().strip() if path.is_file() else None

@@ -5,7 +5,8 @@ harness.
 A run folder (or sweep folder) becomes ``relative/path:key`` entries: JSON and YAML by key, tensor
 files and checkpoints by nested key (tensors as values), TensorBoard events by ``tag@step`` (wall
 times and hparams session times dropped), summary tables by ``member.column`` (their time column
-dropped), any other file whole. stdout, stderr, warnings and log records are text (times removed
+dropped), report.html by the ``data-source`` of each value it shows (the rest of the page whole),
+any other file whole. stdout, stderr, warnings and log records are text (times removed
 before comparing); the exit code and the list of files are outputs too.
 """
 
@@ -22,6 +23,7 @@ import shutil
 import warnings
 from collections.abc import Callable
 from fnmatch import fnmatch
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +156,44 @@ def _events(path: Path) -> dict[str, Any]:
     return values
 
 
+class _Page(HTMLParser):
+    """report.html (dpdc_lightning/report/): each value shown with ``data-source="FILE:FIELD"`` (an
+    image with ``data-source="FILE"``) under that source, in page order; the page with those values
+    left out under ``page``. A value whose source the ledger does not name must then be equal."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.fields: dict[str, list[str]] = {}
+        self.page: list[str] = []
+        self.inside: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        source = found.pop("data-source", None)
+        if source is not None and tag == "img":
+            self.fields.setdefault(source, []).append(found.pop("src", ""))
+        elif source is not None:
+            self.inside = source
+        self.page.append(f"<{tag} {sorted(found.items())} {source}>")
+
+    def handle_endtag(self, tag: str) -> None:
+        self.inside = None
+        self.page.append(f"</{tag}>")
+
+    def handle_data(self, data: str) -> None:
+        if self.inside is not None:
+            self.fields.setdefault(self.inside, []).append(data)
+        else:
+            self.page.append(data)
+
+
+def _report_page(text: str) -> dict[str, Any]:
+    parser = _Page()
+    parser.feed(text)
+    parser.close()
+    return {"page": "".join(parser.page), **parser.fields}
+
+
 def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
     """Every file under ``folder`` as ``relative/path:field`` -> value (files listed under
     ``files``)."""
@@ -192,6 +232,8 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             _flatten({"text": lines, **_table(rows, "member")}, "", flat)
         elif "tfevents" in path.name:
             flat = _events(path)
+        elif path.name == "report.html":
+            flat = _report_page(path.read_text(encoding="utf-8"))
         else:
             flat["*"] = path.read_bytes()
         outputs.update({f"{rel}:{key}": value for key, value in flat.items()})
@@ -286,4 +328,8 @@ def _delta(a: Any, b: Any) -> str:
         and a.is_floating_point()
     ):
         return f" (max |difference| {float((a.double() - b.double()).abs().max()):.3g})"
+    if isinstance(a, str) and isinstance(b, str):  # a long text (report.html's page): where
+        at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+        near = slice(max(0, at - 40), at + 40)
+        return f" (first difference at {at}: {a[near]!r} | {b[near]!r})"
     return ""

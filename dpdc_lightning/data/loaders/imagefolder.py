@@ -28,8 +28,26 @@ def _visible(folder: Path) -> list[Path]:
 def _read_folder(
     root: Path, *, image_size: int | None, channels: int | None
 ) -> tuple[Tensor, Tensor, tuple[str, ...]]:
-    from PIL import Image, UnidentifiedImageError
+    classes = _class_folders(root)
+    # Pass 1 reads headers only (mode, size): it names a non-image at once and decides the channels
+    # without holding every decoded picture in memory.
+    files = _headers(classes)
+    grey = all(mode in ("1", "L", "LA", "I", "I;16", "F") for _, _, mode, _ in files)
+    channels = channels or (1 if grey else 3)
+    size = None if image_size is None else (image_size, image_size)
+    if size is None:
+        _check_same_size(files)
+    stacked = _decode(files, mode="L" if channels == 1 else "RGB", size=size)  # pass 2
+    stacked = stacked.unsqueeze(1) if stacked.dim() == 3 else stacked.permute(0, 3, 1, 2)
+    return (
+        normalise(stacked.float() / 255.0).contiguous(),
+        torch.tensor([label for _, label, _, _ in files], dtype=torch.int64),
+        tuple(p.name for p in classes),
+    )
 
+
+def _class_folders(root: Path) -> list[Path]:
+    """The class sub-folders of ``root`` (at least two, and nothing else beside them)."""
     if not root.is_dir():
         raise UserError(
             f"dataset.root={root} is not a folder (imagefolder expects DIR/<class>/<image>)"
@@ -45,8 +63,13 @@ def _read_folder(
             f"{root} holds {len(classes)} class folder{'' if len(classes) == 1 else 's'}; "
             "condensation needs at least two classes (one sub-folder each)"
         )
-    # Pass 1 reads headers only (mode, size): it names a non-image at once and decides the channels
-    # without holding every decoded picture in memory.
+    return classes
+
+
+def _headers(classes: list[Path]) -> list[tuple[Path, int, str, tuple[int, int]]]:
+    """(path, label, mode, size) of every image, from its header alone."""
+    from PIL import Image, UnidentifiedImageError
+
     files: list[tuple[Path, int, str, tuple[int, int]]] = []
     for label, folder in enumerate(classes):
         members = _visible(folder)
@@ -66,23 +89,31 @@ def _read_folder(
                     f"{path} is not a readable image ({type(err).__name__}); "
                     "remove it or convert it to PNG/JPEG"
                 ) from None
-    grey = all(mode in ("1", "L", "LA", "I", "I;16", "F") for _, _, mode, _ in files)
-    channels = channels or (1 if grey else 3)
-    target = "L" if channels == 1 else "RGB"
-    size = None if image_size is None else (image_size, image_size)
-    if size is None:
-        first = files[0]
-        for path, _, _, found in files:
-            if found != first[3]:
-                raise UserError(
-                    f"{path} is {found[0]}x{found[1]} but {first[0]} is {first[3][0]}x{first[3][1]}; "
-                    "set dataset.image_size=N to resize all"
-                )
-    arrays, labels = [], []
-    for path, label, _, _ in files:  # pass 2: decode, convert, resize
+    return files
+
+
+def _check_same_size(files: list[tuple[Path, int, str, tuple[int, int]]]) -> None:
+    """Without dataset.image_size every image must have the first one's size."""
+    first = files[0]
+    for path, _, _, found in files:
+        if found != first[3]:
+            raise UserError(
+                f"{path} is {found[0]}x{found[1]} but {first[0]} is {first[3][0]}x{first[3][1]}; "
+                "set dataset.image_size=N to resize all"
+            )
+
+
+def _decode(
+    files: list[tuple[Path, int, str, tuple[int, int]]], *, mode: str, size: tuple[int, int] | None
+) -> Tensor:
+    """Every image decoded, converted to ``mode`` and resized to ``size``: [N, H, W(, C)] uint8."""
+    from PIL import Image
+
+    arrays = []
+    for path, _, _, _ in files:
         try:
             with Image.open(path) as image:
-                image = image.convert(target)
+                image = image.convert(mode)
                 if size is not None:
                     image = image.resize(size, Image.BILINEAR)
                 arrays.append(np.asarray(image, dtype=np.uint8))
@@ -90,14 +121,7 @@ def _read_folder(
             raise UserError(
                 f"{path} cannot be decoded ({type(err).__name__}: {err}); remove or replace it"
             ) from None
-        labels.append(label)
-    stacked = torch.from_numpy(np.stack(arrays))
-    stacked = stacked.unsqueeze(1) if stacked.dim() == 3 else stacked.permute(0, 3, 1, 2)
-    return (
-        normalise(stacked.float() / 255.0).contiguous(),
-        torch.tensor(labels, dtype=torch.int64),
-        tuple(p.name for p in classes),
-    )
+    return torch.from_numpy(np.stack(arrays))
 
 
 def load_imagefolder(

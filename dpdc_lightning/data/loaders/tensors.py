@@ -61,42 +61,7 @@ def _read_tensor_file(
         )
 
     def prepare(images: Tensor, labels: Tensor, key: str) -> tuple[Tensor, Tensor]:
-        images = images.unsqueeze(1) if images.dim() == 3 else images
-        if images.dim() == 4 and images.shape[1] not in (1, 3) and images.shape[-1] in (1, 3):
-            raise UserError(
-                f"{path}: '{key}' has shape {tuple(images.shape)}, channels last [N, H, W, C]; store "
-                f"[N, C, H, W] (e.g. {key}.permute(0, 3, 1, 2))"
-            )
-        if images.dim() != 4 or labels.dim() != 1 or len(labels) != len(images) or len(images) == 0:
-            raise UserError(
-                f"{path}: '{key}' has shape {tuple(images.shape)} and its labels {tuple(labels.shape)}; "
-                "expected [N, C, H, W] (or [N, H, W]) and [N] with N >= 1"
-            )
-        if labels.is_floating_point() or labels.dtype == torch.bool or int(labels.min()) < 0:
-            raise UserError(f"{path}: labels of '{key}' must be integers from 0")
-        unit = _as_unit(path, images, key)
-        if channels is not None and unit.shape[1] != channels:
-            if unit.shape[1] == 1 and channels == 3:
-                unit = unit.expand(-1, 3, -1, -1)
-            elif unit.shape[1] == 3 and channels == 1:
-                # clamp: the weights sum to 1 only up to float rounding, and records must stay in [0, 1]
-                grey = (unit * torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)).sum(
-                    1, keepdim=True
-                )
-                unit = grey.clamp(0, 1)
-            else:
-                raise UserError(
-                    f"{path}: '{key}' has {unit.shape[1]} channels, dataset.channels={channels}"
-                )
-        if image_size is not None and tuple(unit.shape[2:]) != (image_size, image_size):
-            unit = F.interpolate(
-                unit,
-                size=(image_size, image_size),
-                mode="bilinear",
-                align_corners=False,
-                antialias=True,
-            ).clamp(0, 1)
-        return normalise(unit).contiguous(), labels.long().contiguous()
+        return _prepare(path, images, labels, key, image_size=image_size, channels=channels)
 
     images, labels = prepare(payload["images"], payload["labels"], "images")
     test = None
@@ -106,6 +71,55 @@ def _read_tensor_file(
         test = prepare(payload["test_images"], payload["test_labels"], "test_images")
     names = payload.get("class_names")
     return images, labels, test, tuple(str(n) for n in names) if names is not None else None
+
+
+def _prepare(
+    path: Path,
+    images: Tensor,
+    labels: Tensor,
+    key: str,
+    *,
+    image_size: int | None,
+    channels: int | None,
+) -> tuple[Tensor, Tensor]:
+    """One (images, labels) pair of the file checked, converted to ``channels`` and resized,
+    normalised to [-1, 1]."""
+    images = images.unsqueeze(1) if images.dim() == 3 else images
+    if images.dim() == 4 and images.shape[1] not in (1, 3) and images.shape[-1] in (1, 3):
+        raise UserError(
+            f"{path}: '{key}' has shape {tuple(images.shape)}, channels last [N, H, W, C]; store "
+            f"[N, C, H, W] (e.g. {key}.permute(0, 3, 1, 2))"
+        )
+    if images.dim() != 4 or labels.dim() != 1 or len(labels) != len(images) or len(images) == 0:
+        raise UserError(
+            f"{path}: '{key}' has shape {tuple(images.shape)} and its labels "
+            f"{tuple(labels.shape)}; expected [N, C, H, W] (or [N, H, W]) and [N] with N >= 1"
+        )
+    if labels.is_floating_point() or labels.dtype == torch.bool or int(labels.min()) < 0:
+        raise UserError(f"{path}: labels of '{key}' must be integers from 0")
+    unit = _as_unit(path, images, key)
+    if channels is not None and unit.shape[1] != channels:
+        unit = _to_channels(path, unit, key, channels)
+    if image_size is not None and tuple(unit.shape[2:]) != (image_size, image_size):
+        unit = F.interpolate(
+            unit,
+            size=(image_size, image_size),
+            mode="bilinear",
+            align_corners=False,
+            antialias=True,
+        ).clamp(0, 1)
+    return normalise(unit).contiguous(), labels.long().contiguous()
+
+
+def _to_channels(path: Path, unit: Tensor, key: str, channels: int) -> Tensor:
+    """Grey to RGB by repetition, RGB to grey by luminance; anything else is refused."""
+    if unit.shape[1] == 1 and channels == 3:
+        return unit.expand(-1, 3, -1, -1)
+    if unit.shape[1] == 3 and channels == 1:
+        # clamp: the weights sum to 1 only up to float rounding, and records must stay in [0, 1]
+        weights = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
+        return (unit * weights).sum(1, keepdim=True).clamp(0, 1)
+    raise UserError(f"{path}: '{key}' has {unit.shape[1]} channels, dataset.channels={channels}")
 
 
 def _check_labels(root: Path, labels: Tensor, names: tuple[str, ...] | None) -> None:

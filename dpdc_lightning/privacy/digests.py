@@ -1,0 +1,58 @@
+"""Digests that tie a run's files together: the released tensors, the plan, the private data.
+
+- :func:`tensors_digest` (sha256 of the synthetic images and labels) is written into privacy.json
+  as ``bundle.sha256``; :func:`plan_digest` (sha256 of the plan's canonical JSON) as
+  ``plan_sha256``. Both are digests of released or public content: ``dpdc-privacy verify`` checks
+  that privacy.json, plan.json and synthetic.pt belong together.
+- :func:`data_digest` is the content digest of the PRIVATE data a run started on. It is keyed
+  (BLAKE2b, RFC 7693, in its keyed mode: a MAC) with a key derived from the run's 256-bit secret, so
+  that without the secret nobody can test a guessed data set against it; it lives beside the secret
+  in the run folder's private state and is deleted with it (privacy/secret.py), never released. A
+  resumed run recomputes it and refuses data that changed since the run started: otherwise a copied
+  unfinished run folder could condense two data sets with the same noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from torch import Tensor
+
+# The files of a finished run the digests tie together (engine/bundle.py, run_folder.py write them).
+BUNDLE_TENSORS = "synthetic.pt"
+PRIVACY_REPORT = "privacy.json"
+PLAN_FILE = "plan.json"
+DATA_DIGEST_PURPOSE = "data-digest"  # the derive_secret purpose of the data digest's key
+DATA_DIGEST_NAME = "blake2b-256-keyed"
+
+
+def tensors_digest(images: Tensor, labels: Tensor) -> str:
+    """sha256 of the images (as float32) and labels (as int64), in C order: the bundle's digest."""
+    digest = hashlib.sha256()
+    digest.update(images.detach().cpu().float().contiguous().numpy().tobytes())
+    digest.update(labels.detach().cpu().long().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def plan_digest(plan: Mapping[str, Any]) -> str:
+    """sha256 of a plan's ``to_dict()`` as canonical JSON (sorted keys, no spaces): the same for
+    plan.json however it is indented, different for any changed value."""
+    text = json.dumps(dict(plan), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def data_digest(tensors: Sequence[Tensor], *, key: int) -> str:
+    """Keyed BLAKE2b-256 of ``tensors`` (their dtype, shape and bytes, each length-prefixed, so no
+    two different lists of tensors feed the same bytes). ``key`` is a 256-bit integer derived from
+    the run's secret; without it the digest says nothing about the data."""
+    mac = hashlib.blake2b(key=int(key).to_bytes(32, "little"), digest_size=32)
+    for tensor in tensors:
+        array = tensor.detach().cpu().contiguous().numpy()
+        header = f"{array.dtype.str}{list(array.shape)}".encode()
+        for part in (header, array.tobytes()):
+            mac.update(len(part).to_bytes(8, "little"))
+            mac.update(part)
+    return f"{DATA_DIGEST_NAME}:{mac.hexdigest()}"

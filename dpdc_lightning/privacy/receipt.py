@@ -1,0 +1,212 @@
+"""The files of a bundle checked against each other: the checks of ``dpdc-privacy verify`` that
+need no accountant (privacy/verify.py adds the ε rows).
+
+- ``synthetic.pt``: the tensors' sha256 is the one privacy.json records (``bundle.sha256``);
+- ``plan.json``: its digest is privacy.json's ``plan_sha256``, and privacy.json's ``plan`` block
+  is that plan's summary;
+- ``events``: what privacy.json says was spent is what the plan fixed before the data was read:
+  the phases (class-size release, DP auxiliary set, the condensation's steps) in order, each
+  history's noise multiplier, sample rate and steps, δ, the accountant, the target, the sampling
+  (per class or over the whole set), and noise std = noise multiplier × sensitivity.
+
+Each check is a :class:`Check`: a name, a verdict and one line saying what was compared.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.digests import (
+    BUNDLE_TENSORS,
+    PLAN_FILE,
+    PRIVACY_REPORT,
+    plan_digest,
+    tensors_digest,
+)
+from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.report import nonnegative_epsilon
+from dpdc_lightning.tensor_files import load_plain
+
+MAIN_PHASE = "main"
+
+
+@dataclass(frozen=True)
+class Numbers:
+    """One ε row: as recorded, by our accountant, by dp-accounting's RDP (Opacus' orders) and the
+    bounds of dp-accounting's PLD on the true ε."""
+
+    recorded: float
+    ours: float
+    rdp: float | None
+    pld_lower: float | None
+    pld_upper: float | None
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    numbers: Numbers | None = None
+
+
+def read_report(run_dir: Path) -> dict[str, Any]:
+    """privacy.json of ``run_dir``; a folder that is no bundle at all is a :class:`UserError`."""
+    if not run_dir.is_dir():
+        raise UserError(f"bundle folder {run_dir} does not exist")
+    path = run_dir / PRIVACY_REPORT
+    if not path.is_file():
+        raise UserError(
+            f"{run_dir} has no {PRIVACY_REPORT}: not a finished run (unfinished, crashed, or not a "
+            "run folder)"
+        )
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path} is not valid JSON: {err}") from None
+    if not isinstance(report, dict):
+        raise UserError(f"{path} does not hold a privacy report (a JSON object)")
+    return report
+
+
+def tensors_check(run_dir: Path, report: dict[str, Any]) -> Check:
+    name = BUNDLE_TENSORS
+    try:
+        payload = load_plain(run_dir / BUNDLE_TENSORS, what="bundle tensors")
+    except UserError as err:
+        return Check(name, False, str(err))
+    import torch
+
+    images, labels = (
+        payload.get(k) if isinstance(payload, dict) else None for k in ("images", "labels")
+    )
+    if not (isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor)):
+        return Check(name, False, "it must hold tensors 'images' and 'labels'")
+    expected = report.get("bundle") if isinstance(report.get("bundle"), dict) else {}
+    if list(images.shape) != expected.get("images_shape") or len(labels) != len(images):
+        return Check(
+            name,
+            False,
+            f"images {list(images.shape)}, privacy.json records {expected.get('images_shape')}",
+        )
+    digest = tensors_digest(images, labels)
+    if digest != expected.get("sha256"):
+        return Check(
+            name,
+            False,
+            f"sha256 {digest[:16]}… but privacy.json records {str(expected.get('sha256'))[:16]}…",
+        )
+    return Check(name, True, f"sha256 {digest[:16]}… = privacy.json bundle.sha256")
+
+
+def plan_check(run_dir: Path, report: dict[str, Any]) -> tuple[Check, PrivacyPlan | None]:
+    """plan.json read, parsed and matched to privacy.json's ``plan_sha256``."""
+    name, path = PLAN_FILE, run_dir / PLAN_FILE
+    try:
+        state = json.loads(path.read_text())
+        plan = PrivacyPlan.from_dict(state)
+    except FileNotFoundError:
+        return Check(name, False, f"{path} is missing"), None
+    except (OSError, ValueError, TypeError, KeyError, UserError) as err:
+        return Check(name, False, f"{path} is not a readable privacy plan ({err})"), None
+    recorded = report.get("plan_sha256")
+    if recorded is None:
+        return Check(
+            name,
+            False,
+            "privacy.json records no plan_sha256 (written before verify existed, or edited)",
+        ), plan
+    digest = plan_digest(state)
+    if digest != recorded:
+        return Check(
+            name, False, f"sha256 {digest[:16]}… but privacy.json records {str(recorded)[:16]}…"
+        ), plan
+    return Check(name, True, f"sha256 {digest[:16]}… = privacy.json plan_sha256"), plan
+
+
+def planned_phases(plan: PrivacyPlan, *, steps: int) -> list[tuple[str, list[list[float]]]]:
+    """The phases the plan pays for, in order, each with its history as privacy.json writes it,
+    after ``steps`` of the plan's data steps (a run stopped early by a trainer option, e.g.
+    ``trainer.fast_dev_run``, spent fewer than planned, never more)."""
+    phases = [
+        (phase, [[event.noise_multiplier, event.sample_rate, runs]])
+        for phase, event, runs in plan.prior_events()
+    ]
+    if steps:
+        phases.append((MAIN_PHASE, [[plan.noise_multiplier, plan.sample_rate, steps]]))
+    return phases
+
+
+def events_check(report: dict[str, Any], plan: PrivacyPlan) -> Check:
+    """What privacy.json says was spent against what the plan fixed (exact: JSON keeps floats)."""
+    name = "events"
+    if report.get("epsilon") is None:
+        if plan.private or report.get("phases"):
+            return Check(name, False, "privacy.json states no ε but plan.json plans a private run")
+        return Check(name, True, "not private: plan.json plans no mechanism, privacy.json no phase")
+    if not plan.private:
+        return Check(name, False, "privacy.json states an ε but plan.json plans a non-private run")
+    wrong = _differences(report, plan)
+    if wrong:
+        return Check(
+            name,
+            False,
+            "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""),
+        )
+    phases = ", ".join(p for p, _ in planned_phases(plan, steps=report["steps"]))
+    return Check(name, True, f"phases {phases} as planned: σ, q, steps, δ, accountant, sampling")
+
+
+def _differences(report: dict[str, Any], plan: PrivacyPlan) -> list[str]:
+    summary = plan.summary()
+    if summary.get("planned_epsilon") is not None:
+        summary["planned_epsilon"] = nonnegative_epsilon(summary["planned_epsilon"])[0]
+    expected = {
+        "delta": plan.delta,
+        "accountant": plan.accountant,
+        "target_epsilon": plan.target_epsilon,
+        "noise_multiplier": plan.noise_multiplier,
+        "sample_rate": plan.sample_rate,
+        "plan": summary,
+        "class_sizes": plan.class_size_statement(),
+    }
+    wrong = [
+        f"{key} {report.get(key)!r}, plan.json {value!r}"
+        for key, value in expected.items()
+        if report.get(key) != value
+    ]
+    steps = report.get("steps")
+    if not (isinstance(steps, int) and 0 <= steps <= plan.data_steps):
+        wrong.append(f"steps {steps!r}, plan.json plans {plan.data_steps}")
+        steps = plan.data_steps
+    recorded = [
+        (p.get("name"), p.get("history")) for p in report.get("phases") or [] if isinstance(p, dict)
+    ]
+    if recorded != planned_phases(plan, steps=steps):
+        wrong.append(f"phases {recorded}, plan.json {planned_phases(plan, steps=steps)}")
+    for phase in report.get("phases") or []:
+        history = phase.get("history") if isinstance(phase, dict) else None
+        if isinstance(history, list) and phase.get("steps") != sum(
+            e[2] for e in history if isinstance(e, list) and len(e) == 3
+        ):
+            wrong.append(
+                f"phase {phase.get('name')}: steps {phase.get('steps')} are not its history's"
+            )
+    sensitivity, std = report.get("sensitivity"), report.get("noise_std")
+    if (
+        not (
+            isinstance(sensitivity, (int, float))
+            and sensitivity > 0
+            and isinstance(std, (int, float))
+        )
+        or abs(std - plan.noise_multiplier * sensitivity) > 1e-12 * std
+    ):
+        wrong.append(f"noise_std {std!r} is not noise_multiplier × sensitivity {sensitivity!r}")
+    whole_set = "over the whole data set" in str(report.get("mechanism"))
+    if whole_set != (plan.sampling == "global_poisson"):
+        wrong.append(f"mechanism {report.get('mechanism')!r}, plan.json samples {plan.sampling}")
+    return wrong

@@ -1,0 +1,289 @@
+"""``dpdc-privacy verify RUN``: a bundle's privacy claim recomputed from its own files.
+
+privacy.json states ε and δ and every event they rest on; plan.json holds the plan fixed before
+the data was read; synthetic.pt is the release. :func:`verify_run` checks, in this order:
+
+1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, and the
+   events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling);
+2. every phase's ε and the total ε, recomputed from the recorded events three ways: our
+   accountant (Opacus RDP or PRV, as recorded) must give the recorded value; dp-accounting's RDP
+   must agree with ours where the two compute the same quantity; dp-accounting's PLD lower bound
+   on the true ε must not exceed the recorded ε (privacy/crosscheck.py says why these rules). The
+   total composes every mechanism phase in one accountant at δ minus the fixed phases' δ, plus
+   the fixed phases' ε (basic composition), as privacy/accounting.py does;
+3. the budget (ε ≤ the target, ε = the plan's ε) and the statements derived from ε (the noise
+   truncation's δ, each input's ε share).
+
+A non-private bundle (ε = null: DM, DC) verifies as such: its files must belong together and its
+plan must plan no mechanism. The result is a :class:`Verdict`; ``evaluate.py``, ``audit.py`` and
+export refuse a bundle whose verdict is not ok (engine/bundle.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy import crosscheck
+from dpdc_lightning.privacy.receipt import (
+    Check,
+    Numbers,
+    events_check,
+    plan_check,
+    read_report,
+    tensors_check,
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    run_dir: Path
+    report: dict[str, Any]
+    checks: tuple[Check, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(check for check in self.checks if not check.ok)
+
+
+def verify_run(run_dir: str | Path) -> Verdict:
+    """Every check of a finished run folder; a folder without a readable privacy.json: UserError."""
+    run_dir = Path(run_dir)
+    report = read_report(run_dir)
+    checks = _safely("synthetic.pt", lambda: [tensors_check(run_dir, report)])
+    planned, plan = plan_check(run_dir, report)
+    checks.append(planned)
+    if plan is not None:
+        checks += _safely("events", lambda: [events_check(report, plan)])
+    if report.get("epsilon") is not None:
+        checks += _safely("accounting", lambda: accounting_checks(report))
+    return Verdict(run_dir=run_dir, report=report, checks=tuple(checks))
+
+
+def _safely(name: str, make: Callable[[], list[Check]]) -> list[Check]:
+    """The checks ``make`` returns; a privacy.json whose fields have the wrong types or shapes (a
+    hand edit) fails check ``name`` instead of ending in a traceback."""
+    try:
+        return make()
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+        return [Check(name, False, f"privacy.json is malformed ({type(err).__name__}: {err})")]
+
+
+def accounting_checks(report: dict[str, Any]) -> list[Check]:
+    """The ε rows (one per phase, then the total), the budget and the derived statements."""
+    try:
+        accountant, delta = _accountant(report), float(report["delta"])
+        mechanism_delta = accountant.mechanism_delta(delta=delta)
+        ours = accountant.breakdown(delta=delta)
+        total = accountant.get_epsilon(delta=delta) if accountant.total_steps else 0.0
+    except (UserError, KeyError, TypeError, ValueError) as err:
+        return [Check("accounting", False, f"the recorded events cannot be accounted: {err}")]
+    rows = []
+    fixed = sum(p["epsilon"] for p in ours if p["kind"] == "fixed")
+    for recorded, computed in zip(report["phases"], ours):
+        name = f"phase {computed['name']}"
+        if computed["kind"] == "fixed":
+            rows.append(_fixed_row(name, recorded))
+        elif recorded.get("delta") != mechanism_delta:
+            rows.append(
+                Check(name, False, f"δ {recorded.get('delta')!r}, expected {mechanism_delta!r}")
+            )
+        else:
+            rows.append(
+                _row(
+                    name,
+                    float(recorded["epsilon"]),
+                    computed["epsilon"],
+                    computed["history"],
+                    delta=mechanism_delta,
+                    accountant=accountant.accountant,
+                )
+            )
+    rows.append(
+        _row(
+            "total",
+            float(report["epsilon"]),
+            total,
+            accountant.history,
+            delta=mechanism_delta,
+            accountant=accountant.accountant,
+            fixed_epsilon=fixed,
+        )
+    )
+    return [*rows, _budget_check(report), _statements_check(report)]
+
+
+def _accountant(report: dict[str, Any]):
+    from dpdc_lightning.privacy.accounting import PrivacyAccountant
+
+    accountant = PrivacyAccountant(accountant=str(report.get("accountant")))
+    phases = report.get("phases")
+    if not isinstance(phases, list) or not phases:
+        raise ValueError("privacy.json records no phases")
+    state = [
+        {"name": p["name"], "epsilon": p["epsilon"], "delta": p["delta"]}
+        if p.get("kind") == "fixed"
+        else {"name": p["name"], "history": p["history"]}
+        for p in phases
+    ]
+    accountant.load_state_dict({"format": 1, "accountant": accountant.accountant, "phases": state})
+    return accountant
+
+
+def _fixed_row(name: str, recorded: dict[str, Any]) -> Check:
+    epsilon = float(recorded["epsilon"])
+    numbers = Numbers(recorded=epsilon, ours=epsilon, rdp=None, pld_lower=None, pld_upper=None)
+    return Check(name, True, "a fixed (ε, δ) cost, added", numbers)
+
+
+def _row(
+    name: str,
+    recorded: float,
+    ours: float,
+    history: list,
+    *,
+    delta: float,
+    accountant: str,
+    fixed_epsilon: float = 0.0,
+) -> Check:
+    """One ε recomputed three ways (fixed phases' ε added to each) and judged."""
+    from dpdc_lightning.privacy.report import nonnegative_epsilon
+
+    ours = nonnegative_epsilon(ours)[0]
+    rdp = crosscheck.rdp_epsilon(history, delta=delta) + fixed_epsilon
+    ours_int, theirs_int = crosscheck.integer_order_epsilons(history, delta=delta)
+    lower, upper = crosscheck.pld_bounds(history, delta=delta)
+    lower, upper = lower + fixed_epsilon, upper + fixed_epsilon
+    numbers = Numbers(recorded=recorded, ours=ours, rdp=rdp, pld_lower=lower, pld_upper=upper)
+    if not crosscheck.agree(recorded, ours):
+        return Check(
+            name, False, f"ε {recorded!r} recorded, our accountant gives {ours!r}", numbers
+        )
+    if not (crosscheck.agree(ours_int, theirs_int) or theirs_int == 0.0):
+        detail = f"RDP at integer orders: ours {ours_int!r}, dp-accounting {theirs_int!r}"
+        return Check(name, False, detail, numbers)
+    if accountant == "rdp" and not crosscheck.at_most(ours, rdp):
+        detail = f"our RDP ε {ours!r} is above dp-accounting's upper bound {rdp!r}"
+        return Check(name, False, detail, numbers)
+    if not crosscheck.at_most(lower, recorded):
+        detail = f"ε {recorded!r} recorded is below dp-accounting's PLD lower bound {lower!r}"
+        return Check(name, False, detail, numbers)
+    proved = "PLD proves it" if crosscheck.at_most(upper, recorded) else "within PLD's grid"
+    return Check(name, True, proved, numbers)
+
+
+def _budget_check(report: dict[str, Any]) -> Check:
+    """ε within the target, and the plan's ε once every planned step ran (below it if fewer ran)."""
+    epsilon, target = float(report["epsilon"]), report.get("target_epsilon")
+    plan = report.get("plan") or {}
+    planned, steps = plan.get("planned_epsilon"), report.get("steps")
+    complete = steps == plan.get("data_steps")
+    if planned is None or not (
+        crosscheck.agree(epsilon, float(planned))
+        if complete
+        else crosscheck.at_most(epsilon, float(planned))
+    ):
+        spent = f"{steps} of {plan.get('data_steps')} planned steps"
+        return Check("budget", False, f"ε {epsilon!r} after {spent}, the plan's ε {planned!r}")
+    if target is not None and not crosscheck.at_most(epsilon, float(target)):
+        return Check("budget", False, f"ε {epsilon!r} is above privacy.target_epsilon {target!r}")
+    within = "no target" if target is None else f"≤ target {target:g}"
+    if complete:
+        return Check("budget", True, f"ε {epsilon:.6f} = the plan's ε, {within}")
+    spent = f"{steps} of {plan.get('data_steps')} planned steps"
+    return Check("budget", True, f"ε {epsilon:.6f} < the plan's {planned:.6f} ({spent}), {within}")
+
+
+def _statements_check(report: dict[str, Any]) -> Check:
+    """The report's statements computed from ε: the truncation's δ and each input's ε share."""
+    from dpdc_lightning.privacy.noise import describe
+
+    noise = report.get("noise") or {}
+    expected = describe(
+        reproducible=report.get("noise_mode") == "reproducible",
+        values_drawn=noise.get("noise_values"),
+        epsilon=report["epsilon"],
+        delta=report["delta"],
+    )
+    if noise != expected:
+        keys = sorted(k for k in set(noise) | set(expected) if noise.get(k) != expected.get(k))
+        return Check(
+            "statements", False, f"privacy.json's noise entry differs in {', '.join(keys)}"
+        )
+    alone = {p.get("name"): p.get("epsilon") for p in report.get("phases") or []}
+    for entry in report.get("inputs") or []:
+        if "phase" in entry and entry.get("epsilon_alone") != alone.get(entry["phase"]):
+            return Check(
+                "statements", False, f"input {entry.get('input')!r}: ε share is not its phase's"
+            )
+    return Check("statements", True, "noise truncation δ and inputs' ε shares follow from ε")
+
+
+def format_verdict(verdict: Verdict) -> str:
+    """The short table ``dpdc-privacy verify`` prints, its last line the verdict."""
+    report = verdict.report
+    epsilon = report.get("epsilon")
+    delta, accountant = report.get("delta"), report.get("accountant")
+    claim = (
+        "not private (ε = ∞)"
+        if epsilon is None
+        else f"ε = {_number(epsilon, '.4f')}, δ = {_number(delta, 'g')}, {accountant} accountant"
+    )
+    lines = [f"verify {verdict.run_dir}: {report.get('method')}, {claim}"]
+    rows = [c for c in verdict.checks if c.numbers is not None]
+    if rows:
+        lines.append(
+            f"{'ε':<18}{'recorded':>10}{'ours':>10}{'RDP (dp-acc)':>14}{'PLD (dp-acc)':>20}"
+        )
+        for check in rows:
+            n = check.numbers
+            rdp = "" if n.rdp is None else f"{n.rdp:.6f}"
+            pld = "" if n.pld_lower is None else f"[{n.pld_lower:.4f}, {n.pld_upper:.4f}]"
+            lines.append(
+                f"{check.name:<18}{n.recorded:>10.6f}{n.ours:>10.6f}{rdp:>14}{pld:>20}  "
+                + (f"ok, {check.detail}" if check.ok else "FAIL")
+            )
+    for check in verdict.checks:
+        if check.numbers is None or not check.ok:
+            lines.append(f"{check.name:<18}{'ok' if check.ok else 'FAIL':<6}{check.detail}")
+    if report.get("noise_mode") == "reproducible":
+        lines.append(
+            "note: privacy.reproducible_noise=true: NOT private to anyone who knows the seed"
+        )
+    if verdict.ok:
+        what = "a non-private release, as stated" if epsilon is None else f"ε = {epsilon:.4f}"
+        lines.append(f"verified: {what}; {len(verdict.checks)} checks passed")
+    else:
+        names = ", ".join(c.name for c in verdict.failed)
+        lines.append(
+            f"NOT verified: {len(verdict.failed)} of {len(verdict.checks)} checks failed ({names})"
+        )
+    return "\n".join(lines)
+
+
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else repr(value)
+
+
+def refusal(verdict: Verdict) -> str:
+    """The one line a command that reads bundles gives for a bundle that fails verification."""
+    first = verdict.failed[0]
+    return (
+        f"{verdict.run_dir} fails privacy verification ({first.name}: {first.detail}); "
+        f"`dpdc-privacy verify {verdict.run_dir}` shows every check"
+    )
+
+
+def require_verified(run_dir: str | Path) -> Verdict:
+    """The verdict of ``run_dir``; a :class:`UserError` (one line) if it is not ok."""
+    verdict = verify_run(run_dir)
+    if not verdict.ok:
+        raise UserError(refusal(verdict))
+    return verdict

@@ -1,0 +1,145 @@
+"""``report.html`` of one run: the release explained on one page, for a reader who was not there.
+
+What the page shows comes from the released files (synthetic.png, a picture of synthetic.pt;
+privacy.json; plan.json; config.yaml) and from the TensorBoard log of the run's ε and loss, which
+the release ledger (privacy/ledger.py) counts as released: the loss is computed against the noisy
+release only. Evaluations and audits, when present, are added in sections marked as NOT covered by
+the guarantee wherever they read private records (a held-out test split; every audit). Nothing
+varies between two renderings of the same files: no date, no wall time, no absolute path of its own.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from dpdc_lightning.report import extras
+from dpdc_lightning.report.events import scalars
+from dpdc_lightning.report.guarantee import coverage, delta, eps_cell, guarantee
+from dpdc_lightning.report.html import (
+    box,
+    facts,
+    image,
+    page,
+    section,
+    sourced,
+    text,
+)
+
+# The bundle's file names (engine/bundle.py and engine/run_folder.py; a test keeps them equal).
+PRIVACY_FILE, PLAN_FILE, CONFIG_FILE, GRID_FILE = (
+    "privacy.json",
+    "plan.json",
+    "config.yaml",
+    "synthetic.png",
+)
+
+
+def verdict(run_dir: Path) -> tuple[bool, str]:
+    """(passed, its last line) of ``dpdc-privacy verify`` on the bundle in ``run_dir``."""
+    from dpdc_lightning.privacy.verify import format_verdict, verify_run
+
+    found = verify_run(run_dir)
+    return found.ok, format_verdict(found).splitlines()[-1]
+
+
+def _course(run_dir: Path, privacy: dict[str, Any]) -> str:
+    from dpdc_lightning.plots.curves import against_steps_png
+
+    logged = scalars(run_dir)
+    parts = []
+    epsilon = logged.get("epsilon")
+    if epsilon:
+        reference = (
+            ("accounted ε", privacy["epsilon"]) if privacy.get("epsilon") is not None else None
+        )
+        png = against_steps_png(
+            list(epsilon),
+            list(epsilon.values()),
+            ylabel="ε spent",
+            title="ε against steps",
+            reference=reference,
+        )
+        parts.append(
+            image(png, alt="ε spent against the condensation step", source="tensorboard:epsilon")
+        )
+    loss = logged.get("loss")
+    if loss:
+        png = against_steps_png(
+            list(loss), list(loss.values()), ylabel="loss", title="loss against steps", index=1
+        )
+        parts.append(
+            image(png, alt="the condensation loss against the step", source="tensorboard:loss")
+        )
+    if not parts:
+        return "<p>No TensorBoard log of ε or the loss in this run folder.</p>"
+    return (
+        "<p>From the run's TensorBoard log. ε is the accountant's after each step; the loss is "
+        "the method's matching loss against the noisy release (logged once per step, never "
+        "averaged over a realised sample size).</p>" + "".join(parts)
+    )
+
+
+def _images(run_dir: Path, bundle: dict[str, Any]) -> str:
+    names = ", ".join(map(str, bundle.get("class_names") or []))
+    grid = run_dir / GRID_FILE
+    shown = (
+        image(
+            grid.read_bytes(),
+            alt="the synthetic images, one row per class",
+            source=GRID_FILE,
+            caption=text(f"{bundle.get('images_shape')} images; classes: {names}"),
+        )
+        if grid.is_file()
+        else "<p>synthetic.png is missing.</p>"
+    )
+    digest = sourced(bundle.get("sha256", ""), "privacy.json:bundle.sha256")
+    return shown + facts([("sha256 of the tensors (synthetic.pt)", digest)])
+
+
+def _verification(run_dir: Path, epsilon: float | None) -> str:
+    passed, line = verdict(run_dir)
+    shown = text(line)
+    if epsilon is not None:  # ε as privacy.json states it (the ledger's field), not a new number
+        stated = f"ε = {epsilon:.4f}"
+        shown = shown.replace(stated, f"ε = {eps_cell(epsilon, 'privacy.json:epsilon')}")
+    return box("covered" if passed else "not-covered", f"<p>{shown}</p>")
+
+
+def render_run(run_dir: Path) -> str:
+    """The page of the run in ``run_dir`` (its privacy.json must exist)."""
+    run_dir = Path(run_dir)
+    privacy = json.loads((run_dir / PRIVACY_FILE).read_text())
+    config = (run_dir / CONFIG_FILE).read_text() if (run_dir / CONFIG_FILE).is_file() else ""
+    private = privacy.get("epsilon") is not None
+    header = (
+        f"<h1>Release report: {text(run_dir.name)}</h1><p>{text(privacy.get('method'))} on "
+        f"{text(_dataset(config))}; ε = {eps_cell(privacy.get('epsilon'), 'privacy.json:epsilon')}"
+        + (f", δ = {delta(privacy)}" if private else "")
+        + "</p>"
+    )
+    sections = [
+        section("images", "The synthetic images", _images(run_dir, privacy.get("bundle", {}))),
+        section("guarantee", "The privacy guarantee", guarantee(privacy)),
+        section("verify", "Verification", _verification(run_dir, privacy.get("epsilon"))),
+        section("coverage", "What the guarantee covers", coverage(privacy)),
+        section("course", "The run", _course(run_dir, privacy)),
+        *extras.sections(run_dir),
+        section("config", "Configuration (config.yaml)", f"<pre>{text(config)}</pre>"),
+    ]
+    version = privacy.get("versions", {}).get("dpdc_lightning", "")
+    footer = (
+        f"<p>Written by dpdc_lightning {text(version)} from the files beside it: synthetic.pt, "
+        "privacy.json, plan.json, config.yaml and the TensorBoard log.</p>"
+    )
+    return page(f"Release report: {run_dir.name}", header=header, sections=sections, footer=footer)
+
+
+def _dataset(config: str) -> str:
+    """The dataset's name in config.yaml."""
+    import yaml
+
+    tree = yaml.safe_load(config) if config else None
+    name = tree.get("dataset", {}).get("name") if isinstance(tree, dict) else None
+    return str(name) if name else "an unnamed dataset"
