@@ -194,7 +194,8 @@ def _embedding_section(records: list[dict]) -> list[str]:
         "(float64); column c of theirs times n is class c's sum. The same random Fourier features "
         "of the same records at the same frequencies, D and length scale give the same statistic "
         "up to float32 rounding. The noise is not compared draw by draw (theirs comes from torch's "
-        "global generator, ours from OS entropy): the last columns give its std on a class sum at "
+        "global generator, ours from the package's keyed noise stream, noise seed 1 here): the "
+        "last columns give its std on a class sum at "
         "the same factor z, ours measured on our release (released minus pre-noise sum), theirs "
         "from their formula N(0, (2z/n)²) on the mean, times n.",
         "",
@@ -264,8 +265,9 @@ DIFFERENCES = [
     "(a data-dependent choice no ε covers). Section 1 hands our Ω to their code, so it compares "
     "the statistic at one length scale; section 2 runs each side at its own.",
     "- Accounting: the package's RDP accountant and its σ calibration, against autodp in theirs.",
-    "- Precision and noise source: float64 class sums with noise from OS entropy drawn once per "
-    "release, against float32 and torch's seeded global generator.",
+    "- Precision and noise source: float64 class sums, noise drawn once per release from the "
+    "keyed noise stream (its key from OS entropy in a real run), against float32 and torch's "
+    "seeded global generator.",
 ]
 
 
