@@ -182,8 +182,26 @@ def markdown(dataset: str, record: dict) -> str:
             f"{e.std:.2f} ({e.condensations} condensation(s)) | — | "
             f"{_published('ndpdc', dataset, e.ipc, e.epsilon)} | [{e.source}]({e.source}) |"
         )
-    lines += ["", *PROTOCOLS_DIFFER, ""]
+    lines += ["", *_noise_note(record), *PROTOCOLS_DIFFER, ""]
     return "\n".join(lines)
+
+
+def _noise_note(record: dict) -> list[str]:
+    """How large the release's noise is against the statistic: std z per entry of a class sum, so
+    norm z √D on the sum and z √D / N_c on the mean embedding, whose norm is at most 1."""
+    merf = [r for r in record["rows"] if r["method"] == "dp_merf"]
+    if not merf or "class_size_mean" not in record:
+        return []
+    size, features = record["class_size_mean"], record["dp_merf_features"]
+    cells = ", ".join(
+        f"ε {r['epsilon']:.3g}: {r['noise_multiplier'] * features**0.5 / size:.3g}" for r in merf
+    )
+    return [
+        f"Noise against signal: the release's noise on a class's mean embedding has norm "
+        f"z √D / N_c ({cells}; D {features}, N_c {size:.0f} records on average), while "
+        "‖μ_c‖ ≤ 1 (‖φ(x)‖ = 1).",
+        "",
+    ]
 
 
 PROTOCOLS_DIFFER = [
@@ -236,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         "device": f"{device_name('cpu')}",
         "dp_merf_defaults": f"features {defaults.features}, bandwidth {defaults.bandwidth:g}, "
         f"lr_img {defaults.lr_img:g} (Adam), iterations {defaults.iterations}",
+        "class_size_mean": len(data.train_labels) / data.num_classes,  # public sizes here
+        "dp_merf_features": defaults.features,
         "rows": [],
     }
     for key in table:
