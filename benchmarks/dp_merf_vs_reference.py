@@ -225,7 +225,8 @@ def _generator_section(records: list[dict], ours: dict) -> list[str]:
         "release at q = 1) under add/remove-one: their noise factor z' puts std 2z' on a class "
         "sum, i.e. noise multiplier 2z'. z' = 2.03125 is our ε 1 noise (z = 4.0625); z' = 5 is "
         "their default (under their replace-one relation: ε < 1 by their autodp, dp_analysis.py, "
-        "and 0.79 by ours).",
+        "and 0.79 by ours). One generator and one condensation per row (seed 0): the ± is over "
+        "the evaluation runs only; the spread between trainings is not measured.",
         "",
         "| release | model | ε (add/remove, ours) | samples per class | accuracy % | CPU s |",
         "|---|---|---|---|---|---|",
