@@ -10,10 +10,15 @@ UV_VERSION := 0.13.9
 
 .PHONY: demo lint test test-slow test-latest lock mutants chromium gpu-bundle gpu-check-dry
 
-$(STAMP): pyproject.toml $(LOCK)
+# The DP-MERF plug-in (method=dp_merf): a package of its own, registered by its entry point, installed
+# beside the project (the fast suite tests it).
+PLUGIN := examples/dp_merf
+
+$(STAMP): pyproject.toml $(LOCK) $(PLUGIN)/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@$(PY) -c 'import platform, sys; sys.version_info[:2] in ((3, 11), (3, 12)) and platform.machine() == "x86_64" and sys.platform == "linux" or print("warning: $(LOCK) pins CPython 3.11-3.12 on x86_64 Linux; this Python gets the newest versions pyproject.toml allows", file=sys.stderr)'
 	$(PY) -m pip install --quiet --constraint $(LOCK) -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps -e $(PLUGIN)
 	touch $(STAMP)
 
 # Condense the embedded digits data with NDPDC, then evaluate the bundle (reduced protocol).
@@ -50,6 +55,7 @@ chromium:
 test-latest:
 	test -x .venv-latest/bin/python || $(PYTHON) -m venv .venv-latest
 	.venv-latest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
+	.venv-latest/bin/python -m pip install --quiet --no-deps -e $(PLUGIN)
 	@.venv-latest/bin/python -c 'from importlib.metadata import version as v; print("test-latest:", ", ".join(f"{p} {v(p)}" for p in ("torch", "lightning", "opacus", "numpy")))'
 	.venv-latest/bin/python -m pytest -q
 

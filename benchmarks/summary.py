@@ -15,6 +15,8 @@ regenerating it gives the committed file):
   condensation seeds, both ``method.clip_gradient`` modes; the page uses the default mode's runs.
 - ``ndpdc_vs_reference_<dataset>_cpu.json`` (``benchmarks/ndpdc_vs_reference.py``): NDPDC against the
   authors' code, shown as a faithfulness line.
+- ``dp_merf_table_<dataset>_cpu.json`` (``benchmarks/dp_merf_table.py``): the DP-MERF plug-in's rows,
+  one condensation per row (the NDPDC rows run beside it stay in that table).
 
 Tables of superseded protocols (``dpdc_tables_*``: measured before the faithful evaluator) are not inputs.
 """
@@ -44,14 +46,18 @@ METHODS = {  # reproduce.py's row label -> (method key of published.py, name on 
     "PSG + generator prior": ("psg_generator", "PSG + generator"),
     "Dosser (DOS + SER)": ("dosser", "Dosser"),
     "Dosser + PEA": ("dosser_pea", "Dosser + PEA"),
+    "DP-MERF (pixels)": ("dp_merf", "DP-MERF (pixels, plug-in)"),
 }
-ORDER = ["dm", "dc", "ldpdc", "ndpdc", "psg", "psg_generator", "dosser", "dosser_pea"]
+ORDER = ["dm", "dc", "ldpdc", "ndpdc", "psg", "psg_generator", "dosser", "dosser_pea", "dp_merf"]
 PAPER_DATASETS = ("mnist", "fashion_mnist", "cifar10")  # datasets the papers report
 PAPERS = [
     'Zheng & Li, "Differentially Private Dataset Condensation" (DPDC: LDPDC, NDPDC; Tables 1, 2, 8)',
     'Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distillation" (Dosser; Table 1, '
     "which also reports DM without DP, PSG and NDPDC at IPC 10 and 50, ε 1)",
     'Chen, Kerkouche & Fritz, "Private Set Generation with Discriminative Information" (PSG; Table 1, CIFAR-10 only)',
+    'Harder, Adamczewski & Park, "DP-MERF: Differentially Private Mean Embeddings with Random Features for '
+    "Practical Privacy-preserving Data Generation\" (DP-MERF, a generator; the numbers shown are DPDC's "
+    "Tables 1 and 9, which ran the DP-MERF authors' code with 50 generated samples per class)",
 ]
 
 
@@ -208,6 +214,38 @@ def read_clip(path: Path) -> list[Entry]:
     return [entry]
 
 
+def read_dp_merf(path: Path) -> list[Entry]:
+    """The DP-MERF rows ``benchmarks/dp_merf_table.py`` ran. Its NDPDC rows (ε 10) are context for
+    that table only: NDPDC's entry on the page stays the one measured at the published setting."""
+    record = json.loads(path.read_text())
+    entries = []
+    try:
+        protocol = record["protocol"]
+        for row in (r for r in record["rows"] if r["method"] == "dp_merf"):
+            free = f" + {row['free_steps']} free" if row["free_steps"] else ""
+            entries.append(
+                Entry(
+                    row["method"],
+                    record["dataset"],
+                    int(row["ipc"]),
+                    float(row["epsilon"]),
+                    statistics.fmean(row["accuracies"]),
+                    statistics.pstdev(row["accuracies"]),
+                    len(row["accuracies"]),
+                    1,
+                    f"{row['data_steps']}{free}",
+                    f"{protocol['epochs']} epochs x {protocol['runs']} runs, full test split",
+                    bool(record["reduced"]),
+                    row["device"],
+                    path.with_suffix(".md").name,
+                    note=row["setting"],
+                )
+            )
+    except (KeyError, TypeError, ValueError, statistics.StatisticsError) as err:
+        raise FormatError(f"{path.name}: not a dp_merf_table.py record ({err})") from err
+    return entries
+
+
 def published(entry: Entry) -> tuple[Published | None, bool]:
     """The published number for the entry's setting, else the nearest (same method, dataset and ε; other
     IPC), flagged as not comparable."""
@@ -276,6 +314,8 @@ def page(results: Path) -> str:
         )
     for path in sorted(results.glob("clip_gradient_*.json")):
         entries += read_clip(path)
+    for path in sorted(results.glob("dp_merf_table_*.json")):
+        entries += read_dp_merf(path)
     names = {key: name for key, name in METHODS.values()}
     lines = [
         "# Results at a glance",

@@ -329,3 +329,29 @@ def test_release_audit_finds_the_records_dm_init_real_copies():
     [target] = report["targets"]
     assert target["accounted_epsilon"] is None and target["bounds"]["pixel"]["correct"] >= 15
     assert target["bounds"]["pixel"]["epsilon"] > 1.0 and not report["violations"]
+
+
+def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
+    """Noise reused across steps cannot exist in a one-step release (DP-MERF): n/a, which passes,
+    not MISSED; with two steps the same bound is MISSED; the other bugs and the correct release
+    are judged at any number of steps."""
+    from dpdc_lightning.audit.selftest import passed, verdict
+
+    def report(release: str, steps: int, bound: float) -> dict:
+        return {
+            "release": release,
+            "steps": steps,
+            "clopper_pearson": {"epsilon": bound},
+            "claimed_epsilon": 2.0,
+        }
+
+    assert verdict(report("noise_reused", 1, 0.5)) == "n/a"
+    assert verdict(report("noise_reused", 2, 0.5)) == "MISSED"
+    assert verdict(report("noise_x0.1", 1, 0.5)) == "MISSED"
+    assert verdict(report("weight_doubled", 1, 2.5)) == "caught"
+    assert verdict(report("correct", 1, 2.5)) == "FALSE ALARM"
+    reports = [report("correct", 1, 0.5), report("noise_reused", 1, 0.5)]
+    for r in reports:
+        r["verdict"] = verdict(r)
+    assert passed(reports)
+    assert not passed([{**reports[1], "verdict": verdict(report("noise_reused", 3, 0.5))}])

@@ -336,3 +336,21 @@ def test_rates_come_from_the_plan(toy, monkeypatch):
         == [module.plan.rate_of(c) for c in _classes(toy)]
         == [6.0 / n for n in toy.class_sizes]
     )
+
+
+@pytest.mark.parametrize("sampling", ["per_class_poisson", "global_poisson"])
+def test_a_schedule_without_a_sample_size_reads_every_record_at_rate_one(toy, sampling):
+    """sample_size=None (DP-MERF's one release of the whole data): q = 1 for every partition, the
+    stream hands over every record exactly once per data step, and one step costs one Gaussian
+    mechanism on the whole data (no amplification)."""
+    module = _module(toy, sampling=sampling, sample_size=None, total_steps=1)
+    assert module.plan.sample_size is None
+    assert module.plan.sample_rates == ((1.0,) if sampling == "global_poisson" else (1.0,) * 4)
+    batch = module.sample(0, _classes(toy))
+    if sampling == "global_poisson":
+        assert torch.equal(batch["images"], toy.train_images)
+    else:
+        for c, images in zip(batch["classes"], batch["images"]):
+            assert torch.equal(images, toy.train_images[toy.train_labels == c])
+    with pytest.raises(ValueError, match="fixed-size sample needs a sample_size"):
+        StepSchedule(private=False, sampling="per_class_fixed", sample_size=None, data_steps=1)

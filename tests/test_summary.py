@@ -230,3 +230,48 @@ def test_reproduce_json_is_read_in_place_of_its_table(tmp_path):
         and "| -5.70 |" in ndpdc
     )
     assert "first 2000 test images" in ndpdc and "**REDUCED**" in ndpdc
+
+
+def test_dp_merf_rows_are_read_and_set_beside_dpdc_table_1(tmp_path):
+    """benchmarks/dp_merf_table.py's record: the best DP-MERF row (IPC 50 here) against DPDC's
+    Table 1 DP-MERF column (63.05 at ε 1, 50 generated samples per class); an IPC 10 row alone
+    would be "not comparable"; its NDPDC row (context for that table) stays off NDPDC's line."""
+
+    def row(method: str, ipc: int, accuracies: list[float]) -> dict:
+        return {
+            "key": f"{method}{ipc}",
+            "method": method,
+            "setting": "fixture",
+            "ipc": ipc,
+            "epsilon": 0.995,
+            "noise_multiplier": 4.06,
+            "data_steps": 1,
+            "free_steps": 2000 if method == "dp_merf" else 0,
+            "accuracies": accuracies,
+            "device": "fixture CPU",
+        }
+
+    record = {
+        "dataset": "fashion_mnist",
+        "protocol": {"epochs": 300, "runs": 3},
+        "reduced": True,
+        "rows": [row("dp_merf", 10, [70.0, 71.0, 72.0]), row("dp_merf", 50, [75.0, 75.0, 75.0])],
+    }
+    (tmp_path / "dp_merf_table_fashion_mnist_cpu.json").write_text(json.dumps(record))
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line
+        for line in summary.page(tmp_path).splitlines()
+        if line.startswith("| ")
+    }
+    merf = rows["DP-MERF (pixels, plug-in)"]
+    assert "**75.00** ± 0.00" in merf and "1 + 2000 free" in merf and "| +11.95 |" in merf
+    assert "63.05 ± 2.05 (Zheng & Li (DPDC) Table 1, authors' generator, IPC 50, ε 1)" in merf
+    record["rows"] = [row("dp_merf", 10, [70.0, 71.0, 72.0]), row("ndpdc", 10, [77.0, 77.0])]
+    (tmp_path / "dp_merf_table_fashion_mnist_cpu.json").write_text(json.dumps(record))
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line
+        for line in summary.page(tmp_path).splitlines()
+        if line.startswith("| ")
+    }
+    assert "a different IPC, not comparable" in rows["DP-MERF (pixels, plug-in)"]
+    assert "77.00" not in rows["NDPDC"] and "(no measurement)" in rows["NDPDC"]

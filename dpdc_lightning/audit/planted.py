@@ -84,6 +84,10 @@ def _weight_doubled(transcript: Transcript, rows: Tensor, *, canaries: int, **ca
     return correct_release(transcript, doubled, canaries=2 * canaries, **call)
 
 
+# Bugs that cannot exist in a transcript of fewer data steps: one step has no other step whose noise
+# it could reuse (DP-MERF's single release). The self-test marks them not applicable there.
+MIN_STEPS: dict[str, int] = {"noise_reused": 2}
+
 PLANTED: dict[str, Callable[..., Tensor]] = {
     "noise_x0.1": _noise_scaled,
     "no_clipping": _no_clipping,

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dpdc_lightning.audit.planted import releases
+from dpdc_lightning.audit.planted import MIN_STEPS, releases
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.audit.transcripts import Transcript
 from dpdc_lightning.audit.whitebox import whitebox_audit
@@ -42,6 +42,8 @@ def default_methods() -> list[str]:
 
 
 def verdict(report: dict[str, Any]) -> str:
+    if report["steps"] < MIN_STEPS.get(report["release"], 1):
+        return "n/a"  # the bug cannot exist at this many data steps (planted.MIN_STEPS)
     above = report["clopper_pearson"]["epsilon"] > report["claimed_epsilon"]
     if report["release"] == "correct":
         return "FALSE ALARM" if above else "passes"
@@ -98,4 +100,4 @@ def print_table(reports: list[dict[str, Any]]) -> None:
 
 
 def passed(reports: list[dict[str, Any]]) -> bool:
-    return all(r["verdict"] in ("caught", "passes") for r in reports)
+    return all(r["verdict"] in ("caught", "passes", "n/a") for r in reports)

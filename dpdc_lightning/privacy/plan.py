@@ -35,13 +35,15 @@ class StepSchedule:
     """What a method asks of the plan, derived from its config and the public shape of the data.
 
     ``sample_size`` is the expected number of records per class (per-class Poisson), per step
-    (global Poisson) or the fixed batch per class (``per_class_fixed``, non-private baselines).
+    (global Poisson) or the fixed batch per class (``per_class_fixed``, non-private baselines);
+    None (Poisson kinds only): every record of each partition at every data step, i.e. q = 1
+    (a method that releases the whole data set once, such as DP-MERF's mean embedding).
     ``data_steps`` read the private data; ``free_steps`` follow them and read nothing.
     """
 
     private: bool
     sampling: str
-    sample_size: float
+    sample_size: float | None
     data_steps: int
     free_steps: int = 0
     default_noise_multiplier: float | None = None
@@ -50,6 +52,8 @@ class StepSchedule:
     def __post_init__(self) -> None:
         if self.sampling not in SAMPLING_KINDS:
             raise ValueError(f"sampling must be one of {SAMPLING_KINDS}, got {self.sampling!r}")
+        if self.sample_size is None and self.sampling == "per_class_fixed":
+            raise ValueError("a fixed-size sample needs a sample_size (None: every record, q = 1)")
         if self.private and self.sampling == "per_class_fixed":
             raise ValueError(
                 "a fixed-size sample does not match the Poisson accounting; private methods sample by Poisson"
@@ -64,7 +68,7 @@ class PrivacyPlan:
 
     private: bool
     sampling: str
-    sample_size: float
+    sample_size: float | None  # None: every record at every data step (q = 1)
     # Poisson rate per partition: one per class, or one for the whole set
     sample_rates: tuple[float, ...]
     data_steps: int

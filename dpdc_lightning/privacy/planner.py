@@ -97,7 +97,7 @@ def plan_shape(
     return dict(
         private=schedule.private,
         sampling=schedule.sampling,
-        sample_size=float(schedule.sample_size),
+        sample_size=None if schedule.sample_size is None else float(schedule.sample_size),
         sample_rates=rates,
         free_steps=free_steps,
         accountant=accountant,
@@ -136,7 +136,9 @@ def capped_steps(schedule: StepSchedule, *, step_cap: int | None) -> tuple[int, 
 
 def sample_rates(schedule: StepSchedule, class_sizes: Sequence[float]) -> tuple[float, ...]:
     """Poisson rates from the plan's class sizes (public, or released under DP): L / N_c per class,
-    or B / N for global sampling."""
+    or B / N for global sampling; 1 for every partition when the schedule reads every record."""
+    if schedule.sample_size is None:  # every record once per data step: Poisson at q = 1
+        return (1.0,) * (1 if schedule.sampling == "global_poisson" else len(class_sizes))
     if schedule.sampling == "global_poisson":
         return (min(1.0, schedule.sample_size / sum(class_sizes)),)
     if schedule.sampling == "per_class_poisson":
