@@ -1,4 +1,6 @@
-"""Evaluate synthetic sets: python evaluate.py RUN_DIR [RUN_DIR ... | SWEEP_DIR] [model=convnet,mlp] [eval.runs=5]
+"""Evaluate synthetic sets:
+
+    python evaluate.py RUN_DIR [RUN_DIR ... | SWEEP_DIR] [model=convnet,mlp] [eval.runs=5]
 
     python evaluate.py --help
     python evaluate.py --images FILE.pt dataset=NAME [model=...] [eval.*=...]

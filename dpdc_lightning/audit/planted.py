@@ -13,8 +13,9 @@ the claimed ε is unchanged. Each works on any registered private method:
 - ``weight_doubled``: the audited record counts twice whenever it is sampled (each canary's row is
   summed twice: for each canary's test, "this record's weight is doubled").
 
-Nothing outside ``dpdc_lightning.audit`` imports this module, no config key selects a variant, and
-``audit.py whitebox`` always audits the correct call (tests/test_audit_whitebox.py checks all three).
+Nothing outside ``dpdc_lightning.audit`` imports this module, no config key selects a variant,
+and ``audit.py whitebox`` always audits the correct call (tests/test_audit_whitebox.py checks all
+three).
 """
 
 from __future__ import annotations

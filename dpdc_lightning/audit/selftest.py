@@ -85,11 +85,12 @@ def run_selftest(
 
 def print_table(reports: list[dict[str, Any]]) -> None:
     print(
-        f"self-test: claimed ε = {CLAIMED_EPSILON} (δ 1e-5); a bug is caught when the Clopper-Pearson lower "
-        "bound exceeds it"
+        f"self-test: claimed ε = {CLAIMED_EPSILON} (δ 1e-5); a bug is caught when the "
+        "Clopper-Pearson lower bound exceeds it"
     )
     print(
-        f"{'method':7s} {'release':15s} {'lower bound':>11s} {'GDP estimate':>12s} {'one run':>8s}  verdict"
+        f"{'method':7s} {'release':15s} {'lower bound':>11s} {'GDP estimate':>12s} "
+        f"{'one run':>8s}  verdict"
     )
     for r in reports:
         print(

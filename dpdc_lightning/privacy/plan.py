@@ -56,7 +56,8 @@ class StepSchedule:
             raise ValueError("a fixed-size sample needs a sample_size (None: every record, q = 1)")
         if self.private and self.sampling == "per_class_fixed":
             raise ValueError(
-                "a fixed-size sample does not match the Poisson accounting; private methods sample by Poisson"
+                "a fixed-size sample does not match the Poisson accounting; private methods "
+                "sample by Poisson"
             )
         if self.data_steps < 0 or self.free_steps < 0:
             raise ValueError("step counts must be >= 0")
@@ -79,8 +80,9 @@ class PrivacyPlan:
     accountant: str
     # ε after every data step, at ``delta`` (class-size release and auxiliary run included)
     planned_epsilon: float | None
-    # privacy.class_sizes=private: the noise multiplier of the class-size release (privacy/counts.py)
-    # and the released sizes the sample rates were computed from; None when sizes are public.
+    # privacy.class_sizes=private: the noise multiplier of the class-size release
+    # (privacy/counts.py) and the released sizes the sample rates were computed from; None when
+    # sizes are public.
     count_noise_multiplier: float | None = None
     released_class_sizes: tuple[float, ...] | None = None
     # The event the class-size release spent (PrivacyEvent.to_dict()), as privacy/counts.py returned
@@ -118,7 +120,8 @@ class PrivacyPlan:
         exact private count and never the realised sample size."""
         if not self.class_sizes:
             raise UserError(
-                "the stored privacy plan holds no class sizes (it was written by an older version); "
+                "the stored privacy plan holds no class sizes (it was written by an older "
+                "version); "
                 "start a new run"
             )
         size = (
@@ -183,7 +186,8 @@ class PrivacyPlan:
                 "the stored privacy plan has an unknown format; it was written by another version"
             )
         state["sample_rates"] = tuple(float(rate) for rate in state["sample_rates"])
-        # Plans stored before they held their sizes: released sizes are the sizes; public ones are absent.
+        # Plans stored before they held their sizes: released sizes are the sizes; public ones are
+        # absent.
         state["class_sizes"] = tuple(
             float(n) for n in state.get("class_sizes") or state.get("released_class_sizes") or ()
         )
@@ -226,7 +230,10 @@ class PrivacyPlan:
         if self.count_noise_multiplier is None:
             return {
                 "status": "public by assumption",
-                "why": "they set the sample rates q_c = L / N_c; Zheng & Li's DPDC treats them as public",
+                "why": (
+                    "they set the sample rates q_c = L / N_c; "
+                    "Zheng & Li's DPDC treats them as public"
+                ),
             }
         event = PrivacyEvent.from_dict(self.count_event)
         return {

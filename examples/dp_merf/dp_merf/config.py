@@ -22,7 +22,9 @@ class DPMERFConfig(MethodConfig):
     default_noise_multiplier: ClassVar[float | None] = 5.0
     step_keys: ClassVar[tuple[str, ...]] = ("method.iterations",)
     ignored_keys: ClassVar[dict[str, str]] = {
-        "momentum": "DP-MERF optimises the images with Adam (method.lr_img); it has no momentum key",
+        "momentum": (
+            "DP-MERF optimises the images with Adam (method.lr_img); it has no momentum key"
+        ),
     }
 
     name: str = "dp_merf"
