@@ -121,7 +121,7 @@ def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
     method = METHODS[config.method.name]
     sizes = data.public_class_sizes or data.class_sizes
     size = method.sample_size(config.method)
-    if method.sampling != "per_class_poisson" or size <= min(sizes):
+    if method.sampling != "per_class_poisson" or size is None or size <= min(sizes):
         return
     smallest = min(range(len(sizes)), key=lambda c: sizes[c])
     planned, fraction = sizes[smallest], config.dataset.test_fraction
