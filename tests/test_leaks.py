@@ -386,3 +386,24 @@ def test_removing_one_record_moves_no_other_record_between_the_splits(tmp_path):
             rows_a, rows_b = {r.numpy().tobytes() for r in a}, {r.numpy().tobytes() for r in b}
             assert rows_b <= rows_a and len(rows_a - rows_b) <= 1
         assert len(data.train_images) + len(data.test_images) == 90
+
+
+def test_only_finished_members_on_named_data_count_as_published():
+    """A failed member published nothing, and a member with no data name composes with nothing:
+    both stay out of the publishing cost (the sweep summary and report.html share this rule)."""
+    from dpdc_lightning.privacy.composition import finished_releases
+
+    phases = [{"name": "main", "kind": "rdp", "history": [[1.0, 0.1, 10]], "delta": 1e-5}]
+    member = {"member": "000", "data": "digits", "epsilon": 1.0, "delta": 1e-5, "phases": phases}
+    rows = [
+        {**member, "status": "ok"},
+        {**member, "member": "001", "status": "failed"},
+        {**member, "member": "002", "status": "ok", "data": None},
+    ]
+    [release] = finished_releases(rows)
+    assert (release.name, release.data, release.epsilon, release.phases) == (
+        "000",
+        "digits",
+        1.0,
+        phases,
+    )

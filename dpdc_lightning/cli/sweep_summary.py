@@ -213,20 +213,9 @@ def _table_row(r: dict[str, Any], models: list[str]) -> str:
 def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
     """What publishing one or several finished members costs, per private data set they read: the
     accountant's composition of every member's events (privacy/composition.py), not a sum of ε."""
-    from dpdc_lightning.privacy.composition import Release, cost_by_data
+    from dpdc_lightning.privacy.composition import cost_by_data, finished_releases
 
-    releases = [
-        Release(
-            name=r["member"],
-            data=r["data"],
-            epsilon=r.get("epsilon"),
-            delta=r.get("delta"),
-            accountant=r.get("accountant"),
-            phases=r.get("phases") or [],
-        )
-        for r in rows
-        if r.get("status") == "ok" and r.get("data")
-    ]
+    releases = finished_releases(rows)
     lines = [
         "Publishing members that read the same private data (failed members published nothing):"
     ]

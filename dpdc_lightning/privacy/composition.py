@@ -60,6 +60,23 @@ class Release:
     phases: Phases
 
 
+def finished_releases(members: Sequence[dict[str, Any]]) -> list[Release]:
+    """The releases of a sweep's member records (sweep.json rows) that finished on named data:
+    a failed member published nothing."""
+    return [
+        Release(
+            name=m["member"],
+            data=m["data"],
+            epsilon=m.get("epsilon"),
+            delta=m.get("delta"),
+            accountant=m.get("accountant"),
+            phases=m.get("phases") or [],
+        )
+        for m in members
+        if m.get("status") == "ok" and m.get("data")
+    ]
+
+
 @dataclass(frozen=True)
 class DataCost:
     """What publishing the releases of one data set costs: ``epsilon`` is the composed total of all

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dpdc_lightning.privacy.composition import Release, cost_by_data
+from dpdc_lightning.privacy.composition import cost_by_data, finished_releases
 from dpdc_lightning.report.html import box, image, number, page, section, sourced, table, text
 
 FIGURE_FILE, MEMBER_PAGE = "sweep.png", "report.html"
@@ -66,18 +66,7 @@ def _member_rows(folder: Path, rows: list[dict[str, Any]], models: list[str]) ->
 
 
 def _composition(rows: list[dict[str, Any]]) -> str:
-    releases = [
-        Release(
-            name=r["member"],
-            data=r["data"],
-            epsilon=r.get("epsilon"),
-            delta=r.get("delta"),
-            accountant=r.get("accountant"),
-            phases=r.get("phases") or [],
-        )
-        for r in rows
-        if r.get("status") == "ok" and r.get("data")
-    ]
+    releases = finished_releases(rows)
     if not releases:
         return "<p>No member finished: nothing was released.</p>"
     items = []
