@@ -148,3 +148,28 @@ DECISIONS: dict[str, Decision] = {
         ),
     )
 }
+
+
+# Every other module that reads the machine or its environment, with what it reads and where both
+# branches are forced (tests/test_machine_reads.py fails for a module that reads the machine and is
+# not here). Not "auto" settings: each reads what a run cannot choose.
+MACHINE_READS: dict[str, str] = {
+    "evaluation/engines/base.py": "CUDA and MPS present: eval.accelerator=auto (DECISIONS)",
+    "methods/memory.py": "CUDA and MPS present: trainer.accelerator (DECISIONS); host memory "
+    "(/proc/meminfo, the cgroup's limit) and a GPU's free memory for the memory check",
+    "methods/extractor.py": "the GPU's compute capability: method.autocast=auto (DECISIONS); the "
+    "device type: cuDNN's TF32 switch around a CUDA forward",
+    "methods/release.py": "the rows' device type: rows on an accelerator reach the mechanism in "
+    "one float64 host copy",
+    "evaluation/command.py": "CUDA and MPS present: an explicit eval.accelerator that is not there "
+    "is refused in one line",
+    "engine/progress.py": "whether stdout is a terminal: a bar redrawn in place, or plain lines",
+    "data/load.py": "XDG_CACHE_HOME: the default dataset.cache_dir",
+    "cli/launchers.py": "sbatch and srun on PATH: hydra/launcher=submitit_slurm",
+    "cli/train.py": "LOCAL_RANK and NODE_RANK: only the first process prints the run's summary",
+    "cli/sweep.py": "the sweep's size and evaluate flag, passed to its members in the environment",
+    "engine/training.py": "DPDC_RUN_DIR: a DDP process started by rank 0 (tests/test_ddp.py)",
+    "engine/run_folder.py": "DPDC_RUN_DIR and NODE_RANK: the run folder of a DDP process "
+    "(tests/test_ddp.py)",
+    "privacy/report.py": "the Python version, recorded in privacy.json (no branch)",
+}
