@@ -208,6 +208,17 @@ def test_every_auto_parameter_default_in_the_package_is_a_setting_of_the_table()
     assert unknown == []
 
 
+def test_the_docs_table_lists_every_decision():
+    text = (ROOT / "docs" / "methods.md").read_text()
+    section = text.split("## Settings that depend on the machine (`auto`)")[1].split("\n## ")[0]
+    rows = {
+        line.split("|")[1].strip().split(" ")[0].strip("`")
+        for line in section.splitlines()
+        if line.startswith("| `")
+    }
+    assert rows == set(DECISIONS)
+
+
 # ---- the wrappers that read the machine pass what they read ---------------------------------
 
 
