@@ -21,6 +21,7 @@ import yaml
 
 from dpdc_lightning.config import METHOD_SCHEMAS, RunConfig
 from dpdc_lightning.config.auto import DECISIONS, choose_device
+from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.engines.cost import CompilePlan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -298,3 +299,14 @@ def test_the_memory_estimate_counts_the_forward_the_extractor_will_run():
     # With per-sample norms, auto on CUDA is batched: every class at once, more memory.
     assert real_forward(CUDA) == real_forward(CPU, forward="batched")
     assert real_forward(CUDA) > real_forward(CPU) == real_forward(CPU, forward="loop")
+
+
+def test_a_precision_is_accepted_where_lightning_runs_it_and_refused_where_it_replaces_it():
+    """trainer.precision=16 is 16-mixed on a GPU and silently bf16-mixed on a CPU (Lightning's
+    choice by accelerator): both outcomes of the check, whatever this machine is."""
+    from dpdc_lightning.engine.trainer import _check_precision
+
+    _check_precision("16", "16-mixed")  # what a GPU runs
+    _check_precision(None, "32-true")
+    with pytest.raises(UserError, match="would silently use bf16-mixed"):
+        _check_precision("16", "bf16-mixed")  # what a CPU runs instead
