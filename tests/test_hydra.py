@@ -212,3 +212,19 @@ def test_a_sweep_on_submitits_local_executor_matches_the_basic_launcher(
     assert (folder / ".submitit").is_dir()  # submitit's own job files and logs, beside the members
     summary = json.loads((folder / "sweep.json").read_text())
     assert [m["status"] for m in summary["members"]] == ["ok", "ok"]
+
+
+def test_the_api_sweep_refuses_bad_input_before_anything_is_written(tmp_path, monkeypatch):
+    """``dpdc_lightning.sweep`` (a notebook's ``train.py -m``) raises UserError, as the command line
+    prints it, and leaves no sweep folder; its members run in tests/test_notebook.py."""
+    from dpdc_lightning import sweep
+    from dpdc_lightning.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="comma list"):
+        sweep(["method=ndpdc", *TINY])
+    with pytest.raises(UserError, match="method.ipc"):
+        sweep(["method=ndpdc", *TINY, "method.ipc=0,1"])
+    with pytest.raises(UserError, match="already exists"):
+        sweep([*TINY, "seed=0,1", f"run_dir={tmp_path}"])
+    assert list(tmp_path.iterdir()) == []

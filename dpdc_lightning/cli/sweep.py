@@ -110,7 +110,7 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
             compose([t for t in member if t.partition("=")[0] not in ("run_dir", "runs_root")])
         except UserError as err:
             raise UserError(f"sweep member {' '.join(member)}: {err}") from None
-    folder = _sweep_folder(job_tokens)
+    folder = sweep_folder(job_tokens)
     print(f"sweep: {len(members)} runs into {folder}", file=sys.stderr)
     settings = [
         f"hydra.sweep.dir='{folder}'",
@@ -257,7 +257,7 @@ def _finish(folder: Path, tokens: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _sweep_folder(tokens: list[str]) -> Path:
+def sweep_folder(tokens: list[str]) -> Path:
     given = selected(tokens, "run_dir")
     for key, value in (("run_dir", given), ("runs_root", selected(tokens, "runs_root"))):
         if value is not None and not value.strip():
