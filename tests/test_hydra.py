@@ -222,9 +222,9 @@ def test_the_api_sweep_refuses_bad_input_before_anything_is_written(tmp_path, mo
 
     monkeypatch.chdir(tmp_path)
     with pytest.raises(UserError, match="comma list"):
-        sweep(["method=ndpdc", *TINY])
+        sweep(TINY)
     with pytest.raises(UserError, match="method.ipc"):
-        sweep(["method=ndpdc", *TINY, "method.ipc=0,1"])
+        sweep([*TINY, "method.ipc=0,1"])
     with pytest.raises(UserError, match="already exists"):
         sweep([*TINY, "seed=0,1", f"run_dir={tmp_path}"])
     assert list(tmp_path.iterdir()) == []
