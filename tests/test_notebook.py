@@ -36,7 +36,9 @@ def test_the_api_tour_notebook_runs_end_to_end_in_one_kernel(tmp_path, repo_root
     client.execute(env=env)  # a cell that raises without the raises-exception tag fails here
     code = [c for c in notebook.cells if c.cell_type == "code"]
     texts = [_text(c) for c in code]
+    spent = [float(line.rsplit(" ", 1)[1]) for line in texts[1].splitlines()]
     assert texts[1].count("condensed (20, 1, 16, 16) epsilon") == 2
+    assert 0 < spent[0] <= 1 < spent[1] <= 5  # each within its own target, ε = 1 and ε = 5
     assert "evaluated convnet" in texts[2] and (tmp_path / "runs/tour-ndpdc/eval.json").is_file()
     assert "swept member" in texts[3] and (tmp_path / "runs/tour-sweep/summary.md").is_file()
     (error,) = [o for o in code[4].outputs if o.output_type == "error"]
