@@ -30,7 +30,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpdc_lightning.cli.launchers import refuse_missing_scheduler
+from dpdc_lightning.cli.launchers import prepare_launcher
 from dpdc_lightning.cli.sweep_summary import (
     SUMMARY_CSV,
     SUMMARY_MD,
@@ -104,13 +104,13 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
     if len(members) > MAX_MEMBERS:
         raise UserError(f"the sweep has {len(members)} members; at most {MAX_MEMBERS} per sweep")
     _, choices = compose_raw([*members[0], *hydra_tokens], keep_hydra=True)  # launcher exists
-    refuse_missing_scheduler(choices.get("hydra/launcher"))
+    prepare_launcher(choices.get("hydra/launcher"))
     for member in members:  # all checked before anything runs or is written
         try:
             compose([t for t in member if t.partition("=")[0] not in ("run_dir", "runs_root")])
         except UserError as err:
             raise UserError(f"sweep member {' '.join(member)}: {err}") from None
-    folder = _sweep_folder(job_tokens)
+    folder = sweep_folder(job_tokens)
     print(f"sweep: {len(members)} runs into {folder}", file=sys.stderr)
     settings = [
         f"hydra.sweep.dir='{folder}'",
@@ -257,7 +257,7 @@ def _finish(folder: Path, tokens: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _sweep_folder(tokens: list[str]) -> Path:
+def sweep_folder(tokens: list[str]) -> Path:
     given = selected(tokens, "run_dir")
     for key, value in (("run_dir", given), ("runs_root", selected(tokens, "runs_root"))):
         if value is not None and not value.strip():
