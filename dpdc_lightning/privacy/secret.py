@@ -22,6 +22,9 @@ from pathlib import Path
 
 SECRET_FILE = ".private_seed"
 DIGEST_FILE = ".data_digest"
+# Every file of a run's private state that must not outlive it: `dpdc-privacy verify` fails a
+# bundle folder holding one (a copied or shared folder would hand it on).
+SECRET_FILES = (SECRET_FILE, DIGEST_FILE)
 SECRET_BITS = (
     256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a 63-bit key could be searched
 )
