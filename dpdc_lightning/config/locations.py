@@ -19,6 +19,7 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from dpdc_lightning.config.schema import RunConfig
+from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.digests import config_digest
 
 PROVENANCE_FILE = ".provenance.json"
@@ -83,6 +84,16 @@ def hide_locations(tokens: list[str]) -> list[str]:
         else token
         for token in tokens
     ]  # fmt: skip
+
+
+def refuse_swept_locations(swept: list[str]) -> None:
+    """A sweep's member folders are named by their swept values: a data location is never swept."""
+    located = [key for key in swept if key in DATA_LOCATION_KEYS]
+    if located:
+        raise UserError(
+            f"{located[0]} cannot be swept (the members' folder names would show where the data "
+            "lives); run one sweep per data folder"
+        )
 
 
 def _node(tree: dict[str, Any], dotted: str) -> dict[str, Any] | None:

@@ -32,6 +32,7 @@ from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.planner import sample_rates
 from dpdc_lightning.privacy.secret import (
+    DIGEST_FILE,
     SECRET_FILE,
     derive_secret,
     forget_secret,
@@ -93,9 +94,18 @@ def check_provenance(run_dir: Path, data: ImageData) -> None:
 def check_data_digest(run_dir: Path, data: ImageData, *, seed: int | None) -> None:
     """A resumed run must read the data it started on: a copied unfinished folder resumed on other
     data would release it with the same noise. Without the secret (``seed`` None: forgotten) the
-    digest cannot be checked; such a run is refused anyway."""
-    digest = read_data_digest(run_dir)  # None: started before digests were kept
-    if digest is not None and seed is not None and digest != keyed_data_digest(data, seed=seed):
+    digest cannot be checked; such a run is refused anyway. Without the digest (deleted) nothing
+    says which data the run started on: refused too (fail closed), never taken as a match."""
+    if seed is None:
+        return
+    digest = read_data_digest(run_dir)
+    if digest is None:
+        raise UserError(
+            f"resume={run_dir}: its {DIGEST_FILE} is missing (deleted), so nothing can show that "
+            f"the data is the data the run started on; start a new run (python train.py "
+            f"forget={run_dir} deletes the old run's secret)"
+        )
+    if digest != keyed_data_digest(data, seed=seed):
         raise UserError(
             f"resume={run_dir}: the data changed since the run started (its keyed digest differs "
             "from the one recorded then); resume it on the data it started with, or start a new run"

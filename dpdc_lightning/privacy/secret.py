@@ -82,6 +82,6 @@ def store_data_digest(run_dir: Path, digest: str) -> None:
 
 
 def read_data_digest(run_dir: Path) -> str | None:
-    """The stored data digest, or None (a run started before digests were kept, or forgotten)."""
+    """The stored data digest, or None (deleted, or forgotten: a resume then is refused)."""
     path = Path(run_dir) / DIGEST_FILE
     return path.read_text().strip() if path.is_file() else None
