@@ -336,7 +336,10 @@ def test_whole_run_prints_provenance_and_the_guarantee(tmp_path, capsys):
     assert re.search(r"^wall time \d+\.\d s \(the owner's", captured.err, flags=re.M)
     # The folder read is the owner's record, beside the secret (mode 0600), never in config.yaml or the bundle.
     provenance = run_dir / ".provenance.json"
-    assert json.loads(provenance.read_text()) == {"data": "no files (embedded data set toy)"}
+    assert json.loads(provenance.read_text()) == {
+        "data": "no files (embedded data set toy)",
+        "locations": {},  # no dataset.root, test_root, cache_dir or method.aux.path given
+    }
     assert provenance.stat().st_mode & 0o777 == 0o600
     assert "embedded" not in (run_dir / "config.yaml").read_text() and "embedded" not in json.dumps(
         report

@@ -97,3 +97,45 @@ def test_the_same_data_from_two_folders_releases_the_same_bytes(method, tmp_path
     assert "root: null" in (run_dir / "config.yaml").read_text()
     assert run(EVALUATE, [str(run_dir), "eval.epochs=1", "eval.runs=1"]) == 0
     assert NAME.encode() not in (run_dir / "report.html").read_bytes()
+
+
+def test_a_sweeps_records_say_which_members_share_data_never_where(tmp_path):
+    """sweep.json, summary.csv, summary.md and the sweep's report.html: the command's and members'
+    data locations hidden, members of one folder composed together under a label, not a path."""
+    from dpdc_lightning.cli.sweep import sweep
+    from dpdc_lightning.cli.sweep_summary import DATA_SOURCE, write_summary
+    from dpdc_lightning.errors import UserError
+
+    phases = [{"name": "main", "kind": "mechanism", "history": [[2.0, 0.05, 40]]}]
+    rows = [
+        {
+            "member": f"00{i}-seed={i}",
+            "overrides": f"seed={i}",
+            "status": "ok",
+            "method": "ndpdc",
+            "seed": i,
+            "epsilon": 0.8,
+            "delta": 1e-5,
+            "steps": 40,
+            "accountant": "rdp",
+            "phases": phases,
+            "data": "tensors",
+            DATA_SOURCE: f"dataset.root=/home/{NAME}_{'AB'[i % 2]}/data.pt",
+        }
+        for i in range(3)
+    ]
+    tokens = ["-m", f"dataset.root=/home/{NAME}_A/data.pt", "seed=0,1,2"]
+    write_summary(tmp_path, tokens, rows, final=True)
+    written = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert {p.name for p in written} >= {"sweep.json", "summary.csv", "summary.md", "report.html"}
+    for path in written:
+        assert NAME.encode() not in path.read_bytes(), path
+    members = json.loads((tmp_path / "sweep.json").read_text())["members"]
+    assert [m["data"] for m in members] == ["tensors (data 1)", "tensors (data 2)"] + [
+        "tensors (data 1)"
+    ]
+    assert all(DATA_SOURCE not in m for m in members)
+    # members 0 and 2 read one folder: composed together, member 1 apart
+    assert "000-seed=0, 002-seed=2" in (tmp_path / "summary.md").read_text()
+    with pytest.raises(UserError, match="dataset.root cannot be swept"):
+        sweep(["dataset=tensors", f"dataset.root={tmp_path}/a.pt,{tmp_path}/b.pt"], evaluate=False)
