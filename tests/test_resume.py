@@ -150,3 +150,26 @@ def test_a_resume_without_its_data_digest_is_refused(tmp_path, capsys):
     assert f"forget={run_dir}" in lines[0]
     assert sorted((p, p.stat().st_mtime_ns) for p in run_dir.rglob("*")) == before
     assert not (run_dir / "privacy.json").exists()
+
+
+def test_a_stored_plan_must_state_the_sensitivity_the_method_declares():
+    """The sensitivity is fixed in the plan when the method is built (plan.json); a resumed or DDP
+    run whose method declares another (its config or code changed) is refused."""
+    import dataclasses
+
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.condense import declared_sensitivity
+    from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.errors import UserError
+    from dpdc_lightning.methods import DataSpec
+    from dpdc_lightning.methods.ndpdc import NDPDC
+
+    spec = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48,) * 4)
+    config = compose(["method=ndpdc", "method.clip_norm=0.75", "method.group_size=4"])
+    plan = plan_run(config, spec)
+    method = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=1)
+    fixed = declared_sensitivity(plan, method)
+    assert fixed.sensitivity == 0.75 and method.plan is fixed and plan.sensitivity is None
+    assert declared_sensitivity(fixed, method) is fixed  # a stored plan that agrees
+    with pytest.raises(UserError, match="declares sensitivity 0.75, the run's plan 0.5"):
+        declared_sensitivity(dataclasses.replace(fixed, sensitivity=0.5), method)
