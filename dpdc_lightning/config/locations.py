@@ -79,11 +79,11 @@ def with_locations(saved: Any, run_dir: Path) -> Any:
 
 def hide_locations(tokens: list[str]) -> list[str]:
     """Command-line tokens as a released record shows them: a data location's value hidden."""
-    return [
-        f"{key}={HIDDEN}" if (key := token.partition("=")[0].lstrip("+~")) in DATA_LOCATION_KEYS
-        else token
-        for token in tokens
-    ]  # fmt: skip
+    shown = []
+    for token in tokens:
+        key = token.partition("=")[0].lstrip("+~")
+        shown.append(f"{key}={HIDDEN}" if key in DATA_LOCATION_KEYS else token)
+    return shown
 
 
 def refuse_swept_locations(swept: list[str]) -> None:
