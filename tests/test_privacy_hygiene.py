@@ -300,10 +300,16 @@ def crashed_runs(tmp_path_factory):
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash")
 
+    from dpdc_lightning.engine import bundle
+
     runs = {}
-    for name, target in (("before_bundle", "save_bundle"), ("after_bundle", "forget_secret")):
+    # save_bundle deletes the secret right after privacy.json (engine/bundle.py): crash there
+    for name, module, target in (
+        ("before_bundle", training, "save_bundle"),
+        ("after_bundle", bundle, "forget_secret"),
+    ):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(training, target, crash)
+            patch.setattr(module, target, crash)
             with pytest.raises(RuntimeError, match="simulated crash"):
                 train(compose([*TINY, f"run_dir={folder / name}"]))
         runs[name] = folder / name
