@@ -32,6 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from dpdc_lightning.cli.launchers import prepare_launcher
 from dpdc_lightning.cli.sweep_summary import (
+    DATA_SOURCE,
     SUMMARY_CSV,
     SUMMARY_MD,
     SWEEP_PLOT,
@@ -46,6 +47,7 @@ from dpdc_lightning.config.composition import (
     refuse_retired,
     selected,
 )
+from dpdc_lightning.config.locations import hide_locations, refuse_swept_locations
 from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
 from dpdc_lightning.errors import Interrupted, UserError
@@ -101,6 +103,7 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
         )
     if any(k in swept for k in NOT_SWEPT):
         raise UserError("run_dir, runs_root and resume cannot be swept")
+    refuse_swept_locations(swept)
     if len(members) > MAX_MEMBERS:
         raise UserError(f"the sweep has {len(members)} members; at most {MAX_MEMBERS} per sweep")
     _, choices = compose_raw([*members[0], *hydra_tokens], keep_hydra=True)  # launcher exists
@@ -179,7 +182,7 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
     ]
     row: dict[str, Any] = {
         "member": member.name,
-        "overrides": _swept_text(member.name, overrides),
+        "overrides": " ".join(hide_locations(_swept_text(member.name, overrides).split())),
         "status": "failed",
         "method": OmegaConf.select(cfg, "method.name"),
         "seed": OmegaConf.select(cfg, "seed"),
@@ -197,8 +200,8 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
             # Hydra made it empty for the job; train() makes the run folder, never reusing one
             member.rmdir()
         run_dir = train(config)
-        # Which private data it read: members of one data set compose (the summary's total).
-        row["data"] = f"{config.dataset.name} from {read_provenance(run_dir)}"
+        # Members of one data set compose; where it lives stays private (write_summary labels it)
+        row["data"], row[DATA_SOURCE] = config.dataset.name, read_provenance(run_dir)
         row.update(_report(run_dir), seconds=round(time.monotonic() - started, 1), status="ok")
         print(end_of_run_line(run_dir))  # the wall time stays in the owner's sweep.json
         if os.environ.get(EVALUATE_ENV) == "1":

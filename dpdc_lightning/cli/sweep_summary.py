@@ -27,6 +27,9 @@ SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "report.html",
 )
 ROWS = ".rows"  # one JSON row per member while the sweep runs
+# A member row's private field: where its data was read from (run_folder.read_provenance). Only in
+# .rows/ while the sweep runs; the released records say which members share it, never where.
+DATA_SOURCE = "data_source"
 
 
 def write_row(folder: Path, row: dict[str, Any]) -> None:
@@ -95,8 +98,10 @@ def write_summary(
     """The record and the tables; ``final``: the rows are in sweep.json now, ``.rows/`` goes."""
     import shutil
 
+    from dpdc_lightning.config.locations import hide_locations
     from dpdc_lightning.engine.bundle import atomic_write, atomic_write_text
 
+    tokens, rows = hide_locations(list(tokens)), data_labels(rows)
     atomic_write_text(
         folder / SWEEP_FILE, json.dumps({"command": tokens, "members": rows}, indent=2) + "\n"
     )
@@ -119,6 +124,25 @@ def write_summary(
 
     page = render_sweep(folder, tokens, rows).encode("utf-8")
     atomic_write(folder / SWEEP_PAGE, lambda tmp: tmp.write_bytes(page))
+
+
+def data_labels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with their private data source replaced by a label that says which members read
+    the same data: the data set's name, numbered when one name was read from several sources."""
+    sources: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get(DATA_SOURCE) is not None:
+            found = sources.setdefault(str(row.get("data")), [])
+            if row[DATA_SOURCE] not in found:
+                found.append(row[DATA_SOURCE])
+    labelled = []
+    for row in rows:
+        row = dict(row)
+        source, name = row.pop(DATA_SOURCE, None), str(row.get("data"))
+        if source is not None and len(sources[name]) > 1:
+            row["data"] = f"{name} (data {sources[name].index(source) + 1})"
+        labelled.append(row)
+    return labelled
 
 
 def _summary_csv(rows: list[dict[str, Any]], models: list[str]) -> str:

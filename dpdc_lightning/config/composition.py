@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from dpdc_lightning.config.locations import with_locations
 from dpdc_lightning.config.schema import (
     CONF_DIR,
     GROUPS,
@@ -32,13 +33,11 @@ from dpdc_lightning.config.validation import one_line, refuse_split_values, vali
 from dpdc_lightning.errors import UserError
 
 # Keys older versions wrote into config.yaml; refused with where the value lives now.
+_PLANNED = "is recorded by the framework in the run's plan.json, never set by hand"
 RETIRED = {
-    "privacy.planned_noise_multiplier": "is recorded by the framework in the run's plan.json, "
-    "never set by hand",
-    "privacy.planned_steps": "is recorded by the framework in the run's plan.json, "
-    "never set by hand",
-    "privacy.planned_epsilon": "is recorded by the framework in the run's plan.json, "
-    "never set by hand",
+    "privacy.planned_noise_multiplier": _PLANNED,
+    "privacy.planned_steps": _PLANNED,
+    "privacy.planned_epsilon": _PLANNED,
     "dataset.resolved_root": "is recorded by the framework (the run's owner-only "
     ".provenance.json), never set by hand; set dataset.root instead",
 }
@@ -247,10 +246,11 @@ def compose_resume(run_dir: str, tokens: Sequence[str]) -> RunConfig:
 
 def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
     """A run's config.yaml with ``tokens`` on top: ``eval=NAME`` (an eval group file), ``key=value``
-    overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files)."""
+    overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files, else
+    the run's owner-only .provenance.json says where they are: config/locations.py)."""
     path = Path(run_dir) / "config.yaml"
     try:
-        saved = OmegaConf.load(path)
+        saved = with_locations(OmegaConf.load(path), Path(run_dir))
         # what older versions recorded in config.yaml is in plan.json / .provenance.json now
         for key in RETIRED:
             group, _, leaf = key.partition(".")

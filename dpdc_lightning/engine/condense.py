@@ -10,6 +10,7 @@ an audit can run hundreds of condensations on chosen subsets of records (``Image
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import types
@@ -161,6 +162,7 @@ class Condensation:
             reproducible_noise=config.privacy.reproducible_noise,
             auxiliary=self.auxiliary,
         )
+        self.plan = plan = declared_sensitivity(plan, self.method)
         self.inputs = _release_inputs(config, data, plan=plan, auxiliary=self.auxiliary)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
@@ -211,6 +213,22 @@ class Condensation:
         return (
             per_step * self.plan.data_steps + released
         )  # the class-size release draws one value per class
+
+
+def declared_sensitivity(plan: PrivacyPlan, method: CondensationMethod) -> PrivacyPlan:
+    """The plan with the sensitivity the built method declares (a private one's; before any record
+    is read), which the method holds from now on. A stored plan (resume, DDP) must state it."""
+    if not plan.private:
+        return plan
+    declared = float(method.sensitivity())
+    if plan.sensitivity is None:
+        method.plan = plan = dataclasses.replace(plan, sensitivity=declared)
+    elif plan.sensitivity != declared:
+        raise UserError(
+            f"the method declares sensitivity {declared}, the run's plan {plan.sensitivity}: "
+            "the run was started with another configuration, so it cannot continue"
+        )
+    return plan
 
 
 def _release_inputs(

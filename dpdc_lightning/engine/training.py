@@ -19,7 +19,7 @@ from pathlib import Path
 
 import lightning as L
 
-from dpdc_lightning.config import RunConfig, to_yaml
+from dpdc_lightning.config import RunConfig, released_yaml, to_yaml
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
@@ -67,7 +67,7 @@ def train(config: RunConfig) -> Path:
     if writes:
         _announce(run, config, data, plan=plan)
         if fresh:
-            _create_folder(run_dir, config, data, plan=plan, seed=seed)
+            _create_folder(run_dir, config, data, plan=run.plan, seed=seed)
     with _handed_to_ddp(run_dir, hand=writes), _rollback(run, run_dir, created=writes and fresh):
         result = run.fit(checkpoint=last_checkpoint(run_dir) if config.resume else None)
     if run.trainer.is_global_zero:
@@ -117,13 +117,14 @@ def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: Pr
 def _create_folder(
     run_dir: Path, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, seed: int
 ) -> None:
-    """A fresh run's folder: config.yaml (the config as given), plan.json, the data's provenance
-    and the secret (a private run's); a write that fails removes the folder again."""
+    """A fresh run's folder: config.yaml (the config as given, less where the data lives),
+    plan.json, the data's provenance (with where it lives, owner-only) and the secret (a private
+    run's); a write that fails removes the folder again."""
     create(run_dir)
     try:
-        atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+        atomic_write_text(run_dir / CONFIG_FILE, released_yaml(config))
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-        write_provenance(run_dir, data, seed=seed)
+        write_provenance(run_dir, data, config, seed=seed)
         if needs_secret(config):
             store_secret(run_dir, seed)
     except OSError as err:

@@ -3,8 +3,10 @@
 privacy.json states ε and δ and every event they rest on; plan.json holds the plan fixed before
 the data was read; synthetic.pt is the release. :func:`verify_run` checks, in this order:
 
-1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, and the
-   events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling);
+1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, the
+   events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling,
+   neighbouring relation, the method's declared sensitivity and the noise std), config.yaml's
+   sha256, and no secret of the run left in the folder;
 2. every phase's ε and the total ε, recomputed from the recorded events three ways: our
    accountant (Opacus RDP or PRV, as recorded) must give the recorded value; dp-accounting's RDP
    must agree with ours where the two compute the same quantity; dp-accounting's PLD lower bound
@@ -31,9 +33,11 @@ from dpdc_lightning.privacy import crosscheck
 from dpdc_lightning.privacy.receipt import (
     Check,
     Numbers,
+    config_check,
     events_check,
     plan_check,
     read_report,
+    secrets_check,
     tensors_check,
 )
 
@@ -62,6 +66,7 @@ def verify_run(run_dir: str | Path) -> Verdict:
     checks.append(planned)
     if plan is not None:
         checks += _safely("events", lambda: [events_check(report, plan)])
+    checks += [config_check(run_dir, report), secrets_check(run_dir)]
     if report.get("epsilon") is not None:
         checks += _safely("accounting", lambda: accounting_checks(report))
     return Verdict(run_dir=run_dir, report=report, checks=tuple(checks))
