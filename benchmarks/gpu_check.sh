@@ -55,5 +55,12 @@ ARGS+=(--stages "${GPU_CHECK_STAGES:-gpu_tests,speed,rows}")
 ((DRY)) && ARGS+=(--dry-run ${GPU_CHECK_MAX_ROWS:+--max-rows "$GPU_CHECK_MAX_ROWS"})
 $PY benchmarks/gpu_check.py "${ARGS[@]}" 2>&1 | tee -a "$OUT/gpu_check.log"
 status=${PIPESTATUS[0]}
-echo "gpu_check.sh: exit $status; results in $OUT"
+if ((status != 0)); then
+  # The reason last (make gpu-check-dry shows it): gpu_check.py's last line names the stages that
+  # did not complete and why, or the exception that stopped it.
+  reason=$(grep -v '^[[:space:]]*$' "$OUT/gpu_check.log" | tail -n 1)
+  echo "gpu_check.sh: exit $status: ${reason:-no output}; results in $OUT"
+else
+  echo "gpu_check.sh: exit 0; results in $OUT"
+fi
 exit "$status"
