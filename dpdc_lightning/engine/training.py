@@ -49,6 +49,7 @@ from dpdc_lightning.engine.run_folder import (
 from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
+from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 from dpdc_lightning.privacy.vacuous import vacuous_guarantee
@@ -229,8 +230,13 @@ def planned_config_text(config: RunConfig) -> str:
     )
     if not plan.private:
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
+    phases = [(name, runs) for name, _, runs in plan.prior_events()]
+    steps = consuming_steps_text([*phases, ("main", plan.data_steps)])
+    steps += (
+        f", the main run {plan.total_steps} in all" if phases else f" ({plan.total_steps} in all)"
+    )
     return text + (
-        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} "
-        f"privacy-consuming steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} "
+        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {steps}, "
+        f"ε = {epsilon_text(plan.planned_epsilon)} "
         f"at δ = {plan.delta:g} ({plan.accountant})\n"
     )

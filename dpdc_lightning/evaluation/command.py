@@ -19,6 +19,7 @@ from dpdc_lightning.config import ModelConfig, RunConfig
 from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.evaluation.image_file import fresh_eval_path, load_image_file, write_new
 from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json
+from dpdc_lightning.privacy.display import epsilon_text
 
 EVAL_FILE = "eval.json"
 NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknown)"
@@ -55,7 +56,7 @@ def evaluate_bundle(
     epsilon = bundle.report.get("epsilon")
     title = (
         f"{config.method.name} on {config.dataset.name}, "
-        f"ε = {'∞ (not private)' if epsilon is None else f'{epsilon:.4f}'}"
+        f"ε = {epsilon_text(epsilon, none='∞ (not private)')}"
     )
     note = _notes(config, data)
     results, protocol = _run_models(

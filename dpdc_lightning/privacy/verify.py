@@ -28,6 +28,7 @@ from typing import Any
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy import crosscheck
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.receipt import (
     Check,
     Numbers,
@@ -200,10 +201,11 @@ def _budget_check(report: dict[str, Any]) -> Check:
     if target is not None and not crosscheck.at_most(epsilon, float(target)):
         return Check("budget", False, f"ε {epsilon!r} is above privacy.target_epsilon {target!r}")
     within = "no target" if target is None else f"≤ target {target:g}"
+    spent, shown = epsilon_text(epsilon, decimals=6), epsilon_text(planned, decimals=6)
     if complete:
-        return Check("budget", True, f"ε {epsilon:.6f} = the plan's ε, {within}")
-    spent = f"{steps} of {plan.get('data_steps')} planned steps"
-    return Check("budget", True, f"ε {epsilon:.6f} < the plan's {planned:.6f} ({spent}), {within}")
+        return Check("budget", True, f"ε {spent} = the plan's ε, {within}")
+    steps_spent = f"{steps} of {plan.get('data_steps')} planned steps"
+    return Check("budget", True, f"ε {spent} < the plan's {shown} ({steps_spent}), {within}")
 
 
 def _statements_check(report: dict[str, Any]) -> Check:
@@ -239,7 +241,7 @@ def format_verdict(verdict: Verdict) -> str:
     claim = (
         "not private (ε = ∞)"
         if epsilon is None
-        else f"ε = {_number(epsilon, '.4f')}, δ = {_number(delta, 'g')}, {accountant} accountant"
+        else f"ε = {_epsilon(epsilon)}, δ = {_number(delta, 'g')}, {accountant} accountant"
     )
     lines = [f"verify {verdict.run_dir}: {report.get('method')}, {claim}"]
     rows = [c for c in verdict.checks if c.numbers is not None]
@@ -263,7 +265,7 @@ def format_verdict(verdict: Verdict) -> str:
             "note: privacy.reproducible_noise=true: NOT private to anyone who knows the seed"
         )
     if verdict.ok:
-        what = "a non-private release, as stated" if epsilon is None else f"ε = {epsilon:.4f}"
+        what = "a non-private release, as stated" if epsilon is None else f"ε = {_epsilon(epsilon)}"
         lines.append(f"verified: {what}; {len(verdict.checks)} checks passed")
     else:
         names = ", ".join(c.name for c in verdict.failed)
@@ -271,6 +273,10 @@ def format_verdict(verdict: Verdict) -> str:
             f"NOT verified: {len(verdict.failed)} of {len(verdict.checks)} checks failed ({names})"
         )
     return "\n".join(lines)
+
+
+def _epsilon(value: Any) -> str:
+    return epsilon_text(value) if isinstance(value, (int, float)) else repr(value)
 
 
 def _number(value: Any, spec: str) -> str:

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report import extras
 from dpdc_lightning.report.events import scalars
 from dpdc_lightning.report.guarantee import coverage, delta, eps_cell, guarantee
@@ -102,7 +103,7 @@ def _verification(run_dir: Path, epsilon: float | None) -> str:
     passed, line = verdict(run_dir)
     shown = text(line)
     if epsilon is not None:  # ε as privacy.json states it (the ledger's field), not a new number
-        stated = f"ε = {epsilon:.4f}"
+        stated = f"ε = {epsilon_text(epsilon)}"
         shown = shown.replace(stated, f"ε = {eps_cell(epsilon, 'privacy.json:epsilon')}")
     return box("covered" if passed else "not-covered", f"<p>{shown}</p>")
 
