@@ -66,7 +66,9 @@ def audit_main(argv: list[str]) -> int:
     """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``).
     ``--help`` and ``metrics`` import neither torch nor Lightning, so they answer at once."""
     if "--help" in argv or "-h" in argv:
-        print(HELP, end="")
+        from dpdc_lightning.config.help import as_invoked
+
+        print(as_invoked(HELP, "audit.py", "dpdc-audit"), end="")
         return 0
     if not argv:
         raise UserError(f"give a mode; {USAGE}")

@@ -76,6 +76,14 @@ def train(config: RunConfig) -> Path:
     return run_dir
 
 
+def not_private_warning(config: RunConfig) -> str:
+    """The first line of a non-private run (DM, the default method, is one)."""
+    return (
+        f"warning: method={config.method.name} is NOT private (ε = ∞): its bundle carries no "
+        "privacy guarantee; for one choose a private method, e.g. method=ndpdc"
+    )
+
+
 def _new_plan(config: RunConfig, data: ImageData) -> tuple[PrivacyPlan, int]:
     """A fresh run fixes its secret (or public seed) and its privacy plan before anything is
     written."""
@@ -105,7 +113,8 @@ def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: Pr
     """Where the data came from, settings whose guarantee promises nothing, and whether the test
     split is private: printed once the run starts (a failure before stays one line), before the
     progress starts."""
-    lines = [f"data: {config.dataset.name} from {data_provenance(data)}"]
+    lines = [] if plan.private else [not_private_warning(config)]  # first, not only at the end
+    lines += [f"data: {config.dataset.name} from {data_provenance(data)}"]
     lines += [f"warning: {warning}" for warning in vacuous_guarantee(plan)]
     if data.test_is_private:
         lines.append(
@@ -229,6 +238,7 @@ def planned_config_text(config: RunConfig) -> str:
         "estimated before the run (what it counts: docs/methods.md)\n"
     )
     if not plan.private:
+        print(not_private_warning(config), file=sys.stderr)
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
     phases = [(name, runs) for name, _, runs in plan.prior_events()]
     steps = consuming_steps_text([*phases, ("main", plan.data_steps)])
