@@ -481,6 +481,15 @@ def test_the_end_of_run_line_counts_the_steps_of_every_phase(tmp_path):
     )
 
 
+def test_a_sweep_member_counts_the_steps_of_every_phase(tmp_path):
+    from dpdc_lightning.cli.sweep import _report
+
+    phases = [{"name": "auxiliary", "steps": 200}, {"name": "main", "steps": 100}]
+    report = {"epsilon": 1.0, "delta": 1e-5, "steps": 100, "phases": phases}
+    (tmp_path / "privacy.json").write_text(json.dumps(report))
+    assert _report(tmp_path)["steps"] == 300  # summary.md's steps column
+
+
 def test_opacus_warnings_never_reach_the_user_on_a_vacuous_guarantee(cli_env):
     """The verification of a run with a vacuous ε used to print Opacus' 'Optimal order is the
     smallest alpha' UserWarning with a path inside the virtual environment."""

@@ -283,7 +283,8 @@ def _report(run_dir: Path) -> dict[str, Any]:
     return {
         "epsilon": report.get("epsilon"),
         "delta": report.get("delta"),
-        "steps": report.get("steps"),
+        # every privacy-consuming step, a DP auxiliary run's too (privacy.json's phases)
+        "steps": sum(p.get("steps", 0) for p in report.get("phases", [])) or report.get("steps"),
         "accountant": report.get("accountant"),
         "phases": report.get("phases", []),
     }
