@@ -20,6 +20,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from dpdc_lightning.config.overrides import expand_home, hydra_overrides
 from dpdc_lightning.config.schema import (
     CONF_DIR,
     GROUPS,
@@ -28,7 +29,6 @@ from dpdc_lightning.config.schema import (
     RunConfig,
     group_options,
 )
-from dpdc_lightning.config.overrides import expand_home, hydra_overrides
 from dpdc_lightning.config.validation import one_line, refuse_split_values, validate
 from dpdc_lightning.errors import UserError
 
