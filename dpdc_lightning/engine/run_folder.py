@@ -140,7 +140,7 @@ def end_of_run_line(run_dir: Path) -> str:
     if report.get("epsilon") is None:
         plan_file = Path(run_dir) / PLAN_FILE
         steps = json.loads(plan_file.read_text()).get("data_steps") if plan_file.is_file() else None
-        counted = "" if steps is None else f", {steps} steps"
+        counted = "" if steps is None else f", {steps} step{'' if steps == 1 else 's'}"
         return f"bundle written to {run_dir}: not private (ε = ∞){counted}"
     note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
     # Every phase that spent privacy (a DP auxiliary run's steps too), as privacy.json lists them.
