@@ -72,17 +72,15 @@ lock:
 	  --default-index https://pypi.org/simple --custom-compile-command 'make lock' --quiet -o $(LOCK)
 
 # A lent GPU (benchmarks/README.md, "On a lent GPU"). gpu-bundle fills the ignored .gpu/ with what the
-# GPU machine lacks (wheels, FashionMNIST, the DPDC authors' loop when a local snapshot exists) and
-# prints its size. gpu-check-dry runs benchmarks/gpu_check.sh on the CPU at a tiny size as two calls
-# (the second resumes from what the first returned), prints the GPU estimate per stage, and imports
-# the second call's files into a scratch results folder (CI runs it: the script cannot rot).
-DRY := /tmp/dpdc-gpu-dry
+# GPU machine lacks (wheels, FashionMNIST, and the DPDC authors' loop from the checkout of their
+# repository named by DPDC_REF, e.g. `make gpu-bundle DPDC_REF=../Differentially-Private-Dataset-
+# Condensation`; none by default) and prints its size. gpu-check-dry runs benchmarks/gpu_check.sh on
+# the CPU at a tiny size as two calls (the second resumes from what the first returned), prints the
+# GPU estimate per stage, and imports the second call's files into a scratch results folder, all in
+# a fresh folder of its own (benchmarks/gpu_check_dry.sh; CI runs it: the script cannot rot).
+DPDC_REF ?=
 gpu-bundle: $(STAMP)
-	$(PY) benchmarks/gpu_bundle.py
+	$(PY) benchmarks/gpu_bundle.py $(if $(DPDC_REF),--reference-git '$(DPDC_REF)')
 
 gpu-check-dry: $(STAMP)
-	rm -rf $(DRY) && mkdir -p $(DRY)/resume
-	OUT=$(DRY)/out1 GPU_CHECK_WORK=$(DRY)/work1 GPU_CHECK_MAX_ROWS=2 PYTHON=$(PY) bash benchmarks/gpu_check.sh --dry-run
-	cp $(DRY)/out1/stages.json $(DRY)/out1/state.tar.gz $(DRY)/resume/
-	OUT=$(DRY)/out2 GPU_CHECK_WORK=$(DRY)/work2 GPU_CHECK_RESUME=$(DRY)/resume PYTHON=$(PY) bash benchmarks/gpu_check.sh --dry-run
-	$(PY) benchmarks/gpu_import.py $(DRY)/out2 --results $(DRY)/results --allow-dry-run
+	PYTHON=$(PY) bash benchmarks/gpu_check_dry.sh

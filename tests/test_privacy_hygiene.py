@@ -23,6 +23,7 @@ from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import StepSchedule
@@ -336,7 +337,7 @@ def test_whole_run_prints_provenance_and_the_guarantee(tmp_path, capsys):
     report = json.loads((run_dir / "privacy.json").read_text())
     # No wall time on stdout's last line: it depends on the realised sample sizes (stderr only).
     assert last == (
-        f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
+        f"bundle written to {run_dir}: ε = {epsilon_text(report['epsilon'])}, δ = 1e-05, "
         "1 privacy-consuming step"
     )
     assert re.search(r"^wall time \d+\.\d s \(the owner's", captured.err, flags=re.M)

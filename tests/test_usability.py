@@ -387,6 +387,12 @@ def test_register_dataset_from_python(tmp_path):
         assert load_data(config).name == "mine"
         with pytest.raises(UserError, match="built in"):
             register_dataset("digits", mine)
+        # A second registration of the name is refused, naming the first; replace=True replaces.
+        with pytest.raises(UserError, match=r"'mine' is already registered \(loader .*mine\)"):
+            register_dataset("mine", lambda root: None)
+        assert _REGISTERED["mine"] is mine
+        register_dataset("mine", str, replace=True)
+        assert _REGISTERED["mine"] is str
     finally:
         _REGISTERED.pop("mine")
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.display import epsilon_text
 
 PASSING = ("pass", "passes", "caught", "n/a")  # n/a: a planted bug this method cannot have
 
@@ -105,7 +106,7 @@ def whitebox_rows(
     for report in reports:
         bound, claim = report["clopper_pearson"]["epsilon"], report["claimed_epsilon"]
         part = "white-box" if report["release"] == "correct" else "self-test"
-        detail = f"lower bound {bound:.3f} vs claimed ε {claim:.3f}"
+        detail = f"lower bound {bound:.3f} vs claimed ε {epsilon_text(claim, decimals=3)}"
         rows.append(Row(part, report["release"], report["verdict"], detail, 0.0))
     if rows:  # one transcript for all five releases: its time on the first row
         rows[0].seconds = reports[-1]["wall_seconds"]

@@ -18,6 +18,7 @@ same data (privacy/composition.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -51,6 +52,7 @@ from dpdc_lightning.config.locations import hide_locations, refuse_swept_locatio
 from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
 from dpdc_lightning.errors import Interrupted, UserError
+from dpdc_lightning.privacy.display import consuming_steps
 
 MAX_MEMBERS = 500
 EVALUATE_ENV, SIZE_ENV = "DPDC_SWEEP_EVALUATE", "DPDC_SWEEP_SIZE"
@@ -280,13 +282,11 @@ def sweep_folder(tokens: list[str]) -> Path:
 
 
 def _report(run_dir: Path) -> dict[str, Any]:
-    import json
-
     report = json.loads((Path(run_dir) / "privacy.json").read_text())
     return {
         "epsilon": report.get("epsilon"),
         "delta": report.get("delta"),
-        "steps": report.get("steps"),
+        "steps": consuming_steps(report),
         "accountant": report.get("accountant"),
         "phases": report.get("phases", []),
     }

@@ -19,6 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from dpdc_lightning.privacy.display import epsilon_text
+
 SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "summary.md",
     "summary.csv",
@@ -224,7 +226,7 @@ def _table_row(r: dict[str, Any], models: list[str]) -> str:
     eps = (
         "∞"
         if r.get("status") == "ok" and r.get("epsilon") is None
-        else _num(r.get("epsilon"), 3) or "-"
+        else (epsilon_text(r["epsilon"]) if r.get("epsilon") is not None else "-")
     )
     status = r["status"] + (f": {r['error']}" if r.get("error") else "")
     delta = _num(r.get("delta")) or "-"
@@ -260,9 +262,9 @@ def _several(cost: Any, count: int) -> str:
             f" {together.capitalize()} ε = ∞: {', '.join(cost.not_private)} carries no guarantee."
         )
     return (
-        f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} "
+        f" {together.capitalize()} ε = {epsilon_text(cost.epsilon)} at δ = {cost.delta:g} "
         f"(every member's events composed by the accountant; adding their ε would give "
-        f"{cost.sum_of_epsilons:.4f})."
+        f"{epsilon_text(cost.sum_of_epsilons)})."
     )
 
 

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.config.locations import with_locations
+from dpdc_lightning.config.overrides import expand_home, hydra_overrides
 from dpdc_lightning.config.schema import (
     CONF_DIR,
     GROUPS,
@@ -46,7 +47,7 @@ TOP_KEYS = (*GROUPS, "augment", "seed", "run_dir", "runs_root", "resume")
 
 def compose(tokens: Sequence[str]) -> RunConfig:
     """Compose ``conf/`` with the command-line tokens and validate the result."""
-    tokens = list(tokens)
+    tokens = expand_home(tokens)
     refuse_retired(tokens)
     resume = [t.partition("=")[2] for t in tokens if t.partition("=")[0] == "resume"]
     if resume:
@@ -68,12 +69,6 @@ def refuse_retired(tokens: Sequence[str]) -> None:
             if key in seen:
                 raise UserError(f"group '{key}' is selected twice")
             seen.add(key)
-
-
-def hydra_overrides(tokens: Sequence[str]) -> list[str]:
-    """The tokens as Hydra overrides: ``trainer.*`` takes any Lightning argument (the engine checks
-    them), so those keys are added when the trainer file lacks them (``++``)."""
-    return [f"++{t}" if t.startswith("trainer.") else t for t in tokens]
 
 
 def compose_raw(

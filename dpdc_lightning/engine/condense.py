@@ -42,6 +42,7 @@ from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_fil
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.budget import report_mechanism
 from dpdc_lightning.privacy.counts import COUNT_PHASE
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.inputs import release_inputs
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.report import build_report
@@ -107,7 +108,7 @@ def resolve_auxiliary(
         found = AuxiliarySet(
             made.images,
             made.labels,
-            f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
+            f"{aux.method} at ε = {epsilon_text(made.report['epsilon'])} alone "
             f"(phase 'auxiliary' of the privacy report)",
         )
         print(

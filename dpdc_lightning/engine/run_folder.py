@@ -29,6 +29,7 @@ from dpdc_lightning.engine.bundle import (
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
+from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.planner import sample_rates
 from dpdc_lightning.privacy.secret import (
@@ -152,13 +153,14 @@ def end_of_run_line(run_dir: Path) -> str:
     if report.get("epsilon") is None:
         plan_file = Path(run_dir) / PLAN_FILE
         steps = json.loads(plan_file.read_text()).get("data_steps") if plan_file.is_file() else None
-        counted = "" if steps is None else f", {steps} steps"
+        counted = "" if steps is None else f", {steps} step{'' if steps == 1 else 's'}"
         return f"bundle written to {run_dir}: not private (ε = ∞){counted}"
     note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
-    steps = report["steps"]
+    # Every phase that spent privacy (a DP auxiliary run's steps too), as privacy.json lists them.
+    phases = [(p["name"], p["steps"]) for p in report.get("phases", []) if p.get("steps")]
     return (
-        f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
-        f"{steps} privacy-consuming step{'' if steps == 1 else 's'}"
+        f"bundle written to {run_dir}: ε = {epsilon_text(report['epsilon'])}{note}, "
+        f"δ = {report['delta']:g}, {consuming_steps_text(phases or [('main', report['steps'])])}"
     )
 
 

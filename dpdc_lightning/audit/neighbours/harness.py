@@ -162,7 +162,7 @@ def prepared(case: Case, work: Path) -> Prepared:
             from dpdc_lightning.data.registry import register_dataset
 
             _API["make"] = _api_data
-            register_dataset(API_DATASET, lambda root: _API["make"]())
+            register_dataset(API_DATASET, lambda root: _API["make"](), replace=True)
         try:
             data = _load(case, work)
         except UserError:  # a bad record refused at load: run() says so in one line (run_case)
