@@ -25,7 +25,7 @@ from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from typing import NoReturn
 
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, main_entry
 
 _ACCOUNTANT_NAMES = {
     "rdp": "RDP (Opacus' default orders, Balle et al. 2020 conversion)",
@@ -217,4 +217,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main_entry(main)
