@@ -11,8 +11,9 @@ process must exit within ``grace_s`` of the latest line; otherwise it is a hang:
 Python's faulthandler for every thread's stack (SIGABRT, with PYTHONFAULTHANDLER set), kills the
 whole process group and reports ``still alive N s after its last line: <line>`` with those stacks.
 Before that line, only ``timeout_s`` bounds the run (compiling on a cold cache may be silent for
-minutes), so a hang never blocks a test suite. Processes of the group still running once the
-command has exited (a launcher's workers) are reported too, then killed.
+minutes), so a hang never blocks a test suite. Processes of the group still running ``grace_s``
+after the last line, once the command has exited (a launcher's workers), are reported too, then
+killed.
 
 Also used by benchmarks/exit_time.py to measure the time from the last line to the exit.
 """
@@ -115,7 +116,10 @@ def _group_members(pgid: int) -> list[str]:
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2 :].split()
             if int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(f"{entry.name} {stat[stat.index('(') + 1 : stat.rindex(')')]}")
+                argv = (
+                    (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                )
+                members.append(f"{entry.name} {argv.strip()[:200]}")
         except (OSError, ValueError, IndexError):  # it ended while being read
             continue
     return members
@@ -202,7 +206,13 @@ def run_until_end(
             ending.exited_at_s = time.monotonic() - start
             ending.returncode = process.returncode
             drain(_DRAIN_WAIT_S)  # the lines still in the pipes; a straggler may hold them open
-            ending.stragglers = _group_members(process.pid)
+            # A helper process of the command (a launcher's resource tracker) may take a moment
+            # to notice its parent is gone: only one still there after the grace is left over.
+            while (stragglers := _group_members(process.pid)) and time.monotonic() - start < (
+                (ending.last.at_s if ending.last else 0.0) + grace_s
+            ):
+                time.sleep(0.1)
+            ending.stragglers = stragglers
     finally:
         _kill_group(process.pid)
         process.wait()

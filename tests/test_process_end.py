@@ -11,6 +11,7 @@ line. The in-process tests never saw it: ``exit_process`` runs only in a script'
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,13 @@ def user_env(cli_env, tmp_path) -> dict:
     """A new user's environment: a compiler cache that is empty, and nothing else of the suite's."""
     cache = tmp_path / "inductor-cache"
     cache.mkdir()
-    return {**cli_env, "TORCHINDUCTOR_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1"}
+    path = os.pathsep.join([str(ROOT), cli_env.get("PYTHONPATH", "")])  # -m: this checkout
+    return {
+        **cli_env,
+        "TORCHINDUCTOR_CACHE_DIR": str(cache),
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": path,
+    }
 
 
 def _ends(command: list[str], *, last_line: str, cwd: Path, env: dict, grace_s: float = GRACE_S):
@@ -112,7 +119,12 @@ def test_a_process_left_running_after_the_exit_is_reported(tmp_path, user_env):
         "print('done', flush=True)\n"
     )
     ending = run_until_end(
-        [sys.executable, "-c", code], cwd=tmp_path, env=user_env, last_line="done", timeout_s=120
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=user_env,
+        last_line="done",
+        grace_s=2.0,
+        timeout_s=120,
     )
     assert ending.returncode == 0 and len(ending.stragglers) == 1
     assert ending.problem is not None and "left processes running" in ending.problem
