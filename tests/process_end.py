@@ -49,13 +49,13 @@ class Ending:
     """What became of one command: its lines, its exit, and the problem if it did not end."""
 
     command: list[str]
-    lines: list[Line] = field(default_factory=list)
+    lines: list[Line] = field(default_factory=list, repr=False)
     returncode: int | None = None  # None: it was killed by this helper
     exited_at_s: float | None = None  # seconds since the start; None: it never exited by itself
     hung_s: float | None = None  # seconds alive after its last line when it was killed
     timed_out: bool = False  # no final line within timeout_s
     stragglers: list[str] = field(default_factory=list)  # processes left once it exited
-    stacks: str = ""  # faulthandler's dump of a hung process
+    stacks: str = field(default="", repr=False)  # faulthandler's dump of a hung process
 
     @property
     def last(self) -> Line | None:
