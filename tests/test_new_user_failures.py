@@ -291,6 +291,7 @@ def test_exit_process_runs_atexit_handlers_flushes_and_exits_with_the_code(tmp_p
         "audit.py",
         "dpdc_lightning/export.py",
         "dpdc_lightning/audit/__main__.py",
+        "dpdc_lightning/privacy/__main__.py",
     ],
 )
 def test_every_script_ends_its_process_through_exit_process(script):
@@ -306,7 +307,7 @@ def test_console_commands_end_through_main_entry():
 
     from dpdc_lightning.cli import commands
 
-    for name in ("train_entry", "evaluate_entry", "export_entry", "audit_entry"):
+    for name in ("train_entry", "evaluate_entry", "export_entry", "audit_entry", "privacy_entry"):
         assert "main_entry(" in inspect.getsource(getattr(commands, name)), name
 
 

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import sys
-
 from dpdc_lightning.cli.evaluate import evaluate_main
 from dpdc_lightning.cli.export import export_main
 from dpdc_lightning.cli.train import train_main
@@ -38,7 +36,7 @@ def privacy_entry() -> None:
     """``dpdc-privacy``: the calculator of privacy/__main__.py (its own argument parser)."""
     from dpdc_lightning.privacy.__main__ import main
 
-    sys.exit(main())
+    main_entry(main)
 
 
 def audit_entry() -> None:

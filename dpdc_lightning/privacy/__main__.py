@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import NoReturn
 
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, main_entry
 from dpdc_lightning.privacy.display import epsilon_text
 
 _ACCOUNTANT_NAMES = {
@@ -217,4 +217,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main_entry(main)
