@@ -76,8 +76,8 @@ def evaluate_bundle(
         )
     except OSError:
         pass  # TensorBoard is a convenience; eval.json holds the results
+    write_report(path)  # report.html shows the evaluations; then the last line, nothing after it
     print(f"results appended to {eval_path}")
-    write_report(path)  # report.html shows the evaluations
     return {
         "path": path,
         "method": config.method.name,
