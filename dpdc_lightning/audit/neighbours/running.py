@@ -178,6 +178,8 @@ def sole_record(case: Case, prep: Prepared, first: int = SECRET) -> tuple[int, i
     step is empty, so any control flow on an empty sample shows. None when no secret tried does
     (a method that reads every record at every step, q = 1)."""
     for secret in range(first, first + SECRETS_TRIED):
+        if all(rate >= 1 for rate in _plan(case, prep, secret).sample_rates):
+            return None  # every record at every step: a sample is never one record of a class
         for _, _, rows in _samples(case, prep, secret, None):
             if len(rows) == 1:
                 matches = (prep.data.train_images == rows[0]).flatten(1).all(1).nonzero()
@@ -192,13 +194,8 @@ def _samples(
     class ``label`` alone, or of every class); under global sampling a class's records in the
     global sample."""
     from dpdc_lightning.engine.datamodule import PrivateDataModule
-    from dpdc_lightning.engine.planning import plan_run
-    from dpdc_lightning.methods import DataSpec
 
-    # The rates do not depend on the noise, the target or the auxiliary set: plan without them.
-    plain = dataclasses.replace(case, aux=None, target=False, sweep=False)
-    config = _config(plain.tokens(prep.work))
-    plan = plan_run(config, DataSpec.of(prep.data), noise_seed=secret)
+    plan = _plan(case, prep, secret)
     stream = PrivateDataModule(prep.data, plan=plan, sampling_seed=secret)
     classes = list(range(prep.data.num_classes))
     for step in range(plan.data_steps):
@@ -208,6 +205,16 @@ def _samples(
                 yield step, c, batch["images"][batch["labels"] == c]
             else:
                 yield step, c, batch["images"][c]
+
+
+def _plan(case: Case, prep: Prepared, secret: int) -> Any:
+    """D's plan under ``secret`` (its rates: the class sizes may be released with noise)."""
+    from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.methods import DataSpec
+
+    # The rates do not depend on the noise, the target or the auxiliary set: plan without them.
+    plain = dataclasses.replace(case, aux=None, target=False, sweep=False)
+    return plan_run(_config(plain.tokens(prep.work)), DataSpec.of(prep.data), noise_seed=secret)
 
 
 _CONFIGS: dict[tuple[str, ...], Any] = {}
