@@ -182,3 +182,20 @@ def test_the_noise_and_the_sensitivity_are_checked_to_rounding():
         "call 5 noise key [phase main, step 1, partition 2, draw 0]: the pre-noise sum moved by "
         "4.8, more than 1 x sensitivity 4"
     ]
+
+
+def test_the_outlier_record_is_the_farthest_of_its_class_and_is_picked():
+    """``check``'s outlier: every pixel at the end opposite to its class's mean, the record farthest
+    from the class (it moves a batch mean the most), and the one ``pick_record`` names."""
+    from dpdc_lightning.audit.neighbours.records import OwnData, pick_record
+    from dpdc_lightning.data import ImageData
+
+    own, plain = OwnData.make(outlier=True), OwnData.make()
+    assert len(own.labels) == len(plain.labels) + 1 and torch.equal(own.images[:-1], plain.images)
+    rows, label = own.unit_rows("train"), int(own.labels[-1])
+    members = rows[own.labels == label].flatten(1)
+    distances = torch.linalg.vector_norm(members - members[:-1].mean(0), dim=1)
+    assert int(distances.argmax()) == len(members) - 1 and float(rows[-1].abs().min()) == 1.0
+    assert float(distances[-1]) > 2 * float(distances[:-1].max())
+    data = ImageData.from_tensors(rows, own.labels, name="outlier")
+    assert pick_record(data, "outlier") == ("train", len(own.labels) - 1)
