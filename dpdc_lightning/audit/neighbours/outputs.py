@@ -27,9 +27,13 @@ import torch
 import yaml
 from torch import Tensor
 
+# The comparison lives in compare.py; its two entry points stay importable from here.
+from dpdc_lightning.audit.neighbours.compare import differences, in_ledger
 from dpdc_lightning.audit.neighbours.patches import Patches, patched
 from dpdc_lightning.data import clear_dataset_cache
 from dpdc_lightning.errors import run
+
+__all__ = ["differences", "in_ledger", "run_cli", "snapshot"]
 
 
 class _Logs(logging.Handler):
