@@ -41,7 +41,7 @@ if (
 
 from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.evaluation import EvalProtocol, train_and_test  # noqa: E402
-from dpdc_lightning.evaluation.command import load_image_file  # noqa: E402
+from dpdc_lightning.evaluation.image_file import load_image_file  # noqa: E402
 
 BEGIN = "<!-- evaluator_crosscheck.py: begin (generated; edits inside are overwritten) -->"
 END = "<!-- evaluator_crosscheck.py: end -->"

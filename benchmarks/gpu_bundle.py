@@ -13,10 +13,11 @@
   from that package's ``.deb`` (``apt-get download``, unpacked here; nothing is installed).
 - ``.gpu/reference/``: the DPDC authors' loop and evaluator (``main_dpdc.py``, ``utils.py``,
   ``networks.py``, ``celeba_dataset.py`` (``utils`` imports it) of
-  SecMLSys/Differentially-Private-Dataset-Condensation and its commit), when a
-  local snapshot of that repository exists (``--reference-git``, default the search tool's mirror
-  folder); never committed, never downloaded here. Without one the bundle says so and the GPU
-  script's speed pair reports "reference absent".
+  SecMLSys/Differentially-Private-Dataset-Condensation and its commit), taken from a checkout
+  or bare mirror of that repository given with ``--reference-git PATH`` (``make gpu-bundle
+  DPDC_REF=PATH``); none by default, never committed, never downloaded here. Without one the
+  bundle says so and the GPU script's speed pair reports "reference absent"; a path given that is
+  not such a checkout is an error.
 
 Prints the size of ``.gpu/`` and of the tracked tree: together they must stay under 60 MiB (the
 device tool carries at most 64 MiB). Exit code 2 with one ``error:`` line when something is missing
@@ -33,6 +34,7 @@ import sys
 import tempfile
 from importlib import metadata
 from pathlib import Path
+from typing import NoReturn
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
@@ -42,7 +44,6 @@ ROOT = Path(__file__).resolve().parent.parent
 BUNDLE = ROOT / ".gpu"
 IMAGE = Path(__file__).resolve().parent / "gpu_image.txt"
 LIMIT_MIB = 60.0
-MIRROR = Path("/work/.mirror/SecMLSys+Differentially-Private-Dataset-Condensation/repo")
 REFERENCE_FILES = ("main_dpdc.py", "utils.py", "networks.py", "celeba_dataset.py")
 FASHION = "/usr/share/datasets/fashion-mnist"
 IDX = (
@@ -65,7 +66,7 @@ PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x
 PLATFORMS += ("manylinux2014_x86_64", "manylinux1_x86_64")
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
 
@@ -178,22 +179,32 @@ def fetch_fashion_mnist(into: Path) -> str:
     return f"FashionMNIST: copied from {source}"
 
 
-def fetch_reference(git_dir: Path, into: Path) -> str:
+def fetch_reference(git_dir: Path | None, into: Path) -> str:
+    """Copy the authors' files at the checkout's HEAD into ``into`` (emptied first)."""
     shutil.rmtree(into, ignore_errors=True)
-    if not git_dir.exists():
+    if git_dir is None:
         return (
-            f"authors' DPDC code: ABSENT (no local snapshot at {git_dir}); the GPU script's "
-            "speed pair will report 'reference absent'"
+            "authors' DPDC code: ABSENT (no checkout given: make gpu-bundle DPDC_REF=PATH); "
+            "the GPU script's speed pair will report 'reference absent'"
         )
-    git = (
-        ["git", f"--git-dir={git_dir}"]
-        if not (git_dir / ".git").exists()
-        else ["git", "-C", str(git_dir)]
-    )
-    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True)
+    git_dir = git_dir.expanduser()
+    if not git_dir.is_dir():
+        fail(
+            f"DPDC_REF / --reference-git {git_dir} is not a folder; give a checkout of the DPDC code"
+        )
+    git = ["git", "-C", str(git_dir)]
+    commit = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if commit.returncode != 0:
+        fail(f"{git_dir} is not a git checkout or mirror (git rev-parse HEAD failed)")
     into.mkdir(parents=True)
     for name in REFERENCE_FILES:
-        shown = subprocess.run([*git, "show", f"HEAD:{name}"], capture_output=True, check=True)
+        shown = subprocess.run([*git, "show", f"HEAD:{name}"], capture_output=True)
+        if shown.returncode != 0:
+            shutil.rmtree(into, ignore_errors=True)
+            fail(
+                f"{git_dir} has no {name} at HEAD: not a checkout of "
+                "SecMLSys/Differentially-Private-Dataset-Condensation"
+            )
         (into / name).write_bytes(shown.stdout)
     (into / "COMMIT").write_text(commit.stdout.strip() + "\n")
     return f"authors' DPDC code: {', '.join(REFERENCE_FILES)} at {commit.stdout.strip()[:7]}"
@@ -221,8 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--reference-git",
         type=Path,
-        default=MIRROR,
-        help="a clone or bare mirror of the DPDC authors' repository",
+        default=None,
+        metavar="PATH",
+        help="a clone or bare mirror of the DPDC authors' repository (make gpu-bundle "
+        "DPDC_REF=PATH); without one the bundle has no reference code",
     )
     parser.add_argument(
         "--list-only",

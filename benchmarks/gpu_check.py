@@ -103,6 +103,12 @@ def run_stage(command: list[str], *, limit_s: float, env: dict, capture: Path | 
     }
 
 
+def _last_line(stage: dict) -> str:
+    """The last line a stage printed (its pytest summary, an exception), in brackets."""
+    lines = [line.strip() for line in str(stage.get("tail", "")).splitlines() if line.strip()]
+    return f" ({lines[-1]})" if lines else ""
+
+
 def pytest_summary(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else "(no output)"
@@ -271,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     complete = ("done", "done (in the previous call)", "not asked for (--stages)")
     broken = [k for k, v in stages.items() if v["status"] not in complete]
     if dry and broken:
-        print(f"gpu_check --dry-run: stages {', '.join(broken)} did not complete", flush=True)
+        why = "; ".join(f"{k}: {stages[k]['status']}{_last_line(stages[k])}" for k in broken)
+        print(f"gpu_check --dry-run: FAILED: {why}", flush=True)
         return 1
     return 0
 

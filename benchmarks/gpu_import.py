@@ -30,6 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from dpdc_lightning.privacy.display import epsilon_text  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 DRY_BANNER = (
     "**DRY RUN ON A CPU: NOT A RESULT.** Written by `make gpu-check-dry` to test the import path; "
@@ -93,7 +95,7 @@ def stage_page(record: dict, source: Path) -> str:
         for key, row in rows.items():
             accuracies = row.get("accuracies") or []
             mean = f"{100 * sum(accuracies) / len(accuracies):.2f}" if accuracies else "-"
-            eps = "∞" if row.get("epsilon") is None else f"{row['epsilon']:.3f}"
+            eps = epsilon_text(row.get("epsilon"), decimals=3)  # rounded up
             lines.append(
                 f"| {key} | {mean} ({len(accuracies)} runs) | {eps} | {minutes(row.get('condense_s'))} "
                 f"| {minutes(row.get('eval_s'))} | {bool(row.get('continued'))} |"

@@ -36,6 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dpdc_repro.published import Published, published_for  # noqa: E402
 from dpdc_repro.report import HEADER, minutes, steps_cell  # noqa: E402
 
+from dpdc_lightning.privacy.display import epsilon_text  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = {  # reproduce.py's row label -> (method key of published.py, name on the page)
     "DM": ("dm", "DM"),
@@ -268,7 +270,8 @@ def best(entries: list[Entry], method: str, *, paper_data: bool) -> Entry | None
 
 
 def _eps(entry: Entry) -> str:
-    return "∞ (not private)" if entry.epsilon is None else f"{entry.epsilon:.3g}"
+    # Rounded up, as every ε the package shows (dpdc_lightning/privacy/display.py).
+    return epsilon_text(entry.epsilon, decimals=3, none="∞ (not private)")
 
 
 def _accuracy(entry: Entry) -> str:

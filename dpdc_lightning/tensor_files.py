@@ -70,6 +70,13 @@ def _load_npz(path: Path, *, what: str) -> dict[str, Any]:
     import numpy as np
     import torch
 
+    # np.load takes whatever is not a zip archive for a pickle, so a text or .npy file named .npz
+    # would be reported as pickled objects: say what it is not instead.
+    if not zipfile.is_zipfile(path):
+        raise UserError(
+            f"{what} {path} is not a valid .npz file (not a zip archive); save arrays with "
+            "np.savez(path, images=images, labels=labels)"
+        )
     try:
         with np.load(path, allow_pickle=False) as archive:
             return {

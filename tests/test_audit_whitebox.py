@@ -355,3 +355,58 @@ def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
         r["verdict"] = verdict(r)
     assert passed(reports)
     assert not passed([{**reports[1], "verdict": verdict(report("noise_reused", 3, 0.5))}])
+
+
+@pytest.mark.slow
+def test_whitebox_run_verifies_first_and_audits_the_bundles_own_plan(tmp_path, capsys):
+    """Issue 33: ``audit.py whitebox RUN`` refuses a bundle that fails verification (ε halved in
+    privacy.json; σ = 5 written into config.yaml) and writes nothing; on a verified bundle every
+    privacy parameter it audits is plan.json's. Private class sizes make that visible: a plan made
+    again from config.yaml would release other sizes, hence other sample rates and another ε."""
+    import json
+    import shutil
+
+    import yaml
+
+    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.commands import train_main
+
+    generator = torch.Generator().manual_seed(33)
+    for name, count in (("data.pt", 48), ("test.pt", 8)):  # the data path is read from provenance
+        images = torch.rand(count, 1, 8, 8, generator=generator)
+        torch.save({"images": images, "labels": torch.arange(count) % 4}, tmp_path / name)
+    run_dir = tmp_path / "run"
+    tokens = [
+        *("method=ndpdc", "method.ipc=1", "method.iterations=2", "method.group_size=3"),
+        *("dataset=tensors", f"dataset.root={tmp_path / 'data.pt'}", "seed=4"),
+        *(f"dataset.test_root={tmp_path / 'test.pt'}", f"run_dir={run_dir}"),
+        *("privacy.class_sizes=private", "privacy.count_epsilon=1", "privacy.target_epsilon=8"),
+        *("model.width=4", "model.depth=1", "trainer.enable_progress_bar=false"),
+    ]
+    assert run(train_main, tokens) == 0
+    settings = ["audit.trials=4", "audit.canaries=16", "audit.others=4"]
+    for tamper in ("epsilon halved", "sigma 5 in config.yaml"):
+        copy = Path(shutil.copytree(run_dir, tmp_path / tamper.replace(" ", "_")))
+        if tamper == "epsilon halved":
+            report = json.loads((copy / "privacy.json").read_text())
+            report["epsilon"] /= 2
+            (copy / "privacy.json").write_text(json.dumps(report))
+        else:
+            config = yaml.safe_load((copy / "config.yaml").read_text())
+            config["privacy"]["noise_multiplier"] = 5.0
+            (copy / "config.yaml").write_text(yaml.safe_dump(config))
+        capsys.readouterr()
+        before = sorted(p.name for p in copy.iterdir())
+        assert run(audit_main, ["whitebox", str(copy), *settings]) == 2, tamper
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "fails privacy verification" in err[0], err
+        assert sorted(p.name for p in copy.iterdir()) == before  # no audit_whitebox.json
+    assert run(audit_main, ["whitebox", str(run_dir), *settings]) == 0
+    audited = json.loads((run_dir / "audit_whitebox.json").read_text())
+    stated = json.loads((run_dir / "privacy.json").read_text())
+    plan = json.loads((run_dir / "plan.json").read_text())
+    assert audited["claimed_epsilon"] == stated["epsilon"] == plan["planned_epsilon"]
+    assert audited["sample_rate"] == stated["sample_rate"] == max(plan["sample_rates"])
+    assert audited["noise_multiplier"] == stated["noise_multiplier"] == plan["noise_multiplier"]
+    assert (audited["sensitivity"], audited["noise_std"]) == (1.0, stated["noise_std"])

@@ -41,20 +41,24 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     images, labels = torch.zeros(4, 1, 16, 16), torch.arange(4)
     finished = tmp_path / "finished"
     finished.mkdir()
+    from dpdc_lightning.config import compose, config_hash, released_yaml
     from dpdc_lightning.engine.bundle import save_bundle
 
     plan = _non_private_plan()  # a bundle that passes `dpdc-privacy verify` (its plan.json too)
     (finished / "plan.json").write_text(json.dumps(plan))
+    (finished / "config.yaml").write_text(released_yaml(compose([])))
     save_bundle(
         finished,
         images=images,
         labels=labels,
-        report={"method": "dm", "epsilon": None, "plan_sha256": plan_digest(plan)},
+        report={
+            "method": "dm",
+            "epsilon": None,
+            "plan_sha256": plan_digest(plan),
+            "config_sha256": config_hash(compose([])),
+        },
         grid_png=None,
     )
-    from dpdc_lightning.config import compose, to_yaml
-
-    (finished / "config.yaml").write_text(to_yaml(compose([])))
     incomplete = tmp_path / "incomplete"
     incomplete.mkdir()
     torch.save({"images": images, "labels": labels}, incomplete / "synthetic.pt")

@@ -6,8 +6,12 @@ Hydra's own: no outputs/ or .hydra/ folder, no log file, no multirun.yaml, no ch
 from __future__ import annotations
 
 import csv
+import io
 import json
+import logging
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,13 +108,79 @@ def _check_sweep_folder(folder: Path) -> dict:
     return {r["member"]: r["epsilon"] for r in rows}
 
 
-def test_a_sweep_on_the_basic_launcher_leaves_only_our_files(tmp_path, monkeypatch):
+class _CallersHandler(logging.StreamHandler):
+    """A handler the caller (a notebook, pytest) set up before the sweep; records being closed.
+    absl's handler, made when dp-accounting is imported, closes its stream when closed: under
+    pytest that stream was the session's captured stderr."""
+
+    def __init__(self) -> None:
+        super().__init__(io.StringIO())
+        self.was_closed = False
+
+    def close(self) -> None:
+        self.was_closed = True
+        super().close()
+
+
+def test_a_sweep_on_the_basic_launcher_leaves_only_our_files_and_the_callers_logging(
+    tmp_path, monkeypatch
+):
+    """In process, a sweep leaves the interpreter's logging as it found it: the caller's handlers
+    attached and open, the root level and the existing loggers untouched. (Hydra's logging
+    configuration replaced the whole set-up: it closed every handler, which lost pytest's
+    captured stderr, and disabled every existing logger.)"""
     monkeypatch.chdir(tmp_path)
     cwd = os.getcwd()
-    code, folder = _sweep(tmp_path)
+    root, callers = logging.getLogger(), logging.getLogger("a_notebook")
+    handler, level = _CallersHandler(), root.level
+    callers.addHandler(handler)
+    root.addHandler(handler)
+    try:
+        before = list(root.handlers)
+        code, folder = _sweep(tmp_path)
+        assert not handler.was_closed and root.handlers == before and root.level == level
+        callers.warning("still heard after the sweep")
+        assert handler.stream.getvalue().count("still heard after the sweep") == 2
+    finally:
+        callers.removeHandler(handler)
+        root.removeHandler(handler)
     assert code == 0 and os.getcwd() == cwd
     _check_sweep_folder(folder)
     assert _files(tmp_path) == {"sweep"} | {f"sweep/{name}" for name in _files(folder)}
+
+
+# A fresh process: submitit configures logging when first imported, once per process.
+_SUBMITIT_IMPORT = """
+import io, logging, os, sys
+closed = []
+class Handler(logging.StreamHandler):
+    def close(self):
+        closed.append(self)
+        super().close()
+handler = Handler(io.StringIO())
+logging.getLogger().addHandler(handler)
+from dpdc_lightning.cli.launchers import prepare_launcher
+prepare_launcher(sys.argv[1])
+assert "submitit" in sys.modules, "the launcher's library was not imported"
+print(len(closed), logging.getLogger().handlers == [handler], os.environ.get("SUBMITIT_LOG_LEVEL"))
+"""
+
+
+def test_importing_submitit_for_a_sweep_leaves_the_callers_handlers_open(cli_env):
+    """submitit's import runs logging.config.dictConfig, which closes every handler of the process
+    (in one pytest process this closed pytest's captured stderr through absl's handler). A sweep
+    imports it with submitit's switch off, and puts the environment back."""
+    pytest.importorskip("submitit")
+    env = {k: v for k, v in cli_env.items() if k != "SUBMITIT_LOG_LEVEL"}
+    done = subprocess.run(
+        [sys.executable, "-c", _SUBMITIT_IMPORT, "submitit_local"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "True", "None"]
 
 
 @pytest.mark.slow
@@ -126,11 +196,35 @@ def test_a_sweep_on_submitits_local_executor_matches_the_basic_launcher(
     submitit_dir.mkdir()
     code, basic = _sweep(basic_dir)
     assert code == 0
-    code, folder = _sweep(
-        submitit_dir, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"
-    )
+    handler = _CallersHandler()
+    logging.getLogger().addHandler(handler)
+    try:
+        code, folder = _sweep(
+            submitit_dir, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10"
+        )
+    finally:
+        logging.getLogger().removeHandler(handler)
     assert code == 0, capsys.readouterr().err
+    assert (
+        not handler.was_closed
+    )  # submitit, imported for the sweep, left the caller's handler open
     assert _check_sweep_folder(folder) == _check_sweep_folder(basic)
     assert (folder / ".submitit").is_dir()  # submitit's own job files and logs, beside the members
     summary = json.loads((folder / "sweep.json").read_text())
     assert [m["status"] for m in summary["members"]] == ["ok", "ok"]
+
+
+def test_the_api_sweep_refuses_bad_input_before_anything_is_written(tmp_path, monkeypatch):
+    """``dpdc_lightning.sweep`` (a notebook's ``train.py -m``) raises UserError, as the command line
+    prints it, and leaves no sweep folder; its members run in tests/test_notebook.py."""
+    from dpdc_lightning import sweep
+    from dpdc_lightning.errors import UserError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="comma list"):
+        sweep(TINY)
+    with pytest.raises(UserError, match="method.ipc"):
+        sweep([*TINY, "method.ipc=0,1"])
+    with pytest.raises(UserError, match="already exists"):
+        sweep([*TINY, "seed=0,1", f"run_dir={tmp_path}"])
+    assert list(tmp_path.iterdir()) == []

@@ -27,6 +27,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.composition import Release, composed_epsilon, cost_by_data
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.inputs import STATUSES
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.secret import derive_secret
@@ -259,7 +260,7 @@ def test_a_sweep_states_the_composed_total_and_keeps_wall_times_out_of_its_table
     out = capsys.readouterr().out
     phases = [json.loads(p.read_text())["phases"] for p in sorted(folder.glob("*/privacy.json"))]
     total = composed_epsilon(phases, delta=1e-5)
-    line = f"costs ε = {total:.4f} at δ = 1e-05"
+    line = f"costs ε = {epsilon_text(total)} at δ = 1e-05"
     summary = (folder / "summary.md").read_text()
     assert line in summary and line in out  # in the summary and printed at the end
     assert "Publishing all 2" in summary and "adding their ε would give" in summary

@@ -402,3 +402,198 @@ def test_dosser_on_own_data_runs_from_the_documented_command(cwd, capsys):
     assert "note: method.subspace_dim=100 lowered to" in captured.err, captured.err
     report = json.loads((cwd / "run" / "privacy.json").read_text())
     assert [phase["name"] for phase in report["phases"]][:1] == ["auxiliary"]
+
+
+# --------------------------------------------------------------------------- issue 32: as typed
+
+
+def _folder_of_images(root: Path, counts: dict[str, int], *, seed: int) -> Path:
+    """An ImageFolder of 8x8 grey PNGs (seeded), ``counts`` images per class."""
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    for name, count in counts.items():
+        (root / name).mkdir(parents=True)
+        for i in range(count):
+            pixels = rng.integers(0, 256, (8, 8), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    return root
+
+
+IMAGEFOLDER = ["method=ndpdc", "dataset=imagefolder", "dataset.image_size=8", "--print-config"]
+
+
+def test_a_path_with_letters_beyond_ascii_is_taken_as_typed(cwd, capsys):
+    _folder_of_images(cwd / "data" / "☃", {"a": 6, "b": 6}, seed=0)
+    argv = [*IMAGEFOLDER, "dataset.root=data/☃", "method.group_size=2"]
+    assert run(TRAIN, argv) == 0, capsys.readouterr().err
+    assert "root: data/☃" in capsys.readouterr().out
+
+
+def test_a_value_hydra_cannot_take_says_how_to_quote_it(cwd, capsys):
+    line = refused(TRAIN, [*IMAGEFOLDER, "dataset.root=it's"], "cannot parse argument", cwd, capsys)
+    assert "goes in quotes, e.g. 'dataset.root=\"it's\"'" in line
+
+
+def test_a_tilde_in_a_value_is_the_home_folder(cwd, capsys, monkeypatch):
+    monkeypatch.setenv("HOME", str(cwd / "home"))
+    line = refused(TRAIN, [*IMAGEFOLDER, "dataset.root=~/nothing"], "is not a folder", cwd, capsys)
+    assert f"dataset.root={cwd / 'home' / 'nothing'} " in line
+
+
+def test_a_text_file_named_npz_is_not_a_valid_npz(cwd, capsys):
+    (cwd / "x.npz").write_text("hello\n")
+    line = refused(EVALUATE, ["--images", "x.npz", "dataset=digits"], "x.npz", cwd, capsys)
+    assert "is not a valid .npz file (not a zip archive)" in line and "pickled" not in line
+
+
+def test_a_class_too_small_for_the_sample_is_named_and_given_fixes_that_fit(cwd, capsys):
+    _folder_of_images(cwd / "train", {"cat": 1, "dog": 12}, seed=0)
+    _folder_of_images(cwd / "test", {"cat": 2, "dog": 2}, seed=1)  # public: all records train
+    argv = [*IMAGEFOLDER, "dataset.root=train", "dataset.test_root=test"]
+    line = refused(TRAIN, argv, "class 'cat' (label 0) has 1 record;", cwd, capsys)
+    assert "add records to class 'cat' (label 0) (at least 5 in all)" in line
+    assert "lower method.group_size to at most 1," in line  # L = 1 still samples a record
+    # A planned size below one record (a held-out share of one image): no group size below 1.
+    _tensors(cwd / "one.npz", [1, 20])
+    argv = ["method=ndpdc", "dataset=tensors", "dataset.root=one.npz", "--print-config"]
+    line = refused(TRAIN, argv, "class 0 has 1 record in the file", cwd, capsys)
+    assert "lower method.group_size" not in line and "at least 7 in all" in line  # 5 / 0.8
+
+
+def test_every_privacy_consuming_step_is_counted_with_a_dp_auxiliary_set(capsys):
+    tiny = ["method.sampling_steps=3", "method.aux.iterations=4", "method.aux.group_size=4"]
+    argv = ["method=dosser", "method.aux.source=dp", *tiny, "--print-config"]
+    assert run(TRAIN, argv) == 0
+    plan = capsys.readouterr().out.strip().splitlines()[-1]
+    assert "7 privacy-consuming steps (auxiliary set 4 + main 3)" in plan, plan
+
+
+def test_the_end_of_run_line_counts_the_steps_of_every_phase(tmp_path):
+    from dpdc_lightning.engine.run_folder import end_of_run_line
+
+    phases = [{"name": "auxiliary", "steps": 200}, {"name": "main", "steps": 100}]
+    report = {"epsilon": 1.99941, "delta": 1e-5, "steps": 100, "phases": phases}
+    (tmp_path / "privacy.json").write_text(json.dumps(report))
+    assert end_of_run_line(tmp_path) == (
+        f"bundle written to {tmp_path}: ε = 1.9995, δ = 1e-05, "
+        "300 privacy-consuming steps (auxiliary set 200 + main 100)"
+    )
+
+
+def test_a_sweep_member_counts_the_steps_of_every_phase(tmp_path):
+    from dpdc_lightning.cli.sweep import _report
+
+    phases = [{"name": "auxiliary", "steps": 200}, {"name": "main", "steps": 100}]
+    report = {"epsilon": 1.0, "delta": 1e-5, "steps": 100, "phases": phases}
+    (tmp_path / "privacy.json").write_text(json.dumps(report))
+    assert _report(tmp_path)["steps"] == 300  # summary.md's steps column
+
+
+def test_opacus_warnings_never_reach_the_user_on_a_vacuous_guarantee(cli_env):
+    """The verification of a run with a vacuous ε used to print Opacus' 'Optimal order is the
+    smallest alpha' UserWarning with a path inside the virtual environment."""
+    code = (
+        "from dpdc_lightning.privacy.crosscheck import integer_order_epsilons\n"
+        "print(integer_order_epsilons([(1e-9, 0.04, 300)], delta=1e-5)[0] > 1e6)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "default", "-c", code],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
+    assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (1.9954, "1.9954"),
+        (1.99941, "1.9995"),  # nearest would be 1.9994, below the accounted ε
+        (5.44361, "5.4437"),
+        (0.8, "0.8000"),  # a value already short is not pushed up by its binary tail
+        (1e-12, "0.0001"),
+        (0.0, "0.0000"),
+        (None, "∞"),
+    ],
+)
+def test_a_shown_epsilon_is_never_below_the_accounted_one(value, shown):
+    from dpdc_lightning.cli.sweep_summary import _table_row
+    from dpdc_lightning.privacy.display import epsilon_text
+
+    assert epsilon_text(value) == shown
+    row = {"member": "m", "status": "ok", "method": "ndpdc", "seed": 0, "epsilon": value}
+    assert f"| {shown} |" in _table_row(row, [])  # the sweep's summary.md
+    if value is not None:
+        assert float(shown) >= value
+
+
+def test_no_package_line_shortens_an_accounted_epsilon_by_itself():
+    """Every accounted ε goes through privacy/display.epsilon_text (rounded up); a format spec on
+    one of these names is a rounding to the nearest, which may go down."""
+    import re
+
+    names = r"accounted|claimed|planned_epsilon|sum_of_epsilons|cost\.epsilon"
+    names += r"|\b(report|privacy|o|row|entry)\[.epsilon.\]"  # (lower bounds: cp, b, one)
+    pattern = re.compile(r"\{[^{}]*\b(" + names + r")[^{}]*:[.0-9]*[fge]\}")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "dpdc_lightning").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and "lower bound" not in line
+    ]
+    assert found == []
+
+
+def test_canaries_that_do_not_split_over_the_classes_are_refused():
+    from dpdc_lightning.audit.settings import WhiteboxConfig
+    from dpdc_lightning.audit.whitebox import per_partition
+    from dpdc_lightning.errors import UserError
+
+    with pytest.raises(UserError, match=r"audit.canaries=32 .* 10 partitions .* e.g. 30 or 40"):
+        per_partition(WhiteboxConfig(canaries=32), 10, 512)
+    with pytest.raises(UserError, match=r"e.g. 10 or 20"):
+        per_partition(WhiteboxConfig(canaries=4), 10, 512)  # fewer than one per class
+    assert per_partition(WhiteboxConfig(canaries=40), 10, 512) == 4
+    assert per_partition(WhiteboxConfig(), 3, 512) == 426  # the default fits the data
+
+
+def test_a_non_private_run_says_so_first(capsys):
+    assert run(TRAIN, ["method=dm", "--print-config"]) == 0
+    first = capsys.readouterr().err.strip().splitlines()[0]
+    assert first.startswith("warning: method=dm is NOT private (ε = ∞)") and "ndpdc" in first
+
+
+@pytest.mark.parametrize(
+    ("argv0", "usage"),
+    [("/x/bin/dpdc-train", "dpdc-train (or python train.py)"), ("train.py", "python train.py")],
+)
+def test_help_names_the_command_as_it_was_started(argv0, usage, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [argv0, "--help"])
+    assert run(TRAIN, ["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"usage: {usage} ")
+    examples = [line for line in out.splitlines() if line.strip().startswith(("python", "dpdc"))]
+    assert examples and all(line.strip().startswith(usage.split(" (")[0]) for line in examples)
+
+
+def test_lightning_cli_flags_are_taken_as_settings(capsys):
+    argv = ["--method=ndpdc", "--privacy.target_epsilon", "2", "--seed=-3", "--print-config"]
+    assert run(TRAIN, argv) == 0
+    out = capsys.readouterr().out
+    assert "name: ndpdc" in out and "target_epsilon: 2.0" in out and "seed: -3" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["--trainer.devices"], "--trainer.devices needs a value: write trainer.devices=VALUE"),
+        (["--trainer.devices", "--print-config"], "--trainer.devices needs a value"),
+        (["--bogus=1"], "unknown flag --bogus=1"),  # not a config section: our own flags only
+    ],
+)
+def test_lightning_cli_flags_without_a_value_or_section_are_one_line(argv, fragment, cwd, capsys):
+    refused(TRAIN, argv, fragment, cwd, capsys)

@@ -23,6 +23,7 @@ from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
 from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import StepSchedule
@@ -300,10 +301,16 @@ def crashed_runs(tmp_path_factory):
     def crash(*args, **kwargs):
         raise RuntimeError("simulated crash")
 
+    from dpdc_lightning.engine import bundle
+
     runs = {}
-    for name, target in (("before_bundle", "save_bundle"), ("after_bundle", "forget_secret")):
+    # save_bundle deletes the secret right after privacy.json (engine/bundle.py): crash there
+    for name, module, target in (
+        ("before_bundle", training, "save_bundle"),
+        ("after_bundle", bundle, "forget_secret"),
+    ):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(training, target, crash)
+            patch.setattr(module, target, crash)
             with pytest.raises(RuntimeError, match="simulated crash"):
                 train(compose([*TINY, f"run_dir={folder / name}"]))
         runs[name] = folder / name
@@ -330,13 +337,16 @@ def test_whole_run_prints_provenance_and_the_guarantee(tmp_path, capsys):
     report = json.loads((run_dir / "privacy.json").read_text())
     # No wall time on stdout's last line: it depends on the realised sample sizes (stderr only).
     assert last == (
-        f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}, δ = 1e-05, "
+        f"bundle written to {run_dir}: ε = {epsilon_text(report['epsilon'])}, δ = 1e-05, "
         "1 privacy-consuming step"
     )
     assert re.search(r"^wall time \d+\.\d s \(the owner's", captured.err, flags=re.M)
     # The folder read is the owner's record, beside the secret (mode 0600), never in config.yaml or the bundle.
     provenance = run_dir / ".provenance.json"
-    assert json.loads(provenance.read_text()) == {"data": "no files (embedded data set toy)"}
+    assert json.loads(provenance.read_text()) == {
+        "data": "no files (embedded data set toy)",
+        "locations": {},  # no dataset.root, test_root, cache_dir or method.aux.path given
+    }
     assert provenance.stat().st_mode & 0o777 == 0o600
     assert "embedded" not in (run_dir / "config.yaml").read_text() and "embedded" not in json.dumps(
         report

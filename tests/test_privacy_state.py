@@ -136,3 +136,16 @@ def test_composing_releases_keeps_fixed_cost_phases():
     mechanisms.step(PrivacyEvent(noise_multiplier=1.0, sample_rate=0.05), num_steps=200)
     expected = mechanisms.get_epsilon(delta=1e-5) + 0.4
     assert composed_epsilon([release, release], delta=1e-5) == pytest.approx(expected, abs=1e-9)
+
+
+def test_every_event_spends_the_sensitivity_the_plan_records():
+    """Issue 33: the plan records the sensitivity the method declared when it was built; an event
+    that states another (a release clipped to another norm than declared) stops the run, and the
+    declared one passes."""
+    import dataclasses
+
+    plan = dataclasses.replace(_plan(), sensitivity=2.0)
+    assert PrivacyBudget(plan).spend(0, _events(plan))  # the events state sensitivity 2.0
+    understated = dataclasses.replace(plan, sensitivity=1.0)
+    with pytest.raises(RuntimeError, match="spent sensitivity 2.0, the plan's 1.0"):
+        PrivacyBudget(understated).spend(0, _events(understated))

@@ -25,6 +25,7 @@ from dpdc_lightning.plots.accuracy import Point, accuracy_vs_epsilon_png
 from dpdc_lightning.plots.curves import against_steps_png
 from dpdc_lightning.plots.distribution import canary_distribution_png
 from dpdc_lightning.plots.roc import Curve, roc_curves_png
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report.run import render_run
 from dpdc_lightning.report.sweep import render_sweep
 
@@ -195,10 +196,10 @@ def test_a_finished_run_has_a_self_contained_report_of_its_release(tiny_run):
     page = (tiny_run / REPORT_PAGE).read_text(encoding="utf-8")
     privacy = json.loads((tiny_run / "privacy.json").read_text())
     shown = _page_text(page)
-    assert f"ε = {privacy['epsilon']:.4f} at δ = {privacy['delta']:g}" in shown
+    assert f"ε = {epsilon_text(privacy['epsilon'])} at δ = {privacy['delta']:g}" in shown
     assert f"σ {privacy['noise_multiplier']:.4g}, q {privacy['sample_rate']:.4g}, 4 steps" in shown
     assert privacy["bundle"]["sha256"] in shown
-    assert re.search(rf"verified: ε = {privacy['epsilon']:.4f} ?;", shown)
+    assert re.search(rf"verified: ε = {epsilon_text(privacy['epsilon'])} ?;", shown)
     assert "NOT verified" not in shown
     for entry in privacy["inputs"]:
         assert entry["input"] in shown and entry["status"] in shown
@@ -344,7 +345,7 @@ def test_the_sweep_page_composes_members_of_the_same_data_sequentially(tmp_path)
     from dpdc_lightning.privacy.composition import composed_epsilon
 
     total = composed_epsilon([phases, phases], delta=1e-5)
-    assert total < 1.6 and f"costs ε = {total:.4f} at δ = 1e-05" in shown
+    assert total < 1.6 and f"costs ε = {epsilon_text(total)} at δ = 1e-05" in shown
     assert "compose sequentially" in shown and "adding their ε would give 1.6000" in shown
     assert '<a href="000-seed%3D0/report.html">' in page and "001-seed=1</td>" in page
     assert "&lt;0.001&gt;" in page and "&lt;the owner&#x27;s &amp; data&gt;" in page
@@ -398,5 +399,5 @@ def test_the_report_renders_in_headless_chromium(tiny_run, tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     privacy = json.loads((tiny_run / "privacy.json").read_text())
     text = _page_text(dom.stdout)
-    assert f"ε = {privacy['epsilon']:.4f} at δ = {privacy['delta']:g}" in text
+    assert f"ε = {epsilon_text(privacy['epsilon'])} at δ = {privacy['delta']:g}" in text
     assert privacy["bundle"]["sha256"] in text and "What the guarantee covers" in text

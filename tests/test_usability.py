@@ -244,7 +244,7 @@ def test_ctrl_c_before_the_first_step_of_a_resumed_run_keeps_its_folder(tmp_path
 def test_a_failed_write_into_a_new_run_folder_leaves_nothing(tmp_path, monkeypatch, capsys):
     from dpdc_lightning.engine import training
 
-    def full_disk(run_dir, data, **keys):
+    def full_disk(*arguments, **keys):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(training, "write_provenance", full_disk)
@@ -387,6 +387,12 @@ def test_register_dataset_from_python(tmp_path):
         assert load_data(config).name == "mine"
         with pytest.raises(UserError, match="built in"):
             register_dataset("digits", mine)
+        # A second registration of the name is refused, naming the first; replace=True replaces.
+        with pytest.raises(UserError, match=r"'mine' is already registered \(loader .*mine\)"):
+            register_dataset("mine", lambda root: None)
+        assert _REGISTERED["mine"] is mine
+        register_dataset("mine", str, replace=True)
+        assert _REGISTERED["mine"] is str
     finally:
         _REGISTERED.pop("mine")
 

@@ -145,7 +145,20 @@ EDITS = {
         "privacy.json",
         lambda r: r["noise"].update(delta_with_truncation=2e-5),
         "statements",
+    ),  # issue 33: both edited together still equal noise_multiplier x sensitivity; the method declared
+    # its sensitivity in plan.json when it was built
+    "sensitivity and noise std": (
+        "privacy.json",
+        lambda r: r.update(sensitivity=r["sensitivity"] / 2, noise_std=r["noise_std"] / 2),
+        "events",
     ),
+    "neighbouring relation": (
+        "privacy.json",
+        lambda r: r.update(neighbouring_relation="replace one record"),
+        "events",
+    ),
+    "plan sensitivity": ("plan.json", lambda p: p.update(sensitivity=0.5), "plan.json"),
+    "config digest": ("privacy.json", lambda r: r.update(config_sha256="0" * 64), "config.yaml"),
 }
 
 
@@ -156,6 +169,36 @@ def test_a_hand_edit_fails_the_check_it_touches(edit, copy_of, capsys):
     _edit(run_dir / file, change)
     verdict = verify_run(run_dir)
     assert check in {c.name for c in verdict.failed}, [(c.name, c.detail) for c in verdict.checks]
+    assert privacy_main(["verify", str(run_dir)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("NOT verified")
+
+
+def test_an_edited_config_yaml_fails_and_its_layout_does_not(copy_of):
+    """config.yaml's content against privacy.json's config_sha256: another σ in it (which the
+    audits and evaluate would read as the run's) fails; the same values laid out anew do not."""
+    import yaml
+
+    run_dir = copy_of("ndpdc")
+    path = run_dir / "config.yaml"
+    tree = yaml.safe_load(path.read_text())
+    path.write_text(yaml.safe_dump(tree, sort_keys=True, indent=4) + "# a comment\n")
+    assert verify_run(run_dir).ok
+    tree["privacy"]["noise_multiplier"] = 5.0
+    path.write_text(yaml.safe_dump(tree))
+    verdict = verify_run(run_dir)
+    assert [c.name for c in verdict.failed] == ["config.yaml"], verdict.failed
+    assert "edited after the run" in verdict.failed[0].detail
+    path.unlink()
+    assert [c.name for c in verify_run(run_dir).failed] == ["config.yaml"]
+
+
+@pytest.mark.parametrize("secret", [".private_seed", ".data_digest"])
+def test_a_secret_left_in_the_folder_fails(secret, copy_of, capsys):
+    run_dir = copy_of("ndpdc")
+    (run_dir / secret).write_text("12345\n")
+    verdict = verify_run(run_dir)
+    assert [c.name for c in verdict.failed] == ["secrets"]
+    assert secret in verdict.failed[0].detail and "forget=" in verdict.failed[0].detail
     assert privacy_main(["verify", str(run_dir)]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("NOT verified")
 
@@ -195,6 +238,7 @@ def test_a_bundle_that_fails_is_refused_by_every_command_that_reads_bundles(copy
         (_entry("evaluate"), [str(run_dir), "eval.epochs=1", "eval.runs=1"]),
         (audit_main, [str(run_dir)]),
         (audit_main, ["release", str(run_dir)]),
+        (audit_main, ["whitebox", str(run_dir)]),
         (export_main, [str(run_dir), "--to", str(run_dir.parent / "exported")]),
     ):
         before = sorted(run_dir.rglob("*"))

@@ -30,6 +30,7 @@ from typing import Any
 
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.display import epsilon_text
 
 PASSING = ("pass", "passes", "caught", "n/a")  # n/a: a planted bug this method cannot have
 
@@ -111,10 +112,11 @@ def whitebox_rows(
     for report in reports:
         bound, claim = report["clopper_pearson"]["epsilon"], report["claimed_epsilon"]
         part = "white-box" if report["release"] == "correct" else "self-test"
-        detail = f"lower bound {bound:.3f} vs claimed ε {claim:.3f}"
+        claimed = epsilon_text(claim, decimals=3)
+        detail = f"lower bound {bound:.3f} vs claimed ε {claimed}"
         if report["verdict"] == "FAIL":  # the evidence, never dismissed as chance
             detail = (
-                f"lower bound {bound:.3f} ABOVE the claimed ε {claim:.3f}: the release leaks more "
+                f"lower bound {bound:.3f} ABOVE the claimed ε {claimed}: the release leaks more "
                 "than its accounting allows (a correct release shows this with probability at "
                 f"most {(1 - settings.confidence) / 2:.1%})"
             )

@@ -66,7 +66,9 @@ def audit_main(argv: list[str]) -> int:
     """The audit command (``audit.py``, ``python -m dpdc_lightning.audit``, ``dpdc-audit``).
     ``--help`` and ``metrics`` import neither torch nor Lightning, so they answer at once."""
     if "--help" in argv or "-h" in argv:
-        print(HELP, end="")
+        from dpdc_lightning.config.help import as_invoked
+
+        print(as_invoked(HELP, "audit.py", "dpdc-audit"), end="")
         return 0
     if not argv:
         raise UserError(f"give a mode; {USAGE}")
@@ -181,6 +183,13 @@ def _json_default(value):
     raise TypeError(f"cannot store {type(value).__name__} in audit.json")
 
 
+def _accounted(value: float | None) -> str:
+    """An accounted ε as every output shows it: rounded up (privacy/display.py)."""
+    from dpdc_lightning.privacy.display import epsilon_text
+
+    return "null" if value is None else epsilon_text(value)
+
+
 def _print_summary(report: dict, path: Path) -> None:
     def fmt(x) -> str:
         return (
@@ -199,7 +208,7 @@ def _print_summary(report: dict, path: Path) -> None:
                 f"  {name:8s} {attack:15s} auc={fmt(m['auc'])} "
                 f"tpr@0.1%={fmt(m['tpr_at_fpr']['0.001'])} advantage={fmt(m['advantage'])} "
                 f"eps_lb={fmt(m['epsilon_lower_bound']['epsilon'])} "
-                f"(accounted {fmt(entry['accounted_epsilon'])})"
+                f"(accounted {_accounted(entry['accounted_epsilon'])})"
             )
     for attack, m in report["bundle"]["attacks"].items():
         print(
@@ -211,7 +220,8 @@ def _print_summary(report: dict, path: Path) -> None:
         c = report["canary"]
         print(
             f"  canaries {c['correct']}/{c['guesses']} correct, "
-            f"eps_lb={fmt(c['epsilon_lower_bound'])} (accounted {fmt(c['accounted_epsilon'])})"
+            f"eps_lb={fmt(c['epsilon_lower_bound'])} "
+            f"(accounted {_accounted(c['accounted_epsilon'])})"
         )
     print(f"results written to {path}\nwarning: {report['warning']}")
 

@@ -8,25 +8,22 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from dpdc_lightning.errors import UserError
 
 
 def run_config(run_dir: Path):
-    """The validated configuration a run was made with (its config.yaml)."""
-    from dpdc_lightning.config import validate
+    """The validated configuration a run was made with: its config.yaml, with where its data lives
+    from its owner-only .provenance.json (config/locations.py). Read after the bundle verified
+    (config.yaml against privacy.json's ``config_sha256``)."""
+    from dpdc_lightning.config.composition import compose_saved
     from dpdc_lightning.engine.bundle import CONFIG_FILE
 
     if not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} does not exist")
-    try:
-        return validate(OmegaConf.load(run_dir / CONFIG_FILE))
-    except (OSError, OmegaConfBaseException) as err:
-        raise UserError(
-            f"{run_dir / CONFIG_FILE} cannot be read: {str(err).splitlines()[0]}"
-        ) from None
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise UserError(f"{run_dir / CONFIG_FILE} is missing: not a run directory")
+    return compose_saved(run_dir, [])
 
 
 def finite(value):

@@ -17,6 +17,7 @@ from dpdc_lightning.audit import attacks, canary, metrics
 from dpdc_lightning.audit.settings import AuditConfig
 from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, keep_matrix
 from dpdc_lightning.engine.bundle import Bundle
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 
@@ -159,5 +160,6 @@ def bundle_entry(
 def _check(violations: list[str], what: str, bound: float, accounted: float | None) -> None:
     if accounted is not None and bound > accounted:
         violations.append(
-            f"{what}: empirical lower bound {bound:.4f} > accounted epsilon {accounted:.4f}"
+            f"{what}: empirical lower bound {bound:.4f} > accounted epsilon "
+            f"{epsilon_text(accounted)}"
         )

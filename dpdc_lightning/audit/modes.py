@@ -28,11 +28,15 @@ def say(message: str) -> None:
 
 
 def _run_config(arguments: list[str], usage: str) -> tuple[Any, Path | None]:
-    """The configuration to audit: a run directory's config.yaml, or overrides as train.py takes."""
+    """The configuration to audit: a run directory's config.yaml (read once the bundle verified:
+    config.yaml's digest included), or overrides as train.py takes."""
     from dpdc_lightning.config import compose
 
     if len(arguments) == 1 and "=" not in arguments[0]:
         refuse_missing_paths(arguments, what="run directory", argv=arguments)
+        from dpdc_lightning.engine.bundle import load_bundle
+
+        load_bundle(Path(arguments[0]))  # verified first (privacy/verify.py), else refused
         return run_config(Path(arguments[0])), Path(arguments[0])
     if any("=" not in a for a in arguments):
         folders = [a for a in arguments if "=" not in a]
@@ -52,11 +56,43 @@ def whitebox_main(argv: list[str]) -> int:
     from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
     from dpdc_lightning.engine.planning import load_data
 
-    transcript = Transcript(config, load_data(config), others=settings.others, seed=settings.seed)
+    plan, stated = _verified_plan(run_dir) if run_dir is not None else (None, None)
+    transcript = Transcript(
+        config, load_data(config), others=settings.others, seed=settings.seed, plan=plan
+    )
+    if stated is not None:
+        _same_mechanism(transcript, stated)
     [report] = whitebox_audit(transcript, settings, progress=say)
     report["configuration"] = arguments
     print(summary_line(report))
     return _finish(report, out, "white-box")
+
+
+def _verified_plan(run_dir: Path) -> tuple[Any, dict[str, Any]]:
+    """A verified bundle's plan (plan.json) and privacy.json: every privacy parameter the white-box
+    audit of a run uses comes from them (σ, q, steps, δ, the accountant, the sensitivity), never
+    from config.yaml. Read after :func:`_run_config` verified the bundle."""
+    import json
+
+    from dpdc_lightning.privacy.digests import PLAN_FILE, PRIVACY_REPORT
+    from dpdc_lightning.privacy.plan import PrivacyPlan
+
+    plan = PrivacyPlan.from_dict(json.loads((run_dir / PLAN_FILE).read_text()))
+    return plan, json.loads((run_dir / PRIVACY_REPORT).read_text())
+
+
+def _same_mechanism(transcript: Any, stated: dict[str, Any]) -> None:
+    """The method as it is built now must spend the mechanism the bundle states (the installed
+    code or a plug-in may have changed since the run): otherwise another mechanism is audited."""
+    mechanism = transcript.mechanism
+    now = (mechanism.sensitivity, mechanism.noise_multiplier, mechanism.noise_std)
+    recorded = tuple(stated.get(key) for key in ("sensitivity", "noise_multiplier", "noise_std"))
+    if now != recorded:
+        raise UserError(
+            f"the method built from the run's config spends (sensitivity, σ, noise std) {now}, the "
+            f"bundle states {recorded}: the code changed since the run, so this audit would not "
+            "audit its mechanism"
+        )
 
 
 def release_main(argv: list[str]) -> int:

@@ -36,6 +36,7 @@ from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.subsets import random_class_picks
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.methods.extractor import RandomExtractor
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 SCORES = ("pixel", "feature")
@@ -147,7 +148,7 @@ def release_audit(
         )
     report["violations"] = [
         f"target{t['index']} {name}: one-run lower bound {b['epsilon']:.4f} > accounted "
-        f"epsilon {t['accounted_epsilon']:.4f}"
+        f"epsilon {epsilon_text(t['accounted_epsilon'])}"
         for t in report["targets"]
         for name, b in t["bounds"].items()
         if t["accounted_epsilon"] is not None and b["epsilon"] > t["accounted_epsilon"]

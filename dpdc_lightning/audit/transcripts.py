@@ -39,6 +39,7 @@ from dpdc_lightning.methods import DataSpec, Records, method_class, private_meth
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 
@@ -123,9 +124,18 @@ class StepView:
 
 class Transcript:
     """A private method of ``config`` built with its plan; the auditor's pool is ``others`` real
-    records per class (the mechanism samples each at the plan's rate, whatever the pool's size)."""
+    records per class (the mechanism samples each at the plan's rate, whatever the pool's size).
+    ``plan``: a verified run's plan.json (``audit.py whitebox RUN``), else made from ``config``."""
 
-    def __init__(self, config: RunConfig, data: ImageData, *, others: int, seed: int) -> None:
+    def __init__(
+        self,
+        config: RunConfig,
+        data: ImageData,
+        *,
+        others: int,
+        seed: int,
+        plan: PrivacyPlan | None = None,
+    ) -> None:
         name = config.method.name
         if not method_class(name).private:
             raise UserError(
@@ -134,7 +144,7 @@ class Transcript:
                 "`audit.py release RUN_DIR`"
             )
         self.name, self.config, self.data = name, config, data
-        self.plan = plan_run(
+        self.plan = plan or plan_run(
             config, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan")
         )
         self._auxiliary = resolve_auxiliary(

@@ -43,6 +43,7 @@ from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.audit.transcripts import Release, StepView, Transcript, correct_release
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.mechanisms import clip_rows
 from dpdc_lightning.privacy.sampling import poisson_sample
 from dpdc_lightning.seeding import derive_generator, derive_seed
@@ -80,10 +81,7 @@ class Canaries:
         pool = view.pool_rows[partition]
         d = pool.shape[1]
         if self.m > d:
-            raise UserError(
-                f"audit.canaries: {self.m} canaries per partition do not fit the {d} dimensions "
-                "of a row"
-            )
+            raise UserError(f"audit.canaries: {self.m} per partition exceed a row's {d} dimensions")
         directions = torch.zeros(self.m, d, dtype=torch.float64)
         directions[torch.arange(self.m), torch.arange(self.m) * (d // self.m)] = 1.0
         # Twice the sensitivity at least: clipping must cut a canary down even where no record
@@ -109,7 +107,14 @@ def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
     dimension (orthogonal) and at most what fits one call's memory budget (long PSG gradients)."""
     if settings.canary == "image":
         return 1
-    return max(1, min(settings.canaries // partitions, dim, ROW_BUDGET // dim))
+    wanted, low = settings.canaries, max(partitions, settings.canaries // partitions * partitions)
+    # A number asked for is never rounded silently (the default fits what the data has).
+    if wanted != low and wanted != WhiteboxConfig.canaries:
+        raise UserError(
+            f"audit.canaries={wanted} does not split evenly over the {partitions} partitions "
+            f"(classes); use a multiple of {partitions}, e.g. {low} or {low + partitions}"
+        )
+    return max(1, min(wanted // partitions, dim, ROW_BUDGET // dim))
 
 
 @dataclass
@@ -231,7 +236,7 @@ def describe(
     claimed = float(plan.planned_epsilon)
     violations = [
         f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > "
-        f"accounted epsilon {claimed:.4f}"
+        f"accounted epsilon {epsilon_text(claimed)}"
         for name in ("clopper_pearson", "one_run")
         if bounds[name]["epsilon"] > claimed
     ]
@@ -279,11 +284,11 @@ def whitebox_audit(
 
 def summary_line(report: dict[str, Any]) -> str:
     cp, gdp, one = report["clopper_pearson"], report["gaussian_dp"], report["one_run"]
-    eps = report["accounted_epsilon"]
+    claimed, eps = report["claimed_epsilon"], report["accounted_epsilon"]
+    shown = [epsilon_text(x, decimals=3) for x in (claimed, eps["rdp"], eps["prv"])]
     return (
-        f"{report['method']:7s} {report['release']:15s} "
-        f"accounted ε {report['claimed_epsilon']:.3f} "
-        f"(rdp {eps['rdp']:.3f}, prv {eps['prv']:.3f}) | white-box lower bound {cp['epsilon']:.3f} "
+        f"{report['method']:7s} {report['release']:15s} accounted ε {shown[0]} "
+        f"(rdp {shown[1]}, prv {shown[2]}) | white-box lower bound {cp['epsilon']:.3f} "
         f"(Clopper-Pearson, {cp['statistic']}) | GDP estimate {_f(gdp['epsilon'])} "
         f"[{_f(gdp['interval'][0])}, {_f(gdp['interval'][1])}] | one run {one['epsilon']:.3f} "
         f"({one['correct']}/{one['guesses']}) | {report['trials']} trials x "

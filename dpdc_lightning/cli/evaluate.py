@@ -21,6 +21,7 @@ from dpdc_lightning.cli.parser import Parser
 from dpdc_lightning.errors import UserError, refuse_missing_paths
 
 BASELINES = ("random-real",)
+COMMAND = ("evaluate.py", "dpdc-evaluate")  # the script and its console command (pyproject.toml)
 USAGE = (
     "usage: python evaluate.py RUN_DIR [RUN_DIR ...|SWEEP_DIR] [model=a,b] [eval.runs=N] "
     "| --images FILE.pt dataset=NAME [model=a,b] [eval.*=...] "
@@ -37,7 +38,11 @@ EXAMPLES = (
 
 
 def evaluate_main(argv: list[str]) -> int:
-    parser = Parser("python evaluate.py", USAGE)
+    from dpdc_lightning.config.help import as_invoked
+    from dpdc_lightning.config.overrides import lightning_flags
+
+    argv = lightning_flags(argv)  # --eval.epochs=300, as LightningCLI takes it
+    parser = Parser(as_invoked("python evaluate.py", *COMMAND), as_invoked(USAGE, *COMMAND))
     parser.add_argument("--images", metavar="a file")
     parser.add_argument("--baseline", choices=BASELINES)
     parser.add_argument("--no-progress", action="store_true")
@@ -45,12 +50,10 @@ def evaluate_main(argv: list[str]) -> int:
     if args.help:
         from dpdc_lightning.config.help import help_text
 
-        print(
-            help_text(
-                "python evaluate.py (or dpdc-evaluate) RUN_DIR [RUN_DIR ...]", examples=EXAMPLES
-            ),
-            end="",
+        text = help_text(
+            "python evaluate.py (or dpdc-evaluate) RUN_DIR [RUN_DIR ...]", examples=EXAMPLES
         )
+        print(as_invoked(text, *COMMAND), end="")
         print(
             "\nflags: --images FILE.pt, --baseline random-real, --no-progress; "
             "model=a,b,c evaluates several models"

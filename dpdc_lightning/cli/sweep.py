@@ -18,6 +18,7 @@ same data (privacy/composition.py).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import sys
@@ -30,8 +31,9 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from dpdc_lightning.cli.launchers import refuse_missing_scheduler
+from dpdc_lightning.cli.launchers import prepare_launcher
 from dpdc_lightning.cli.sweep_summary import (
+    DATA_SOURCE,
     SUMMARY_CSV,
     SUMMARY_MD,
     SWEEP_PLOT,
@@ -46,9 +48,11 @@ from dpdc_lightning.config.composition import (
     refuse_retired,
     selected,
 )
+from dpdc_lightning.config.locations import hide_locations, refuse_swept_locations
 from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
 from dpdc_lightning.errors import Interrupted, UserError
+from dpdc_lightning.privacy.display import consuming_steps
 
 MAX_MEMBERS = 500
 EVALUATE_ENV, SIZE_ENV = "DPDC_SWEEP_EVALUATE", "DPDC_SWEEP_SIZE"
@@ -101,16 +105,17 @@ def sweep(tokens: list[str], *, evaluate: bool) -> int:
         )
     if any(k in swept for k in NOT_SWEPT):
         raise UserError("run_dir, runs_root and resume cannot be swept")
+    refuse_swept_locations(swept)
     if len(members) > MAX_MEMBERS:
         raise UserError(f"the sweep has {len(members)} members; at most {MAX_MEMBERS} per sweep")
     _, choices = compose_raw([*members[0], *hydra_tokens], keep_hydra=True)  # launcher exists
-    refuse_missing_scheduler(choices.get("hydra/launcher"))
+    prepare_launcher(choices.get("hydra/launcher"))
     for member in members:  # all checked before anything runs or is written
         try:
             compose([t for t in member if t.partition("=")[0] not in ("run_dir", "runs_root")])
         except UserError as err:
             raise UserError(f"sweep member {' '.join(member)}: {err}") from None
-    folder = _sweep_folder(job_tokens)
+    folder = sweep_folder(job_tokens)
     print(f"sweep: {len(members)} runs into {folder}", file=sys.stderr)
     settings = [
         f"hydra.sweep.dir='{folder}'",
@@ -179,7 +184,7 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
     ]
     row: dict[str, Any] = {
         "member": member.name,
-        "overrides": _swept_text(member.name, overrides),
+        "overrides": " ".join(hide_locations(_swept_text(member.name, overrides).split())),
         "status": "failed",
         "method": OmegaConf.select(cfg, "method.name"),
         "seed": OmegaConf.select(cfg, "seed"),
@@ -197,8 +202,8 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
             # Hydra made it empty for the job; train() makes the run folder, never reusing one
             member.rmdir()
         run_dir = train(config)
-        # Which private data it read: members of one data set compose (the summary's total).
-        row["data"] = f"{config.dataset.name} from {read_provenance(run_dir)}"
+        # Members of one data set compose; where it lives stays private (write_summary labels it)
+        row["data"], row[DATA_SOURCE] = config.dataset.name, read_provenance(run_dir)
         row.update(_report(run_dir), seconds=round(time.monotonic() - started, 1), status="ok")
         print(end_of_run_line(run_dir))  # the wall time stays in the owner's sweep.json
         if os.environ.get(EVALUATE_ENV) == "1":
@@ -257,7 +262,7 @@ def _finish(folder: Path, tokens: list[str]) -> int:
     return 1 if failed else 0
 
 
-def _sweep_folder(tokens: list[str]) -> Path:
+def sweep_folder(tokens: list[str]) -> Path:
     given = selected(tokens, "run_dir")
     for key, value in (("run_dir", given), ("runs_root", selected(tokens, "runs_root"))):
         if value is not None and not value.strip():
@@ -277,13 +282,11 @@ def _sweep_folder(tokens: list[str]) -> Path:
 
 
 def _report(run_dir: Path) -> dict[str, Any]:
-    import json
-
     report = json.loads((Path(run_dir) / "privacy.json").read_text())
     return {
         "epsilon": report.get("epsilon"),
         "delta": report.get("delta"),
-        "steps": report.get("steps"),
+        "steps": consuming_steps(report),
         "accountant": report.get("accountant"),
         "phases": report.get("phases", []),
     }

@@ -19,6 +19,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from dpdc_lightning.privacy.display import epsilon_text
+
 SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "summary.md",
     "summary.csv",
@@ -27,6 +29,9 @@ SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "report.html",
 )
 ROWS = ".rows"  # one JSON row per member while the sweep runs
+# A member row's private field: where its data was read from (run_folder.read_provenance). Only in
+# .rows/ while the sweep runs; the released records say which members share it, never where.
+DATA_SOURCE = "data_source"
 
 
 def write_row(folder: Path, row: dict[str, Any]) -> None:
@@ -95,8 +100,10 @@ def write_summary(
     """The record and the tables; ``final``: the rows are in sweep.json now, ``.rows/`` goes."""
     import shutil
 
+    from dpdc_lightning.config.locations import hide_locations
     from dpdc_lightning.engine.bundle import atomic_write, atomic_write_text
 
+    tokens, rows = hide_locations(list(tokens)), data_labels(rows)
     atomic_write_text(
         folder / SWEEP_FILE, json.dumps({"command": tokens, "members": rows}, indent=2) + "\n"
     )
@@ -119,6 +126,25 @@ def write_summary(
 
     page = render_sweep(folder, tokens, rows).encode("utf-8")
     atomic_write(folder / SWEEP_PAGE, lambda tmp: tmp.write_bytes(page))
+
+
+def data_labels(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The rows with their private data source replaced by a label that says which members read
+    the same data: the data set's name, numbered when one name was read from several sources."""
+    sources: dict[str, list[str]] = {}
+    for row in rows:
+        if row.get(DATA_SOURCE) is not None:
+            found = sources.setdefault(str(row.get("data")), [])
+            if row[DATA_SOURCE] not in found:
+                found.append(row[DATA_SOURCE])
+    labelled = []
+    for row in rows:
+        row = dict(row)
+        source, name = row.pop(DATA_SOURCE, None), str(row.get("data"))
+        if source is not None and len(sources[name]) > 1:
+            row["data"] = f"{name} (data {sources[name].index(source) + 1})"
+        labelled.append(row)
+    return labelled
 
 
 def _summary_csv(rows: list[dict[str, Any]], models: list[str]) -> str:
@@ -200,7 +226,7 @@ def _table_row(r: dict[str, Any], models: list[str]) -> str:
     eps = (
         "∞"
         if r.get("status") == "ok" and r.get("epsilon") is None
-        else _num(r.get("epsilon"), 3) or "-"
+        else (epsilon_text(r["epsilon"]) if r.get("epsilon") is not None else "-")
     )
     status = r["status"] + (f": {r['error']}" if r.get("error") else "")
     delta = _num(r.get("delta")) or "-"
@@ -236,9 +262,9 @@ def _several(cost: Any, count: int) -> str:
             f" {together.capitalize()} ε = ∞: {', '.join(cost.not_private)} carries no guarantee."
         )
     return (
-        f" {together.capitalize()} ε = {cost.epsilon:.4f} at δ = {cost.delta:g} "
+        f" {together.capitalize()} ε = {epsilon_text(cost.epsilon)} at δ = {cost.delta:g} "
         f"(every member's events composed by the accountant; adding their ε would give "
-        f"{cost.sum_of_epsilons:.4f})."
+        f"{epsilon_text(cost.sum_of_epsilons)})."
     )
 
 

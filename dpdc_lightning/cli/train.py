@@ -43,6 +43,7 @@ EXAMPLES = (
     "python train.py resume=runs/RUN_DIR        # continue an interrupted run",
     "python train.py forget=runs/RUN_DIR        # delete an abandoned run's secret",
 )
+COMMAND = ("train.py", "dpdc-train")  # the script and its console command (pyproject.toml)
 FLAGS = (
     "\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the "
     "privacy plan, run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, "
@@ -51,7 +52,11 @@ FLAGS = (
 
 
 def train_main(argv: list[str]) -> int:
-    parser = Parser("python train.py", USAGE)
+    from dpdc_lightning.config.help import as_invoked
+    from dpdc_lightning.config.overrides import expand_home, lightning_flags
+
+    argv = lightning_flags(argv)  # --trainer.devices=2, as LightningCLI takes it
+    parser = Parser(as_invoked("python train.py", *COMMAND), as_invoked(USAGE, *COMMAND))
     parser.add_argument("-m", "--multirun", action="store_true")
     parser.add_argument("-c", "--cfg", choices=("job", "hydra", "all"))
     parser.add_argument("--resolve", action="store_true")
@@ -59,7 +64,7 @@ def train_main(argv: list[str]) -> int:
     parser.add_argument("--evaluate", action="store_true")
     parser.add_argument("-sc", "--shell-completion", action="store_true")
     args = parser.parse(argv)
-    tokens = list(args.rest)
+    tokens = expand_home(args.rest)  # the shell leaves dataset.root=~/data alone
     if args.help:
         return _help(tokens)
     if args.shell_completion:  # Hydra's tab completion: python train.py -sc install=bash
@@ -67,7 +72,7 @@ def train_main(argv: list[str]) -> int:
 
         return hydra_app(["-sc", *tokens])
     if any(t.startswith("forget=") for t in tokens):
-        return _forget(argv)
+        return _forget(expand_home(argv))
     _forget_leftover_secret(tokens)
     if args.multirun:
         if args.print_config or args.cfg:
@@ -91,9 +96,10 @@ def train_main(argv: list[str]) -> int:
 
 
 def _help(tokens: list[str]) -> int:
-    from dpdc_lightning.config.help import help_text
+    from dpdc_lightning.config.help import as_invoked, help_text
 
-    print(help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens), end="")
+    text = help_text("python train.py (or dpdc-train)", examples=EXAMPLES, tokens=tokens)
+    print(as_invoked(text, *COMMAND), end="")
     print(FLAGS)
     return 0
 

@@ -10,6 +10,8 @@ in ``dpdc_lightning/conf/``, and composition, overrides and sweeps on Hydra.
 - :mod:`.store` their registration in Hydra's ConfigStore;
 - :mod:`.composition` Hydra's compose API behind :func:`compose`, errors as one ``UserError`` line;
 - :mod:`.validation` the one validator: a composed config to typed objects;
+- :mod:`.locations` where the data lives: kept in the run's owner-only .provenance.json, left
+  out of config.yaml and every other released file; ``config_hash``, the digest of config.yaml;
 - :mod:`.help` the ``--help`` page.
 
 Names are imported on first use (PEP 562).
@@ -36,6 +38,9 @@ __getattr__, __dir__, __all__ = exports(
         "compose_resume": "composition",
         "validate": "validation",
         "to_yaml": "validation",
-        "config_hash": "validation",
+        "config_hash": "locations",
+        "released_yaml": "locations",
+        "data_locations": "locations",
+        "read_locations": "locations",
     },
 )

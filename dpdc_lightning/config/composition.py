@@ -20,6 +20,8 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from dpdc_lightning.config.locations import with_locations
+from dpdc_lightning.config.overrides import expand_home, hydra_overrides
 from dpdc_lightning.config.schema import (
     CONF_DIR,
     GROUPS,
@@ -32,13 +34,11 @@ from dpdc_lightning.config.validation import one_line, refuse_split_values, vali
 from dpdc_lightning.errors import UserError
 
 # Keys older versions wrote into config.yaml; refused with where the value lives now.
+_PLANNED = "is recorded by the framework in the run's plan.json, never set by hand"
 RETIRED = {
-    "privacy.planned_noise_multiplier": "is recorded by the framework in the run's plan.json, "
-    "never set by hand",
-    "privacy.planned_steps": "is recorded by the framework in the run's plan.json, "
-    "never set by hand",
-    "privacy.planned_epsilon": "is recorded by the framework in the run's plan.json, "
-    "never set by hand",
+    "privacy.planned_noise_multiplier": _PLANNED,
+    "privacy.planned_steps": _PLANNED,
+    "privacy.planned_epsilon": _PLANNED,
     "dataset.resolved_root": "is recorded by the framework (the run's owner-only "
     ".provenance.json), never set by hand; set dataset.root instead",
 }
@@ -47,7 +47,7 @@ TOP_KEYS = (*GROUPS, "augment", "seed", "run_dir", "runs_root", "resume")
 
 def compose(tokens: Sequence[str]) -> RunConfig:
     """Compose ``conf/`` with the command-line tokens and validate the result."""
-    tokens = list(tokens)
+    tokens = expand_home(tokens)
     refuse_retired(tokens)
     resume = [t.partition("=")[2] for t in tokens if t.partition("=")[0] == "resume"]
     if resume:
@@ -69,12 +69,6 @@ def refuse_retired(tokens: Sequence[str]) -> None:
             if key in seen:
                 raise UserError(f"group '{key}' is selected twice")
             seen.add(key)
-
-
-def hydra_overrides(tokens: Sequence[str]) -> list[str]:
-    """The tokens as Hydra overrides: ``trainer.*`` takes any Lightning argument (the engine checks
-    them), so those keys are added when the trainer file lacks them (``++``)."""
-    return [f"++{t}" if t.startswith("trainer.") else t for t in tokens]
 
 
 def compose_raw(
@@ -247,10 +241,11 @@ def compose_resume(run_dir: str, tokens: Sequence[str]) -> RunConfig:
 
 def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
     """A run's config.yaml with ``tokens`` on top: ``eval=NAME`` (an eval group file), ``key=value``
-    overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files)."""
+    overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files, else
+    the run's owner-only .provenance.json says where they are: config/locations.py)."""
     path = Path(run_dir) / "config.yaml"
     try:
-        saved = OmegaConf.load(path)
+        saved = with_locations(OmegaConf.load(path), Path(run_dir))
         # what older versions recorded in config.yaml is in plan.json / .provenance.json now
         for key in RETIRED:
             group, _, leaf = key.partition(".")

@@ -4,7 +4,9 @@ a plug-in method: its YAML or its schema), so it answers within a second."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -53,6 +55,17 @@ def _keys_of(group: str, name: str) -> str:
         ]
 
     return ", ".join(flat(_yaml(group, name)))
+
+
+def as_invoked(text: str, script: str, console: str) -> str:
+    """``text`` (a usage line, examples) with ``python SCRIPT`` written as the user started the
+    command: ``console`` (``dpdc-train``) when sys.argv[0] is that console script."""
+    if Path(sys.argv[0] if sys.argv else "").name != console:
+        return text
+    text = text.replace(f"python {script}", console)
+    for before in ("(or ", "(also "):  # the header's pointer to the other name
+        text = text.replace(f"{before}{console}", f"{before}python {script}")
+    return text
 
 
 def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[str] = ()) -> str:

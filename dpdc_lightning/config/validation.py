@@ -11,7 +11,6 @@ step cap the method cannot take, a trainer option Lightning does not know) belon
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -141,11 +140,3 @@ def _trainer_options(options: Any) -> dict[str, Any]:
 
 def to_yaml(config: RunConfig) -> str:
     return OmegaConf.to_yaml(OmegaConf.structured(config))
-
-
-def config_hash(config: RunConfig) -> str:
-    """sha256 of the config (without the paths, which do not change the result)."""
-    data = OmegaConf.to_container(OmegaConf.structured(config))
-    for key in ("run_dir", "runs_root", "resume"):
-        data.pop(key, None)
-    return hashlib.sha256(OmegaConf.to_yaml(OmegaConf.create(data)).encode()).hexdigest()

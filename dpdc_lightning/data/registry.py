@@ -28,12 +28,13 @@ OWN_DATA = ("imagefolder", "tensors")
 _REGISTERED: dict[str, Callable[..., Any]] = {}
 
 
-def register_dataset(name: str, loader: Callable[..., Any]) -> None:
+def register_dataset(name: str, loader: Callable[..., Any], *, replace: bool = False) -> None:
     """Make ``dataset.name=NAME`` load ``loader(root)`` (``root``: ``dataset.root`` as a Path, or
     None).
 
     The loader returns an ``ImageData`` with pixels already normalised to [-1, 1] by fixed constants
-    (never by statistics of the private data). Registering a name twice replaces the loader."""
+    (never by statistics of the private data). A name already registered is refused (two pieces of
+    code would silently disagree about what ``dataset=NAME`` means) unless ``replace=True``."""
     if not isinstance(name, str) or not name.isidentifier():
         raise UserError(
             f"dataset name {name!r} must be a Python identifier (letters, digits, underscores)"
@@ -42,6 +43,13 @@ def register_dataset(name: str, loader: Callable[..., Any]) -> None:
         raise UserError(f"dataset name {name!r} is built in; choose another name")
     if not callable(loader):
         raise UserError(f"register_dataset({name!r}, ...): the loader must be callable")
+    if name in _REGISTERED and not replace:
+        existing = _REGISTERED[name]
+        where = f"{getattr(existing, '__module__', '?')}.{getattr(existing, '__qualname__', '?')}"
+        raise UserError(
+            f"dataset name {name!r} is already registered (loader {where}); choose another name "
+            "or pass replace=True"
+        )
     _REGISTERED[name] = loader
 
 

@@ -130,6 +130,8 @@ def save_bundle(
     atomic_write_text(
         run_dir / PRIVACY_REPORT, json.dumps(report, indent=2, sort_keys=False) + "\n"
     )
+    # Complete now, so never resumed: the secret goes before the report verifies the folder.
+    forget_secret(run_dir)
     write_report(run_dir)
 
 

@@ -10,6 +10,7 @@ an audit can run hundreds of condensations on chosen subsets of records (``Image
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import types
@@ -41,6 +42,7 @@ from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_fil
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.budget import report_mechanism
 from dpdc_lightning.privacy.counts import COUNT_PHASE
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.inputs import release_inputs
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.report import build_report
@@ -106,7 +108,7 @@ def resolve_auxiliary(
         found = AuxiliarySet(
             made.images,
             made.labels,
-            f"{aux.method} at ε = {made.report['epsilon']:.4f} alone "
+            f"{aux.method} at ε = {epsilon_text(made.report['epsilon'])} alone "
             f"(phase 'auxiliary' of the privacy report)",
         )
         print(
@@ -161,6 +163,7 @@ class Condensation:
             reproducible_noise=config.privacy.reproducible_noise,
             auxiliary=self.auxiliary,
         )
+        self.plan = plan = declared_sensitivity(plan, self.method)
         self.inputs = _release_inputs(config, data, plan=plan, auxiliary=self.auxiliary)
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
@@ -211,6 +214,22 @@ class Condensation:
         return (
             per_step * self.plan.data_steps + released
         )  # the class-size release draws one value per class
+
+
+def declared_sensitivity(plan: PrivacyPlan, method: CondensationMethod) -> PrivacyPlan:
+    """The plan with the sensitivity the built method declares (a private one's; before any record
+    is read), which the method holds from now on. A stored plan (resume, DDP) must state it."""
+    if not plan.private:
+        return plan
+    declared = float(method.sensitivity())
+    if plan.sensitivity is None:
+        method.plan = plan = dataclasses.replace(plan, sensitivity=declared)
+    elif plan.sensitivity != declared:
+        raise UserError(
+            f"the method declares sensitivity {declared}, the run's plan {plan.sensitivity}: "
+            "the run was started with another configuration, so it cannot continue"
+        )
+    return plan
 
 
 def _release_inputs(

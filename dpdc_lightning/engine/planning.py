@@ -11,6 +11,7 @@ from the plan and hands it to the mechanism, whose event the privacy budget comp
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from dpdc_lightning.config import RunConfig
@@ -125,19 +126,30 @@ def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
         return
     smallest = min(range(len(sizes)), key=lambda c: sizes[c])
     planned, fraction = sizes[smallest], config.dataset.test_fraction
-    if tuple(sizes) != tuple(data.class_sizes):  # a share of the file's records is held out
+    names = data.class_names
+    named = f"class {smallest}"
+    if len(names) == len(sizes) and names[smallest] != str(smallest):
+        named = f"class '{names[smallest]}' (label {smallest})"
+    held_out = tuple(sizes) != tuple(data.class_sizes)  # a share of the file's records is held out
+    if held_out:
         records = round(planned / (1 - fraction))
         counted = (
             f"has {records} record{'' if records == 1 else 's'} in the file, of which the plan "
             f"expects {planned:g} in training (dataset.test_fraction={fraction:g} holds out each "
             "record with that probability)"
         )
-        ways = ", add records, or give a public test set with dataset.test_root"
     else:
-        counted, ways = f"has {int(planned)} record{'' if planned == 1 else 's'}", ""
+        counted = f"has {int(planned)} record{'' if planned == 1 else 's'}"
+    # A class too small to give one record per step is fixed by its data, not by a group size < 1.
+    needed = math.ceil(size / (1 - fraction)) if held_out else math.ceil(size)
+    fixes = [f"add records to {named} (at least {needed} in all)", "leave it out of the data"]
+    if planned >= 1:
+        fixes.insert(0, f"lower method.group_size to at most {planned:g}")
+    if held_out:
+        fixes.append("give a public test set with dataset.test_root")
     raise UserError(
         f"method.group_size={size:g}, the expected sample per class, is larger than the smallest "
-        f"class: class {smallest} {counted}; lower method.group_size to at most {planned:g}{ways}"
+        f"class: {named} {counted}; {', '.join(fixes[:-1])} or {fixes[-1]}"
     )
 
 

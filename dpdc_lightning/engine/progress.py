@@ -17,6 +17,8 @@ from typing import Any, TextIO
 import lightning as L
 from lightning.pytorch.callbacks import TQDMProgressBar
 
+from dpdc_lightning.privacy.display import epsilon_text
+
 LINE_INTERVAL = (
     20.0  # seconds between two plain progress lines of one stage: three a minute at most
 )
@@ -96,7 +98,8 @@ class ProgressLines(L.Callback):
         }
         done, total = int(pl_module.completed_steps), pl_module.plan.total_steps
         shown = ", ".join(
-            f"{'ε' if k == 'epsilon' else k} {v:.4g}" for k, v in sorted(metrics.items())
+            f"ε {epsilon_text(v)}" if k == "epsilon" else f"{k} {v:.4g}"
+            for k, v in sorted(metrics.items())
         )
         self.throttle(
             f"step {done}/{total}"

@@ -1,8 +1,9 @@
 """Run folders: where a run writes, what it keeps for a resume, and what it leaves when it fails.
 
-A run folder holds the bundle (engine/bundle.py), ``config.yaml`` (the config as the user gave it),
-``plan.json`` (the privacy plan), checkpoints, TensorBoard logs and owner-only files (mode 0600,
-never part of the bundle): ``.provenance.json``, the folder the private data was read from, and,
+A run folder holds the bundle (engine/bundle.py), ``config.yaml`` (the config as the user gave it,
+less where the data lives: config/locations.py), ``plan.json`` (the privacy plan), checkpoints,
+TensorBoard logs and owner-only files (mode 0600, never part of the bundle): ``.provenance.json``,
+the folder the private data was read from and every data location of the config, and,
 while the run is unfinished, ``.private_seed``, the secret of its noise, and ``.data_digest``, the
 data's digest keyed by that secret (privacy/digests.py). A resumed run must read the same folder
 and the same data. ``forget=RUN_DIR`` deletes the secret of a run that is abandoned.
@@ -16,6 +17,7 @@ import shutil
 from pathlib import Path
 
 from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.locations import PROVENANCE_FILE, data_locations
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import (
     CONFIG_FILE,
@@ -27,9 +29,11 @@ from dpdc_lightning.engine.bundle import (
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
+from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.planner import sample_rates
 from dpdc_lightning.privacy.secret import (
+    DIGEST_FILE,
     SECRET_FILE,
     derive_secret,
     forget_secret,
@@ -39,7 +43,6 @@ from dpdc_lightning.privacy.secret import (
 from dpdc_lightning.tensor_files import load_plain
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
-PROVENANCE_FILE = ".provenance.json"
 
 
 def data_provenance(data: ImageData) -> str:
@@ -54,13 +57,15 @@ def keyed_data_digest(data: ImageData, *, seed: int) -> str:
     return data_digest(tensors, key=derive_secret(seed, DATA_DIGEST_PURPOSE))
 
 
-def write_provenance(run_dir: Path, data: ImageData, *, seed: int) -> None:
-    """The folder the data was read from, readable by the owner only (like the secret), and the
-    data's keyed digest, kept with the secret until the run ends."""
+def write_provenance(run_dir: Path, data: ImageData, config: RunConfig, *, seed: int) -> None:
+    """The folder the data was read from and the config's data locations (left out of config.yaml;
+    resume, evaluate and the audits read them back here), readable by the owner only (like the
+    secret), and the data's keyed digest, kept with the secret until the run ends."""
     path = Path(run_dir) / PROVENANCE_FILE
+    record = {"data": data_provenance(data), "locations": data_locations(config)}
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        handle.write(json.dumps({"data": data_provenance(data)}) + "\n")
+        handle.write(json.dumps(record) + "\n")
     store_data_digest(run_dir, keyed_data_digest(data, seed=seed))
 
 
@@ -90,9 +95,18 @@ def check_provenance(run_dir: Path, data: ImageData) -> None:
 def check_data_digest(run_dir: Path, data: ImageData, *, seed: int | None) -> None:
     """A resumed run must read the data it started on: a copied unfinished folder resumed on other
     data would release it with the same noise. Without the secret (``seed`` None: forgotten) the
-    digest cannot be checked; such a run is refused anyway."""
-    digest = read_data_digest(run_dir)  # None: started before digests were kept
-    if digest is not None and seed is not None and digest != keyed_data_digest(data, seed=seed):
+    digest cannot be checked; such a run is refused anyway. Without the digest (deleted) nothing
+    says which data the run started on: refused too (fail closed), never taken as a match."""
+    if seed is None:
+        return
+    digest = read_data_digest(run_dir)
+    if digest is None:
+        raise UserError(
+            f"resume={run_dir}: its {DIGEST_FILE} is missing (deleted), so nothing can show that "
+            f"the data is the data the run started on; start a new run (python train.py "
+            f"forget={run_dir} deletes the old run's secret)"
+        )
+    if digest != keyed_data_digest(data, seed=seed):
         raise UserError(
             f"resume={run_dir}: the data changed since the run started (its keyed digest differs "
             "from the one recorded then); resume it on the data it started with, or start a new run"
@@ -139,13 +153,14 @@ def end_of_run_line(run_dir: Path) -> str:
     if report.get("epsilon") is None:
         plan_file = Path(run_dir) / PLAN_FILE
         steps = json.loads(plan_file.read_text()).get("data_steps") if plan_file.is_file() else None
-        counted = "" if steps is None else f", {steps} steps"
+        counted = "" if steps is None else f", {steps} step{'' if steps == 1 else 's'}"
         return f"bundle written to {run_dir}: not private (ε = ∞){counted}"
     note = " (clamped at 0, see privacy.json)" if "epsilon_note" in report else ""
-    steps = report["steps"]
+    # Every phase that spent privacy (a DP auxiliary run's steps too), as privacy.json lists them.
+    phases = [(p["name"], p["steps"]) for p in report.get("phases", []) if p.get("steps")]
     return (
-        f"bundle written to {run_dir}: ε = {report['epsilon']:.4f}{note}, δ = {report['delta']:g}, "
-        f"{steps} privacy-consuming step{'' if steps == 1 else 's'}"
+        f"bundle written to {run_dir}: ε = {epsilon_text(report['epsilon'])}{note}, "
+        f"δ = {report['delta']:g}, {consuming_steps_text(phases or [('main', report['steps'])])}"
     )
 
 

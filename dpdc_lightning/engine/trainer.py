@@ -136,12 +136,11 @@ def _disk_callbacks(
 def _disk_settings(config: RunConfig, run_dir: Path, *, plan: PrivacyPlan) -> dict[str, Any]:
     """TensorBoard (the config and the plan's outcome as hparams) and the pickle-free checkpoint
     IO, under ``run_dir``."""
-    from omegaconf import OmegaConf
-
+    from dpdc_lightning.config.locations import released_tree
     from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
     from dpdc_lightning.engine.tensorboard import RunLogger, flat_hparams
 
-    settings_tree = OmegaConf.to_container(OmegaConf.structured(config))
+    settings_tree = released_tree(config)  # config.yaml's: no data location (a released file)
     for key in ("run_dir", "runs_root", "resume"):
         settings_tree.pop(key, None)
     # What the plan fixed, beside what was asked (the plan's outcome never goes into the config).

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import lightning as L
 
-from dpdc_lightning.config import RunConfig, to_yaml
+from dpdc_lightning.config import RunConfig, released_yaml, to_yaml
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
@@ -49,6 +49,7 @@ from dpdc_lightning.engine.run_folder import (
 from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
+from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
 from dpdc_lightning.privacy.vacuous import vacuous_guarantee
@@ -67,12 +68,20 @@ def train(config: RunConfig) -> Path:
     if writes:
         _announce(run, config, data, plan=plan)
         if fresh:
-            _create_folder(run_dir, config, data, plan=plan, seed=seed)
+            _create_folder(run_dir, config, data, plan=run.plan, seed=seed)
     with _handed_to_ddp(run_dir, hand=writes), _rollback(run, run_dir, created=writes and fresh):
         result = run.fit(checkpoint=last_checkpoint(run_dir) if config.resume else None)
     if run.trainer.is_global_zero:
         _export(run_dir, result, class_names=data.class_names)
     return run_dir
+
+
+def not_private_warning(config: RunConfig) -> str:
+    """The first line of a non-private run (DM, the default method, is one)."""
+    return (
+        f"warning: method={config.method.name} is NOT private (ε = ∞): its bundle carries no "
+        "privacy guarantee; for one choose a private method, e.g. method=ndpdc"
+    )
 
 
 def _new_plan(config: RunConfig, data: ImageData) -> tuple[PrivacyPlan, int]:
@@ -104,7 +113,8 @@ def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: Pr
     """Where the data came from, settings whose guarantee promises nothing, and whether the test
     split is private: printed once the run starts (a failure before stays one line), before the
     progress starts."""
-    lines = [f"data: {config.dataset.name} from {data_provenance(data)}"]
+    lines = [] if plan.private else [not_private_warning(config)]  # first, not only at the end
+    lines += [f"data: {config.dataset.name} from {data_provenance(data)}"]
     lines += [f"warning: {warning}" for warning in vacuous_guarantee(plan)]
     if data.test_is_private:
         lines.append(
@@ -117,13 +127,14 @@ def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: Pr
 def _create_folder(
     run_dir: Path, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, seed: int
 ) -> None:
-    """A fresh run's folder: config.yaml (the config as given), plan.json, the data's provenance
-    and the secret (a private run's); a write that fails removes the folder again."""
+    """A fresh run's folder: config.yaml (the config as given, less where the data lives),
+    plan.json, the data's provenance (with where it lives, owner-only) and the secret (a private
+    run's); a write that fails removes the folder again."""
     create(run_dir)
     try:
-        atomic_write_text(run_dir / CONFIG_FILE, to_yaml(config))
+        atomic_write_text(run_dir / CONFIG_FILE, released_yaml(config))
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-        write_provenance(run_dir, data, seed=seed)
+        write_provenance(run_dir, data, config, seed=seed)
         if needs_secret(config):
             store_secret(run_dir, seed)
     except OSError as err:
@@ -228,9 +239,15 @@ def planned_config_text(config: RunConfig) -> str:
         "estimated before the run (what it counts: docs/methods.md)\n"
     )
     if not plan.private:
+        print(not_private_warning(config), file=sys.stderr)
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
+    phases = [(name, runs) for name, _, runs in plan.prior_events()]
+    steps = consuming_steps_text([*phases, ("main", plan.data_steps)])
+    steps += (
+        f", the main run {plan.total_steps} in all" if phases else f" ({plan.total_steps} in all)"
+    )
     return text + (
-        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {plan.data_steps} "
-        f"privacy-consuming steps ({plan.total_steps} in all), ε = {plan.planned_epsilon:.4f} "
+        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {steps}, "
+        f"ε = {epsilon_text(plan.planned_epsilon)} "
         f"at δ = {plan.delta:g} ({plan.accountant})\n"
     )

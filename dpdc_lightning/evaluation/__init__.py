@@ -2,7 +2,8 @@
 
 protocol.py (the protocol: settings, schedule, batches, optimiser), engines/ (how the runs are
 trained: lightning, sequential, stacked), train_test.py (the entry points), results.py and plot.py
-(tables, eval.json, figures), progress.py, command.py (``evaluate.py``).
+(tables, eval.json, figures), progress.py, command.py (``evaluate.py``), image_file.py (its
+``--images FILE``).
 
 Names are imported on first use (PEP 562): ``evaluate.py --help`` must not load torch.
 """

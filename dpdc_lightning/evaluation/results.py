@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpdc_lightning.privacy.display import epsilon_text
+
 if TYPE_CHECKING:  # importing it loads Lightning; these functions only read its fields
     from dpdc_lightning.evaluation.protocol import EvalProtocol
 
@@ -193,7 +195,7 @@ def comparison_table(outcomes: list[dict[str, Any]]) -> str:
     ]
     for o in outcomes:
         cells = {r.model: r.cell() for r in o["results"]}
-        eps = "∞" if o["epsilon"] is None else f"{o['epsilon']:.3f}"
+        eps = epsilon_text(o["epsilon"], decimals=3)
         delta = "-" if o["delta"] is None else f"{o['delta']:g}"
         lines.append(
             f"| {o['path'].name} | {o['method']} | {o['dataset']} | {eps} | {delta} | "

@@ -105,7 +105,7 @@ def load_file(path: str) -> AuxiliarySet:
     return AuxiliarySet(
         images.float().contiguous(),
         None if labels is None else labels.long(),
-        f"public file {file.name}",
+        "a public file (method.aux.path; where it lives is not released)",
     )
 
 

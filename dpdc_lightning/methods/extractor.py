@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor
 
+from dpdc_lightning.config.auto import choose_autocast, choose_forward, choose_memory_format
 from dpdc_lightning.config.methods import AUTOCAST_MODES, MEMORY_FORMATS
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.models import build_network, init_weights_
@@ -36,26 +37,15 @@ def bucket_size(n: int) -> int:
 
 
 def resolve_autocast(autocast: str, device: torch.device) -> str:
-    """The precision an ``autocast`` value means on ``device``.
-
-    "auto": TF32 on CUDA GPUs that have it (compute capability >= 8.0): the extractor's convolutions
-    run on tensor cores, while clipping and noise stay float32/float64 (privacy/mechanisms.py).
-    On CPU "auto" is plain float32: a CPU without bf16 units (AVX2 only) emulates bf16 and was
-    slower than float32 (benchmarks/results/ndpdc_vs_reference_speed_cpu.md); a CPU with them
-    (AMX) ran 1.6-2x faster but changed the step-0 image gradient by 6 %
-    (benchmarks/results/ndpdc_speed_cpu.md), so bf16 stays an explicit opt-in there.
-    """
+    """The precision an ``autocast`` value means on ``device`` ("auto": config/auto.py's
+    choose_autocast with this machine's GPU, TF32 on CUDA GPUs of compute capability 8.0 or more,
+    float32 elsewhere). TF32 runs the extractor's convolutions on tensor cores, while clipping and
+    noise stay float32/float64 (privacy/mechanisms.py)."""
     if autocast not in AUTOCAST_MODES:
         raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {autocast!r}")
-    if autocast != "auto":
-        return autocast
-    if (
-        device.type == "cuda"
-        and torch.cuda.is_available()
-        and torch.cuda.get_device_capability(device)[0] >= 8
-    ):
-        return "tf32"
-    return "none"
+    cuda = device.type == "cuda" and torch.cuda.is_available()
+    major = torch.cuda.get_device_capability(device)[0] if cuda else None
+    return choose_autocast(autocast, device_type=device.type, cuda_major=major)
 
 
 @contextlib.contextmanager
@@ -96,16 +86,18 @@ def _frozen_network(
     return net
 
 
+def per_sample_norm(model: ModelConfig) -> bool:
+    """Whether every layer treats each image on its own (no batch norm; VGG/ResNet take a norm
+    too): only then is one forward of all classes (or a zero-padded batch) exact."""
+    return "norm" not in model.options() or model.norm != "batchnorm"
+
+
 def _forward_mode(
     forward: str, model: ModelConfig, *, device: torch.device, per_sample: bool
 ) -> str:
-    """``loop`` (one forward per class) or ``batched`` (one for all classes)."""
-    if forward == "auto":
-        # CPU: one forward per class. Batched ran at 0.7-0.8x of loop on a 2-core Xeon
-        # (benchmarks/results/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
-        # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md).
-        # CUDA: one forward for all classes, since a GPU is starved by 50-image batches.
-        forward = "batched" if device.type == "cuda" and per_sample else "loop"
+    """``loop`` (one forward per class) or ``batched`` (one for all; config/auto.py's
+    choose_forward decides ``auto``)."""
+    forward = choose_forward(forward, device_type=device.type, per_sample=per_sample)
     if forward == "batched" and not per_sample:
         raise ValueError(
             f"batched forward needs per-sample normalisation, model.norm is {model.norm}"
@@ -152,12 +144,11 @@ class RandomExtractor:
             seed=seed,
             device=device,
         )
-        # Batching all classes in one forward is only exact when normalisation is per sample
-        # (VGG/ResNet take a norm too).
-        self.per_sample = "norm" not in model.options() or model.norm != "batchnorm"
+        self.per_sample = per_sample_norm(model)
         self.forward_mode = _forward_mode(forward, model, device=device, per_sample=self.per_sample)
-        if memory_format == "auto":
-            memory_format = _auto_memory_format(device, compiled=bool(compile))
+        memory_format = choose_memory_format(
+            memory_format, device_type=device.type, compiled=bool(compile)
+        )
         # Only the inputs change layout: the convolutions follow them, while the weights stay
         # contiguous, so init_weights_ fills them in the same order as without this option.
         self.memory_format = memory_format
@@ -218,13 +209,3 @@ class RandomExtractor:
         records, no version counters."""
         with torch.inference_mode():
             return self.embed_groups(groups)
-
-
-def _auto_memory_format(device: torch.device, *, compiled: bool) -> str:
-    # CPU, eager: channels-last inputs gave no clear gain at the paper setting (0.99x of contiguous
-    # by the median, 1.12x by the fastest step on a 2-core AVX2 EPYC; 1.12x / 0.87x on a 2-core
-    # Xeon), so the plain layout stays. CPU, compiled: channels-last was a little faster in both
-    # statistics (1.39x vs 1.36x of the authors' loop by the median, 1.46x vs 1.45x by the fastest
-    # step; benchmarks/results/ndpdc_vs_reference_speed_cpu.md) with the same gradient. CUDA: not
-    # measured yet (benchmarks/ndpdc_speed.py --device cuda does), so its default is unchanged.
-    return "channels_last" if compiled and device.type == "cpu" else "contiguous"

@@ -11,11 +11,12 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.augment import DSA
+from dpdc_lightning.config.auto import choose_forward
 from dpdc_lightning.config.methods import FeatureMatchingConfig
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.errors import NumericalFault, UserError
 from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.methods.extractor import RandomExtractor
+from dpdc_lightning.methods.extractor import RandomExtractor, per_sample_norm
 from dpdc_lightning.methods.memory import FLOAT, Need, network_cost, poisson_high
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.privacy.mechanisms import clip_rows
@@ -57,9 +58,11 @@ class FeatureMatchingMethod(CondensationMethod):
         # From the config alone, never the class sizes (private with privacy.class_sizes=private).
         size = cls.sample_size(config)
         batch = int(size) if cls.sampling == "per_class_fixed" else poisson_high(size)
-        batched = config.forward == "batched" or (
-            config.forward == "auto" and device.type == "cuda"
+        # The extractor's own choice (a batch-norm extractor forwards class by class even on CUDA).
+        forward = choose_forward(
+            config.forward, device_type=device.type, per_sample=per_sample_norm(model)
         )
+        batched = forward == "batched"
         real = batch * (cost.forward + 2 * image) * (data.num_classes if batched else 1)
         # Per synthetic image: what autograd keeps, the gradient of the widest layer while the
         # backward passes it (half its input + output), and DSA's copies (input, sampling grid,

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from dpdc_lightning.config.auto import choose_device
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.models.registry import NETWORKS
@@ -128,10 +129,15 @@ def _network_cost(
 
 
 def run_device(trainer: dict) -> torch.device:
-    """The device Lightning will compute on for these ``trainer.*`` options (CUDA or CPU)."""
-    accelerator = str(trainer.get("accelerator", "auto")).lower()
-    cuda = accelerator in ("auto", "gpu", "cuda") and torch.cuda.is_available()
-    return torch.device("cuda" if cuda else "cpu")
+    """The device Lightning will compute on for these ``trainer.*`` options (config/auto.py's
+    choose_device with this machine's CUDA and MPS). An accelerator that is not there is estimated
+    on the host: Lightning refuses it when the trainer is built."""
+    cuda, mps = torch.cuda.is_available(), torch.backends.mps.is_available()
+    kind = choose_device(
+        str(trainer.get("accelerator", "auto")), cuda_available=cuda, mps_available=mps
+    )
+    present = {"cuda": cuda, "mps": mps}.get(kind, True)
+    return torch.device(kind if present else "cpu")
 
 
 def total_bytes(needs: Iterable[Need]) -> int:

@@ -28,6 +28,17 @@ from dpdc_lightning.privacy.mechanisms import PrivacyEvent, noisy_clipped_mean, 
 from dpdc_lightning.privacy.noise import NoiseStream, noise_source
 
 
+def rows_to_host(rows: list[Tensor], *, device_type: str) -> list[Tensor]:
+    """The partitions' rows as the mechanism gets them. The mechanism clips and noises on the CPU
+    in float64, so rows on an accelerator (``device_type`` not ``cpu``) come over in ONE float64
+    copy of every partition's rows (a copy per partition would wait for the accelerator once per
+    partition); rows already on the CPU are passed as they are."""
+    if device_type == "cpu" or len(rows) <= 1:
+        return rows
+    sizes = [len(part_rows) for part_rows in rows]
+    return list(torch.cat(rows).to("cpu", torch.float64).split(sizes))
+
+
 @dataclass(frozen=True)
 class Records:
     """The records one data step releases from, by partition: a class (per-class sampling), or
@@ -124,11 +135,7 @@ class PrivateRelease:
         context = self.release_context(step)
         rows = self.release_rows(records, step=step, context=context)
         device = rows[0].device if rows else torch.device("cpu")
-        if device.type != "cpu" and len(rows) > 1:
-            # The mechanism clips and noises on the CPU in float64: ONE copy of every partition's
-            # rows (a copy per partition would wait for the accelerator once per partition).
-            sizes = [len(part_rows) for part_rows in rows]
-            rows = list(torch.cat(rows).to("cpu", torch.float64).split(sizes))
+        rows = rows_to_host(rows, device_type=device.type)
         released = {}
         for partition, part_rows in zip(records.partitions, rows):
             out, event = self.release(part_rows, step=step, partition=partition)

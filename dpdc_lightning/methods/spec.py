@@ -20,6 +20,8 @@ class DataSpec:
     # exact ones, or those the data declares when its exact training sizes are not public
     # (data/loaders/own.py).
     public_class_sizes: tuple[float, ...] = ()
+    # The data set's class names (public: the bundle carries them), for messages; () if unknown.
+    class_names: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, data: Any, *, plan: PrivacyPlan | None = None) -> DataSpec:
@@ -38,4 +40,5 @@ class DataSpec:
             image_shape=tuple(data.train_images.shape[1:]),
             class_sizes=tuple(sizes),
             public_class_sizes=public,
+            class_names=tuple(str(n) for n in getattr(data, "class_names", None) or ()),
         )

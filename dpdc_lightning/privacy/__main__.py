@@ -21,11 +21,11 @@ import argparse
 import math
 import sys
 from collections.abc import Sequence
-from decimal import ROUND_CEILING, Decimal
 from fractions import Fraction
 from typing import NoReturn
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.display import epsilon_text
 
 _ACCOUNTANT_NAMES = {
     "rdp": "RDP (Opacus' default orders, Balle et al. 2020 conversion)",
@@ -51,10 +51,9 @@ def _number(text: str) -> float:
         ) from None
 
 
-def _epsilon_text(epsilon: float) -> str:
-    if not math.isfinite(epsilon):
-        return str(epsilon)
-    return str(Decimal(epsilon).quantize(Decimal("0.0001"), rounding=ROUND_CEILING))
+def _shown(epsilon: float) -> str:
+    """ε rounded up at 4 decimals (privacy/display.py); ``inf`` as Python writes it, for scripts."""
+    return epsilon_text(epsilon) if math.isfinite(epsilon) else str(epsilon)
 
 
 def _build_parser() -> argparse.ArgumentParser:
@@ -120,7 +119,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _verify(run_dir: str) -> int:
-    from dpdc_lightning.privacy.verify import format_verdict, verify_run
+    from dpdc_lightning.privacy.verdict import format_verdict
+    from dpdc_lightning.privacy.verify import verify_run
 
     verdict = verify_run(run_dir)
     print(format_verdict(verdict))
@@ -152,7 +152,7 @@ def _epsilon(args: argparse.Namespace, accountant: str) -> None:
     if clamped:
         print(f"note: {CLAMP_NOTE}")
     print("epsilon (upper bound, rounded up to 4 decimals):")
-    print(_epsilon_text(epsilon))
+    print(_shown(epsilon))
 
 
 def _calibrate(args: argparse.Namespace, accountant: str) -> None:
@@ -179,7 +179,7 @@ def _calibrate(args: argparse.Namespace, accountant: str) -> None:
     print(accountant)
     if clamped:
         print(f"note: {CLAMP_NOTE}")
-    print(f"this noise multiplier gives epsilon {_epsilon_text(achieved)}")
+    print(f"this noise multiplier gives epsilon {_shown(achieved)}")
     print("noise multiplier (noise std / L2 sensitivity):")
     print(repr(sigma))
 

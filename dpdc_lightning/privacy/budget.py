@@ -123,6 +123,10 @@ class PrivacyBudget:
                 f"{sorted(map(str, described))}"
             )
         spent = events[0][1]
+        if self.plan.sensitivity is not None and spent.sensitivity != self.plan.sensitivity:
+            raise RuntimeError(
+                f"spent sensitivity {spent.sensitivity}, the plan's {self.plan.sensitivity}"
+            )
         step_event = PrivacyEvent(
             noise_multiplier=planned.noise_multiplier,
             sample_rate=planned.sample_rate,

@@ -42,7 +42,13 @@ import math
 
 import numpy as np
 
-from dpdc_lightning.privacy.analysis import RDP_ORDERS, History, check_history, rdp_vector
+from dpdc_lightning.privacy.analysis import (
+    RDP_ORDERS,
+    History,
+    check_history,
+    quiet_opacus,
+    rdp_vector,
+)
 
 # Agreement of two float computations of the same quantity, relative to max(1, ε): 50 times the
 # largest difference measured (2e-11, see above), 1e5 times below the 4 decimals ε is printed with.
@@ -112,9 +118,10 @@ def integer_order_epsilons(history: History, *, delta: float) -> tuple[float, fl
 
     if not check_history(history):
         return 0.0, 0.0
-    ours, _ = opacus_rdp.get_privacy_spent(
-        orders=list(INTEGER_ORDERS), rdp=rdp_vector(history)[_INTEGER], delta=delta
-    )
+    with quiet_opacus():  # its "optimal order is the smallest alpha" on a vacuous ε: harmless
+        ours, _ = opacus_rdp.get_privacy_spent(
+            orders=list(INTEGER_ORDERS), rdp=rdp_vector(history)[_INTEGER], delta=delta
+        )
     return max(0.0, float(ours)), _dp_epsilon(_rdp_curve(history), _INTEGER, delta=delta)
 
 

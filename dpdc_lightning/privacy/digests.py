@@ -4,6 +4,9 @@
   as ``bundle.sha256``; :func:`plan_digest` (sha256 of the plan's canonical JSON) as
   ``plan_sha256``. Both are digests of released or public content: ``dpdc-privacy verify`` checks
   that privacy.json, plan.json and synthetic.pt belong together.
+- :func:`config_digest` (sha256 of the released config, config.yaml, without the run's own location)
+  is written into privacy.json as ``config_sha256``: verify checks config.yaml against it, so a
+  config edited after the run (another σ, another clip norm) is refused by every reader.
 - :func:`data_digest` is the content digest of the PRIVATE data a run started on. It is keyed
   (BLAKE2b, RFC 7693, in its keyed mode: a MAC) with a key derived from the run's 256-bit secret, so
   that without the secret nobody can test a guessed data set against it; it lives beside the secret
@@ -17,14 +20,18 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+if TYPE_CHECKING:  # torch-free at import: config/ hashes its config with config_digest
+    from torch import Tensor
 
 # The files of a finished run the digests tie together (engine/bundle.py, run_folder.py write them).
 BUNDLE_TENSORS = "synthetic.pt"
 PRIVACY_REPORT = "privacy.json"
 PLAN_FILE = "plan.json"
+CONFIG_FILE = "config.yaml"
+# Where the run lives: not part of what it computed, so not part of the config's digest.
+RUN_LOCATION_KEYS = ("run_dir", "runs_root", "resume")
 DATA_DIGEST_PURPOSE = "data-digest"  # the derive_secret purpose of the data digest's key
 DATA_DIGEST_NAME = "blake2b-256-keyed"
 
@@ -41,6 +48,15 @@ def plan_digest(plan: Mapping[str, Any]) -> str:
     """sha256 of a plan's ``to_dict()`` as canonical JSON (sorted keys, no spaces): the same for
     plan.json however it is indented, different for any changed value."""
     text = json.dumps(dict(plan), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def config_digest(tree: Mapping[str, Any]) -> str:
+    """sha256 of a config tree (config.yaml as parsed, or the config as a plain dict) as canonical
+    JSON, without :data:`RUN_LOCATION_KEYS`: the same for the file however YAML lays it out,
+    different for any changed value."""
+    kept = {key: value for key, value in dict(tree).items() if key not in RUN_LOCATION_KEYS}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

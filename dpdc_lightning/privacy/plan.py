@@ -96,6 +96,11 @@ class PrivacyPlan:
     # Once the plan exists these are the only sizes anything sees (DataSpec, normalisers, messages):
     # with private sizes, the exact counts never leave plan_run.
     class_sizes: tuple[float, ...] = ()
+    # The L2 sensitivity the method declares for a data step's rows (methods/release.py), a
+    # function of the config and the public shape: set when the method is built, before a record
+    # is read. Every event must spend it (privacy/budget.py); verify checks privacy.json's noise
+    # std against noise_multiplier x this. None: not private, or not yet built.
+    sensitivity: float | None = None
 
     @property
     def total_steps(self) -> int:

@@ -7,7 +7,12 @@ need no accountant (privacy/verify.py adds the ε rows).
 - ``events``: what privacy.json says was spent is what the plan fixed before the data was read:
   the phases (class-size release, DP auxiliary set, the condensation's steps) in order, each
   history's noise multiplier, sample rate and steps, δ, the accountant, the target, the sampling
-  (per class or over the whole set), and noise std = noise multiplier × sensitivity.
+  (per class or over the whole set), the neighbouring relation the accountant assumes, the
+  sensitivity the method declared (plan.json) and noise std = noise multiplier × that sensitivity;
+- ``config.yaml``: its digest is privacy.json's ``config_sha256`` (an edited config, e.g. another
+  σ, would otherwise be read by evaluate and the audits as the run's);
+- ``secrets``: no file of the run's private state (its secret, its data digest) is left in the
+  folder: whoever holds the secret can subtract the noise.
 
 Each check is a :class:`Check`: a name, a verdict and one line saying what was compared.
 """
@@ -22,13 +27,16 @@ from typing import Any
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.digests import (
     BUNDLE_TENSORS,
+    CONFIG_FILE,
     PLAN_FILE,
     PRIVACY_REPORT,
+    config_digest,
     plan_digest,
     tensors_digest,
 )
 from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.report import nonnegative_epsilon
+from dpdc_lightning.privacy.report import NEIGHBOURING, nonnegative_epsilon
+from dpdc_lightning.privacy.secret import SECRET_FILES
 from dpdc_lightning.tensor_files import load_plain
 
 MAIN_PHASE = "main"
@@ -128,6 +136,43 @@ def plan_check(run_dir: Path, report: dict[str, Any]) -> tuple[Check, PrivacyPla
     return Check(name, True, f"sha256 {digest[:16]}… = privacy.json plan_sha256"), plan
 
 
+def config_check(run_dir: Path, report: dict[str, Any]) -> Check:
+    """config.yaml parsed and matched to privacy.json's ``config_sha256`` (privacy/digests.py)."""
+    import yaml
+
+    name, path, recorded = CONFIG_FILE, run_dir / CONFIG_FILE, report.get("config_sha256")
+    if not isinstance(recorded, str):
+        return Check(name, False, "privacy.json records no config_sha256 (edited)")
+    try:
+        tree = yaml.safe_load(path.read_text())
+        digest = config_digest(tree)
+    except FileNotFoundError:
+        return Check(name, False, f"{path} is missing")
+    except (OSError, ValueError, TypeError, AttributeError, yaml.YAMLError) as err:
+        return Check(name, False, f"{path} is not a readable config ({type(err).__name__})")
+    if digest != recorded:
+        return Check(
+            name,
+            False,
+            f"sha256 {digest[:16]}… but privacy.json records {recorded[:16]}…: config.yaml was "
+            "edited after the run (or belongs to another)",
+        )
+    return Check(name, True, f"sha256 {digest[:16]}… = privacy.json config_sha256")
+
+
+def secrets_check(run_dir: Path) -> Check:
+    """No file of the run's private state left beside the bundle."""
+    left = [name for name in SECRET_FILES if (run_dir / name).exists()]
+    if left:
+        return Check(
+            "secrets",
+            False,
+            f"{', '.join(left)} left in the folder: whoever holds it can subtract the noise; "
+            f"delete it (python train.py forget={run_dir}) before the folder leaves your hands",
+        )
+    return Check("secrets", True, f"no {' or '.join(SECRET_FILES)} in the folder")
+
+
 def planned_phases(plan: PrivacyPlan, *, steps: int) -> list[tuple[str, list[list[float]]]]:
     """The phases the plan pays for, in order, each with its history as privacy.json writes it,
     after ``steps`` of the plan's data steps (a run stopped early by a trainer option, e.g.
@@ -158,7 +203,11 @@ def events_check(report: dict[str, Any], plan: PrivacyPlan) -> Check:
             "; ".join(wrong[:3]) + (f" (+{len(wrong) - 3} more)" if len(wrong) > 3 else ""),
         )
     phases = ", ".join(p for p, _ in planned_phases(plan, steps=report["steps"]))
-    return Check(name, True, f"phases {phases} as planned: σ, q, steps, δ, accountant, sampling")
+    return Check(
+        name,
+        True,
+        f"phases {phases} as planned: σ, q, steps, δ, accountant, sampling, relation, sensitivity",
+    )
 
 
 def _differences(report: dict[str, Any], plan: PrivacyPlan) -> list[str]:
@@ -166,6 +215,7 @@ def _differences(report: dict[str, Any], plan: PrivacyPlan) -> list[str]:
     if summary.get("planned_epsilon") is not None:
         summary["planned_epsilon"] = nonnegative_epsilon(summary["planned_epsilon"])[0]
     expected = {
+        "neighbouring_relation": NEIGHBOURING,
         "delta": plan.delta,
         "accountant": plan.accountant,
         "target_epsilon": plan.target_epsilon,
@@ -196,17 +246,31 @@ def _differences(report: dict[str, Any], plan: PrivacyPlan) -> list[str]:
             wrong.append(
                 f"phase {phase.get('name')}: steps {phase.get('steps')} are not its history's"
             )
-    sensitivity, std = report.get("sensitivity"), report.get("noise_std")
-    if (
-        not (
-            isinstance(sensitivity, (int, float))
-            and sensitivity > 0
-            and isinstance(std, (int, float))
-        )
-        or abs(std - plan.noise_multiplier * sensitivity) > 1e-12 * std
-    ):
-        wrong.append(f"noise_std {std!r} is not noise_multiplier × sensitivity {sensitivity!r}")
+    wrong += _noise_differences(report, plan)
     whole_set = "over the whole data set" in str(report.get("mechanism"))
     if whole_set != (plan.sampling == "global_poisson"):
         wrong.append(f"mechanism {report.get('mechanism')!r}, plan.json samples {plan.sampling}")
+    return wrong
+
+
+def _noise_differences(report: dict[str, Any], plan: PrivacyPlan) -> list[str]:
+    """The stated sensitivity is the one the method declared when its plan was fixed, and the
+    stated noise std is the plan's noise multiplier times it (not times the stated sensitivity:
+    both edited together must fail too)."""
+    declared, sensitivity, std = (
+        plan.sensitivity,
+        report.get("sensitivity"),
+        report.get("noise_std"),
+    )
+    if not (isinstance(declared, (int, float)) and declared > 0):
+        return [f"plan.json declares no sensitivity ({declared!r}): written by an older version"]
+    wrong = []
+    if sensitivity != declared:
+        wrong.append(f"sensitivity {sensitivity!r}, the method declared {declared!r} (plan.json)")
+    if not isinstance(std, (int, float)) or abs(
+        std - plan.noise_multiplier * declared
+    ) > 1e-12 * abs(std):
+        wrong.append(
+            f"noise_std {std!r} is not noise_multiplier × the declared sensitivity {declared!r}"
+        )
     return wrong

@@ -22,6 +22,9 @@ from pathlib import Path
 
 SECRET_FILE = ".private_seed"
 DIGEST_FILE = ".data_digest"
+# Every file of a run's private state that must not outlive it: `dpdc-privacy verify` fails a
+# bundle folder holding one (a copied or shared folder would hand it on).
+SECRET_FILES = (SECRET_FILE, DIGEST_FILE)
 SECRET_BITS = (
     256  # the key of the SHAKE-256 noise stream (privacy/noise.py): a 63-bit key could be searched
 )
@@ -79,6 +82,6 @@ def store_data_digest(run_dir: Path, digest: str) -> None:
 
 
 def read_data_digest(run_dir: Path) -> str | None:
-    """The stored data digest, or None (a run started before digests were kept, or forgotten)."""
+    """The stored data digest, or None (deleted, or forgotten: a resume then is refused)."""
     path = Path(run_dir) / DIGEST_FILE
     return path.read_text().strip() if path.is_file() else None

@@ -3,8 +3,10 @@
 privacy.json states ε and δ and every event they rest on; plan.json holds the plan fixed before
 the data was read; synthetic.pt is the release. :func:`verify_run` checks, in this order:
 
-1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, and the
-   events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling);
+1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, the
+   events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling,
+   neighbouring relation, the method's declared sensitivity and the noise std), config.yaml's
+   sha256, and no secret of the run left in the folder;
 2. every phase's ε and the total ε, recomputed from the recorded events three ways: our
    accountant (Opacus RDP or PRV, as recorded) must give the recorded value; dp-accounting's RDP
    must agree with ours where the two compute the same quantity; dp-accounting's PLD lower bound
@@ -22,35 +24,23 @@ export refuse a bundle whose verdict is not ok (engine/bundle.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy import crosscheck
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.receipt import (
     Check,
     Numbers,
+    config_check,
     events_check,
     plan_check,
     read_report,
+    secrets_check,
     tensors_check,
 )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    run_dir: Path
-    report: dict[str, Any]
-    checks: tuple[Check, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(check.ok for check in self.checks)
-
-    @property
-    def failed(self) -> tuple[Check, ...]:
-        return tuple(check for check in self.checks if not check.ok)
+from dpdc_lightning.privacy.verdict import Verdict
 
 
 def verify_run(run_dir: str | Path) -> Verdict:
@@ -62,6 +52,7 @@ def verify_run(run_dir: str | Path) -> Verdict:
     checks.append(planned)
     if plan is not None:
         checks += _safely("events", lambda: [events_check(report, plan)])
+    checks += [config_check(run_dir, report), secrets_check(run_dir)]
     if report.get("epsilon") is not None:
         checks += _safely("accounting", lambda: accounting_checks(report))
     return Verdict(run_dir=run_dir, report=report, checks=tuple(checks))
@@ -200,10 +191,13 @@ def _budget_check(report: dict[str, Any]) -> Check:
     if target is not None and not crosscheck.at_most(epsilon, float(target)):
         return Check("budget", False, f"ε {epsilon!r} is above privacy.target_epsilon {target!r}")
     within = "no target" if target is None else f"≤ target {target:g}"
+    spent = epsilon_text(epsilon, decimals=6)
     if complete:
-        return Check("budget", True, f"ε {epsilon:.6f} = the plan's ε, {within}")
-    spent = f"{steps} of {plan.get('data_steps')} planned steps"
-    return Check("budget", True, f"ε {epsilon:.6f} < the plan's {planned:.6f} ({spent}), {within}")
+        return Check("budget", True, f"ε {spent} = the plan's ε, {within}")
+    steps_spent = (
+        f"{epsilon_text(planned, decimals=6)} ({steps} of {plan.get('data_steps')} planned steps)"
+    )
+    return Check("budget", True, f"ε {spent} < the plan's {steps_spent}, {within}")
 
 
 def _statements_check(report: dict[str, Any]) -> Check:
@@ -229,52 +223,6 @@ def _statements_check(report: dict[str, Any]) -> Check:
                 "statements", False, f"input {entry.get('input')!r}: ε share is not its phase's"
             )
     return Check("statements", True, "noise truncation δ and inputs' ε shares follow from ε")
-
-
-def format_verdict(verdict: Verdict) -> str:
-    """The short table ``dpdc-privacy verify`` prints, its last line the verdict."""
-    report = verdict.report
-    epsilon = report.get("epsilon")
-    delta, accountant = report.get("delta"), report.get("accountant")
-    claim = (
-        "not private (ε = ∞)"
-        if epsilon is None
-        else f"ε = {_number(epsilon, '.4f')}, δ = {_number(delta, 'g')}, {accountant} accountant"
-    )
-    lines = [f"verify {verdict.run_dir}: {report.get('method')}, {claim}"]
-    rows = [c for c in verdict.checks if c.numbers is not None]
-    if rows:
-        lines.append(
-            f"{'ε':<18}{'recorded':>10}{'ours':>10}{'RDP (dp-acc)':>14}{'PLD (dp-acc)':>20}"
-        )
-        for check in rows:
-            n = check.numbers
-            rdp = "" if n.rdp is None else f"{n.rdp:.6f}"
-            pld = "" if n.pld_lower is None else f"[{n.pld_lower:.4f}, {n.pld_upper:.4f}]"
-            lines.append(
-                f"{check.name:<18}{n.recorded:>10.6f}{n.ours:>10.6f}{rdp:>14}{pld:>20}  "
-                + (f"ok, {check.detail}" if check.ok else "FAIL")
-            )
-    for check in verdict.checks:
-        if check.numbers is None or not check.ok:
-            lines.append(f"{check.name:<18}{'ok' if check.ok else 'FAIL':<6}{check.detail}")
-    if report.get("noise_mode") == "reproducible":
-        lines.append(
-            "note: privacy.reproducible_noise=true: NOT private to anyone who knows the seed"
-        )
-    if verdict.ok:
-        what = "a non-private release, as stated" if epsilon is None else f"ε = {epsilon:.4f}"
-        lines.append(f"verified: {what}; {len(verdict.checks)} checks passed")
-    else:
-        names = ", ".join(c.name for c in verdict.failed)
-        lines.append(
-            f"NOT verified: {len(verdict.failed)} of {len(verdict.checks)} checks failed ({names})"
-        )
-    return "\n".join(lines)
-
-
-def _number(value: Any, spec: str) -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else repr(value)
 
 
 def refusal(verdict: Verdict) -> str:

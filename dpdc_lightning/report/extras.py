@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report.html import box, facts, image, number, section, table, text
 
 EVAL_FILE = "eval.json"
@@ -23,6 +24,11 @@ AUDIT_NOTE = (
     "without any protection. Keep this section with the data owner: remove it (or re-render the "
     "page without the audit files) before handing this page on.</p>"
 )
+
+
+def _accounted(value: float | None) -> str:
+    """An accounted ε, rounded up as every output shows it ("none" when absent)."""
+    return "none" if value is None else epsilon_text(value)
 
 
 def sections(run_dir: Path) -> list[str]:
@@ -111,7 +117,7 @@ def _strength_rows(name: str, attacks: dict[str, Any]) -> list[list[str]]:
 def _mia(report: dict[str, Any], run_dir: Path) -> str:
     rows = []
     for t, entry in enumerate(report.get("targets", [])):
-        name = f"target{t} (accounted ε {number(entry.get('accounted_epsilon'))})"
+        name = f"target{t} (accounted ε {_accounted(entry.get('accounted_epsilon'))})"
         rows += _strength_rows(name, entry.get("attacks", {}))
     rows += _strength_rows("bundle (strength only)", report.get("bundle", {}).get("attacks", {}))
     reduced = report.get("protocol", {}).get("reduced", "")
@@ -120,7 +126,7 @@ def _mia(report: dict[str, Any], run_dir: Path) -> str:
     if canary:
         right = f"{canary.get('correct')}/{canary.get('guesses')} guesses right"
         bound = number(canary.get("epsilon_lower_bound"))
-        claim = number(canary.get("accounted_epsilon"))
+        claim = _accounted(canary.get("accounted_epsilon"))
         line = f"{right}; ε lower bound {bound} (accounted {claim})"
         body += facts([("canaries", text(line))])
     roc = report.get("files", {}).get("roc")
@@ -134,14 +140,14 @@ def _mia(report: dict[str, Any], run_dir: Path) -> str:
 def _whitebox_facts(report: dict[str, Any]) -> str:
     cp, gdp, one = (report.get(k, {}) for k in ("clopper_pearson", "gaussian_dp", "one_run"))
     accountants = ", ".join(
-        f"{k} {number(v)}" for k, v in report.get("accounted_epsilon", {}).items()
+        f"{k} {_accounted(v)}" for k, v in report.get("accounted_epsilon", {}).items()
     )
     counts = f"FP {cp.get('fp')}/{cp.get('negatives')}, FN {cp.get('fn')}/{cp.get('positives')}"
     chosen = f"{cp.get('statistic')}, threshold {number(cp.get('threshold'))}, {counts}"
     interval = ", ".join(number(x) for x in gdp.get("interval", []))
     pairs = [
         ("method, release", f"{report.get('method')}, {report.get('release')}"),
-        ("accounted ε", f"{number(report.get('claimed_epsilon'))} ({accountants})"),
+        ("accounted ε", f"{_accounted(report.get('claimed_epsilon'))} ({accountants})"),
         ("Clopper–Pearson lower bound", f"{number(cp.get('epsilon'))} ({chosen})"),
         ("confidence", number(cp.get("confidence"))),
         ("Gaussian-DP estimate", f"{number(gdp.get('epsilon'))} [{interval}] (never compared)"),
@@ -161,7 +167,7 @@ def _canary_figure(report: dict[str, Any]) -> str:
     histogram = cp.get("distribution")
     if not histogram:
         return ""
-    bound, claim = number(cp.get("epsilon")), number(report.get("claimed_epsilon"))
+    bound, claim = number(cp.get("epsilon")), _accounted(report.get("claimed_epsilon"))
     png = canary_distribution_png(
         edges=histogram["edges"],
         present=histogram["present"],
@@ -185,7 +191,8 @@ def _release(report: dict[str, Any], run_dir: Path) -> str:
     rows = _strength_rows("bundle (strength only)", report.get("bundle_strength", {}))
     for target in report.get("targets", []):
         name = (
-            f"target{target.get('index')} (accounted ε {number(target.get('accounted_epsilon'))})"
+            f"target{target.get('index')} "
+            f"(accounted ε {_accounted(target.get('accounted_epsilon'))})"
         )
         for attack, b in target.get("bounds", {}).items():
             bound = f"{number(b.get('epsilon'))} (one run, {b.get('correct')}/{b.get('guesses')})"

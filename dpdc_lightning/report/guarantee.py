@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report.html import box, facts, number, sourced, table, text
 
 COVERED = (
@@ -21,7 +22,7 @@ NOT_COVERED = (
 
 
 def eps_cell(value: float | None, source: str) -> str:
-    return "∞ (not private)" if value is None else sourced(f"{value:.4f}", source)
+    return "∞ (not private)" if value is None else sourced(epsilon_text(value), source)
 
 
 def delta(privacy: dict[str, Any]) -> str:
@@ -138,7 +139,7 @@ def coverage(privacy: dict[str, Any]) -> str:
                 text(entry.get("input")),
                 text(entry.get("status")),
                 sourced(entry.get("detail", ""), at + "detail"),
-                "" if alone is None else sourced(f"{alone:.4f}", at + "epsilon_alone"),
+                "" if alone is None else sourced(epsilon_text(alone), at + "epsilon_alone"),
             ]
         )
     held_out = any(

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report import extras
 from dpdc_lightning.report.events import scalars
 from dpdc_lightning.report.guarantee import coverage, delta, eps_cell, guarantee
@@ -38,7 +39,8 @@ PRIVACY_FILE, PLAN_FILE, CONFIG_FILE, GRID_FILE = (
 
 def verdict(run_dir: Path) -> tuple[bool, str]:
     """(passed, its last line) of ``dpdc-privacy verify`` on the bundle in ``run_dir``."""
-    from dpdc_lightning.privacy.verify import format_verdict, verify_run
+    from dpdc_lightning.privacy.verdict import format_verdict
+    from dpdc_lightning.privacy.verify import verify_run
 
     found = verify_run(run_dir)
     return found.ok, format_verdict(found).splitlines()[-1]
@@ -102,7 +104,7 @@ def _verification(run_dir: Path, epsilon: float | None) -> str:
     passed, line = verdict(run_dir)
     shown = text(line)
     if epsilon is not None:  # ε as privacy.json states it (the ledger's field), not a new number
-        stated = f"ε = {epsilon:.4f}"
+        stated = f"ε = {epsilon_text(epsilon)}"
         shown = shown.replace(stated, f"ε = {eps_cell(epsilon, 'privacy.json:epsilon')}")
     return box("covered" if passed else "not-covered", f"<p>{shown}</p>")
 

@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from dpdc_lightning.privacy.composition import cost_by_data, finished_releases
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report.html import box, image, number, page, section, sourced, table, text
 
 FIGURE_FILE, MEMBER_PAGE = "sweep.png", "report.html"
@@ -24,7 +25,7 @@ PRIVATE_TEST = (
 
 
 def _eps(value: float | None, source: str) -> str:
-    return "∞ (not private)" if value is None else sourced(f"{value:.4f}", source)
+    return "∞ (not private)" if value is None else sourced(epsilon_text(value), source)
 
 
 def _member_rows(folder: Path, rows: list[dict[str, Any]], models: list[str]) -> list[list[str]]:
@@ -76,9 +77,9 @@ def _composition(rows: list[dict[str, Any]]) -> str:
             total = f"ε = ∞: {text(', '.join(cost.not_private))} carries no guarantee"
         else:
             total = (
-                f"ε = {sourced(f'{cost.epsilon:.4f}', 'composition:epsilon')} at δ = "
+                f"ε = {sourced(epsilon_text(cost.epsilon), 'composition:epsilon')} at δ = "
                 f"{text(f'{cost.delta:g}')} (adding their ε would give "
-                f"{sourced(f'{cost.sum_of_epsilons:.4f}', 'composition:sum_of_epsilons')})"
+                f"{sourced(epsilon_text(cost.sum_of_epsilons), 'composition:sum_of_epsilons')})"
             )
         items.append(
             f"<li><strong>{text(cost.data)}</strong>: {len(cost.releases)} member(s) "

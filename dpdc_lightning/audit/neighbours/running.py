@@ -92,7 +92,13 @@ def execute(
             couple_sampling(patch, removed)
         patches(patch)
 
-    code, outputs = run_cli(tokens, folder=work / "out", work=work, patches=install, runner=runner)
+    try:
+        code, outputs = run_cli(
+            tokens, folder=work / "out", work=work, patches=install, runner=runner
+        )
+    except Exception as error:  # a crash (the method's or the framework's): a failed run, a row
+        line = f"{type(error).__name__}: {error}".replace(str(work), "<work>")
+        code, outputs = 1, {"exit_code": 1, "stderr": line, "stdout": "", "files": None}
     return Outcome(code, outputs, tap.calls, tap.draws)
 
 
@@ -129,7 +135,7 @@ def prepared(case: Case, work: Path) -> Prepared:
             from dpdc_lightning.data.registry import register_dataset
 
             _API["make"] = _api_data
-            register_dataset(API_DATASET, lambda root: _API["make"]())
+            register_dataset(API_DATASET, lambda root: _API["make"](), replace=True)
         try:
             data = _load(case, work)
         except UserError:  # a bad record refused at load: run() says so in one line (run_case)

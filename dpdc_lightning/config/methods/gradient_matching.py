@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from dpdc_lightning.config.auto import choose_loop_sizes
 from dpdc_lightning.config.methods.base import MethodConfig
 from dpdc_lightning.config.schema import at_least_one, choice, positive
 from dpdc_lightning.errors import UserError
@@ -101,7 +102,7 @@ class PSGConfig(GradientMatchingConfig):
         """(T, J): ``outer_loop``/``inner_loop`` when set; else, with ``loop_sizes=auto``, what the
         authors' scripts use: the per-IPC table for pixels and (2, 10) for the generator prior;
         ``table``: the table."""
-        if self.prior == "generator" and self.loop_sizes == "auto":
+        if choose_loop_sizes(self.loop_sizes, prior=self.prior) == "authors":
             outer, inner = PRIOR_LOOP_SIZES
             return self.outer_loop or outer, self.inner_loop or inner
         return super().loops()

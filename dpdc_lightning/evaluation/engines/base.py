@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
+from dpdc_lightning.config.auto import choose_device, choose_engine
 from dpdc_lightning.evaluation.engines import check_engine
 from dpdc_lightning.evaluation.protocol import EvalProtocol, Schedule, init_generator
 
@@ -84,18 +85,17 @@ class Engine(ABC):
 
 
 def resolve_device(accelerator: str) -> torch.device:
-    """The device Lightning would pick for ``accelerator`` (auto: CUDA, then MPS, then CPU)."""
-    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
-        return torch.device("cuda")
-    if accelerator == "mps" or (accelerator == "auto" and torch.backends.mps.is_available()):
-        return torch.device("mps")
-    return torch.device("cpu")
+    """The device Lightning would pick for ``accelerator`` (config/auto.py's choose_device, with
+    this machine's CUDA and MPS)."""
+    return torch.device(
+        choose_device(
+            accelerator,
+            cuda_available=torch.cuda.is_available(),
+            mps_available=torch.backends.mps.is_available(),
+        )
+    )
 
 
 def resolve_engine(engine: str, device: torch.device) -> str:
-    """``auto`` is ``stacked`` on a CUDA GPU and ``sequential`` elsewhere (measured: on a CPU the
-    vmapped convolutions become grouped ones, which run slower;
-    benchmarks/results/eval_speed_cpu.md)."""
-    if check_engine(engine) != "auto":
-        return engine
-    return "stacked" if device.type == "cuda" else "sequential"
+    """``eval.engine`` for ``device`` (``auto``: config/auto.py's choose_engine)."""
+    return choose_engine(check_engine(engine), device_type=device.type)

@@ -1,0 +1,175 @@
+"""Every setting whose value depends on the machine (the ``auto`` values): one pure function per
+decision, of explicit inputs, and the table of them.
+
+An ``auto`` that reads the machine (is CUDA there, the GPU's compute capability, MPS) takes one
+branch on the machines that build this project and another on a user's. So each decision here is a
+function of what it reads, which its caller reads from torch and passes in: the suite forces every
+branch on any machine (tests/test_auto_decisions.py walks :data:`DECISIONS`), and runs the code path
+of every branch a CPU can run. No torch here (config imports none).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+def choose_device(accelerator: str, *, cuda_available: bool, mps_available: bool) -> str:
+    """The device type an accelerator name computes on. ``auto`` follows Lightning's own order
+    (lightning.fabric's _select_auto_accelerator: MPS, then CUDA, then the CPU), so the evaluator
+    and the memory estimate pick what the condensation's Trainer picks. An explicit name is taken
+    as asked; whether it is there is checked where it is used (evaluation/command.py, Lightning)."""
+    name = accelerator.lower()
+    if name == "auto":
+        return "mps" if mps_available else "cuda" if cuda_available else "cpu"
+    if name in ("gpu", "cuda"):
+        return "cuda"
+    return "mps" if name == "mps" else "cpu"
+
+
+def choose_engine(engine: str, *, device_type: str) -> str:
+    """``eval.engine=auto`` is ``stacked`` on a CUDA GPU and ``sequential`` elsewhere (measured: on
+    a CPU the vmapped convolutions become grouped ones, which run slower;
+    benchmarks/results/eval_speed_cpu.md). Other values are kept."""
+    if engine != "auto":
+        return engine
+    return "stacked" if device_type == "cuda" else "sequential"
+
+
+def choose_forward(forward: str, *, device_type: str, per_sample: bool) -> str:
+    """``method.forward=auto``: one forward for all classes (``batched``) on CUDA, where a GPU is
+    starved by 50-image batches, when normalisation is per sample (batching is exact only then);
+    one forward per class (``loop``) otherwise. On CPU batched ran at 0.7-0.8x of loop on a 2-core
+    Xeon (benchmarks/results/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
+    (benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
+    if forward != "auto":
+        return forward
+    return "batched" if device_type == "cuda" and per_sample else "loop"
+
+
+def choose_memory_format(memory_format: str, *, device_type: str, compiled: bool) -> str:
+    """``method.memory_format=auto``: channels-last inputs for a compiled extractor on a CPU, where
+    it was a little faster in both statistics with the same gradient (1.39x vs 1.36x of the authors'
+    loop by the median, 1.46x vs 1.45x by the fastest step); contiguous otherwise: eager on a CPU it
+    gave no clear gain (0.99x of contiguous by the median, 1.12x by the fastest step on a 2-core
+    AVX2 EPYC), and CUDA has not been measured (benchmarks/ndpdc_speed.py --device cuda does;
+    benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
+    if memory_format != "auto":
+        return memory_format
+    return "channels_last" if compiled and device_type == "cpu" else "contiguous"
+
+
+def choose_autocast(autocast: str, *, device_type: str, cuda_major: int | None) -> str:
+    """``method.autocast=auto``: TF32 on a CUDA GPU of compute capability 8.0 or more
+    (``cuda_major``: its major version; None without CUDA), plain float32 (``none``) elsewhere. On
+    a CPU bf16 stays an explicit opt-in: without bf16 units (AVX2) it is emulated and was slower
+    than float32, with them (AMX) it ran 1.6-2x faster but moved the step-0 image gradient by 6 %
+    (benchmarks/results/ndpdc_speed_cpu.md, ndpdc_vs_reference_speed_cpu.md)."""
+    if autocast != "auto":
+        return autocast
+    ampere = device_type == "cuda" and cuda_major is not None and cuda_major >= 8
+    return "tf32" if ampere else "none"
+
+
+def choose_loop_sizes(loop_sizes: str, *, prior: str) -> str:
+    """PSG's ``method.loop_sizes=auto``: the (T, J) of the authors' script for the run's prior
+    (``authors``: (2, 10) with the generator prior), else the per-IPC table (``table``). Reads the
+    config only; in the table because its default is ``auto``."""
+    return "authors" if loop_sizes == "auto" and prior == "generator" else "table"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One ``auto`` setting: the function that decides it (``module:name``), what of the machine or
+    the run it reads, and every value it can choose."""
+
+    setting: str
+    function: str
+    reads: str
+    branches: tuple[str, ...]
+
+    def resolve(self) -> Callable[..., Any]:
+        module, name = self.function.split(":")
+        return getattr(importlib.import_module(module), name)
+
+
+_HERE = "dpdc_lightning.config.auto"
+
+# Every config key whose default is "auto" (tests/test_auto_decisions.py checks the config schemas
+# and the YAML defaults against this table, and forces every branch of each entry).
+DECISIONS: dict[str, Decision] = {
+    d.setting: d
+    for d in (
+        Decision(
+            "eval.accelerator",
+            f"{_HERE}:choose_device",
+            "CUDA present, MPS present",
+            ("cuda", "mps", "cpu"),
+        ),
+        Decision(
+            "trainer.accelerator",  # Lightning decides; the memory estimate mirrors it
+            f"{_HERE}:choose_device",
+            "CUDA present, MPS present",
+            ("cuda", "mps", "cpu"),
+        ),
+        Decision("eval.engine", f"{_HERE}:choose_engine", "device type", ("stacked", "sequential")),
+        Decision(
+            "eval.compile",
+            "dpdc_lightning.evaluation.engines.cost:plan_compile",
+            "device type, architecture, pixels per image, images the step will see "
+            "(against compile costs measured on a CPU)",
+            ("training and test", "training", "test", "neither"),
+        ),
+        Decision(
+            "method.forward",
+            f"{_HERE}:choose_forward",
+            "device type, per-sample normalisation",
+            ("batched", "loop"),
+        ),
+        Decision(
+            "method.memory_format",
+            f"{_HERE}:choose_memory_format",
+            "device type, method.compile",
+            ("channels_last", "contiguous"),
+        ),
+        Decision(
+            "method.autocast",
+            f"{_HERE}:choose_autocast",
+            "device type, the CUDA GPU's compute capability",
+            ("tf32", "none"),
+        ),
+        Decision(
+            "method.loop_sizes",
+            f"{_HERE}:choose_loop_sizes",
+            "method.prior (the config only)",
+            ("authors", "table"),
+        ),
+    )
+}
+
+
+# Every other module that reads the machine or its environment, with what it reads and where both
+# branches are forced (tests/test_machine_reads.py fails for a module that reads the machine and is
+# not here). Not "auto" settings: each reads what a run cannot choose.
+MACHINE_READS: dict[str, str] = {
+    "evaluation/engines/base.py": "CUDA and MPS present: eval.accelerator=auto (DECISIONS)",
+    "methods/memory.py": "CUDA and MPS present: trainer.accelerator (DECISIONS); host memory "
+    "(/proc/meminfo, the cgroup's limit) and a GPU's free memory for the memory check",
+    "methods/extractor.py": "the GPU's compute capability: method.autocast=auto (DECISIONS); the "
+    "device type: cuDNN's TF32 switch around a CUDA forward",
+    "methods/release.py": "the rows' device type: rows on an accelerator reach the mechanism in "
+    "one float64 host copy",
+    "evaluation/command.py": "CUDA and MPS present: an explicit eval.accelerator that is not there "
+    "is refused in one line",
+    "engine/progress.py": "whether stdout is a terminal: a bar redrawn in place, or plain lines",
+    "data/load.py": "XDG_CACHE_HOME: the default dataset.cache_dir",
+    "cli/launchers.py": "sbatch and srun on PATH: hydra/launcher=submitit_slurm",
+    "cli/train.py": "LOCAL_RANK and NODE_RANK: only the first process prints the run's summary",
+    "cli/sweep.py": "the sweep's size and evaluate flag, passed to its members in the environment",
+    "engine/training.py": "DPDC_RUN_DIR: a DDP process started by rank 0 (tests/test_ddp.py)",
+    "engine/run_folder.py": "DPDC_RUN_DIR and NODE_RANK: the run folder of a DDP process "
+    "(tests/test_ddp.py)",
+    "privacy/report.py": "the Python version, recorded in privacy.json (no branch)",
+}
