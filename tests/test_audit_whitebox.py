@@ -349,7 +349,7 @@ def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
     assert verdict(report("noise_reused", 2, 0.5)) == "MISSED"
     assert verdict(report("noise_x0.1", 1, 0.5)) == "MISSED"
     assert verdict(report("weight_doubled", 1, 2.5)) == "caught"
-    assert verdict(report("correct", 1, 2.5)) == "FALSE ALARM"
+    assert verdict(report("correct", 1, 2.5)) == "FAIL"
     reports = [report("correct", 1, 0.5), report("noise_reused", 1, 0.5)]
     for r in reports:
         r["verdict"] = verdict(r)

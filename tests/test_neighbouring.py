@@ -23,7 +23,7 @@ import torch
 
 from dpdc_lightning.audit import neighbours
 from dpdc_lightning.audit.neighbours import Case
-from dpdc_lightning.audit.neighbours.outputs import in_ledger
+from dpdc_lightning.audit.neighbours.compare import in_ledger
 from dpdc_lightning.cli.commands import train_main
 from dpdc_lightning.config.registry import method_entry
 from dpdc_lightning.methods import METHODS
@@ -223,7 +223,7 @@ def test_harness_catches_noise_scaled_to_an_understated_sensitivity(work_root, m
         float(m)
         for p in problems
         for m in re.findall(
-            r"^\(c\) call \d+: the pre-noise sum moved by (\S+), "
+            r"^\(c\) call \d+ noise key \[[^]]*\]: the pre-noise sum moved by (\S+), "
             r"more than 1 x sensitivity 1$",
             p,
         )
@@ -256,7 +256,8 @@ def test_harness_catches_a_mechanism_reading_the_held_out_split(work_root, monke
     )
     assert problems and all(
         re.match(
-            r"\(c\) call \d+: the pre-noise sum moved by \S+, more than 0 x sensitivity 12$", p
+            r"\(c\) call \d+ noise key \[[^]]*\]: the pre-noise sum moved by \S+, more than 0 x sensitivity 12$",
+            p,
         )
         for p in problems
     ), problems  # LDPDC on 1x12x12 images: sensitivity b sqrt(d) = 12

@@ -1,10 +1,13 @@
 """``audit.py check method=NAME [KEY=VALUE ...]``: what a researcher runs on a private method, a
 plug-in included, before trusting its ε.
 
-1. the neighbouring runs of :func:`.neighbours.check_cases` at the method's tiny size: D and D'
-   with the same secret, every output compared against the release ledger, every mechanism call's
-   pre-noise sum against its sensitivity (a method that reads an exact count, divides by a
-   realised sample size or understates its sensitivity fails here);
+1. the neighbouring runs of :func:`.neighbours.check_cases` at the method's tiny size (one case
+   over its whole plan): D and D' with the same secret, every output compared against the release
+   ledger, every mechanism call's pre-noise sum against its sensitivity, every noise draw's key
+   unique in its run and each release's noise its declared std times one keyed draw, D and D'
+   drawing the same keys (a method that reads an exact count, divides by a realised sample size,
+   understates its sensitivity, reuses or rescales its noise, or branches on a sample fails
+   here);
 2. the white-box audit of the method's own release at its smallest honest size (its class's
    ``checks.whitebox``, claimed ε 2 on the digits): the Clopper-Pearson lower bound must stay at
    or below the claim;
@@ -36,7 +39,7 @@ PASSING = ("pass", "passes", "caught", "n/a")  # n/a: a planted bug this method 
 class Row:
     part: str  # neighbours, white-box, self-test
     item: str
-    verdict: str  # pass / FAIL, passes / FALSE ALARM, caught / MISSED / n/a
+    verdict: str  # pass / FAIL (neighbours), passes / FAIL (white-box), caught / MISSED / n/a
     detail: str
     seconds: float
 
@@ -79,10 +82,13 @@ def neighbour_rows(
             started = time.monotonic()
             verdict = run_case(case, work / case.folder)
             seconds = time.monotonic() - started
+            more = len(verdict.problems) - 1
             detail = (
-                verdict.problems[0]
+                verdict.problems[0] + (f" (and {more} more problems)" if more > 0 else "")
                 if verdict.problems
-                else verdict.refused or f"{verdict.calls} mechanism calls, {verdict.read} moved"
+                else verdict.refused
+                or f"{verdict.calls} mechanism calls, {verdict.draws} noise keys, "
+                f"{verdict.read} moved"
             )
             failed = "FAIL" if verdict.problems else "pass"
             rows.append(Row("neighbours", case.id, failed, detail, seconds))
@@ -106,7 +112,14 @@ def whitebox_rows(
     for report in reports:
         bound, claim = report["clopper_pearson"]["epsilon"], report["claimed_epsilon"]
         part = "white-box" if report["release"] == "correct" else "self-test"
-        detail = f"lower bound {bound:.3f} vs claimed ε {epsilon_text(claim, decimals=3)}"
+        claimed = epsilon_text(claim, decimals=3)
+        detail = f"lower bound {bound:.3f} vs claimed ε {claimed}"
+        if report["verdict"] == "FAIL":  # the evidence, never dismissed as chance
+            detail = (
+                f"lower bound {bound:.3f} ABOVE the claimed ε {claimed}: the release leaks more "
+                "than its accounting allows (a correct release shows this with probability at "
+                f"most {(1 - settings.confidence) / 2:.1%})"
+            )
         rows.append(Row(part, report["release"], report["verdict"], detail, 0.0))
     if rows:  # one transcript for all five releases: its time on the first row
         rows[0].seconds = reports[-1]["wall_seconds"]

@@ -130,7 +130,7 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
             + "!" * 78
             + "\nAUDIT FAILED: an empirical lower bound exceeds the accounted epsilon. "
             "This means a\nbug in the mechanism or its accounting "
-            "(or a 1 - confidence false alarm):",
+            "(a correct one shows this with probability at most 1 - confidence):",
             flush=True,
         )
         for line in output.violations:

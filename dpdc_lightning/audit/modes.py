@@ -2,8 +2,9 @@
 command.py).
 
 Each prints a short summary and ends with exit code 1 and a loud message when a rigorous lower bound
-exceeds the accounted ε (a bug, or with probability <= 1 − confidence a false alarm); the self-test
-with exit code 1 when a planted bug is missed or a correct mechanism flagged.
+exceeds the accounted ε (a bug: a correct implementation shows this with probability at most
+1 − confidence); the self-test with exit code 1 when a planted bug is missed or the method's own
+release is measured above its claim.
 """
 
 from __future__ import annotations
@@ -199,7 +200,7 @@ def _finish(report: dict[str, Any], out: Path | None, what: str) -> int:
             + "!" * 78
             + f"\nAUDIT FAILED ({what}): an empirical lower bound exceeds the accounted epsilon. "
             "This means a\nbug in the mechanism or its accounting "
-            "(or a 1 - confidence false alarm):"
+            "(a correct one shows this with probability at most 1 - confidence):"
         )
         for line in report["violations"]:
             print(f"  {line}")

@@ -45,8 +45,8 @@ def verdict(report: dict[str, Any]) -> str:
     if report["steps"] < MIN_STEPS.get(report["release"], 1):
         return "n/a"  # the bug cannot exist at this many data steps (planted.MIN_STEPS)
     above = report["clopper_pearson"]["epsilon"] > report["claimed_epsilon"]
-    if report["release"] == "correct":
-        return "FALSE ALARM" if above else "passes"
+    if report["release"] == "correct":  # above the claim: the method's own release failed
+        return "FAIL" if above else "passes"
     return "caught" if above else "MISSED"
 
 

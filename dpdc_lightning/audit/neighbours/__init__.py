@@ -2,23 +2,23 @@
 in process with the same secret; every output compared against the release ledger and every call
 of the Gaussian mechanism against its sensitivity (:mod:`.harness` says how).
 
+- :mod:`.harness` one case: D, D' with the same secret, D' with coupled releases; its verdict
+  (read this first: it is the check's logic);
 - :mod:`.cases` what a case is and the cases ``audit.py check`` runs for one method;
-- :mod:`.records` the data of the cases and D' built from D;
+- :mod:`.records` the data of the cases; :mod:`.changes` D' built from D;
+- :mod:`.running` one execution of train.py in process; D's data and run, made once; the secret;
 - :mod:`.coupling` the tap on the mechanism and the coupled Poisson sampling;
-- :mod:`.outputs` every output of a run, flattened, and the comparison against the ledger;
-- :mod:`.patches` temporary replacements, undone after each run;
-- :mod:`.harness` one case: D, D' with the same secret, D' with coupled releases; its verdict.
+- :mod:`.draws` every draw of the noise streams, logged;
+- :mod:`.calls` the checks on mechanism calls and noise draws (keys, std, control flow,
+  sensitivity);
+- :mod:`.outputs` every output of a run, flattened; :mod:`.compare` two runs against the ledger;
+- :mod:`.patches` temporary replacements, undone after each run.
 """
 
+from dpdc_lightning.audit.neighbours.calls import ROUNDING
 from dpdc_lightning.audit.neighbours.cases import Case, check_cases
-from dpdc_lightning.audit.neighbours.harness import (
-    ROUNDING,
-    SECRET,
-    Verdict,
-    reference,
-    run_case,
-    train_tokens,
-)
+from dpdc_lightning.audit.neighbours.harness import Verdict, run_case
+from dpdc_lightning.audit.neighbours.running import SECRET, reference, train_tokens
 
 __all__ = [
     "ROUNDING",

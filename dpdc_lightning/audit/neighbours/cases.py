@@ -29,7 +29,7 @@ SWEEP_AXIS = "seed=0,1"
 class Case:
     method: str  # a registered name
     data: str  # digits, tensors, imagefolder, or api (data handed over from Python)
-    record: str  # typical, largest, smallest_class, held_out, extreme
+    record: str  # typical, largest, smallest_class, outlier, sole, held_out, extreme
     sizes: str = "public"
     test_root: bool = False
     aux: str | None = None  # method.aux.source of a method that takes an auxiliary set
@@ -38,6 +38,7 @@ class Case:
     planted: str = ""  # names a bug a self-test plants (keeps its runs apart from the real ones)
     variant: str = ""  # one of the method's checks.variants
     overrides: tuple[str, ...] = ()  # more overrides (audit.py check method=NAME KEY=VALUE ...)
+    whole_plan: bool = False  # every step of the method's real plan (its step keys not made tiny)
 
     @property
     def id(self) -> str:
@@ -53,12 +54,14 @@ class Case:
             "-".join(parts)
             + ("-target" if self.target else "")
             + ("-sweep" if self.sweep else "")
+            + ("-whole_plan" if self.whole_plan else "")
             + (f"-planted={self.planted}" if self.planted else "")
         )
 
     @property
     def config_key(self) -> tuple[Any, ...]:
-        """Everything but the record: the configuration whose D all records share."""
+        """Everything but the record: the configuration whose D all records share (an outlier
+        record is added to D: its D is its own)."""
         return (
             self.method,
             self.variant,
@@ -70,13 +73,21 @@ class Case:
             self.sweep,
             self.planted,
             self.overrides,
+            self.whole_plan,
+            self.outlier,
         )
+
+    @property
+    def outlier(self) -> bool:
+        """D holds an outlier record (the harness's own data): the record this case removes."""
+        return self.record == "outlier"
 
     @property
     def folder(self) -> str:
         """A folder name for the configuration (the same for all its records: D and D' share
         paths)."""
-        return re.sub(r"[^A-Za-z0-9_.=+-]", "_", "-".join(str(p) for p in self.config_key))[:200]
+        # No "=": a path in an override (dataset.root=PATH) must parse.
+        return re.sub(r"[^A-Za-z0-9_.+-]", "_", "-".join(str(p) for p in self.config_key))[:200]
 
     @cached_property
     def method_class(self) -> type[CondensationMethod]:
@@ -124,6 +135,9 @@ class Case:
             scale["group"] = max(2, scale["group"] // 3)
         checks = self.method_class.checks
         sizes = [*checks.tiny, *(checks.variants[self.variant] if self.variant else ())]
+        if self.whole_plan:  # the method's own step count (or the overrides'), not the tiny one
+            steps = self.method_class.config_class.step_keys
+            sizes = [t for t in sizes if t.partition("=")[0] not in steps]
         tokens = [
             f"method={self.method}",
             *(t.format(**scale) for t in sizes),
@@ -174,19 +188,22 @@ class Case:
 
 
 def check_cases(method: str, overrides: tuple[str, ...] = ()) -> list[Case]:
-    """What ``audit.py check`` runs for ``method``: a record removed from own files with a test
-    root (the largest one: clipping must cut it down) and a record of the smallest class from a
-    set whose held-out split is private (each of its variants too); a held-out record nothing
-    accounted reads (every output bit-identical); a record replaced under public class sizes on
-    the digits (two sensitivities); a record of extreme pixels handed over from Python. A method
-    that takes an auxiliary set reads a public file in the cases on own files and the digits'
-    declared-public test split on the digits (its default could be a source a case refuses)."""
+    """What ``audit.py check`` runs for ``method``: an outlier removed from own files with a test
+    root (pixels opposite to its class: the largest norm a record can have, which clipping must cut
+    down, and the record that moves a batch statistic most); over the method's WHOLE plan, the
+    record some step samples alone in its class, removed from a set whose held-out split is
+    private (that class's sample is then empty in D'); the variants with a typical record; a
+    held-out record nothing accounted reads (every output bit-identical); a record replaced under
+    public class sizes on the digits (two sensitivities); a record of extreme pixels handed over
+    from Python. A method that takes an auxiliary set reads a public file in the cases on own files
+    and the digits' declared-public test split on the digits (its default could be a source a case
+    refuses)."""
     uses_aux = method_class(method).uses_auxiliary
     own = {"overrides": tuple(overrides), "aux": "file" if uses_aux else None}
     digits = {**own, "aux": "public_split" if uses_aux else None}
     cases = [
-        Case(method, "tensors", "largest", sizes="private", test_root=True, **own),
-        Case(method, "tensors", "smallest_class", sizes="private", **own),
+        Case(method, "tensors", "outlier", sizes="private", test_root=True, **own),
+        Case(method, "tensors", "sole", sizes="private", whole_plan=True, **own),
         Case(method, "tensors", "held_out", sizes="private", **own),
         Case(method, "digits", "typical", **digits),
         Case(method, "api", "extreme", sizes="private", overrides=tuple(overrides)),

@@ -3,8 +3,10 @@
 :class:`MechanismTap` wraps ``privacy.mechanisms.gaussian_sum`` wherever a dpdc_lightning module,
 or the module of a registered method (a plug-in), binds it (mechanisms.noisy_clipped_sum,
 per_example.noisy_gradient_mean, counts.release_class_sizes, ...): every call's pre-noise sum,
-sensitivity and event are recorded, and a tap given D's calls makes call i release D's value of
-call i. :func:`couple_sampling` makes D''s Poisson draws those of D without the removed record.
+sensitivity and event are recorded with the noise draws made inside it (:mod:`.draws`: every
+draw of the run is logged, inside a call or not), and a tap given D's calls makes call i release
+D's value of call i. :func:`couple_sampling` makes D''s Poisson draws those of D without the
+removed record.
 Nothing in a run reaches this module: only the harness (``audit.py check`` and the tests) installs
 it, for the length of one run.
 """
@@ -21,6 +23,7 @@ from torch import Tensor
 import dpdc_lightning.engine.condense  # noqa: F401  (binds gaussian_sum through its imports)
 import dpdc_lightning.privacy.counts  # noqa: F401  (binds gaussian_sum)
 import dpdc_lightning.privacy.per_example  # noqa: F401  (binds gaussian_sum)
+from dpdc_lightning.audit.neighbours.draws import Draw, NoiseLog
 from dpdc_lightning.audit.neighbours.patches import Patches
 from dpdc_lightning.config.registry import loaded_names
 from dpdc_lightning.engine import datamodule as datamodule_module
@@ -32,12 +35,21 @@ from dpdc_lightning.privacy import mechanisms
 class Call:
     """One call of the Gaussian mechanism: what it was asked to release, and what it released."""
 
-    key: bytes | None  # the noise stream's identity (secret, phase, step, partition)
     pre: Tensor  # the pre-noise sum, float64
     sensitivity: float
     noise_multiplier: float
     sample_rate: float
-    released: Tensor
+    released: Tensor  # what the mechanism returned (before a coupled tap replaced it)
+    draws: list[Draw]  # the noise draws made inside this call
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """The identities of the call's noise draws: what D and D' must share."""
+        return tuple(draw.identity for draw in self.draws)
+
+    @property
+    def where(self) -> str:
+        return self.draws[0].describe() if self.draws else "no noise key"
 
 
 class MechanismTap:
@@ -47,8 +59,14 @@ class MechanismTap:
     def __init__(self, reference: list[Call] | None = None) -> None:
         self.reference = reference
         self.calls: list[Call] = []
+        self.log = NoiseLog()
+
+    @property
+    def draws(self) -> list[Draw]:
+        return self.log.draws
 
     def install(self, patch: Patches) -> None:
+        self.log.install(patch)
         original = mechanisms.gaussian_sum
         bound = [
             (module, name)
@@ -68,6 +86,7 @@ class MechanismTap:
             noise: Any,
             **described: Any,
         ) -> tuple[Tensor, Any]:
+            first = len(self.log.draws)
             released, event = original(
                 clipped_sum,
                 sensitivity=sensitivity,
@@ -77,14 +96,17 @@ class MechanismTap:
                 **described,
             )
             index = len(self.calls)
+            drawn = self.log.draws[first:]
+            for draw in drawn:
+                draw.call = index
             self.calls.append(
                 Call(
-                    getattr(noise, "_prefix", None),
                     clipped_sum.detach().cpu().double().clone(),
                     float(sensitivity),
                     float(noise_multiplier),
                     float(sample_rate),
                     released.detach().cpu().clone(),
+                    drawn,
                 )
             )
             if self.reference is not None and index < len(self.reference):

@@ -30,6 +30,14 @@ def _own_arrays(sizes: tuple[int, ...], seed: int) -> tuple[Tensor, Tensor]:
     return images.clamp(0, 255).to(torch.uint8), labels
 
 
+def outlier_image(members: Tensor) -> Tensor:
+    """The record farthest from a class: each pixel at the end of the range opposite to the
+    class's mean (uint8 0 or 255). Its norm is the largest any record can have, and it moves the
+    class's batch statistics (its mean, its spread) as far as one record can."""
+    mean = members.double().mean(0)
+    return torch.where(mean < 127.5, 255, 0).to(torch.uint8)
+
+
 def _inverted_on_the_same_side(image: Tensor, label: int) -> Tensor:
     """The pixel inversion of a record, nudged (first pixel) until the hold-out of
     data/loaders/own.py (default fraction and seed) puts it on the same side of the split as the
@@ -66,8 +74,15 @@ class OwnData:
     test_names: list[str]
 
     @classmethod
-    def make(cls) -> OwnData:
+    def make(cls, *, outlier: bool = False) -> OwnData:
+        """The harness's records; with ``outlier``, one more record at the end of the smallest
+        class (:func:`outlier_image`)."""
         images, labels = _own_arrays(OWN_SIZES, seed=11)
+        if outlier:
+            label = len(OWN_SIZES) - 1
+            extra = outlier_image(images[labels == label])
+            images = torch.cat([images, extra[None]])
+            labels = torch.cat([labels, torch.tensor([label])])
         test_images, test_labels = _own_arrays((4, 4, 4), seed=12)
         return cls(
             images,
@@ -172,7 +187,9 @@ def pick_record(data: ImageData, record: str) -> tuple[str, int]:
         return "train", int(_norms(data.train_images).argmax())
     if record == "extreme":
         return "train", len(labels) - 1
-    if record == "smallest_class":
+    if record == "outlier":  # the one made by outlier_image: every pixel at -1 or 1
+        return "train", int(torch.nonzero(data.train_images.flatten(1).abs().amin(1) == 1)[-1])
+    if record in ("smallest_class", "sole"):  # sole: where no step samples a record alone
         return "train", _median_member(
             data.train_images, torch.nonzero(labels == int(sizes.argmin())).flatten()
         )
