@@ -107,7 +107,7 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
 
 
 def test_the_auditors_sample_is_the_datamodules():
-    from dpdc_lightning.audit.whitebox import sample_pool
+    from dpdc_lightning.audit.canary import sample_pool
     from dpdc_lightning.engine.datamodule import PrivateDataModule
 
     transcript = tiny_transcript("ndpdc")
@@ -201,7 +201,8 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
 def test_image_canaries_are_real_images_through_the_methods_maths(name):
     """One public test image per partition, its row computed like every record's: it reaches the clip
     norm at every step, and the audit runs end to end with one canary per partition."""
-    from dpdc_lightning.audit.whitebox import Canaries, whitebox_audit
+    from dpdc_lightning.audit.canary import Canaries
+    from dpdc_lightning.audit.whitebox import whitebox_audit
 
     transcript = tiny_transcript(name)
     canaries = Canaries(transcript, kind="image", per_partition=1)
@@ -349,7 +350,9 @@ def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
     assert verdict(report("noise_reused", 2, 0.5)) == "MISSED"
     assert verdict(report("noise_x0.1", 1, 0.5)) == "MISSED"
     assert verdict(report("weight_doubled", 1, 2.5)) == "caught"
-    assert verdict(report("correct", 1, 2.5)) == "FALSE ALARM"
+    assert verdict(report("correct", 1, 2.5)) == "FAIL"  # a flag is never called a false alarm
+    assert verdict({**report("correct", 1, 0.5), "violations": ["model: 3 > 2"]}) == "FAIL"
+    assert verdict({**report("noise_x0.5", 1, 0.5), "violations": ["model: 3 > 2"]}) == "caught"
     reports = [report("correct", 1, 0.5), report("noise_reused", 1, 0.5)]
     for r in reports:
         r["verdict"] = verdict(r)

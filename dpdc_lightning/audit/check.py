@@ -6,10 +6,10 @@ plug-in included, before trusting its ε.
    pre-noise sum against its sensitivity (a method that reads an exact count, divides by a
    realised sample size or understates its sensitivity fails here);
 2. the white-box audit of the method's own release at its smallest honest size (its class's
-   ``checks.whitebox``, claimed ε 2 on the digits): the Clopper-Pearson lower bound must stay at
-   or below the claim;
-3. the planted-bug self-test on the same transcript (noise x0.1, no clipping, reused noise, a
-   doubled record): each must be caught, or the audit has no power at this size.
+   ``checks.whitebox``, claimed ε 2 on the digits): no lower bound (Clopper-Pearson, one run, the
+   model bound) may exceed the claim and the model of the stated mechanism must hold;
+3. the planted-bug self-test on the same transcript (noise x0.1 and x0.5, no clipping, reused
+   noise, a doubled record): each must be caught, or the audit has no power at this size.
 
 The overrides apply to all three on top of the method's sizes. Verdict table on stdout; exit code
 0 when every row passes, 1 otherwise.
@@ -35,7 +35,7 @@ PASSING = ("pass", "passes", "caught", "n/a")  # n/a: a planted bug this method 
 class Row:
     part: str  # neighbours, white-box, self-test
     item: str
-    verdict: str  # pass / FAIL, passes / FALSE ALARM, caught / MISSED / n/a
+    verdict: str  # pass / FAIL, passes / FAIL, caught / MISSED / n/a
     detail: str
     seconds: float
 
@@ -105,7 +105,15 @@ def whitebox_rows(
     for report in reports:
         bound, claim = report["clopper_pearson"]["epsilon"], report["claimed_epsilon"]
         part = "white-box" if report["release"] == "correct" else "self-test"
-        detail = f"lower bound {bound:.3f} vs claimed ε {claim:.3f}"
+        model = report.get("model")
+        detail = (
+            f"lower bounds: model {model['epsilon']:.3f}, Clopper-Pearson {bound:.3f} "
+            f"vs claimed ε {claim:.3f}"
+            if model
+            else f"lower bound {bound:.3f} vs claimed ε {claim:.3f}"
+        )
+        if report.get("violations"):
+            detail += f"; {report['violations'][0]}"
         rows.append(Row(part, report["release"], report["verdict"], detail, 0.0))
     if rows:  # one transcript for all five releases: its time on the first row
         rows[0].seconds = reports[-1]["wall_seconds"]
