@@ -358,3 +358,21 @@ def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
         r["verdict"] = verdict(r)
     assert passed(reports)
     assert not passed([{**reports[1], "verdict": verdict(report("noise_reused", 3, 0.5))}])
+
+
+def test_the_audit_draws_the_methods_own_noise_and_catches_a_constant_noise_key():
+    """The audited release draws its noise through the method's own stream (no stream handed in):
+    a method whose stream ignores the step (the same noise at every step, which a harness that hands
+    in its own noise never sees) fails the model's lag check; the method as written passes it."""
+    from dpdc_lightning.audit.whitebox import whitebox_audit
+
+    settings = WhiteboxConfig(trials=6, canaries=64)
+    transcript = tiny_transcript("ldpdc")
+    [correct] = whitebox_audit(transcript, settings)
+    assert "lag" not in correct["model"]["checks"]["rejected"]
+    method = transcript.method
+    own = method.noise_stream
+    method.noise_stream = lambda step, partition, **kw: own(0, partition, **kw)
+    [constant] = whitebox_audit(transcript, settings)
+    assert "lag" in constant["model"]["checks"]["rejected"], constant["model"]["checks"]
+    assert any(v.startswith("model check lag") for v in constant["violations"])
