@@ -136,9 +136,11 @@ def model_checks(
     z = {}
     if nlag > 0 and noise_var > 0:  # Σ x_t x_{t-1} / s²: mean 0, variance nlag under the model
         z["lag"] = float(sums["lag"].sum()) / noise_var / math.sqrt(nlag)
-    step_var = sums["sq0"] / np.maximum(sums["n0"], 1)
+    n_step = np.maximum(sums["n0"], 1)
+    step_var = sums["sq0"] / n_step
     with np.errstate(invalid="ignore", divide="ignore"):
-        kurtosis = sums["quad0"] / np.maximum(sums["n0"], 1) / step_var**2 - 3.0
+        # n Σx⁴ / (Σx²)² has mean exactly 3n / (n + 2) for n zero-mean normals (x²/Σx² is Beta)
+        kurtosis = sums["quad0"] / n_step / step_var**2 - 3.0 * n_step / (n_step + 2)
     used = sums["n0"] > 0
     if n0 > 0 and used.any():  # per-step excess kurtosis, pooled: variance 24 / n under the model
         pooled = float((kurtosis[used] * sums["n0"][used]).sum() / n0)
