@@ -180,11 +180,21 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     config = compose(["method=ldpdc", "privacy.target_epsilon=2"])
     transcript = Transcript(config, load_dataset("digits"), others=8, seed=0)
     settings = WhiteboxConfig(trials=8, canaries=640)
-    correct, scaled = whitebox_audit(
+    correct, scaled, half = whitebox_audit(
         transcript,
         settings,
-        releases={"correct": correct_release, "noise_x0.1": PLANTED["noise_x0.1"]},
+        releases={
+            "correct": correct_release,
+            "noise_x0.1": PLANTED["noise_x0.1"],
+            "noise_x0.5": PLANTED["noise_x0.5"],
+        },
     )
+    # The model bound measures the noise each release really has: close to the claim for the
+    # correct one, far above it at half the noise (ε of LDPDC's 10 steps at z / 2 is about 5.8)
+    assert 0.7 * correct["claimed_epsilon"] < correct["model"]["epsilon"]
+    assert correct["model"]["epsilon"] < correct["claimed_epsilon"]
+    assert abs(half["model"]["noise_std_measured"] / half["noise_std"] - 0.5) < 0.02
+    assert half["model"]["epsilon"] > 2 * correct["claimed_epsilon"] and half["violations"]
     assert correct["claimed_epsilon"] <= 2.0 and correct["canaries_per_trial"] == 640
     assert (
         correct["clopper_pearson"]["epsilon"] < correct["claimed_epsilon"]

@@ -175,8 +175,9 @@ def composed_epsilon(multipliers: np.ndarray, *, q: float, delta: float) -> floa
     accountant = PRVAccountant()
     accountant.history = [(float(g.max()), q, len(g)) for g in groups if len(g)]
     try:
-        dprv = accountant._get_dprv(eps_error=0.01, delta_error=delta / 1000)
-        lower, _, _ = dprv.compute_epsilon(delta, delta / 1000, 0.01)
+        with np.errstate(divide="ignore", invalid="ignore"):  # log(1 - q) at q = 1 (one release)
+            dprv = accountant._get_dprv(eps_error=0.01, delta_error=delta / 1000)
+            lower, _, _ = dprv.compute_epsilon(delta, delta / 1000, 0.01)
     except (MemoryError, ValueError, RuntimeError):
         return one_step
     return max(float(lower), one_step, 0.0)
