@@ -23,10 +23,8 @@ Per canary i with unit direction v_i and clipped row length a_i, x_t = <e_t, v_i
 - ``spread`` = Σ_t (x_t − x_{t−1})² / (2 s²), large when the canary's contribution comes and
   goes with its coins; with the noise of one step reused at the next it is exactly 0 for an
   absent canary.
-The bounds are in :mod:`.bounds`; the model bound (the noise and the canary's effect measured from
-the same coordinates, with the sampled/not-sampled split the auditor knows) in :mod:`.noise_model`.
-The release is the method's own, noise included: its keyed stream under each trial's secret
-(:func:`.transcripts.correct_release`).
+The bounds are in :mod:`.bounds`, the model bound (noise and effect measured from the same x_t) in
+:mod:`.noise_model`. The release draws the method's own keyed noise (:func:`.correct_release`).
 """
 
 from __future__ import annotations
@@ -205,19 +203,6 @@ def describe(
         stated = Model(plan.sample_rate, mech.noise_std, largest_shift, delta)
         bounds["model"] = model_bound(tally, stated, confidence=per_bound)
     claimed = float(plan.planned_epsilon)
-    violations = [
-        f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > "
-        f"accounted epsilon {claimed:.4f}"
-        for name in ("clopper_pearson", "one_run", "model")
-        if name in bounds and bounds[name]["epsilon"] > claimed
-    ]
-    checks = bounds["model"]["checks"] if "model" in bounds else {"rejected": []}
-    violations += [
-        f"model check {name}: z = {checks['z'][name]:.1f} beyond ±{checks['limit']:.2f}; the "
-        "release is not the Gaussian mechanism it states (noise reused, not Gaussian, or a "
-        "contribution that depends on other records)"
-        for name in checks["rejected"]
-    ]
     return {
         "method": transcript.name,
         "release": release,
@@ -235,11 +220,28 @@ def describe(
         "others_per_class": settings.others,
         "pool": {str(p): len(transcript.pools[p][0]) for p in transcript.partitions},
         **bounds,
-        "violations": violations,
+        "violations": _violations(bounds, claimed),
         "wall_seconds": seconds,
         "confidence_per_bound": per_bound,
         "seed": settings.seed,
     }
+
+
+def _violations(bounds: dict[str, Any], claimed: float) -> list[str]:
+    """Every finding against the claim: a lower bound above it, a rejected model check."""
+    violations = [
+        f"{name}: empirical lower bound {bounds[name]['epsilon']:.4f} > "
+        f"accounted epsilon {claimed:.4f}"
+        for name in ("clopper_pearson", "one_run", "model")
+        if name in bounds and bounds[name]["epsilon"] > claimed
+    ]
+    checks = bounds["model"]["checks"] if "model" in bounds else {"rejected": []}
+    return violations + [
+        f"model check {name}: z = {checks['z'][name]:.1f} beyond ±{checks['limit']:.2f}; the "
+        "release is not the Gaussian mechanism it states (noise reused, not Gaussian, or a "
+        "contribution that depends on other records)"
+        for name in checks["rejected"]
+    ]
 
 
 def whitebox_audit(
