@@ -3,6 +3,12 @@
     OMP_NUM_THREADS=1 python benchmarks/audit_tightness.py          # every row not yet in the cache
     python benchmarks/audit_tightness.py --table                    # only rewrite the tables from the cache
     python benchmarks/audit_tightness.py --only ndpdc-eps4          # one row (ids: see ROWS)
+    OMP_NUM_THREADS=1 python benchmarks/audit_tightness.py --whitebox   # the white-box table only
+
+``--whitebox`` (issue 33): the white-box audit alone (defaults of ``audit.py whitebox``) of every
+private method at target ε 1, 4 and 8, DP-MERF (the example plug-in, at its check size) included:
+the model bound, the Clopper–Pearson bound, the GDP estimate and the one-run bound against the
+accounted ε, with CPU and wall time, in audit_tightness_cpu.json / .md (the same resume).
 
 Rows: NDPDC, LDPDC, Dosser and PSG (digits presets; PSG on a width-16 ConvNet) at target ε 1, 4 and 16
 (δ 1e-5): the white-box audit (defaults of ``audit.py whitebox``) and the black-box release audit
@@ -45,16 +51,24 @@ ROWS.update(
 )
 
 
-def load() -> dict:
-    return json.loads(CACHE.read_text()) if CACHE.exists() else {}
+WHITEBOX_ROWS: dict[str, list[str]] = {
+    f"{m}-eps{e}": [*t, f"privacy.target_epsilon={e}"]
+    for m, t in {**PRESETS, "dp_merf": ["method=dp_merf", "method.features=256"]}.items()
+    for e in (1, 4, 8)
+}
+WB_CACHE, WB_TABLE = RESULTS / "audit_tightness_cpu.json", RESULTS / "audit_tightness_cpu.md"
 
 
-def save(cache: dict) -> None:
+def load(path: Path = CACHE) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save(cache: dict, path: Path = CACHE) -> None:
     from dpdc_lightning.audit.command import finite
 
-    tmp = CACHE.with_suffix(".tmp")
+    tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(finite(cache), indent=1, default=float) + "\n")
-    os.replace(tmp, CACHE)
+    os.replace(tmp, path)
 
 
 def say(message: str) -> None:
@@ -185,15 +199,90 @@ def tables(cache: dict) -> str:
     return "\n".join(out)
 
 
-def write_table(cache: dict) -> None:
+def write_table(cache: dict, path: Path = TABLE, render=tables) -> None:
     text = (
-        TABLE.read_text()
-        if TABLE.exists()
+        path.read_text()
+        if path.exists()
         else f"# Audit tightness on digits (REDUCED)\n\n{START}\n{END}\n"
     )
     head, _, rest = text.partition(START)
     _, _, tail = rest.partition(END)
-    TABLE.write_text(f"{head}{START}\n{tables(cache)}\n{END}{tail}")
+    path.write_text(f"{head}{START}\n{render(cache)}\n{END}{tail}")
+
+
+def run_whitebox_row(row: str, cache: dict, *, trials: int = 48) -> None:
+    """The white-box audit alone, with the CPU time of this process (building the method included)."""
+    from dpdc_lightning.audit.settings import WhiteboxConfig
+    from dpdc_lightning.audit.transcripts import Transcript
+    from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.planning import load_data
+
+    if row in cache:
+        return
+    say(f"{row}: white-box")
+    config = compose([*WHITEBOX_ROWS[row], "trainer.enable_progress_bar=false"])
+    started, cpu = time.monotonic(), time.process_time()
+    [report] = whitebox_audit(
+        Transcript(config, load_data(config), others=16, seed=0),
+        WhiteboxConfig(trials=trials),
+        progress=say,
+    )
+    report["wall_seconds"] = time.monotonic() - started
+    report["cpu_seconds"] = time.process_time() - cpu
+    cache[row] = {"configuration": WHITEBOX_ROWS[row], "whitebox": report}
+    print(summary_line(report), flush=True)
+    save(cache, WB_CACHE)
+
+
+def whitebox_table(cache: dict) -> str:
+    out = [
+        "| method | target ε | accounted ε RDP / PRV | model bound (share of accounted) | "
+        "measured noise std / stated, effect | model checks |z| (lag, shape, spread) | "
+        "Clopper–Pearson bound (share) | GDP estimate [95 % CI] | one-run bound | "
+        "trials x canaries | CPU s / wall s |",
+        "|" + "---|" * 11,
+    ]
+    for row in WHITEBOX_ROWS:
+        wb = cache.get(row, {}).get("whitebox")
+        if wb is None:
+            continue
+        eps, cp, gdp, one, model = (
+            wb[k]
+            for k in ("accounted_epsilon", "clopper_pearson", "gaussian_dp", "one_run", "model")
+        )
+        claim, z = wb["claimed_epsilon"], model["checks"]["z"]
+        checks = ", ".join(
+            f"{abs(z[k]):.1f}" if k in z else "-" for k in ("lag", "shape", "spread")
+        )
+        out.append(
+            f"| {wb['method']} | {row.split('eps')[1]} | {_f(eps['rdp'])} / {_f(eps['prv'])} | "
+            f"**{_f(model['epsilon'])}** ({model['epsilon'] / claim:.0%}) | "
+            f"{model['noise_std_measured']:.4g} / {model['noise_std_stated']:.4g}, "
+            f"x{model['effect_measured']:.3f} | {checks} "
+            f"{'REJECTED' if model['checks']['rejected'] else '(pass)'} | "
+            f"{_f(cp['epsilon'])} ({cp['epsilon'] / claim:.0%}) | {_f(gdp['epsilon'])} "
+            f"[{_f(gdp['interval'][0])}, {_f(gdp['interval'][1])}] | {_f(one['epsilon'])} | "
+            f"{wb['trials']} x {wb['canaries_per_trial']} | {wb['cpu_seconds']:.0f} / "
+            f"{wb['wall_seconds']:.0f} |"
+        )
+    return "\n".join(out)
+
+
+def meta() -> dict:
+    import torch
+
+    info = Path("/proc/cpuinfo")
+    lines = info.read_text().splitlines() if info.exists() else []
+    models = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+    return {
+        "started": time.strftime("%Y-%m-%d %H:%M"),
+        "torch": torch.__version__,
+        "cpu": models[0] if models else "unknown",
+        "cores": os.cpu_count(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "load_average_at_start": os.getloadavg(),
+    }
 
 
 def main() -> None:
@@ -201,34 +290,25 @@ def main() -> None:
     parser.add_argument(
         "--table", action="store_true", help="only rewrite the tables from the cache"
     )
-    parser.add_argument("--only", choices=[*ROWS, "selftest"], help="run one row")
+    parser.add_argument("--only", choices=[*ROWS, *WHITEBOX_ROWS, "selftest"], help="run one row")
+    parser.add_argument(
+        "--whitebox", action="store_true", help="the white-box table (audit_tightness_cpu.*)"
+    )
+    parser.add_argument(
+        "--trials", type=int, default=48, help="--whitebox: audit.trials (default 48)"
+    )
     args = parser.parse_args()
+    if args.whitebox:
+        cache = load(WB_CACHE)
+        cache.setdefault("meta", meta())
+        for row in [args.only] if args.only else list(WHITEBOX_ROWS):
+            if not args.table:
+                run_whitebox_row(row, cache, trials=args.trials)
+            write_table(cache, WB_TABLE, whitebox_table)
+        return
     cache = load()
     if not args.table:
-        import torch
-
-        cpu = (
-            next(
-                (
-                    line.split(":", 1)[1].strip()
-                    for line in Path("/proc/cpuinfo").read_text().splitlines()
-                    if line.startswith("model name")
-                ),
-                "unknown",
-            )
-            if Path("/proc/cpuinfo").exists()
-            else "unknown"
-        )
-        cache.setdefault(
-            "meta",
-            {
-                "started": time.strftime("%Y-%m-%d %H:%M"),
-                "torch": torch.__version__,
-                "cpu": cpu,
-                "cores": os.cpu_count(),
-                "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            },
-        )
+        cache.setdefault("meta", meta())
         for row in [args.only] if args.only else list(ROWS):
             if row == "selftest":
                 continue

@@ -107,7 +107,7 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
 
 
 def test_the_auditors_sample_is_the_datamodules():
-    from dpdc_lightning.audit.whitebox import sample_pool
+    from dpdc_lightning.audit.canary import sample_pool
     from dpdc_lightning.engine.datamodule import PrivateDataModule
 
     transcript = tiny_transcript("ndpdc")
@@ -180,11 +180,21 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     config = compose(["method=ldpdc", "privacy.target_epsilon=2"])
     transcript = Transcript(config, load_dataset("digits"), others=8, seed=0)
     settings = WhiteboxConfig(trials=8, canaries=640)
-    correct, scaled = whitebox_audit(
+    correct, scaled, half = whitebox_audit(
         transcript,
         settings,
-        releases={"correct": correct_release, "noise_x0.1": PLANTED["noise_x0.1"]},
+        releases={
+            "correct": correct_release,
+            "noise_x0.1": PLANTED["noise_x0.1"],
+            "noise_x0.5": PLANTED["noise_x0.5"],
+        },
     )
+    # The model bound measures the noise each release really has: close to the claim for the
+    # correct one, far above it at half the noise (ε of LDPDC's 10 steps at z / 2 is about 5.8)
+    assert 0.7 * correct["claimed_epsilon"] < correct["model"]["epsilon"]
+    assert correct["model"]["epsilon"] < correct["claimed_epsilon"]
+    assert abs(half["model"]["noise_std_measured"] / half["noise_std"] - 0.5) < 0.02
+    assert half["model"]["epsilon"] > 2 * correct["claimed_epsilon"] and half["violations"]
     assert correct["claimed_epsilon"] <= 2.0 and correct["canaries_per_trial"] == 640
     assert (
         correct["clopper_pearson"]["epsilon"] < correct["claimed_epsilon"]
@@ -201,7 +211,8 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
 def test_image_canaries_are_real_images_through_the_methods_maths(name):
     """One public test image per partition, its row computed like every record's: it reaches the clip
     norm at every step, and the audit runs end to end with one canary per partition."""
-    from dpdc_lightning.audit.whitebox import Canaries, whitebox_audit
+    from dpdc_lightning.audit.canary import Canaries
+    from dpdc_lightning.audit.whitebox import whitebox_audit
 
     transcript = tiny_transcript(name)
     canaries = Canaries(transcript, kind="image", per_partition=1)
@@ -349,7 +360,9 @@ def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
     assert verdict(report("noise_reused", 2, 0.5)) == "MISSED"
     assert verdict(report("noise_x0.1", 1, 0.5)) == "MISSED"
     assert verdict(report("weight_doubled", 1, 2.5)) == "caught"
-    assert verdict(report("correct", 1, 2.5)) == "FAIL"
+    assert verdict(report("correct", 1, 2.5)) == "FAIL"  # a flag is never called a false alarm
+    assert verdict({**report("correct", 1, 0.5), "violations": ["model: 3 > 2"]}) == "FAIL"
+    assert verdict({**report("noise_x0.5", 1, 0.5), "violations": ["model: 3 > 2"]}) == "caught"
     reports = [report("correct", 1, 0.5), report("noise_reused", 1, 0.5)]
     for r in reports:
         r["verdict"] = verdict(r)
@@ -410,3 +423,21 @@ def test_whitebox_run_verifies_first_and_audits_the_bundles_own_plan(tmp_path, c
     assert audited["sample_rate"] == stated["sample_rate"] == max(plan["sample_rates"])
     assert audited["noise_multiplier"] == stated["noise_multiplier"] == plan["noise_multiplier"]
     assert (audited["sensitivity"], audited["noise_std"]) == (1.0, stated["noise_std"])
+
+
+def test_the_audit_draws_the_methods_own_noise_and_catches_a_constant_noise_key():
+    """The audited release draws its noise through the method's own stream (no stream handed in):
+    a method whose stream ignores the step (the same noise at every step, which a harness that hands
+    in its own noise never sees) fails the model's lag check; the method as written passes it."""
+    from dpdc_lightning.audit.whitebox import whitebox_audit
+
+    settings = WhiteboxConfig(trials=6, canaries=64)
+    transcript = tiny_transcript("ldpdc")
+    [correct] = whitebox_audit(transcript, settings)
+    assert "lag" not in correct["model"]["checks"]["rejected"]
+    method = transcript.method
+    own = method.noise_stream
+    method.noise_stream = lambda step, partition, **kw: own(0, partition, **kw)
+    [constant] = whitebox_audit(transcript, settings)
+    assert "lag" in constant["model"]["checks"]["rejected"], constant["model"]["checks"]
+    assert any(v.startswith("model check lag") for v in constant["violations"])

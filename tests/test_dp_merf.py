@@ -197,6 +197,7 @@ def test_audit_check_passes(tmp_path):
     assert verdicts == {
         "correct": "passes",
         "noise_x0.1": "caught",
+        "noise_x0.5": "caught",
         "no_clipping": "caught",
         "noise_reused": "n/a",
         "weight_doubled": "caught",

@@ -100,7 +100,7 @@ SMALL = ["audit.trials=24", "audit.canaries=640"]  # the toys' white-box audit a
 
 @pytest.mark.slow
 def test_audit_check_covers_a_toy_method_from_a_test_file(toys, capsys):
-    """Every neighbouring case, the white-box audit and the four planted bugs, for a method the
+    """Every neighbouring case, the white-box audit and the five planted bugs, for a method the
     package has never heard of."""
     code, out = _check(["method=toy_mean", *SMALL], capsys)
     rows = [line for line in out.splitlines() if line.startswith(("neighbours", "white", "self"))]
@@ -109,6 +109,7 @@ def test_audit_check_covers_a_toy_method_from_a_test_file(toys, capsys):
     assert [r.split()[1:3] for r in rows if not r.startswith("neighbours")] == [
         ["correct", "passes"],
         ["noise_x0.1", "caught"],
+        ["noise_x0.5", "caught"],
         ["no_clipping", "caught"],
         ["noise_reused", "caught"],
         ["weight_doubled", "caught"],

@@ -21,18 +21,28 @@ bound of a few units at most, and a clean result does NOT certify privacy.
 Canaries here: test-split images with a wrong label ((y + 1) mod C), i.e. out-of-distribution
 records no real record resembles; score: minus the L2 distance to the nearest released image of
 the canary's label (a copied canary sits at distance ~0).
+
+The white-box audit's canaries (:class:`Canaries`, rows handed to the mechanism) are here too.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from scipy.stats import binom
+from torch import Tensor
 
+from dpdc_lightning.audit.settings import WhiteboxConfig
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.sampling import poisson_sample
 from dpdc_lightning.seeding import derive_generator
+
+if TYPE_CHECKING:
+    from dpdc_lightning.audit.transcripts import StepView, Transcript
 
 
 def one_run_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> float:
@@ -121,3 +131,69 @@ def nearest_release_score(
         if theirs.any():
             scores[mine] = -torch.cdist(flat[mine], released_flat[theirs]).min(dim=1).values.float()
     return scores
+
+
+class Canaries:
+    """The canary rows of every partition at a step, and the unit direction each is tested along."""
+
+    def __init__(self, transcript: Transcript, *, kind: str, per_partition: int) -> None:
+        self.transcript, self.kind, self.m = transcript, kind, per_partition
+        data = transcript.data
+        if kind == "image":
+            test = (
+                data.test_images
+                if len(data.test_images)
+                else torch.ones(1, *data.train_images.shape[1:])
+            )
+            test_labels = (
+                data.test_labels if len(data.test_labels) else torch.zeros(1, dtype=torch.long)
+            )
+            self.images = {}
+            for i, p in enumerate(transcript.partitions):
+                label = (int(test_labels[i % len(test)]) + 1) % data.num_classes if p < 0 else p
+                self.images[p] = (test[i % len(test)][None], torch.tensor([label]))
+        else:
+            self.images = None
+
+    def at(self, view: StepView, partition: int) -> tuple[Tensor, Tensor]:
+        """(rows [m, D], unit directions [m, D]) of the partition's canaries at this step."""
+        if self.images is not None:
+            rows = view.rows_of(partition, *self.images[partition])
+            return rows, rows.double() / rows.double().norm(dim=1, keepdim=True).clamp_min(1e-300)
+        pool = view.pool_rows[partition]
+        d = pool.shape[1]
+        if self.m > d:
+            raise UserError(f"audit.canaries: {self.m} per partition exceed a row's {d} dimensions")
+        directions = torch.zeros(self.m, d, dtype=torch.float64)
+        directions[torch.arange(self.m), torch.arange(self.m) * (d // self.m)] = 1.0
+        # Twice the sensitivity at least: clipping must cut a canary down even where no record
+        # exceeds the sensitivity (LDPDC's clamped images), or a missing clip would go unseen.
+        sensitivity = self.transcript.mechanism.sensitivity
+        size = max(float(pool.double().norm(dim=1).max()), 2 * sensitivity)
+        return (size * directions).float(), directions
+
+
+def sample_pool(size: int, *, sample_rate: float, secret: int, step: int, partition: int) -> Tensor:
+    """The Poisson sample of a pool of ``size`` records, drawn as the data module draws a run's
+    sample (its generator keyed by the run's secret, the step and the partition)."""
+    return poisson_sample(
+        size, sample_rate=sample_rate, generator=derive_generator(secret, "sample", step, partition)
+    )
+
+
+ROW_BUDGET = 2**25  # float64 values of canary rows one mechanism call may hold (256 MB)
+
+
+def per_partition(settings: WhiteboxConfig, partitions: int, dim: int) -> int:
+    """Canaries per partition: ``audit.canaries`` spread over the partitions, at most one per
+    dimension (orthogonal) and at most what fits one call's memory budget (long PSG gradients)."""
+    if settings.canary == "image":
+        return 1
+    wanted, low = settings.canaries, max(partitions, settings.canaries // partitions * partitions)
+    # A number asked for is never rounded silently (the default fits what the data has).
+    if wanted != low and wanted != WhiteboxConfig.canaries:
+        raise UserError(
+            f"audit.canaries={wanted} does not split evenly over the {partitions} partitions "
+            f"(classes); use a multiple of {partitions}, e.g. {low} or {low + partitions}"
+        )
+    return max(1, min(wanted // partitions, dim, ROW_BUDGET // dim))

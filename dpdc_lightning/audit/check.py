@@ -9,10 +9,10 @@ plug-in included, before trusting its ε.
    understates its sensitivity, reuses or rescales its noise, or branches on a sample fails
    here);
 2. the white-box audit of the method's own release at its smallest honest size (its class's
-   ``checks.whitebox``, claimed ε 2 on the digits): the Clopper-Pearson lower bound must stay at
-   or below the claim;
-3. the planted-bug self-test on the same transcript (noise x0.1, no clipping, reused noise, a
-   doubled record): each must be caught, or the audit has no power at this size.
+   ``checks.whitebox``, claimed ε 2 on the digits): no lower bound (Clopper-Pearson, one run, the
+   model bound) may exceed the claim and the model of the stated mechanism must hold;
+3. the planted-bug self-test on the same transcript (noise x0.1 and x0.5, no clipping, reused
+   noise, a doubled record): each must be caught, or the audit has no power at this size.
 
 The overrides apply to all three on top of the method's sizes. Verdict table on stdout; exit code
 0 when every row passes, 1 otherwise.
@@ -113,13 +113,21 @@ def whitebox_rows(
         bound, claim = report["clopper_pearson"]["epsilon"], report["claimed_epsilon"]
         part = "white-box" if report["release"] == "correct" else "self-test"
         claimed = epsilon_text(claim, decimals=3)
-        detail = f"lower bound {bound:.3f} vs claimed ε {claimed}"
+        model = report.get("model")
+        found = (
+            f"model {model['epsilon']:.3f}, Clopper-Pearson {bound:.3f}"
+            if model
+            else f"{bound:.3f}"
+        )
+        detail = f"lower bounds: {found} vs claimed ε {claimed}"
         if report["verdict"] == "FAIL":  # the evidence, never dismissed as chance
             detail = (
-                f"lower bound {bound:.3f} ABOVE the claimed ε {claimed}: the release leaks more "
-                "than its accounting allows (a correct release shows this with probability at "
-                f"most {(1 - settings.confidence) / 2:.1%})"
+                f"lower bounds {found} vs claimed ε {claimed}: the release leaks more than its "
+                "accounting allows or breaks the stated mechanism (a correct release is flagged "
+                f"with probability at most {1 - settings.confidence:.1%})"
             )
+        if report.get("violations"):
+            detail += f"; {report['violations'][0]}"
         rows.append(Row(part, report["release"], report["verdict"], detail, 0.0))
     if rows:  # one transcript for all five releases: its time on the first row
         rows[0].seconds = reports[-1]["wall_seconds"]

@@ -5,8 +5,9 @@ calls ``privacy.mechanisms`` with the keyed noise of ``privacy.noise``) with one
 while the accountant is still told the correct noise multiplier, sample rate and sensitivity, so
 the claimed ε is unchanged. Each works on any registered private method:
 
-- ``noise_x0.1``: the noise std is a tenth of what the accountant assumes (the method's release
-  with a noise stream whose values are scaled by 0.1);
+- ``noise_x0.1`` and ``noise_x0.5``: the noise std is a tenth (half) of what the accountant
+  assumes (the method's release with a noise stream whose values are scaled by 0.1 or 0.5: half is
+  the slip a researcher makes, e.g. a std computed from the wrong sensitivity);
 - ``no_clipping``: rows are summed without clipping (noise still scaled to the clip norm, the
   release divided by the stated normaliser);
 - ``noise_reused``: every step draws the noise of step 0 (one key for the whole run);
@@ -49,12 +50,15 @@ class _Quiet(NoiseStream):
         return self.stream.standard_normal((count,)) * self.scale
 
 
-def _noise_scaled(
-    transcript: Transcript, rows: Tensor, *, step: int, partition: int, secret: int, **_
-) -> Tensor:
-    noise = _Quiet(trial_noise(secret, step=step, partition=partition), 0.1)
-    released, _ = transcript.method.release(rows, step=step, partition=partition, noise=noise)
-    return in_sum_units(transcript, released)
+def _noise_scaled(scale: float) -> Callable[..., Tensor]:
+    def release(
+        transcript: Transcript, rows: Tensor, *, step: int, partition: int, secret: int, **_
+    ) -> Tensor:
+        noise = _Quiet(trial_noise(secret, step=step, partition=partition), scale)
+        released, _ = transcript.method.release(rows, step=step, partition=partition, noise=noise)
+        return in_sum_units(transcript, released)
+
+    return release
 
 
 def _no_clipping(
@@ -90,7 +94,8 @@ def _weight_doubled(transcript: Transcript, rows: Tensor, *, canaries: int, **ca
 MIN_STEPS: dict[str, int] = {"noise_reused": 2}
 
 PLANTED: dict[str, Callable[..., Tensor]] = {
-    "noise_x0.1": _noise_scaled,
+    "noise_x0.1": _noise_scaled(0.1),
+    "noise_x0.5": _noise_scaled(0.5),
     "no_clipping": _no_clipping,
     "noise_reused": _noise_reused,
     "weight_doubled": _weight_doubled,

@@ -9,8 +9,9 @@ step t calls
   Dosser's with its SER subspace, PSG's network of the round, whatever a plug-in prepares);
 - ``method.release_rows(records, step=t, ...)``: the rows its mechanism receives, for the
   auditor's pool of known records and for image canaries;
-- ``method.release(rows, step=t, partition=p, noise=...)``: the mechanism itself (clip, keyed
-  noise, public normaliser), on the sampled rows plus the canaries, with the trial's noise stream.
+- ``method.release(rows, step=t, partition=p)``: the mechanism itself (clip, keyed noise, public
+  normaliser), on the sampled rows plus the canaries, drawing its noise as the method's step does:
+  from the method's own keyed stream, under the trial's secret as the run's secret.
 
 :func:`correct_release` is that last call; the mechanism's sensitivity, noise multiplier and
 normaliser are those of the :class:`~dpdc_lightning.privacy.mechanisms.PrivacyEvent` the method's
@@ -24,6 +25,7 @@ step.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +39,7 @@ from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec, Records, method_class, private_methods
 from dpdc_lightning.methods.base import CondensationMethod
+from dpdc_lightning.privacy.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.noise import NoiseStream, noise_source
 from dpdc_lightning.privacy.plan import PrivacyPlan
@@ -78,7 +81,8 @@ class Release(Protocol):
 
 
 def trial_noise(secret: int, *, step: int, partition: int) -> NoiseStream:
-    """The keyed noise a run with ``secret`` draws at (step, partition)."""
+    """The keyed noise a correct run with ``secret`` draws at (step, partition): what the planted
+    bugs of :mod:`.planted` start from (the correct release draws through the method itself)."""
     return noise_source(secret, phase="main", step=step, partition=partition, reproducible=False)
 
 
@@ -92,9 +96,17 @@ def correct_release(
     secret: int,
 ) -> Tensor:
     """The method's own release of the sampled ``rows`` (the last ``canaries`` of them are
-    canaries), keyed by the trial's ``secret``; float64, flat, in sum units."""
-    noise = trial_noise(secret, step=step, partition=partition)
-    released, _ = transcript.method.release(rows, step=step, partition=partition, noise=noise)
+    canaries) as its step computes it, noise included: no stream is handed in, so the method draws
+    from its own keyed stream of (step, partition) with the trial's ``secret`` as the run's secret
+    (a release that keys its noise otherwise, e.g. by a constant step, is audited as it is);
+    float64, flat, in sum units."""
+    method = transcript.method
+    # The run's secret is what condense() hands the method as its noise seed; each trial is a run.
+    method._noise_seed = secret
+    try:
+        released, _ = method.release(rows, step=step, partition=partition)
+    finally:
+        method._noise_streams.clear()  # the streams a step hands out, kept for its report only
     return in_sum_units(transcript, released)
 
 
@@ -206,6 +218,19 @@ class Transcript:
                 f"{self.plan.noise_multiplier}"
             )
         return events[0]
+
+    @functools.cached_property
+    def accounted(self) -> dict[str, float]:
+        """The ε of the plan's accountant, and the other accountant's ε for the same events
+        (computed once: every release of an audit reports it)."""
+        plan = self.plan
+        prior = [(e.noise_multiplier, e.sample_rate, runs) for _, e, runs in plan.prior_events()]
+        history = prior + [(plan.noise_multiplier, plan.sample_rate, plan.data_steps)]
+        out = {plan.accountant: float(plan.planned_epsilon)}
+        for other in ("rdp", "prv"):
+            if other not in out:
+                out[other] = epsilon_from_history(history, delta=plan.delta, accountant=other)
+        return out
 
     @property
     def steps(self) -> int:
