@@ -202,4 +202,8 @@ STORED_TYPES = (torch.uint8, torch.float32)  # 8-bit levels, or pixels already n
 def normalised(pixels: Tensor) -> Tensor:
     """Stored pixels (see ``STORED_TYPES``) -> float32 in [-1, 1]: 8-bit levels are converted (the
     same values as ``from_uint8``), float32 is returned as it is (no copy)."""
-    return from_uint8(pixels) if pixels.dtype == torch.uint8 else pixels
+    if pixels.dtype != torch.uint8:
+        return pixels
+    # from_uint8's operations in place on one new tensor: the same values, a third of the passes
+    values = pixels.to(torch.float32)
+    return values.div_(255.0).sub_(NORMALISE_MEAN).div_(NORMALISE_STD)
