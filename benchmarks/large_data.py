@@ -157,6 +157,28 @@ def timed_steps(data, *, group_size: float, steps: int, warmup: int) -> dict[str
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def interleaved(datas: dict[int, object], *, group_size: float, steps: int, warmup: int):
+    """Step times of several sets, one step of each in turn (the load of a shared machine then
+    falls on all alike): {records: {stage: median seconds}}."""
+    from dpdc_lightning.engine.datamodule import PrivateDataModule
+
+    total, classes = steps + warmup, list(range(CLASSES))
+    runs = {}
+    for records, data in datas.items():
+        for name, method in methods(data, group_size=group_size, steps=total).items():
+            stream = PrivateDataModule(data, plan=method.plan, sampling_seed=1)
+            runs[(records, name)] = (stream, method)
+    times: dict[tuple[int, str], list[float]] = {key: [] for key in runs}
+    for step in range(total):
+        for key, (stream, method) in runs.items():
+            started = time.perf_counter()
+            method.run_step(stream.sample(step, classes))
+            method.pop_events()
+            if step >= warmup:
+                times[key].append(time.perf_counter() - started)
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, required=True)
@@ -166,6 +188,9 @@ def main() -> None:
     parser.add_argument("--group-size", type=float, default=50.0)
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument(
+        "--against", type=int, help="also a set of this many records, steps interleaved"
+    )
     parser.add_argument("--float", action="store_true", help="hold the set as float32 (main's way)")
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -181,6 +206,13 @@ def main() -> None:
         loads.append(time.perf_counter() - started)
         if not loads[1:]:
             del data
+    if args.against is not None:
+        other = args.folder / f"{args.against}_{args.side}x{args.side}.npy"
+        generate(other, records=args.against, side=args.side)
+        sets = {args.records: data, args.against: image_data(load(other, store=args.store))}
+        found = interleaved(sets, group_size=args.group_size, steps=args.steps, warmup=args.warmup)
+        print(json.dumps({f"{n}_{name}_s": round(v, 4) for (n, name), v in found.items()}))
+        return
     step = timed_steps(data, group_size=args.group_size, steps=args.steps, warmup=args.warmup)
     row = {
         "records": args.records,
