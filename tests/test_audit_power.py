@@ -26,7 +26,7 @@ def tiny_digits(per_class: int = 16):
     )
     small = data.subset(index)
     return dataclasses.replace(
-        small, test_images=data.test_images[:20], test_labels=data.test_labels[:20]
+        small, test_pixels=data.test_pixels[:20], test_labels=data.test_labels[:20]
     )
 
 

@@ -113,7 +113,7 @@ def test_a_stream_longer_than_the_plan_is_cut_at_the_plan(tmp_path, monkeypatch)
         lambda self, step, classes: {
             "step": step,
             "classes": classes,
-            "images": [self._class_images[c][:4] for c in classes],
+            "images": [self.class_images(c)[:4] for c in classes],
         },
     )
     _, report = _train(
@@ -138,7 +138,7 @@ def test_the_callback_alone_refuses_a_step_beyond_the_plan(tmp_path, monkeypatch
         lambda self, step, classes: {
             "step": step,
             "classes": classes,
-            "images": [self._class_images[c][:4] for c in classes],
+            "images": [self.class_images(c)[:4] for c in classes],
         },
     )
     monkeypatch.setattr(MethodModule, "on_train_batch_start", lambda self, batch, batch_idx: None)

@@ -186,7 +186,6 @@ class _PoisonAfterSampling(L.Callback):
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if int(batch["step"]) == self.data_steps:
             dm = self.datamodule
-            dm._class_images = [torch.full_like(x, math.nan) for x in dm._class_images]
             dm._all_images = torch.full_like(dm._all_images, math.nan)
             self.poisoned = True
 

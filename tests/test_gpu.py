@@ -370,7 +370,7 @@ def test_an_ndpdc_step_synchronises_with_the_gpu_a_bounded_number_of_times(toy, 
     method = build(NDPDC, config, spec, model=model, noise_multiplier=1.0).to(device)
     method.on_fit_start()
     stream = PrivateDataModule(toy, plan=method.plan, sampling_seed=0)
-    stream._class_images = [x.to(device) for x in stream._class_images]  # as train_dataloader does
+    stream._all_images = stream._all_images.to(device)  # as train_dataloader does
     classes = list(range(spec.num_classes))
     method.run_step(stream.sample(0, classes))  # warm-up: cuDNN's algorithm choice, allocations
     batch = stream.sample(1, classes)

@@ -1,8 +1,8 @@
 """Who is sampled and who is held out, checked against the rule written out here (issue 28).
 
 The data stream must sample every class at its OWN rate q_c = L / N_c (unequal class sizes, so a
-rate taken from the wrong class shows), each record by its own uniform from the generator keyed by
-(secret, step, class). Own data's held-out split must hold out each record with probability
+rate taken from the wrong class shows), each class by the Poisson sampler of privacy/sampling.py
+(whose law tests/test_poisson.py checks) drawing from the generator keyed by (secret, step, class). Own data's held-out split must hold out each record with probability
 ``dataset.test_fraction``, decided by a hash keyed with ``dataset.split_seed`` of the record alone
 (two split seeds, a record removed). Each rule is computed independently here (hashlib, torch.rand
 from the keyed generator) and compared with what the package did.
@@ -17,7 +17,7 @@ import pytest
 import torch
 from method_helpers import stream
 
-from dpdc_lightning.data import ImageData, load_dataset
+from dpdc_lightning.data import ImageData, load_dataset, poisson_sample
 from dpdc_lightning.data.loaders.own import hold_out
 from dpdc_lightning.seeding import derive_generator
 
@@ -43,9 +43,10 @@ def test_every_class_is_sampled_at_its_own_rate():
     assert torch.allclose(counts / 400, torch.full((3,), 10.0), atol=1.0), counts / 400
 
 
-def test_a_class_sample_is_the_keyed_bernoulli_draw_of_its_own_records():
-    """Record i of class c joins step s iff U_i < L / N_c, U = torch.rand(N_c) from the generator
-    keyed by (seed, "sample", s, c): the same records for the same key, whatever other classes do."""
+def test_a_class_sample_is_the_keyed_poisson_draw_of_its_own_records():
+    """Class c's sample at step s is poisson_sample(N_c, L / N_c) from the generator keyed by
+    (seed, "sample", s, c), applied to class c's records in order: the same records for the same
+    key, whatever other classes do."""
     data = _data()
     module = stream(data, group_size=10.0, seed=5, steps=10)
     pools = [data.train_images[data.train_labels == c] for c in range(3)]
@@ -53,8 +54,9 @@ def test_a_class_sample_is_the_keyed_bernoulli_draw_of_its_own_records():
         batch = module.sample(step, [2, 0, 1])  # any order of classes
         assert batch["classes"] == [2, 0, 1]
         for c, images in zip(batch["classes"], batch["images"]):
-            uniforms = torch.rand(SIZES[c], generator=derive_generator(5, "sample", step, c))
-            expected = pools[c][uniforms < 10.0 / SIZES[c]]
+            generator = derive_generator(5, "sample", step, c)
+            picks = poisson_sample(SIZES[c], sample_rate=10.0 / SIZES[c], generator=generator)
+            expected = pools[c][picks]
             assert torch.equal(images, expected), (step, c)
     alone = module.sample(7, [1])["images"][0]
     assert torch.equal(alone, module.sample(7, [0, 1, 2])["images"][1])
@@ -85,8 +87,7 @@ def test_a_global_sample_draws_every_record_at_rate_b_over_n():
     )
     module = PrivateDataModule(data, plan=plan, sampling_seed=9)
     batch = module.sample(3, [])
-    uniforms = torch.rand(280, generator=derive_generator(9, "sample", 3))
-    picks = uniforms < 14.0 / 280
+    picks = poisson_sample(280, sample_rate=14.0 / 280, generator=derive_generator(9, "sample", 3))
     assert torch.equal(batch["images"], data.train_images[picks])
     assert torch.equal(batch["labels"], data.train_labels[picks])
 

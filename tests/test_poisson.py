@@ -122,3 +122,111 @@ def test_sample_without_replacement_is_fixed_size_distinct_and_uniform():
         counts += _indicators(sample, n)
     p = size / n
     assert (counts / draws - p).abs().max() < 5 * math.sqrt(p * (1 - p) / draws)
+
+
+# --------------------------------------------------------------------------- the law, in full
+#
+# poisson_sample draws the size K ~ Binomial(N, q) and then a uniform K-subset (privacy/sampling.py
+# proves that this is the law of N independent Bernoulli(q) inclusions). The check below tests that
+# law directly on DRAWS independent samples, each statistic against its exact null distribution:
+# a record's inclusion count, a pair's joint count, the count of samples of size k, and the total
+# number of inclusions are each Binomial(DRAWS (x N), p) with p = q, q^2, C(N,k) q^k (1-q)^(N-k) and q.
+# The threshold of each is Bernstein's inequality at a false-alarm probability of ALPHA / m for m
+# statistics (union bound), so a correct sampler fails with probability below ALPHA in all; the
+# mutants below show that the same thresholds catch a biased sampler.
+
+ALPHA = 1e-6
+DRAWS = 10_000
+
+
+def _bernstein(p: float, *, trials: int, statistics: int) -> float:
+    """t with P(|X / trials - p| >= t) <= ALPHA / (3 statistics) for X ~ Binomial(trials, p):
+    Bernstein, 2 exp(-trials t^2 / (2 p (1 - p) + 2 t / 3)), solved for t (three families of
+    statistics share ALPHA, the total being one more)."""
+    log_term = math.log(2 * 3 * statistics / ALPHA)
+    linear = 2 * log_term / 3
+    return (linear + math.sqrt(linear**2 + 8 * trials * p * (1 - p) * log_term)) / (2 * trials)
+
+
+def _law_problems(sampler, n: int, q: float, seed: int) -> list[str]:
+    generator = derive_generator(seed, "law", n)
+    samples = [sampler(n, sample_rate=q, generator=generator) for _ in range(DRAWS)]
+    rows = torch.repeat_interleave(torch.tensor([len(picks) for picks in samples]))
+    included = torch.zeros(DRAWS, n, dtype=torch.float64)
+    included.index_put_(
+        (rows, torch.cat(samples)), torch.ones(len(rows), dtype=torch.float64), accumulate=True
+    )
+    if bool((included > 1).any()):
+        return ["a sample repeats a record"]
+    problems = []
+    frequency = included.mean(0)
+    bound = _bernstein(q, trials=DRAWS, statistics=n)
+    if (frequency - q).abs().max() >= bound:
+        problems.append(f"a record's frequency is off by {(frequency - q).abs().max():.4f}")
+    total = included.mean()
+    if abs(total - q) >= _bernstein(q, trials=DRAWS * n, statistics=1):
+        problems.append(f"the mean sample size is {float(total) * n:.3f}, not {n * q}")
+    joint = (included.T @ included / DRAWS)[torch.triu_indices(n, n, 1).unbind()]
+    bound = _bernstein(q * q, trials=DRAWS, statistics=n * (n - 1) // 2)
+    if (joint - q * q).abs().max() >= bound:
+        problems.append(f"a pair's joint frequency is off by {(joint - q * q).abs().max():.4f}")
+    sizes = torch.bincount(included.sum(1).long(), minlength=n + 1).double() / DRAWS
+    pmf = torch.tensor([math.comb(n, k) * q**k * (1 - q) ** (n - k) for k in range(n + 1)])
+    bounds = torch.tensor([_bernstein(float(p), trials=DRAWS, statistics=n + 1) for p in pmf])
+    if bool(((sizes - pmf).abs() >= bounds).any()):
+        problems.append("the sample size is not Binomial(N, q)")
+    return problems
+
+
+# N = 20 at q = 1/4 draws its subsets mostly by permutation (K >= N / 8), N = 80 at q = 1/10 mostly
+# by rejection of repeated indices.
+LAWS = [(20, 0.25), (80, 0.1)]
+
+
+@pytest.mark.parametrize("n, q", LAWS)
+def test_poisson_sample_has_the_law_of_independent_inclusions(n, q):
+    assert _law_problems(poisson_sample, n, q, seed=11) == []
+
+
+def _count_plus_one(n, *, sample_rate, generator):
+    size = min(
+        n,
+        int(torch.binomial(torch.tensor(float(n)), torch.tensor(sample_rate), generator=generator))
+        + 1,
+    )
+    return torch.randperm(n, generator=generator)[:size].sort().values
+
+
+def _with_replacement(n, *, sample_rate, generator):
+    size = int(
+        torch.binomial(torch.tensor(float(n)), torch.tensor(sample_rate), generator=generator)
+    )
+    return torch.randint(n, (size,), generator=generator).unique()
+
+
+def _contiguous(n, *, sample_rate, generator):
+    """The right size and the right marginals, but a run of neighbouring records."""
+    size = int(
+        torch.binomial(torch.tensor(float(n)), torch.tensor(sample_rate), generator=generator)
+    )
+    start = int(torch.randint(n, (1,), generator=generator))
+    return ((start + torch.arange(size)) % n).sort().values
+
+
+def _fixed_size(n, *, sample_rate, generator):
+    return torch.randperm(n, generator=generator)[: round(n * sample_rate)].sort().values
+
+
+@pytest.mark.slow  # 8 x 10,000 draws: seconds each on a loaded CPU
+@pytest.mark.parametrize("n, q", LAWS)
+@pytest.mark.parametrize("biased", [_count_plus_one, _with_replacement, _contiguous, _fixed_size])
+def test_the_law_check_rejects_a_biased_sampler(biased, n, q):
+    assert _law_problems(biased, n, q, seed=11) != []
+
+
+def test_a_sample_costs_its_size_not_the_number_of_records():
+    """10^15 records at q = 10^-14: one uniform per record would need 8 PB; the count and subset
+    draw touch about 10 indices."""
+    picks = poisson_sample(10**15, sample_rate=1e-14, generator=derive_generator(12, "huge"))
+    assert picks.numel() < 60 and bool((picks < 10**15).all())
+    assert torch.all(picks[1:] > picks[:-1])

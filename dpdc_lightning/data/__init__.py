@@ -18,6 +18,7 @@ __getattr__, __dir__, __all__ = exports(
         "NORMALISE_STD": "image_data",
         "ImageData": "image_data",
         "normalise": "image_data",
+        "normalised": "image_data",
         "clear_dataset_cache": "load",
         "default_cache_dir": "load",
         "load_dataset": "load",

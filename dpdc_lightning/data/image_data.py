@@ -6,6 +6,13 @@ channel, so pixels lie in [-1, 1]). Differentially private runs must never use s
 from the private data (a per-channel mean is itself a release about the data); data-derived
 normalisation belongs to non-private baselines only, and is not done here. A record outside
 [-1, 1] is refused when the data set is built (``_check_range``).
+
+Images are kept in the form they were stored in: 8-bit levels (uint8, pixel = level / 255, one byte
+a value) for every loader that decodes 8-bit files, float32 already normalised otherwise (the
+embedded digits, float tensors). ``train_pixels`` / ``test_pixels`` hold that form; the private
+data stream converts only the records it sampled (``normalised``), so a set costs a quarter of its
+float32 size in memory. ``train_images`` / ``test_images`` convert a whole split on each access:
+for small sets and for code off the hot path (audits, the baselines' real images).
 """
 
 from __future__ import annotations
@@ -25,15 +32,15 @@ NORMALISE_STD = 0.5
 class ImageData:
     """A labelled image dataset with its public test split.
 
-    Images are float32 (N, C, H, W) normalised to [-1, 1] with fixed constants; labels are int64 in
-    ``[0, num_classes)``. Loaded datasets are cached in-process and shared: treat every tensor as
-    read-only (clone before modifying in place).
+    Pixels are (N, C, H, W), uint8 levels or float32 normalised to [-1, 1] with fixed constants (see
+    the module docstring); labels are int64 in ``[0, num_classes)``. Loaded datasets are cached
+    in-process and shared: treat every tensor as read-only (clone before modifying in place).
     """
 
     name: str
-    train_images: Tensor
+    train_pixels: Tensor
     train_labels: Tensor
-    test_images: Tensor
+    test_pixels: Tensor
     test_labels: Tensor
     num_classes: int
     class_names: tuple[str, ...]
@@ -52,22 +59,23 @@ class ImageData:
 
     def __post_init__(self) -> None:
         for split, images, labels in (
-            ("train", self.train_images, self.train_labels),
-            ("test", self.test_images, self.test_labels),
+            ("train", self.train_pixels, self.train_labels),
+            ("test", self.test_pixels, self.test_labels),
         ):
-            if images.dtype != torch.float32 or images.dim() != 4:
+            if images.dtype not in STORED_TYPES or images.dim() != 4:
                 raise ValueError(
-                    f"{self.name}: {split} images must be float32 (N, C, H, W), "
+                    f"{self.name}: {split} images must be uint8 or float32 (N, C, H, W), "
                     f"got {images.dtype} {tuple(images.shape)}"
                 )
-            _check_range(self.name, split, images)
+            if images.dtype == torch.float32:  # 8-bit levels lie in [-1, 1] by construction
+                _check_range(self.name, split, images)
             if labels.dtype != torch.int64 or labels.shape != images.shape[:1]:
                 raise ValueError(
                     f"{self.name}: {split} labels must be int64 of shape ({images.shape[0]},)"
                 )
             if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):
                 raise ValueError(f"{self.name}: {split} labels outside [0, {self.num_classes})")
-        if self.train_images.shape[1:] != self.test_images.shape[1:]:
+        if self.train_pixels.shape[1:] != self.test_pixels.shape[1:]:
             raise ValueError(f"{self.name}: train and test images differ in shape")
         if len(self.class_names) != self.num_classes:
             raise ValueError(
@@ -75,12 +83,22 @@ class ImageData:
             )
 
     @property
+    def train_images(self) -> Tensor:
+        """The training split as float32 in [-1, 1], converted whole (see the module docstring)."""
+        return normalised(self.train_pixels)
+
+    @property
+    def test_images(self) -> Tensor:
+        """The test split as float32 in [-1, 1], converted whole."""
+        return normalised(self.test_pixels)
+
+    @property
     def channels(self) -> int:
-        return int(self.train_images.shape[1])
+        return int(self.train_pixels.shape[1])
 
     @property
     def image_size(self) -> tuple[int, int]:
-        return int(self.train_images.shape[2]), int(self.train_images.shape[3])
+        return int(self.train_pixels.shape[2]), int(self.train_pixels.shape[3])
 
     @property
     def class_sizes(self) -> tuple[int, ...]:
@@ -115,9 +133,9 @@ class ImageData:
             test_images, test_labels = images[:0], labels[:0]
         return cls(
             name=name,
-            train_images=images,
+            train_pixels=images,
             train_labels=labels,
-            test_images=test_images,
+            test_pixels=test_images,
             test_labels=test_labels,
             num_classes=num_classes,
             class_names=tuple(str(c) for c in range(num_classes)),
@@ -130,9 +148,9 @@ class ImageData:
         indices = torch.as_tensor(indices, dtype=torch.long)
         return ImageData(
             name=f"{self.name}[subset]",
-            train_images=self.train_images.index_select(0, indices),
+            train_pixels=self.train_pixels.index_select(0, indices),
             train_labels=self.train_labels.index_select(0, indices),
-            test_images=self.test_images,
+            test_pixels=self.test_pixels,
             test_labels=self.test_labels,
             num_classes=self.num_classes,
             class_names=self.class_names,
@@ -176,3 +194,16 @@ def normalise(unit_images: Tensor) -> Tensor:
 def from_uint8(images: Tensor) -> Tensor:
     """uint8 pixels 0..255 -> the normalised space."""
     return normalise(images.to(torch.float32) / 255.0)
+
+
+STORED_TYPES = (torch.uint8, torch.float32)  # 8-bit levels, or pixels already normalised
+
+
+def normalised(pixels: Tensor) -> Tensor:
+    """Stored pixels (see ``STORED_TYPES``) -> float32 in [-1, 1]: 8-bit levels are converted (the
+    same values as ``from_uint8``), float32 is returned as it is (no copy)."""
+    if pixels.dtype != torch.uint8:
+        return pixels
+    # from_uint8's operations in place on one new tensor: the same values, a third of the passes
+    values = pixels.to(torch.float32)
+    return values.div_(255.0).sub_(NORMALISE_MEAN).div_(NORMALISE_STD)

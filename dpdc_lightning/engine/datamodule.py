@@ -21,10 +21,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import lightning as L
+import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, IterableDataset
 
-from dpdc_lightning.data import ImageData
+from dpdc_lightning.data import ImageData, normalised
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.sampling import poisson_sample, sample_without_replacement
@@ -89,13 +90,24 @@ class PrivateDataModule(L.LightningDataModule):
         self.plan = plan
         self._sampling_seed = sampling_seed
         self.shard = (0, 1)  # (rank, world size): which share of a global sample this process keeps
-        self._all_images, self._all_labels = data.train_images, data.train_labels
-        self._class_images = [
-            data.train_images[data.train_labels == c] for c in range(data.num_classes)
+        # The stored form (uint8 levels or float32, data/image_data.py), held once: a class is the
+        # positions of its records (8 B a record), not a copy of them, and a sample is converted to
+        # float32 after it is drawn, so only the sampled records ever exist as floats.
+        self._all_images, self._all_labels = data.train_pixels, data.train_labels
+        self._members = [
+            torch.nonzero(data.train_labels == c).flatten() for c in range(data.num_classes)
         ]
 
+    def _rows(self, positions: Tensor) -> Tensor:
+        """Records at ``positions`` of the stored set, in [-1, 1]. index_select, not x[positions]:
+        advanced indexing costs ~1000x more on a busy CPU. The indices travel without a blocking
+        copy (that would wait for the GPU's queue to drain)."""
+        store = self._all_images
+        return normalised(store.index_select(0, positions.to(store.device, non_blocking=True)))
+
     def class_images(self, class_index: int) -> Tensor:
-        return self._class_images[class_index]
+        """Every record of a class in [-1, 1] (a non-private baseline's real images)."""
+        return self._rows(self._members[class_index])
 
     def sample(self, step: int, classes: list[int]) -> dict[str, Any]:
         plan = self.plan
@@ -109,15 +121,14 @@ class PrivateDataModule(L.LightningDataModule):
                 sample_rate=plan.rate_of(-1),
                 generator=derive_generator(self._sampling_seed, "sample", step),
             )
-            picks = picks.to(self._all_images.device, non_blocking=True)
             return {
                 "step": step,
-                "images": self._all_images.index_select(0, picks),
-                "labels": self._all_labels.index_select(0, picks),
+                "images": self._rows(picks),
+                "labels": self._all_labels.index_select(0, picks.to(self._all_labels.device)),
             }
         batches = []
         for c in classes:
-            pool = self._class_images[c]
+            pool = self._members[c]
             generator = derive_generator(self._sampling_seed, "sample", step, c)
             if plan.sampling == "per_class_poisson":
                 picks = poisson_sample(len(pool), sample_rate=plan.rate_of(c), generator=generator)
@@ -125,9 +136,7 @@ class PrivateDataModule(L.LightningDataModule):
                 picks = sample_without_replacement(
                     len(pool), size=int(plan.sample_size), generator=generator
                 )
-            # index_select, not pool[picks]: advanced indexing costs ~1000x more on a busy CPU. The
-            # indices travel without a blocking copy (that would wait for the GPU's queue to drain).
-            batches.append(pool.index_select(0, picks.to(pool.device, non_blocking=True)))
+            batches.append(self._rows(pool.index_select(0, picks)))
         return {"step": step, "classes": classes, "images": batches}
 
     def train_dataloader(self) -> DataLoader:
@@ -139,9 +148,9 @@ class PrivateDataModule(L.LightningDataModule):
                 self.data.num_classes, rank=trainer.global_rank, world_size=trainer.world_size
             )
         )
-        # Keep the private tensors on the compute device: indexing there avoids a copy per step.
+        # Keep the private tensors on the compute device: indexing there avoids a copy per step. One
+        # copy of the stored set (the classes are positions in it).
         device = trainer.strategy.root_device
-        self._class_images = [x.to(device) for x in self._class_images]
         self._all_images, self._all_labels = (
             self._all_images.to(device),
             self._all_labels.to(device),

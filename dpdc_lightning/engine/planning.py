@@ -18,7 +18,7 @@ from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
-from dpdc_lightning.methods.memory import Need, check_fits, run_device
+from dpdc_lightning.methods.memory import Need, check_fits, private_set_need, run_device
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
@@ -256,10 +256,12 @@ def noise_seed_for(config: RunConfig) -> int:
 
 
 def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
-    """What the run will hold in memory (methods/memory.py says what is counted)."""
-    return METHODS[config.method.name].memory_needs(
+    """What the run will hold in memory (methods/memory.py says what is counted): the method's
+    needs and the private set as stored, whatever the method (a plug-in's included)."""
+    needs = METHODS[config.method.name].memory_needs(
         config.method, data=data, plan=plan, model=config.model, device=run_device(config.trainer)
     )
+    return [*needs, private_set_need(data)]
 
 
 def check_memory(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> None:

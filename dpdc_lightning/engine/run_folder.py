@@ -53,7 +53,8 @@ def data_provenance(data: ImageData) -> str:
 def keyed_data_digest(data: ImageData, *, seed: int) -> str:
     """The digest of everything the run reads (both splits), keyed by its secret (or, for a run
     without one, its public seed: such a run promises no privacy)."""
-    tensors = (data.train_images, data.train_labels, data.test_images, data.test_labels)
+    # The stored form (data/image_data.py): no float copy of a large set.
+    tensors = (data.train_pixels, data.train_labels, data.test_pixels, data.test_labels)
     return data_digest(tensors, key=derive_secret(seed, DATA_DIGEST_PURPOSE))
 
 

@@ -15,14 +15,18 @@ What is counted (float32, 4 B a value):
 - the forward of a batch without a graph (a private sample): twice the largest layer input + output
   per image, at a high quantile of a Poisson sample, E + 4·√E + 4 records;
 - method state: Dosser's signal bank, subspace cache, auxiliary features and EMA, PSG's per-example
-  gradients of one chunk.
+  gradients of one chunk;
+- the private training set as it is stored (data/image_data.py): one byte a value for 8-bit
+  images, four for float32, from the public class sizes (the declared or released ones). It is
+  already loaded when the check runs, so it is outside the host memory reported available and is
+  not compared with it (``resident``); on a GPU it is copied to the device and counted there.
 Step-time working sets (activations, batches) are freed before the next is built, so only the
 largest one counts; persistent state adds up. Everything is computed from the config, the image
 shape, the number of classes and the privacy plan, never from the class sizes or a record: whether
 a run is refused does not depend on private data.
 
-Not counted: the Python and torch runtime (about 0.5-1 GiB resident), the data set (already loaded
-when the check runs, so it is outside the memory reported available), allocator slack, cuDNN
+Not counted: the Python and torch runtime (about 0.5-1 GiB resident), the test split, allocator
+slack, cuDNN
 workspaces and compile caches. Measured against the growth of a run's peak resident memory on the
 CPU (benchmarks/memory_estimate.py, benchmarks/results/memory_estimate_cpu.md), that growth was
 0.87-1.11 times the estimate for every method (LDPDC aside: its 1 MiB is below the allocator's
@@ -43,6 +47,7 @@ import torch
 from dpdc_lightning.config.auto import choose_device
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.models.registry import NETWORKS
 
 FLOAT = 4  # bytes of a float32
@@ -57,6 +62,9 @@ class Need:
     keys: str
     step: bool = False  # a step-time working set: only the largest is alive at once
     host: bool = False  # kept in host memory even when the run computes on a GPU
+    # already in host memory when the check runs (the loaded data set): part of the estimate, but
+    # not compared with the host memory still available, which no longer includes it
+    resident: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,14 @@ def run_device(trainer: dict) -> torch.device:
     return torch.device(kind if present else "cpu")
 
 
+def private_set_need(data: DataSpec) -> Need:
+    """The private training set as stored, sized from public class sizes only."""
+    records = math.ceil(sum(data.public_class_sizes or data.class_sizes))
+    size = records * math.prod(data.image_shape) * data.pixel_bytes
+    form = "8-bit" if data.pixel_bytes == 1 else "float32"
+    return Need(f"private set ({form}, as stored)", size, "dataset", resident=True)
+
+
 def total_bytes(needs: Iterable[Need]) -> int:
     needs = list(needs)
     return sum(n.bytes for n in needs if not n.step) + max(
@@ -177,12 +193,12 @@ def format_bytes(n: int) -> str:
 
 def check_fits(needs: list[Need], *, method: str, device: torch.device) -> None:
     """Refuse, in one line, a run whose estimate exceeds the memory available to it."""
-    pools = [("", needs, host_available())]
+    pools = [("", [n for n in needs if not n.resident], host_available())]
     if device.type == "cuda":
         free = int(torch.cuda.mem_get_info(device)[0])
         pools = [
             (" on the GPU", [n for n in needs if not n.host], free),
-            (" in host memory", [n for n in needs if n.host], host_available()),
+            (" in host memory", [n for n in needs if n.host and not n.resident], host_available()),
         ]
     for where, members, available in pools:
         need = total_bytes(members)

@@ -22,6 +22,8 @@ class DataSpec:
     public_class_sizes: tuple[float, ...] = ()
     # The data set's class names (public: the bundle carries them), for messages; () if unknown.
     class_names: tuple[str, ...] = ()
+    # Bytes of one stored pixel value (1: 8-bit levels, 4: float32): the private set's own memory.
+    pixel_bytes: int = 4
 
     @classmethod
     def of(cls, data: Any, *, plan: PrivacyPlan | None = None) -> DataSpec:
@@ -37,7 +39,8 @@ class DataSpec:
             public = tuple(plan.class_sizes) if plan.class_sizes else public
         return cls(
             num_classes=data.num_classes,
-            image_shape=tuple(data.train_images.shape[1:]),
+            image_shape=tuple(data.train_pixels.shape[1:]),
+            pixel_bytes=data.train_pixels.element_size(),
             class_sizes=tuple(sizes),
             public_class_sizes=public,
             class_names=tuple(str(n) for n in getattr(data, "class_names", None) or ()),

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.data.image_data import ImageData, from_uint8
+from dpdc_lightning.data.image_data import ImageData
 from dpdc_lightning.errors import UserError
 
 FASHION_MNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"
@@ -222,7 +222,7 @@ def _mnist_like(
             files.get(image_name, raw / image_name),
             files.get(label_name, raw / label_name),
         )
-        splits += [from_uint8(images.unsqueeze(1)), labels.to(torch.int64)]
+        splits += [images.unsqueeze(1).contiguous(), labels.to(torch.int64)]  # kept as stored
     return ImageData(dataset, *splits, 10, tuple(tv_class.classes), source=str(source))
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdc_lightning.data.image_data import ImageData, normalise
+from dpdc_lightning.data.image_data import ImageData
 from dpdc_lightning.data.loaders.own import assemble
 from dpdc_lightning.errors import UserError
 
@@ -41,7 +41,7 @@ def _read_folder(
     stacked = _decode(files, mode="L" if channels == 1 else "RGB", size=size)  # pass 2
     stacked = stacked.unsqueeze(1) if stacked.dim() == 3 else stacked.permute(0, 3, 1, 2)
     return (
-        normalise(stacked.float() / 255.0).contiguous(),
+        stacked.contiguous(),  # 8-bit levels: converted per sampled batch (data/image_data.py)
         torch.tensor([label for _, label, _, _ in files], dtype=torch.int64),
         tuple(p.name for p in classes),
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from dpdc_lightning.data.image_data import ImageData
+from dpdc_lightning.data.image_data import ImageData, normalised
 from dpdc_lightning.errors import UserError
 
 
@@ -36,7 +36,10 @@ def hold_out(images: Tensor, labels: Tensor, *, fraction: float, seed: int) -> T
     changes no other record's side. The held-out share is ``fraction`` on average (binomial), not
     exactly."""
     key = hashlib.blake2b(str(int(seed)).encode(), digest_size=32).digest()
-    levels = torch.round((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).flatten(1).numpy()
+    if images.dtype == torch.uint8:  # stored 8-bit levels: the quantisation is the identity
+        levels = images.flatten(1).numpy()
+    else:
+        levels = torch.round((images.clamp(-1, 1) + 1) * 127.5).to(torch.uint8).flatten(1).numpy()
     threshold = fraction * 2.0**64
     held = [
         int.from_bytes(
@@ -63,7 +66,9 @@ def refuse_shared_records(
     named for the owner's console only (this error is never written to a file)."""
 
     def digest(row: Tensor) -> bytes:
-        return hashlib.blake2b(row.numpy().tobytes(), digest_size=16).digest()
+        # of the normalised pixels: a record stored as 8-bit levels in one split and as floats in
+        # the other is still the same record
+        return hashlib.blake2b(normalised(row).numpy().tobytes(), digest_size=16).digest()
 
     private = {digest(row) for row in images}
     for index, row in enumerate(test_images):

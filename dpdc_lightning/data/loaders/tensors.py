@@ -98,6 +98,11 @@ def _prepare(
         )
     if labels.is_floating_point() or labels.dtype == torch.bool or int(labels.min()) < 0:
         raise UserError(f"{path}: labels of '{key}' must be integers from 0")
+    same_channels = channels is None or images.shape[1] == channels
+    same_size = image_size is None or tuple(images.shape[2:]) == (image_size, image_size)
+    if images.dtype == torch.uint8 and same_channels and same_size:
+        # 8-bit levels stay as stored (a quarter of float32), converted per sampled batch
+        return images.contiguous(), labels.long().contiguous()
     unit = _as_unit(path, images, key)
     if channels is not None and unit.shape[1] != channels:
         unit = _to_channels(path, unit, key, channels)

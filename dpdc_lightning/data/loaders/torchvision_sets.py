@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.data.image_data import ImageData, from_uint8
+from dpdc_lightning.data.image_data import ImageData
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
 
@@ -96,7 +96,7 @@ def load_cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
                 f"cifar10: files in {folder} hold {tuple(images.shape)} images / "
                 f"{tuple(labels.shape)} labels, expected {count} of 3x32x32 with labels 0..9"
             )
-        splits += [from_uint8(images.contiguous()), labels]
+        splits += [images.contiguous(), labels]  # 8-bit levels, as stored
     return ImageData("cifar10", *splits, 10, tuple(split.classes), source=str(folder))
 
 
@@ -167,5 +167,5 @@ def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
                     members[torch.randperm(members.numel(), generator=generator)[:CELEBA_PER_CLASS]]
                 )
             indices = torch.cat(chosen).sort().values
-        splits += [from_uint8(_celeba_images(split, indices, folder)), labels[indices].contiguous()]
+        splits += [_celeba_images(split, indices, folder), labels[indices].contiguous()]
     return ImageData("celeba", *splits, 2, ("female", "male"), source=str(folder))
