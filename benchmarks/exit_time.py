@@ -28,18 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from process_end import Ending, run_until_end  # noqa: E402
+from tiny_runs import TINY_EVAL, TINY_NDPDC  # noqa: E402
 
-TINY = [
-    "method=ndpdc",
-    "dataset=toy",
-    "model.width=8",
-    "model.depth=2",
-    "method.ipc=2",
-    "method.iterations=2",
-    "method.group_size=4",
-    "trainer.enable_progress_bar=false",
-]
-EVAL = ["eval.epochs=2", "eval.runs=1", "model=mlp"]
+TINY = TINY_NDPDC
+EVAL = TINY_EVAL
 EPSILON = ["--sample-rate", "50/6000", "--noise-multiplier", "1", "--steps", "100"]
 SWEEP = [*TINY, "seed=0,1"]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import pytest
 import torch
 from rounding import assert_close_normwise, float32_rounding
+from tiny_runs import TINY_NDPDC
 
 from dpdc_lightning import compose, condense
 from dpdc_lightning.data import load_dataset
@@ -23,17 +24,7 @@ from dpdc_lightning.seeding import derive_generator
 
 # NDPDC on the toy set (4 classes of 28x28), 2 images per class, 2 iterations: a step's real
 # features are clipped, summed and noised, so the update is a whole private step.
-TINY = [
-    "method=ndpdc",
-    "dataset=toy",
-    "model.width=8",
-    "model.depth=2",
-    "method.ipc=2",
-    "method.iterations=2",
-    "method.group_size=4",
-    "privacy.noise_multiplier=1.0",
-    "trainer.enable_progress_bar=false",
-]
+TINY = [*TINY_NDPDC, "privacy.noise_multiplier=1.0"]
 # The extractor's longest float32 reduction: instance norm over a 28x28 map (784 terms).
 ROUNDING = float32_rounding(28 * 28)
 

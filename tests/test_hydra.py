@@ -16,20 +16,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
+from tiny_runs import TINY_NDPDC
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main
 
-TINY = [
-    "method=ndpdc",
-    "dataset=toy",
-    "model.width=8",
-    "model.depth=2",
-    "method.ipc=2",
-    "method.iterations=2",
-    "method.group_size=4",
-    "trainer.enable_progress_bar=false",
-]
+TINY = TINY_NDPDC
 
 
 def _files(folder: Path) -> set[str]:

@@ -18,22 +18,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from process_end import run_until_end
+from tiny_runs import TINY_EVAL, TINY_NDPDC
 
 ROOT = Path(__file__).resolve().parent.parent
 GRACE_S = 45.0  # after the last line; a loaded CI machine, not a speed goal
 TIMEOUT_S = 1500.0  # a cold compile took 4-5 min on a loaded 2-core machine
-TINY = [
-    "method=ndpdc",
-    "dataset=toy",
-    "model.width=8",
-    "model.depth=2",
-    "method.ipc=2",
-    "method.iterations=2",
-    "method.group_size=4",
-    "trainer.enable_progress_bar=false",
-]
+TINY = TINY_NDPDC
 # A tiny evaluation; eval.compile is forced per test (auto compiles only from 200 steps up).
-EVAL = ["eval.epochs=2", "eval.runs=1", "model=mlp"]
+EVAL = TINY_EVAL
 
 
 @pytest.fixture
