@@ -306,10 +306,12 @@ def test_bad_audit_arguments_fail_in_one_line(args, capsys, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_selftest_catches_every_planted_bug_and_passes_the_correct_mechanisms():
-    from dpdc_lightning.audit.selftest import passed, run_selftest
+    from dpdc_lightning.audit.planted import PLANTED
+    from dpdc_lightning.audit.selftest import default_methods, passed, run_selftest
 
     reports = run_selftest(WhiteboxConfig())
-    assert len(reports) == 10
+    # every self-test method: its correct release and each planted bug (2 x 6 with noise_x0.5)
+    assert len(default_methods()) == 2 and len(reports) == 2 * (1 + len(PLANTED)) == 12
     assert passed(reports), [
         (r["method"], r["release"], r["clopper_pearson"]["epsilon"]) for r in reports
     ]
