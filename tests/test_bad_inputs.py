@@ -5,7 +5,6 @@ contract across a real process boundary."""
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -13,21 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.privacy.digests import plan_digest
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _entry(name: str):
-    spec = importlib.util.spec_from_file_location(f"_entry_{name}", ROOT / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-TRAIN, EVALUATE = _entry("train"), _entry("evaluate")
 
 
 def _files(folder: Path) -> set[str]:

@@ -4,7 +4,6 @@ expects, through the public entry points (the CLI mains, ``compose``, ``plan_run
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -12,22 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.audit.command import audit_main
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.export import export_main
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _entry(name: str):
-    spec = importlib.util.spec_from_file_location(f"_entry28_{name}", ROOT / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-TRAIN, EVALUATE = _entry("train"), _entry("evaluate")
 
 
 def _files(folder: Path) -> set[str]:

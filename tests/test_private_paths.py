@@ -6,13 +6,13 @@ outputs.py: TensorBoard wall times and event file names left out); only the owne
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
+from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.audit.neighbours.outputs import differences, snapshot
 from dpdc_lightning.cli import run
@@ -21,16 +21,6 @@ from dpdc_lightning.config.locations import PROVENANCE_FILE
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "alice_patients"  # in both data folders' names: a folder name can itself be personal data
 SIZES = (14, 10, 8)
-
-
-def _entry(name: str):
-    spec = importlib.util.spec_from_file_location(f"_entry_{name}", ROOT / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-TRAIN, EVALUATE = _entry("train"), _entry("evaluate")
 
 
 def _write_data(folder: Path) -> None:
