@@ -62,7 +62,8 @@ def merge(record: dict, ours: Path) -> dict:
         record["seeds"].setdefault(seed, {})[mode] = {
             "accuracies": [round(a, 4) for a in evaluation["results"]["convnet"]["accuracies"]],
             "engine": evaluation.get("engine", "?"),
-            "source": str(run),
+            # The run folder's own name: the folder it sat in is the measuring machine's.
+            "source": run.name,
         }
     return record
 
