@@ -1,0 +1,199 @@
+"""The private selection run (``python train.py -m GRID select=private``, cli/select.py): the keyed
+validation split, the draws from the key, the refusals, and one tiny whole selection whose folder
+holds the winner's bundle and nothing of a loser."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from script_entries import TRAIN
+from tiny_runs import TINY_NDPDC
+
+from dpdc_lightning.cli import run
+from dpdc_lightning.data import ImageData
+
+TINY_SELECT = [
+    *[t for t in TINY_NDPDC if not t.startswith("method.ipc=")],
+    "select=private",
+    "select.trials_mean=3",
+    "select.epochs=2",
+    "select.model=mlp",
+    "privacy.target_epsilon=2",
+]
+
+
+def _data(records: int, *, seed: int) -> ImageData:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.rand(records, 1, 8, 8, generator=generator) * 2 - 1
+    labels = torch.arange(records) % 3
+    return ImageData.from_tensors(images, labels, num_classes=3)
+
+
+def test_the_validation_split_of_other_records_does_not_move_when_one_is_added():
+    from dpdc_lightning.engine.selection import carve_validation
+
+    data = _data(300, seed=0)
+    extra = _data(1, seed=1)
+    bigger = ImageData.from_tensors(
+        torch.cat([extra.train_pixels, data.train_pixels]),
+        torch.cat([extra.train_labels + 1, data.train_labels]),
+        num_classes=3,
+    )
+    key = 12345
+    small = carve_validation(data, fraction=0.3, key=key)
+    large = carve_validation(bigger, fraction=0.3, key=key)
+    held_small = {tuple(row.flatten().tolist()) for row in small.images}
+    held_large = {tuple(row.flatten().tolist()) for row in large.images}
+    new = tuple(extra.train_pixels[0].flatten().tolist())
+    assert held_large - {new} == held_small  # the old records keep their sides
+    assert 0 < len(small.images) < 300 and len(small.train.train_labels) + len(small.images) == 300
+    # the denominator and the plan's sizes are public: they move with the record count only
+    assert small.expected_size == pytest.approx(0.3 * 300)
+    assert small.train.public_class_sizes == pytest.approx((70.0, 70.0, 70.0))
+    # another key, another split
+    other = carve_validation(data, fraction=0.3, key=key + 1)
+    assert {tuple(r.flatten().tolist()) for r in other.images} != held_small
+
+
+def test_the_denominator_is_public_not_the_realised_size():
+    from dpdc_lightning.engine.selection import carve_validation
+
+    data = _data(300, seed=2)
+    sizes = {carve_validation(data, fraction=0.2, key=k).expected_size for k in range(5)}
+    realised = {len(carve_validation(data, fraction=0.2, key=k).images) for k in range(5)}
+    assert len(sizes) == 1 and sizes.pop() == pytest.approx(0.2 * 300) and len(realised) > 1
+
+
+def test_k_and_the_members_reproduce_from_the_key():
+    from dpdc_lightning.cli.select_run import draw_trials
+    from dpdc_lightning.privacy.selection import TrialLaw
+
+    law = TrialLaw(distribution="geometric", mean=8.0)
+    first = draw_trials(law, key=7, members=4)
+    assert draw_trials(law, key=7, members=4) == first
+    draws = [tuple(draw_trials(law, key=k, members=4)) for k in range(20)]
+    assert len(set(draws)) > 10  # the key decides: different keys, different trials
+    assert {m for d in draws for m in d} == {0, 1, 2, 3}  # every member can be drawn
+
+
+def test_the_score_is_a_gaussian_count_over_the_public_denominator():
+    from dpdc_lightning.evaluation.selection_score import ScoreProtocol, noisy_score
+
+    score = ScoreProtocol(
+        model="mlp", model_options={}, epochs=1, seed=0, noise_multiplier=3.0, denominator=50.0
+    )
+    values = [noisy_score(20, score=score, key=99, trial=t, reproducible=False) for t in range(400)]
+    noise = torch.tensor(values) * 50.0 - 20.0
+    assert float(noise.mean()).__abs__() < 4 * 3.0 / 20  # 4 standard errors of the mean
+    assert float(noise.std()) == pytest.approx(3.0, rel=0.15)
+    assert noisy_score(20, score=score, key=99, trial=3, reproducible=False) == values[3]
+    public = ScoreProtocol(
+        model="mlp", model_options={}, epochs=1, seed=0, noise_multiplier=None, denominator=50.0
+    )
+    assert noisy_score(20, score=public, key=99, trial=0, reproducible=False) == 20 / 50.0
+
+
+REFUSED = [
+    ("no target ε", ["method.iterations=2,3"], "privacy.target_epsilon"),
+    ("a non-private method", ["method=dm", "method.iterations=2,3"], "not private"),
+    ("a grid of one member", ["seed=range(0,1)"], "at least two"),
+    ("no comma list", ["method.iterations=2"], "comma list"),
+    ("the target swept", ["privacy.target_epsilon=1,2"], "cannot be swept"),
+    ("the data swept", ["dataset.test_fraction=0.1,0.2"], "cannot be swept"),
+    ("a select key swept", ["select.trials_mean=2,4"], "cannot be swept"),
+    ("an unknown select key", ["select.trails=2"], "select.* has"),
+    ("a bad law", ["select.distribution=uniform"], None),
+    ("a launcher", ["hydra/launcher=joblib"], "this process"),
+]
+
+
+@pytest.mark.parametrize("label, extra, fragment", REFUSED, ids=[c[0] for c in REFUSED])
+def test_a_bad_selection_is_one_error_line(label, extra, fragment, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    base = ["method=ndpdc", "dataset=toy", "select=private"]
+    if label != "no target ε":
+        base.append("privacy.target_epsilon=2")
+    if label == "a non-private method":
+        base = [t for t in base if t != "method=ndpdc"]
+    code = run(TRAIN, ["-m", *base, *extra])
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error:"), captured.err
+    if fragment is not None:
+        assert fragment in lines[0]
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_select_without_multirun_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    code = run(TRAIN, ["method=ndpdc", "select=private", "privacy.target_epsilon=2"])
+    assert code == 2 and "add -m" in capsys.readouterr().err
+
+
+def _run_recorded(monkeypatch, argv: list[str], *, key: int) -> tuple[int, list, list]:
+    """The selection in process with the key fixed, every trial's result and score recorded."""
+    import dpdc_lightning.cli.select_run as select_run
+
+    results, scores = [], []
+    real_trial, real_score = select_run.run_trial, select_run.noisy_score
+
+    def trial(config, data, *, noise_seed):
+        result = real_trial(config, data, noise_seed=noise_seed)
+        results.append((config.method.ipc, result.images.clone()))
+        return result
+
+    def score(count, **kwargs):
+        scores.append(real_score(count, **kwargs))
+        return scores[-1]
+
+    monkeypatch.setattr(select_run, "noise_seed_for", lambda config: key)
+    monkeypatch.setattr(select_run, "run_trial", trial)
+    monkeypatch.setattr(select_run, "noisy_score", score)
+    return run(TRAIN, argv), results, scores
+
+
+@pytest.mark.slow
+def test_a_selection_releases_the_winner_only(tmp_path, monkeypatch, capsys):
+    """Members told apart by their IPC (the images' shape, config.yaml); only the winner's trial
+    reaches the folder, no loser's images or score reach any file or console line."""
+    monkeypatch.chdir(tmp_path)
+    argv = ["-m", *TINY_SELECT, "method.ipc=1,2,3", "runs_root=out", "select.trials_mean=4"]
+    for key in range(40):  # a key that draws at least two trials of different members
+        from dpdc_lightning.cli.select_run import draw_trials
+        from dpdc_lightning.privacy.selection import TrialLaw
+
+        drawn = draw_trials(TrialLaw(distribution="geometric", mean=4.0), key=key, members=3)
+        if len(set(drawn)) >= 2:
+            break
+    code, results, scores = _run_recorded(monkeypatch, argv, key=key)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    (folder,) = (tmp_path / "out").iterdir()
+    report = json.loads((folder / "privacy.json").read_text())
+    winner = max(range(len(scores)), key=lambda i: (scores[i], -i))
+    assert report["selection"]["trials_drawn"] == len(drawn) == len(results)
+    assert report["selection"]["winner"]["noisy_score"] == scores[winner]
+    assert report["selection"]["winner"]["member"] == drawn[winner]
+    assert report["epsilon"] == report["selection"]["epsilon"]
+    released = torch.load(folder / "synthetic.pt", weights_only=True)["images"]
+    assert torch.equal(released, results[winner][1])
+    ipc = results[winner][0]
+    assert f"ipc: {ipc}\n" in (folder / "config.yaml").read_text()
+    names = sorted(p.name for p in folder.rglob("*"))
+    assert names == sorted(
+        [".provenance.json", "config.yaml", "plan.json", "privacy.json", "report.html"]
+        + ["synthetic.png", "synthetic.pt"]
+    )  # no checkpoint, TensorBoard log, secret or temporary file
+    text = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+    for index, value in enumerate(scores):
+        if index != winner:
+            assert repr(value).encode() not in text and f"{value:.4f}".encode() not in text
+    for index, (_, images) in enumerate(results):
+        if index != winner and images.shape == released.shape:
+            assert not torch.equal(images, released)
+    console = [line for line in captured.err.splitlines() if line.strip()]
+    assert console == [f"trial {i + 1} of {len(drawn)}" for i in range(len(drawn))]
+    assert re.fullmatch(r"bundle written to \S+: ε = [^\n]*\n", captured.out)
