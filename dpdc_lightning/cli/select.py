@@ -18,30 +18,19 @@ score, loss or timing reach no file and no console line.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from dpdc_lightning.cli.sweep import expand
 from dpdc_lightning.config import RunConfig, compose
 from dpdc_lightning.config.composition import refuse_retired, selected
 from dpdc_lightning.config.locations import hide_locations, refuse_swept_locations
-from dpdc_lightning.config.selection import SelectConfig
+from dpdc_lightning.config.selection import Grid, SelectConfig
 from dpdc_lightning.errors import Interrupted, UserError
 
 # Keys every member must share: the data, where the release goes, and the selection's own budget.
 NOT_SWEPT = ("run_dir", "runs_root", "resume", "forget", "privacy.target_epsilon", "privacy.delta")
 SHARED_PREFIXES = ("dataset.", "dataset", "privacy.reproducible_noise", "privacy.class_sizes")
-
-
-@dataclass(frozen=True)
-class Grid:
-    """The members (public): their full override lists, what each sweeps, their configs."""
-
-    members: list[list[str]]
-    swept: list[list[str]]
-    configs: list[RunConfig]
 
 
 def select_main(tokens: list[str], *, select: SelectConfig) -> int:
@@ -145,8 +134,3 @@ def release_folder(tokens: list[str], config: RunConfig) -> Path:
         suffix += 1
         path = root / f"select-{config.method.name}-{config.dataset.name}-{stamp}-{suffix}"
     return path
-
-
-def describe_grid(grid: Grid) -> list[Any]:
-    """privacy.json's ``grid``: each member's swept overrides (public)."""
-    return [list(s) for s in grid.swept]

@@ -14,12 +14,12 @@ import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from dpdc_lightning.config import RunConfig
-from dpdc_lightning.config.selection import SelectConfig
+from dpdc_lightning.config.selection import Grid, SelectConfig
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.planning import load_data, noise_seed_for
 from dpdc_lightning.engine.selection import (
@@ -39,9 +39,6 @@ from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import RDP_ORDERS
 from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_section
-
-if TYPE_CHECKING:
-    from dpdc_lightning.cli.select import Grid
 
 
 def draw_trials(law: TrialLaw, *, key: int, members: int) -> list[int]:
