@@ -194,6 +194,38 @@ def test_a_selection_releases_the_winner_only(tmp_path, monkeypatch, capsys):
     for index, (_, images) in enumerate(results):
         if index != winner and images.shape == released.shape:
             assert not torch.equal(images, released)
+    page = (folder / "report.html").read_text()
+    assert f'selection.winner.member">method.ipc={ipc}</span>' in page
     console = [line for line in captured.err.splitlines() if line.strip()]
     assert console == [f"trial {i + 1} of {len(drawn)}" for i in range(len(drawn))]
     assert re.fullmatch(r"bundle written to \S+: ε = [^\n]*\n", captured.out)
+
+
+def _selection(member_events: list) -> dict:
+    return {
+        "law": {"distribution": "geometric", "mean": 8.0, "eta": None},
+        "trials_drawn": 5,
+        "grid": [[f"method.lr_img={v}"] for v in (0.3, 1, 3)][: len(member_events)],
+        "member_events": member_events,
+        "score": {"model": "mlp", "epochs": 2, "noise_multiplier": 5.0, "validation_fraction": 0.1},
+        "winner": {"member": 1, "noisy_score": 0.8125},
+        "delta": 1e-5,
+        "epsilon": 1.5,
+    }
+
+
+def test_the_report_shows_the_selection_and_what_every_member_would_cost():
+    from dpdc_lightning.privacy.composition import composed_epsilon
+    from dpdc_lightning.report.selection import every_member_epsilon, selection_html
+
+    events = [[[1.5, 0.05, 100]], [[1.2, 0.05, 50]], [[2.0, 0.1, 80]]]
+    selection = _selection(events)
+    page = selection_html({"selection": selection})
+    for shown in ("geometric, mean 8", ">5<", "method.lr_img=1<", "0.8125", "1.5000"):
+        assert shown in page, shown
+    every = every_member_epsilon(selection)
+    alone = [composed_epsilon([[{"name": "m", "history": e}]], delta=1e-5) for e in events]
+    assert every > max(alone) and every < sum(alone)  # composed: more than one, less than the sum
+    from dpdc_lightning.privacy.display import epsilon_text
+
+    assert epsilon_text(every) in page
