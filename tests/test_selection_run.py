@@ -14,6 +14,7 @@ from tiny_runs import TINY_NDPDC
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.data import ImageData
+from dpdc_lightning.errors import UserError
 
 TINY_SELECT = [
     *[t for t in TINY_NDPDC if not t.startswith("method.ipc=")],
@@ -229,3 +230,38 @@ def test_the_report_shows_the_selection_and_what_every_member_would_cost():
     from dpdc_lightning.privacy.display import epsilon_text
 
     assert epsilon_text(every) in page
+
+
+def _tiny(tmp_path, monkeypatch, *extra: str) -> list[str]:
+    monkeypatch.chdir(tmp_path)
+    return ["-m", *TINY_SELECT, "method.ipc=1,2", "runs_root=out", *extra]
+
+
+def test_k_zero_runs_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import dpdc_lightning.cli.select_run as select_run
+    from dpdc_lightning.privacy.selection import TrialLaw
+
+    law = TrialLaw(distribution="poisson", mean=1.0)
+    key = next(k for k in range(100) if not select_run.draw_trials(law, key=k, members=2))
+    monkeypatch.setattr(select_run, "noise_seed_for", lambda config: key)
+    monkeypatch.setattr(select_run, "run_trial", lambda *a, **k: pytest.fail("a trial ran"))
+    argv = _tiny(tmp_path, monkeypatch, "select.distribution=poisson", "select.trials_mean=1")
+    code = run(TRAIN, argv)
+    assert code == 0 and "K = 0" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt, UserError])
+def test_a_failing_or_interrupted_trial_releases_nothing(failure, tmp_path, monkeypatch, capsys):
+    import dpdc_lightning.cli.select_run as select_run
+
+    def trial(*args, **kwargs):
+        raise failure("stop") if failure is UserError else failure()
+
+    monkeypatch.setattr(select_run, "noise_seed_for", lambda config: 3)
+    monkeypatch.setattr(select_run, "run_trial", trial)
+    code = run(TRAIN, _tiny(tmp_path, monkeypatch, "select.distribution=geometric"))
+    err = capsys.readouterr().err
+    assert code == (130 if failure is KeyboardInterrupt else 2)
+    assert "nothing was released" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -42,7 +42,10 @@ def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     folder = release_folder(tokens, first)
     try:
         run_dir = run_selection(grid, select=select, run_dir=folder)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit) as err:
+        # Lightning turns Ctrl-C during a fit into a graceful stop and then sys.exit(1)
+        if isinstance(err, SystemExit) and err.code in (0, None):
+            raise
         raise Interrupted("selection interrupted; nothing was released") from None
     if run_dir is None:
         return 0
