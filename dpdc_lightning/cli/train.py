@@ -41,6 +41,7 @@ EXAMPLES = (
     "--evaluate eval=quick",
     "python train.py -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   "
     "# members in parallel",
+    "python train.py -m method=ndpdc method.lr_img=0.3,1,3 select=private privacy.target_epsilon=2",
     "python train.py resume=runs/RUN_DIR        # continue an interrupted run",
     "python train.py forget=runs/RUN_DIR        # delete an abandoned run's secret",
 )
@@ -48,7 +49,9 @@ COMMAND = ("train.py", "dpdc-train")  # the script and its console command (pypr
 FLAGS = (
     "\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the "
     "privacy plan, run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, "
-    "joblib, submitit_local, submitit_slurm), --evaluate (evaluate each bundle after training)"
+    "joblib, submitit_local, submitit_slurm), --evaluate (evaluate each bundle after training); "
+    "with select=private, -m selects privately among the grid (select.* keys: "
+    "dpdc_lightning/conf/select/private.yaml)"
 )
 
 
