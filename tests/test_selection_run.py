@@ -265,3 +265,31 @@ def test_a_failing_or_interrupted_trial_releases_nothing(failure, tmp_path, monk
     assert code == (130 if failure is KeyboardInterrupt else 2)
     assert "nothing was released" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_public_validation_set_is_read_whole_and_refused_when_it_holds_a_private_record(
+    tmp_path,
+):
+    import numpy as np
+
+    from dpdc_lightning.engine.selection import public_validation
+
+    generator = np.random.default_rng(0)
+    private = generator.integers(0, 256, size=(30, 1, 8, 8), dtype=np.uint8)
+    data = ImageData.from_tensors(
+        torch.from_numpy(private).float() / 127.5 - 1, torch.arange(30) % 3, num_classes=3
+    )
+    fresh = generator.integers(0, 256, size=(12, 1, 8, 8), dtype=np.uint8)
+    np.savez(tmp_path / "public.npz", images=fresh, labels=np.arange(12) % 3)
+    carved = public_validation(str(tmp_path / "public.npz"), data)
+    assert carved.expected_size == 12 and carved.train is data  # every private record condensed
+    np.savez(
+        tmp_path / "shared.npz",
+        images=np.concatenate([fresh, private[4:5]]),
+        labels=np.arange(13) % 3,
+    )
+    with pytest.raises(UserError, match="shares records"):
+        public_validation(str(tmp_path / "shared.npz"), data)
+    np.savez(tmp_path / "small.npz", images=fresh[:, :, :4, :4], labels=np.arange(12) % 3)
+    with pytest.raises(UserError, match="shape"):
+        public_validation(str(tmp_path / "small.npz"), data)

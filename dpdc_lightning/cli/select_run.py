@@ -29,6 +29,7 @@ from dpdc_lightning.engine.selection import (
     carve_validation,
     member_plan,
     plan_events,
+    public_validation,
     run_trial,
     silenced,
     write_winner,
@@ -51,11 +52,6 @@ def draw_trials(law: TrialLaw, *, key: int, members: int) -> list[int]:
 
 def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> ScoreProtocol:
     """How every trial is scored, fixed before the first one (public)."""
-    if select.validation is not None:
-        raise UserError(
-            "select.validation (a public validation set) is not supported yet; leave it out to "
-            "score on a keyed private split"
-        )
     model = config.model
     if select.model is not None:
         from dpdc_lightning.config.composition import compose_models
@@ -66,7 +62,8 @@ def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> S
         model_options=model.options(),
         epochs=select.epochs,
         seed=config.seed,
-        noise_multiplier=select.score_noise_multiplier,
+        # a public validation set holds no private record: its count is released as it is
+        noise_multiplier=select.score_noise_multiplier if select.validation is None else None,
         denominator=carved.expected_size,
         accelerator=config.eval.accelerator,
     )
@@ -101,7 +98,11 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | 
     law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
     data = load_data(first)
     key = noise_seed_for(first)  # the run's secret (OS entropy), or its public seed if reproducible
-    carved = carve_validation(data, fraction=select.validation_fraction, key=key)  # first of all
+    carved = (  # first of all: the trials never see the validation records
+        carve_validation(data, fraction=select.validation_fraction, key=key)
+        if select.validation is None
+        else public_validation(select.validation, data)
+    )
     score = score_protocol(select, first, carved)
     configs, events = calibrated_members(
         grid.configs, DataSpec.of(carved.train), law=law, score=score
@@ -188,10 +189,12 @@ def _score_statement(select: SelectConfig, score: ScoreProtocol) -> dict[str, An
     return {
         "mechanism": "gaussian_count",
         "sensitivity": 1,
-        "noise_multiplier": select.score_noise_multiplier,
+        "noise_multiplier": score.noise_multiplier,
         "validation": "private_split" if select.validation is None else "public",
-        "validation_fraction": select.validation_fraction,
-        "denominator": "validation_fraction x the public record count",
+        "validation_fraction": select.validation_fraction if select.validation is None else None,
+        "denominator": "validation_fraction x the public record count"
+        if select.validation is None
+        else "the public validation set's size",
         "model": score.model,
         "epochs": select.epochs,
         "runs": 1,

@@ -76,6 +76,31 @@ def carve_validation(data: ImageData, *, fraction: float, key: int) -> Carved:
     )
 
 
+def public_validation(path: str, data: ImageData) -> Carved:
+    """``select.validation=FILE``: a validation set the owner declares public (``.pt``/``.npz`` of
+    images and labels, as ``dataset=tensors`` reads); the trials condense every private record,
+    and a score on it is released as it is (no private record is read). Refused if it shares a
+    record with the private data, or its shape or labels do not fit."""
+    from dpdc_lightning.data.loaders.own import refuse_shared_records
+    from dpdc_lightning.data.loaders.tensors import _read_tensor_file
+
+    images, labels, _, _ = _read_tensor_file(Path(path), image_size=None, channels=None)
+    if tuple(images.shape[1:]) != tuple(data.train_pixels.shape[1:]):
+        raise UserError(
+            f"select.validation={path}: images of shape {tuple(images.shape[1:])}, the private "
+            f"data's are {tuple(data.train_pixels.shape[1:])}"
+        )
+    if int(labels.max()) >= data.num_classes:
+        raise UserError(
+            f"select.validation={path}: labels up to {int(labels.max())}, the data has "
+            f"{data.num_classes} classes"
+        )
+    refuse_shared_records(
+        data.train_pixels, images, root=Path(path), test_source=f"select.validation={path}"
+    )
+    return Carved(train=data, images=images, labels=labels, expected_size=float(len(labels)))
+
+
 def at_target(config: RunConfig, target_epsilon: float) -> RunConfig:
     """The member's config with its per-trial target ε (the selection's calibration chose it)."""
     return dataclasses.replace(
