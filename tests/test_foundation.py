@@ -118,7 +118,12 @@ def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, m
             "privacy.reproducible_noise=true",
         ]
     )
+    torch.manual_seed(0)
+    global_rng = torch.get_rng_state()
     result = condense(config, data)
+    # A user's own seeded code after condense() draws what it drew before: nothing global moved
+    # (a DataLoader without a generator draws its base seed from the global RNG).
+    assert torch.equal(torch.get_rng_state(), global_rng), "condense() moved torch's global RNG"
     assert result.images.shape == (8, 1, 28, 28) and result.labels.tolist() == [
         0,
         0,
