@@ -144,6 +144,12 @@ def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, m
     assert torch.equal(again.images, result.images)
 
 
+def test_the_api_refuses_overrides_in_place_of_a_composed_config():
+    for call in (condense, train):
+        with pytest.raises(UserError, match=r"composed config.*\(compose\(\[\.\.\.\]\)\)"):
+            call(["method=ndpdc", "privacy.target_epsilon=2"])
+
+
 def test_condense_refuses_several_processes(toy):
     config = compose(
         [
