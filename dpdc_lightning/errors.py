@@ -17,6 +17,11 @@ class UserError(Exception):
     file and, where there is a fixed set, the allowed values.
     """
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython/Jupyter show this instead of a traceback: the same one line as the command line
+        # (the exception still propagates, so a notebook cell stops as it should).
+        return [f"error: {self}"]
+
 
 class Interrupted(Exception):
     """Ctrl-C during a run: entry points print the message (where the run stopped, how to resume)

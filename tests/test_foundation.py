@@ -118,7 +118,12 @@ def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, m
             "privacy.reproducible_noise=true",
         ]
     )
+    torch.manual_seed(0)
+    global_rng = torch.get_rng_state()
     result = condense(config, data)
+    # A user's own seeded code after condense() draws what it drew before: nothing global moved
+    # (a DataLoader without a generator draws its base seed from the global RNG).
+    assert torch.equal(torch.get_rng_state(), global_rng), "condense() moved torch's global RNG"
     assert result.images.shape == (8, 1, 28, 28) and result.labels.tolist() == [
         0,
         0,
@@ -137,6 +142,12 @@ def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, m
         config, data
     )  # reproducible noise: the same images; nothing global was touched
     assert torch.equal(again.images, result.images)
+
+
+def test_the_api_refuses_overrides_in_place_of_a_composed_config():
+    for call in (condense, train):
+        with pytest.raises(UserError, match=r"composed config.*\(compose\(\[\.\.\.\]\)\)"):
+            call(["method=ndpdc", "privacy.target_epsilon=2"])
 
 
 def test_condense_refuses_several_processes(toy):

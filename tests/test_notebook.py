@@ -43,5 +43,6 @@ def test_the_api_tour_notebook_runs_end_to_end_in_one_kernel(tmp_path, repo_root
     assert "swept member" in texts[3] and (tmp_path / "runs/tour-sweep/summary.md").is_file()
     (error,) = [o for o in code[4].outputs if o.output_type == "error"]
     assert error.ename == "UserError" and "method.ipc" in error.evalue
+    assert error.traceback == [f"error: {error.evalue}"]  # one line, as on the command line
     assert "refused: " in texts[5] and "the kernel goes on: (20, 1, 16, 16)" in texts[5]
     assert not any(o.output_type == "error" for c in code if c is not code[4] for o in c.outputs)

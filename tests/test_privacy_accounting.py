@@ -360,3 +360,30 @@ def test_max_steps_after_prior_history_agrees_with_the_accountant():
         prior_history=accountant.history,
     )
     assert spent == 0
+
+
+def test_importing_opacus_through_us_leaves_the_root_logger_as_the_user_had_it():
+    # Opacus' module_utils calls logging.basicConfig when imported: re-run that import on a root
+    # without handlers, then ours; a user's own handler must survive, Opacus' must not.
+    import importlib
+    import logging
+
+    import opacus.utils.module_utils as module_utils
+
+    from dpdc_lightning.privacy import analysis
+    from dpdc_lightning.privacy.analysis import drop_opacus_root_handler
+
+    root = logging.getLogger()
+    saved = list(root.handlers)
+    try:
+        root.handlers.clear()
+        importlib.reload(module_utils)
+        assert len(root.handlers) == 1, "Opacus' import no longer configures the root logger"
+        importlib.reload(analysis)  # what importing our module after Opacus' does
+        assert root.handlers == []
+        plain = logging.StreamHandler()  # a user's own handler, any format
+        root.addHandler(plain)
+        drop_opacus_root_handler()
+        assert root.handlers == [plain]
+    finally:
+        root.handlers[:] = saved

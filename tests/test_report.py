@@ -401,3 +401,21 @@ def test_the_report_renders_in_headless_chromium(tiny_run, tmp_path):
     text = _page_text(dom.stdout)
     assert f"ε = {epsilon_text(privacy['epsilon'])} at δ = {privacy['delta']:g}" in text
     assert privacy["bundle"]["sha256"] in text and "What the guarantee covers" in text
+
+
+def test_the_guarantee_counts_the_steps_of_every_phase():
+    from dpdc_lightning.report.guarantee import guarantee
+
+    privacy = {
+        "epsilon": 2.0,
+        "delta": 1e-5,
+        "steps": 3,  # the main phase's
+        "phases": [
+            {"name": "auxiliary", "kind": "mechanism", "history": [[2.0, 0.1, 4]], "steps": 4},
+            {"name": "main", "kind": "mechanism", "history": [[1.0, 0.05, 3]], "steps": 3},
+        ],
+    }
+    page = guarantee(privacy)
+    assert "7 privacy-consuming steps (auxiliary set 4 + main 3)" in page
+    alone = guarantee({**privacy, "phases": privacy["phases"][1:]})
+    assert "privacy-consuming steps" in alone and "7 privacy" not in alone

@@ -39,6 +39,9 @@ from dpdc_lightning.audit.metrics import (
     clopper_pearson_lower_many,
     clopper_pearson_upper_many,
 )
+from dpdc_lightning.privacy.analysis import drop_opacus_root_handler
+
+drop_opacus_root_handler()  # Opacus' import above configures the root logger
 
 GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.5)
 _MU_CAP = 30.0  # beyond it the μ-GDP curve gives ε > 500 (Opacus' bracket): reported as inf

@@ -39,6 +39,10 @@ from scipy.optimize import brentq
 from scipy.stats import chi2, norm
 from torch import Tensor
 
+from dpdc_lightning.privacy.analysis import drop_opacus_root_handler
+
+drop_opacus_root_handler()  # Opacus' import above configures the root logger
+
 GROUPS = 4  # distinct noise multipliers handed to the PRV accountant (its cost grows with them)
 ONE_STEP_CAP = 30.0  # one step already refutes ε this large: the composition is not computed
 FIELDS = ("n0", "sq0", "quad0", "n1", "xa1", "aa1", "sq1", "lag", "nlag")

@@ -32,6 +32,7 @@ __getattr__, __dir__, __all__ = exports(
         "ModelConfig": "schema",
         "PrivacyConfig": "schema",
         "RunConfig": "schema",
+        "require_composed": "schema",
         "METHOD_SCHEMAS": "registry",
         "MethodConfig": "methods",
         "compose": "composition",

@@ -244,3 +244,12 @@ class RunConfig:
     run_dir: str | None = None
     runs_root: str = "runs"
     resume: str | None = None
+
+
+def require_composed(config: object, *, caller: str) -> None:
+    """Refuse the likely slip of handing ``caller`` the overrides instead of their composition."""
+    if isinstance(config, (str, list, tuple)):
+        raise UserError(
+            f"{caller}() takes a composed config, not the overrides themselves: "
+            f"{caller}(compose([...]))"
+        )

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.config import RunConfig, config_hash
+from dpdc_lightning.config import RunConfig, config_hash, require_composed
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.engine.method_module import MethodModule
@@ -261,6 +261,7 @@ def condense(
     config: RunConfig, data: ImageData | None = None, *, noise_seed: int | None = None
 ) -> CondensedSet:
     """Condense ``data`` (default: the config's dataset) in process; writes nothing to disk."""
+    require_composed(config, caller="condense")
     data = load_data(config) if data is None else data
     seed = noise_seed_for(config) if noise_seed is None else noise_seed
     plan = plan_run(config, DataSpec.of(data), noise_seed=seed)

@@ -157,8 +157,11 @@ class PrivateDataModule(L.LightningDataModule):
         )
         start = int(trainer.lightning_module.completed_steps)
         self.shard = (trainer.global_rank, trainer.world_size)
+        # The stream draws from its own keyed generators; the DataLoader would still draw a base
+        # seed per iterator from torch's global RNG unless it has a generator of its own.
         return DataLoader(
             _SampleStream(self, classes, start, self.plan.total_steps),
             batch_size=None,
             num_workers=0,
+            generator=torch.Generator(),
         )

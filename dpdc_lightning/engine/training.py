@@ -19,7 +19,7 @@ from pathlib import Path
 
 import lightning as L
 
-from dpdc_lightning.config import RunConfig, released_yaml, to_yaml
+from dpdc_lightning.config import RunConfig, released_yaml, require_composed, to_yaml
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
@@ -58,6 +58,7 @@ from dpdc_lightning.privacy.vacuous import vacuous_guarantee
 def train(config: RunConfig) -> Path:
     """Load data, fix (or reload) the plan, fit the method, export the bundle; returns the run
     directory."""
+    require_composed(config, caller="train")
     data = load_data(config)
     run_dir = run_dir_of(config)
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0

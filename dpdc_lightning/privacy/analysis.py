@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
@@ -37,6 +38,28 @@ RDP_ORDERS: tuple[float, ...] = tuple(RDPAccountant.DEFAULT_ALPHAS)
 
 HistoryEntry = tuple[float, float, int]
 History = Sequence[HistoryEntry]
+
+
+# Opacus' import calls logging.basicConfig, which gives the root logger a stderr handler: a user's
+# own basicConfig afterwards does nothing. Its format string identifies the handler it added.
+_OPACUS_ROOT_FORMAT = "%(asctime)s:%(levelname)s:%(message)s"
+
+
+def drop_opacus_root_handler() -> None:
+    """Remove the root handler Opacus' import added (basicConfig adds one only to a root without
+    handlers, so removing it restores what the user had); any other handler stays."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        formatter = handler.formatter
+        if (
+            type(handler) is logging.StreamHandler
+            and formatter is not None
+            and formatter._fmt == _OPACUS_ROOT_FORMAT
+        ):
+            root.removeHandler(handler)
+
+
+drop_opacus_root_handler()
 
 
 @contextlib.contextmanager

@@ -18,11 +18,14 @@ from dpdc_lightning.privacy.analysis import (
     check_accountant,
     check_delta,
     check_history,
+    drop_opacus_root_handler,
     epsilon_from_history,
     merge_step,
     quiet_opacus,
     rdp_epsilon_floor,
 )
+
+drop_opacus_root_handler()  # Opacus' import above configures the root logger
 
 # Relative increase per verification retry; Opacus' answer already meets the target in practice.
 _SIGMA_NUDGE = 1.001

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.report.html import box, facts, number, sourced, table, text
 
 COVERED = (
@@ -51,7 +51,7 @@ def guarantee(privacy: dict[str, Any]) -> str:
             "sample rate q (as accounted)",
             sourced(number(privacy.get("sample_rate")), p + "sample_rate"),
         ),
-        ("privacy-consuming steps", sourced(privacy.get("steps"), p + "steps")),
+        ("privacy-consuming steps", _steps(privacy)),
         (
             "noise",
             text(f"{privacy.get('noise_mode')}: {privacy.get('noise', {}).get('generator', '')}"),
@@ -72,6 +72,15 @@ def guarantee(privacy: dict[str, Any]) -> str:
         if privacy.get(key):
             body += box("warning", sourced(privacy[key], p + key, tag="p"))
     return body + _phases(privacy) + _plan(privacy)
+
+
+def _steps(privacy: dict[str, Any]) -> str:
+    # Every phase's steps (a DP auxiliary run spends privacy too), as the run's last line says;
+    # privacy.json's "steps" counts the main phase only.
+    phases = [(ph.get("name"), ph.get("steps", 0)) for ph in privacy.get("phases", [])]
+    if sum(1 for _, steps in phases if steps) < 2:
+        return sourced(privacy.get("steps"), "privacy.json:steps")
+    return sourced(consuming_steps_text(phases), "privacy.json:phases")
 
 
 def _phases(privacy: dict[str, Any]) -> str:
