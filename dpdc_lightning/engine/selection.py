@@ -114,6 +114,17 @@ def member_plan(config: RunConfig, spec: DataSpec) -> PrivacyPlan:
     return plan_run(config, spec)
 
 
+def plan_inputs(config: RunConfig) -> str:
+    """Everything a member's plan is made from (its step schedule, the privacy settings, the step
+    cap, an auxiliary run): members equal here (a swept lr_img) share one plan, made once."""
+    from dpdc_lightning.engine.planning import auxiliary_config
+    from dpdc_lightning.methods import METHODS
+
+    schedule = METHODS[config.method.name].schedule(config.method)
+    step_cap = config.trainer.get("max_steps")
+    return repr((config.method.name, schedule, config.privacy, step_cap, auxiliary_config(config)))
+
+
 def plan_events(plan: PrivacyPlan) -> Events:
     """Every Gaussian event the plan spends, as the accountant's history records them."""
     events = [

@@ -1,10 +1,12 @@
 """The report's selection section: a release chosen by a private selection (privacy.json's
-``selection``, written by cli/select_run.py): the grid, the law of the number of trials, K, the
+``selection``, written by cli/select_run.py): the grid, the law of the number of trials, the
 winner's settings and noisy score, and the selection's ε beside what publishing every member of
-the grid would cost (their composition, privacy/composition.py).
+the grid would cost (their composition: privacy.json's ``composed_epsilon``, each member with its
+score, or else the members' events composed here, privacy/composition.py).
 
-Only what privacy.json states is shown: the grid and the law are public, K and the winner's noisy
-score are released; no other trial's score exists in any file.
+Only what privacy.json states is shown: the grid and the law are public, the winner's noisy score
+is released; K, the number of trials that ran, is not (the repeat-and-select guarantee holds while
+it stays hidden), and no other trial's score exists in any file.
 """
 
 from __future__ import annotations
@@ -57,7 +59,11 @@ def selection_html(privacy: dict[str, Any]) -> str:
     score = selection.get("score", {})
     member = winner.get("member")
     settings = " ".join(selection["grid"][member]) if member is not None else "none"
-    every = every_member_epsilon(selection)
+    every = (
+        sourced(epsilon_text(selection["composed_epsilon"]), SOURCE + "composed_epsilon")
+        if selection.get("composed_epsilon") is not None
+        else text(epsilon_text(every_member_epsilon(selection)))
+    )
     validation = (
         "a public validation set (no privacy cost)"
         if score.get("validation") == "public"
@@ -66,7 +72,7 @@ def selection_html(privacy: dict[str, Any]) -> str:
     )
     lines = [
         ("law of the number K of trials", sourced(_law(selection["law"]), SOURCE + "law")),
-        ("K (trials drawn)", sourced(selection.get("trials_drawn"), SOURCE + "trials_drawn")),
+        ("K (trials run)", text("not released: the guarantee holds while K stays hidden")),
         ("grid members", text(len(selection["grid"]))),
         ("winner's settings", sourced(settings, SOURCE + "winner.member")),
         (
@@ -82,7 +88,7 @@ def selection_html(privacy: dict[str, Any]) -> str:
             ),
         ),
         ("ε of the selection", sourced(epsilon_text(selection["epsilon"]), SOURCE + "epsilon")),
-        ("ε of publishing every member (composed)", text(epsilon_text(every))),
+        ("ε of publishing every member instead (composed)", every),
     ]
     note = box(
         "covered",
