@@ -198,7 +198,10 @@ def test_a_selection_releases_the_winner_only(tmp_path, monkeypatch, capsys):
     page = (folder / "report.html").read_text()
     assert f'selection.winner.member">method.ipc={ipc}</span>' in page
     console = [line for line in captured.err.splitlines() if line.strip()]
-    assert console == [f"trial {i + 1} of {len(drawn)}" for i in range(len(drawn))]
+    assert console == [  # public values only: no K, no progress, no score, no time
+        "selection: K ~ geometric (mean 4) trials among 3 members, ε of the whole selection "
+        f"{report['selection']['epsilon']:.4f}; no progress is shown (K must stay hidden)"
+    ]
     assert re.fullmatch(r"bundle written to \S+: ε = [^\n]*\n", captured.out)
 
 

@@ -10,7 +10,7 @@ which every member's σ is calibrated so that the WHOLE selection (repeat-and-se
 trials, each a member's condensation plus its score) meets ``privacy.target_epsilon``
 (privacy/selection.py). Then, in order: the validation split is carved from the private data
 (keyed, per record: engine/selection.py); K and each trial's member are drawn from the run's key;
-each trial condenses in process (nothing written, nothing shown but "trial i of K") and is scored
+each trial condenses in process (nothing written, nothing shown: not even K) and is scored
 by a noisy count of correct predictions (evaluation/selection_score.py); only the trial with the
 highest noisy score is kept, and its bundle is written once every trial has run. A loser's images,
 score, loss or timing reach no file and no console line.

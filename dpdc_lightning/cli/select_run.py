@@ -5,7 +5,8 @@ Privacy-critical. Every decision before the first trial is a function of public 
 the law, the target, the public class sizes) and of the run's key; after it, the only
 data-dependent choice is the argmax of the released noisy scores (the mechanism of
 repeat-and-select). A trial's result lives in memory until a better noisy score replaces it; only
-the last one kept is written. The console shows "trial i of K", nothing of a trial's outcome.
+the last one kept is written. K itself stays hidden (the repeat-and-select guarantee holds only
+while it does): no file, console line, progress or wall time shows it or a trial's outcome.
 """
 
 from __future__ import annotations
@@ -131,10 +132,17 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | 
         validation="public" if public else "private_split",
         validation_fraction=None if public else select.validation_fraction,
     )
+    print(
+        f"selection: K ~ {law.distribution} (mean {law.mean:g}) trials among {len(configs)} "
+        "members, ε of the whole selection "
+        f"{section['epsilon']:.4f}; no progress is shown (K must stay hidden)",
+        file=sys.stderr,
+        flush=True,
+    )
     if not trials:
         print(
-            "the draw gave K = 0 trials: nothing ran and nothing is released (K depends on the "
-            "run's key only, never on the data)",
+            "the draw gave K = 0 trials: nothing ran and nothing is released (the outcome "
+            "'nothing' is part of the accounted selection; do not rerun to redraw)",
             file=sys.stderr,
         )
         return None
@@ -166,7 +174,6 @@ def run_trials(
     reproducible = configs[0].privacy.reproducible_noise
     best: tuple[int, int, float, Any] | None = None
     for index, member in enumerate(trials):
-        print(f"trial {index + 1} of {len(trials)}", file=sys.stderr, flush=True)
         try:
             result = run_trial(configs[member], carved.train, noise_seed=_trial_key(key, index))
             with silenced():
@@ -179,9 +186,7 @@ def run_trials(
                     score=score,
                 )
         except UserError as err:
-            raise UserError(
-                f"trial {index + 1} of {len(trials)}: {err}; nothing was released"
-            ) from None
+            raise UserError(f"a trial failed: {err}; nothing was released") from None
         value = noisy_score(
             count, score=score, key=derive_secret(key, "selection-score"), trial=index,
             reproducible=reproducible,
