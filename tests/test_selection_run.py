@@ -4,9 +4,6 @@ holds the winner's bundle and nothing of a loser."""
 
 from __future__ import annotations
 
-import json
-import re
-
 import pytest
 import torch
 from script_entries import TRAIN
@@ -132,77 +129,6 @@ def test_select_without_multirun_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code = run(TRAIN, ["method=ndpdc", "select=private", "privacy.target_epsilon=2"])
     assert code == 2 and "add -m" in capsys.readouterr().err
-
-
-def _run_recorded(monkeypatch, argv: list[str], *, key: int) -> tuple[int, list, list]:
-    """The selection in process with the key fixed, every trial's result and score recorded."""
-    import dpdc_lightning.cli.select_run as select_run
-
-    results, scores = [], []
-    real_trial, real_score = select_run.run_trial, select_run.noisy_score
-
-    def trial(config, data, *, noise_seed):
-        result = real_trial(config, data, noise_seed=noise_seed)
-        results.append((config.method.ipc, result.images.clone()))
-        return result
-
-    def score(count, **kwargs):
-        scores.append(real_score(count, **kwargs))
-        return scores[-1]
-
-    monkeypatch.setattr(select_run, "noise_seed_for", lambda config: key)
-    monkeypatch.setattr(select_run, "run_trial", trial)
-    monkeypatch.setattr(select_run, "noisy_score", score)
-    return run(TRAIN, argv), results, scores
-
-
-@pytest.mark.slow
-def test_a_selection_releases_the_winner_only(tmp_path, monkeypatch, capsys):
-    """Members told apart by their IPC (the images' shape, config.yaml); only the winner's trial
-    reaches the folder, no loser's images or score reach any file or console line."""
-    monkeypatch.chdir(tmp_path)
-    argv = ["-m", *TINY_SELECT, "method.ipc=1,2,3", "runs_root=out", "select.trials_mean=4"]
-    for key in range(40):  # a key that draws at least two trials of different members
-        from dpdc_lightning.cli.select_run import draw_trials
-        from dpdc_lightning.privacy.selection import TrialLaw
-
-        drawn = draw_trials(TrialLaw(distribution="geometric", mean=4.0), key=key, members=3)
-        if len(set(drawn)) >= 2:
-            break
-    code, results, scores = _run_recorded(monkeypatch, argv, key=key)
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    (folder,) = (tmp_path / "out").iterdir()
-    report = json.loads((folder / "privacy.json").read_text())
-    winner = max(range(len(scores)), key=lambda i: (scores[i], -i))
-    assert len(drawn) == len(results) and "trials_drawn" not in report["selection"]
-    assert report["selection"]["winner"]["noisy_score"] == scores[winner]
-    assert report["selection"]["winner"]["member"] == drawn[winner]
-    assert report["epsilon"] == report["selection"]["epsilon"]
-    released = torch.load(folder / "synthetic.pt", weights_only=True)["images"]
-    assert torch.equal(released, results[winner][1])
-    ipc = results[winner][0]
-    assert f"ipc: {ipc}\n" in (folder / "config.yaml").read_text()
-    names = sorted(p.name for p in folder.rglob("*"))
-    assert names == sorted(
-        [".provenance.json", "config.yaml", "plan.json", "privacy.json", "report.html"]
-        + ["synthetic.png", "synthetic.pt"]
-    )  # no checkpoint, TensorBoard log, secret or temporary file
-    text = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
-    for index, value in enumerate(scores):
-        if index != winner:
-            assert repr(value).encode() not in text and f"{value:.4f}".encode() not in text
-    for index, (_, images) in enumerate(results):
-        if index != winner and images.shape == released.shape:
-            assert not torch.equal(images, released)
-    page = (folder / "report.html").read_text()
-    assert f'selection.winner.member">method.ipc={ipc}</span>' in page
-    console = [line for line in captured.err.splitlines() if line.strip()]
-    assert console == [  # public values only: no K, no progress, no score, no time
-        "selection: K ~ geometric (mean 4) trials among 3 members, ε of the whole selection "
-        f"{report['selection']['epsilon']:.4f}; no progress is shown (K must stay hidden)"
-    ]
-    assert re.fullmatch(r"bundle written to \S+: ε = [^\n]*\n", captured.out)
 
 
 def _selection(member_events: list) -> dict:
