@@ -102,18 +102,7 @@ def calibrate_selection(
         )
         return selection_epsilon(orders=RDP_ORDERS, trial_rdp=curve, law=law, delta=delta)
 
-    floor = selection_epsilon(
-        orders=RDP_ORDERS,
-        trial_rdp=score_rdp(orders=RDP_ORDERS, score_noise_multiplier=score_noise_multiplier),
-        law=law,
-        delta=delta,
-    )
-    if floor >= target:  # the members' cost only adds to this
-        raise UserError(
-            f"select: target epsilon {target:g} is unreachable: the {law.distribution} law "
-            f"(mean {law.mean:g}) and the score alone cost epsilon {floor:.4g}; raise the target, "
-            "lower the mean number of trials or raise the score's noise multiplier"
-        )
+    _check_floor(law=law, target=target, delta=delta, score_noise_multiplier=score_noise_multiplier)
     high, spent = target, cost(target)
     if spent <= target:
         return high
@@ -135,6 +124,25 @@ def calibrate_selection(
         else:
             high = middle
     return low
+
+
+def _check_floor(
+    *, law: TrialLaw, target: float, delta: float, score_noise_multiplier: float | None
+) -> None:
+    """UserError if the law and the score alone, with members that cost nothing, exceed the
+    target (the members' cost only adds to it)."""
+    floor = selection_epsilon(
+        orders=RDP_ORDERS,
+        trial_rdp=score_rdp(orders=RDP_ORDERS, score_noise_multiplier=score_noise_multiplier),
+        law=law,
+        delta=delta,
+    )
+    if floor >= target:
+        raise UserError(
+            f"select: target epsilon {target:g} is unreachable: the {law.distribution} law "
+            f"(mean {law.mean:g}) and the score alone cost epsilon {floor:.4g}; raise the target, "
+            "lower the mean number of trials or raise the score's noise multiplier"
+        )
 
 
 def _unreachable(target: float, per_trial: float, why: str) -> UserError:

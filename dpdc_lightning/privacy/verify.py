@@ -14,7 +14,11 @@ the data was read; synthetic.pt is the release. :func:`verify_run` checks, in th
    total composes every mechanism phase in one accountant at δ minus the fixed phases' δ, plus
    the fixed phases' ε (basic composition), as privacy/accounting.py does;
 3. the budget (ε ≤ the target, ε = the plan's ε) and the statements derived from ε (the noise
-   truncation's δ, each input's ε share).
+   truncation's δ, each input's ε share);
+4. for a release chosen by a private selection (a "selection" section), 2 and 3 for the winner's
+   own run at its own ε, then the selection's ε recomputed from its law, members' events, score
+   and δ, equal to the top-level ε and cross-checked with dp-accounting
+   (privacy/selection_verify.py).
 
 A non-private bundle (ε = null: DM, DC) verifies as such: its files must belong together and its
 plan must plan no mechanism. The result is a :class:`Verdict`; ``evaluate.py``, ``audit.py`` and
@@ -24,6 +28,7 @@ export refuse a bundle whose verdict is not ok (engine/bundle.py).
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +73,27 @@ def _safely(name: str, make: Callable[[], list[Check]]) -> list[Check]:
 
 
 def accounting_checks(report: dict[str, Any]) -> list[Check]:
-    """The ε rows (one per phase, then the total), the budget and the derived statements."""
+    """The ε rows (one per phase, then the total), the budget and the derived statements; for a
+    release chosen by a private selection, these for the winner's own run (its own ε, not the
+    released one), then the selection's rows (privacy/selection_verify.py)."""
+    if report.get("selection") is None:
+        return _run_checks(report)
+    from dpdc_lightning.privacy.selection_verify import selection_checks
+
+    try:
+        accountant = _accountant(report)
+        own = accountant.get_epsilon(delta=float(report["delta"]))
+    except (UserError, KeyError, TypeError, ValueError) as err:
+        return [Check("accounting", False, f"the recorded events cannot be accounted: {err}")]
+    # the winner's own total is no released ε: its row says so
+    own_rows = [
+        replace(check, name="winner's own run") if check.name == "total" else check
+        for check in _run_checks({**report, "epsilon": own})
+    ]
+    return [*own_rows, *selection_checks(report, own_history=accountant.history)]
+
+
+def _run_checks(report: dict[str, Any]) -> list[Check]:
     try:
         accountant, delta = _accountant(report), float(report["delta"])
         mechanism_delta = accountant.mechanism_delta(delta=delta)
