@@ -96,11 +96,17 @@ def loser_leaks(folder: Path, recorded: Recorded, *, out: str, err: str) -> list
             problems.append(f"trial {index}'s images are released")
     if not torch.equal(released, recorded.results[winner][1]):
         problems.append("the released images are not the winner's")
-    epsilon = json.loads((folder / "privacy.json").read_text())["selection"]["epsilon"]
+    selection = json.loads((folder / "privacy.json").read_text())["selection"]
     public = (  # public values only: no K, no progress, no score, no time
         "selection: K ~ geometric (mean 4) trials among 3 members, ε of the whole selection "
-        f"{epsilon:.4f}; no progress is shown (K must stay hidden)\n"
+        f"{selection['epsilon']:.4f}; no progress is shown (K must stay hidden)\n"
     )
+    if selection["composed_epsilon"] < selection["epsilon"]:
+        public += (
+            "note: publishing every member of this grid (a sweep) would cost ε "
+            f"{selection['composed_epsilon']:.4f}, less than this selection; a selection pays "
+            "off on grids larger than its mean number of trials\n"
+        )
     if err != public or not re.fullmatch(r"bundle written to \S+: ε = [^\n]*\n", out):
         problems.append(f"the console shows more than public values: {err!r} {out!r}")
     return problems
@@ -112,6 +118,9 @@ def test_a_selection_releases_the_winner_only(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     (folder,) = (tmp_path / "out").iterdir()
     assert loser_leaks(folder, recorded, out=out, err=err) == []
+    from dpdc_lightning.privacy.verify import verify_run
+
+    assert verify_run(folder).ok  # dpdc-privacy verify: the selection's ε recomputed, two ways
     report = json.loads((folder / "privacy.json").read_text())
     winner = recorded.winner
     assert report["selection"]["winner"]["noisy_score"] == recorded.scores[winner]

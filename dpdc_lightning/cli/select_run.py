@@ -139,6 +139,7 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | 
         file=sys.stderr,
         flush=True,
     )
+    _note_cheaper_sweep(section)
     if not trials:
         print(
             "the draw gave K = 0 trials: nothing ran and nothing is released (the outcome "
@@ -196,6 +197,18 @@ def run_trials(
         del result  # a loser's synthetic set is dropped here, never written
     assert best is not None
     return best
+
+
+def _note_cheaper_sweep(section: dict[str, Any]) -> None:
+    """A grid small against the mean number of trials is cheaper to publish whole (public)."""
+    composed = section.get("composed_epsilon")
+    if composed is not None and composed < section["epsilon"]:
+        print(
+            f"note: publishing every member of this grid (a sweep) would cost ε {composed:.4f}, "
+            "less than this selection; a selection pays off on grids larger than its mean number "
+            "of trials",
+            file=sys.stderr,
+        )
 
 
 def _trial_key(key: int, index: int) -> int:
