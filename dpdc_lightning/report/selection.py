@@ -52,6 +52,13 @@ def _grid(selection: dict[str, Any]) -> str:
     return table(["member", "settings (swept)", "σ", "steps", ""], rows)
 
 
+def _one_trial(selection: dict[str, Any]) -> list[tuple[str, str]]:
+    if selection.get("trial_epsilon") is None:
+        return []
+    value = sourced(epsilon_text(selection["trial_epsilon"]), SOURCE + "trial_epsilon")
+    return [("ε of one trial alone (a member and its score)", value)]
+
+
 def selection_html(privacy: dict[str, Any]) -> str:
     """The section's body (privacy.json must hold ``selection``)."""
     selection = privacy["selection"]
@@ -88,6 +95,7 @@ def selection_html(privacy: dict[str, Any]) -> str:
             ),
         ),
         ("ε of the selection", sourced(epsilon_text(selection["epsilon"]), SOURCE + "epsilon")),
+        *_one_trial(selection),
         ("ε of publishing every member instead (composed)", every),
     ]
     note = box(
