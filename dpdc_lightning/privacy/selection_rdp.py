@@ -159,9 +159,12 @@ def trial_rdp(
     """RDP at ``orders`` of ONE trial: run a grid member drawn uniformly (public randomness), then
     release its score.
 
-    The member: a mixture, with data-independent weights, of the members' output laws; Rényi
-    divergence is jointly quasi-convex (van Erven & Harremoës 2014, Thm 13), so the mixture's
-    divergence at each order is at most the largest member's (each member its events composed).
+    The member: a mixture, with data-independent weights, of the members' output laws. For λ > 1,
+    (p, q) -> p^λ q^(1−λ) is jointly convex (the perspective of x^λ), so the mixture's
+    ∫ p^λ q^(1−λ) is at most the weighted mean of the members', hence at most the largest: at each
+    order the mixture's divergence is at most the largest member's (Rényi divergence is jointly
+    quasi-convex; van Erven & Harremoës, IEEE Trans. Inf. Theory 2014). Each member: its events
+    composed.
     The score is COMPOSED with it (added): the conservative choice, which needs no argument about
     how the validation split and the training records share a neighbouring record.
     """
