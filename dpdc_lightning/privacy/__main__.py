@@ -68,7 +68,9 @@ def _build_parser() -> argparse.ArgumentParser:
         dest="verb", metavar="{epsilon,calibrate,max-steps,verify}", required=True
     )
 
-    def add(name: str, help_text: str, *, target: bool, noise: bool, steps: bool) -> None:
+    def add(
+        name: str, help_text: str, *, target: bool, noise: bool, steps: bool
+    ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=help_text, description=help_text)
         if target:
             sub.add_argument(
@@ -95,10 +97,11 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--accountant", choices=sorted(_ACCOUNTANT_NAMES), default="rdp", help="default: rdp"
         )
-        if name == "epsilon":
-            _add_selection(sub)
+        return sub
 
-    add("epsilon", "epsilon spent by a number of steps", target=False, noise=True, steps=True)
+    _add_selection(
+        add("epsilon", "epsilon spent by a number of steps", target=False, noise=True, steps=True)
+    )
     add(
         "calibrate",
         "noise multiplier that reaches a target epsilon",
@@ -113,13 +116,17 @@ def _build_parser() -> argparse.ArgumentParser:
         noise=True,
         steps=False,
     )
+    _add_verify(verbs)
+    return parser
+
+
+def _add_verify(verbs: argparse._SubParsersAction) -> None:
     verify = "recompute a finished run's ε from its recorded events and check its files"
     verbs.add_parser("verify", help=verify, description=verify).add_argument(
         "run_dir",
         metavar="RUN",
         help="a finished run folder (privacy.json, plan.json, synthetic.pt)",
     )
-    return parser
 
 
 def _verify(run_dir: str) -> int:
