@@ -23,6 +23,7 @@ conversion (privacy/analysis.py), so a selection's ε is comparable to every oth
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -143,7 +144,7 @@ def score_rdp(*, orders: Sequence[float], score_noise_multiplier: float | None) 
     if score_noise_multiplier is None:
         return np.zeros_like(orders_array)
     sigma = score_noise_multiplier
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < math.inf:
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
         raise UserError(
             f"select: the score's noise multiplier must be a finite number > 0, got {sigma!r}"
         )
