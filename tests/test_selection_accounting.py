@@ -29,9 +29,10 @@ from dpdc_lightning.privacy.selection import (
 )
 
 DELTA = 1e-5
-# dp-accounting solves the TNB's γ by bisection to 1e-9 relative (ours: to the float), so the
-# two differ by ≤ (1 + η) 1e-9 / λ̂ in the λ̂ term; with means ≥ 2 that term is ≥ (1 + η) log 2 / λ̂
-# of the total, so the relative gap stays below 1e-9 / log 2 of it... measured ≤ 6e-10 here.
+# dp-accounting solves the TNB's γ by bisection to 1e-9 relative (we solve it to the float): its
+# log(1/γ) differs from ours by up to 1e-9 absolute, which moves the (1 + η) log(1/γ) / λ̂ term by
+# up to (1 + η) 1e-9 / λ̂ against a total of at least (1 + η) log(1/γ) / λ̂: below 1e-9 relative for
+# log(1/γ) > 1, i.e. γ < 0.37 (the TNB laws below have γ = 0.08 and 0.366; measured gap ≤ 6e-10).
 RELATIVE = 1e-9
 
 LAWS = [
@@ -44,6 +45,12 @@ LAWS = [
     TrialLaw("logarithmic", 4),
     TrialLaw("logarithmic", 16),
 ]
+
+
+def test_a_numpy_mean_is_a_number():
+    assert TrialLaw("geometric", np.int64(8)).mean == 8.0
+
+
 # (noise multiplier, sample rate, steps, the score's noise multiplier or None)
 TRIALS = [
     (1.0, 0.01, 1000, 4.0),
@@ -277,3 +284,33 @@ def test_section_records_the_accounting_inputs_and_no_trial_count():
     assert section["score"]["noise_multiplier"] == 20.0
     assert section["member_events"] == [[list(e) for e in member] for member in events]
     assert not any("trial" in key and "epsilon" not in key for key in section)
+
+
+def test_the_calculator_prints_a_selections_epsilon_last(capsys):
+    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.privacy.display import epsilon_text
+    from dpdc_lightning.privacy.selection import selection_costs
+
+    run = ["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "100"]
+    run += ["--delta", "1e-5"]
+    select = ["--select-law", "truncated_negative_binomial", "--select-mean", "8"]
+    select += ["--select-eta", "0.5", "--select-score-noise", "20"]
+    assert main([*run, *select]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    costs = selection_costs(
+        law=TrialLaw("truncated_negative_binomial", 8, eta=0.5),
+        member_events=[[(1.0, 0.01, 100)]] * 8,
+        score_noise_multiplier=20.0,
+        delta=1e-5,
+    )
+    assert lines[-1] == epsilon_text(costs["epsilon"])
+    assert f"composed: epsilon {epsilon_text(costs['composed_epsilon'])}" in lines[-3]
+    for bad, words in [
+        (["--select-mean", "8"], "need --select-law"),
+        (["--select-law", "geometric"], "needs --select-mean"),
+        (["--select-law", "geometric", "--select-mean", "8", "--accountant", "prv"], "rdp"),
+        (["--select-law", "poisson", "--select-mean", "0.5"], "must be in [1"),
+    ]:
+        assert main([*run, *bad]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("error: ") and words in err, err

@@ -3,6 +3,8 @@
 Each calculator verb prints a short explanation, then its answer alone on the LAST line:
 
     epsilon    --sample-rate Q --noise-multiplier S --steps T --delta D [--accountant rdp|prv]
+               [--select-law L --select-mean M [--select-eta H] [--select-score-noise S]]:
+               with --select-*, the run is one trial of a private selection (docs/privacy.md)
     calibrate  --target-epsilon E --sample-rate Q --steps T --delta D [--accountant ...]
     max-steps  --target-epsilon E --sample-rate Q --noise-multiplier S --delta D [--accountant ...]
     verify     RUN    a finished run's privacy.json recomputed from its events (privacy/verify.py);
@@ -66,7 +68,9 @@ def _build_parser() -> argparse.ArgumentParser:
         dest="verb", metavar="{epsilon,calibrate,max-steps,verify}", required=True
     )
 
-    def add(name: str, help_text: str, *, target: bool, noise: bool, steps: bool) -> None:
+    def add(
+        name: str, help_text: str, *, target: bool, noise: bool, steps: bool
+    ) -> argparse.ArgumentParser:
         sub = verbs.add_parser(name, help=help_text, description=help_text)
         if target:
             sub.add_argument(
@@ -93,8 +97,11 @@ def _build_parser() -> argparse.ArgumentParser:
         sub.add_argument(
             "--accountant", choices=sorted(_ACCOUNTANT_NAMES), default="rdp", help="default: rdp"
         )
+        return sub
 
-    add("epsilon", "epsilon spent by a number of steps", target=False, noise=True, steps=True)
+    _add_selection(
+        add("epsilon", "epsilon spent by a number of steps", target=False, noise=True, steps=True)
+    )
     add(
         "calibrate",
         "noise multiplier that reaches a target epsilon",
@@ -109,13 +116,17 @@ def _build_parser() -> argparse.ArgumentParser:
         noise=True,
         steps=False,
     )
+    _add_verify(verbs)
+    return parser
+
+
+def _add_verify(verbs: argparse._SubParsersAction) -> None:
     verify = "recompute a finished run's ε from its recorded events and check its files"
     verbs.add_parser("verify", help=verify, description=verify).add_argument(
         "run_dir",
         metavar="RUN",
         help="a finished run folder (privacy.json, plan.json, synthetic.pt)",
     )
-    return parser
 
 
 def _verify(run_dir: str) -> int:
@@ -133,10 +144,60 @@ def _run(args: argparse.Namespace) -> None:
     verbs.get(args.verb, _max_steps)(args, accountant)
 
 
+def _add_selection(sub: argparse.ArgumentParser) -> None:
+    from dpdc_lightning.privacy.trial_law import TRIAL_LAWS
+
+    group = sub.add_argument_group(
+        "private selection (Papernot & Steinke 2022): K ~ law trials of this run, the best released"
+    )
+    group.add_argument("--select-law", choices=TRIAL_LAWS, help="the law of K")
+    group.add_argument("--select-mean", type=_number, help="E[K] >= 1")
+    group.add_argument("--select-eta", type=_number, help="the truncated negative binomial's η")
+    group.add_argument(
+        "--select-score-noise",
+        type=_number,
+        help="noise multiplier of each trial's score (a count of sensitivity 1); "
+        "omit for a public validation set",
+    )
+
+
+def _selection(args: argparse.Namespace, accountant: str) -> None:
+    from dpdc_lightning.privacy.selection import TrialLaw, selection_costs
+
+    if args.select_mean is None or args.accountant != "rdp":
+        raise UserError("--select-law needs --select-mean and the rdp accountant")
+    law = TrialLaw(args.select_law, args.select_mean, eta=args.select_eta)
+    trial = [(args.noise_multiplier, args.sample_rate, args.steps)]
+    count = max(1, round(law.mean))
+    costs = selection_costs(
+        law=law,
+        member_events=[trial] * count,
+        score_noise_multiplier=args.select_score_noise,
+        delta=args.delta,
+    )
+    eta = "" if law.eta is None else f", eta {law.eta:g}"
+    print(f"private selection: K ~ {law.distribution} (mean {law.mean:g}{eta}) trials, each:")
+    print(
+        f"  Poisson-subsampled Gaussian: noise multiplier {args.noise_multiplier:g}, sample rate "
+        f"{args.sample_rate:.6g}, {args.steps} steps, score noise {args.select_score_noise}"
+    )
+    print(accountant)
+    print(f"one trial alone: epsilon {_shown(costs['trial_epsilon'])}")
+    print(f"{count} trials released and composed: epsilon {_shown(costs['composed_epsilon'])}")
+    print("epsilon of the selection (upper bound, rounded up to 4 decimals):")
+    print(_shown(costs["epsilon"]))
+
+
 # Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
 def _epsilon(args: argparse.Namespace, accountant: str) -> None:
     from dpdc_lightning.privacy.analysis import epsilon_from_history
     from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
+
+    selection = (args.select_mean, args.select_eta, args.select_score_noise)
+    if args.select_law is not None:
+        return _selection(args, accountant)
+    if any(value is not None for value in selection):
+        raise UserError("--select-mean, --select-eta and --select-score-noise need --select-law")
 
     epsilon = epsilon_from_history(
         [(args.noise_multiplier, args.sample_rate, args.steps)],

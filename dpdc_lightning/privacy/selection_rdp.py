@@ -23,6 +23,7 @@ conversion (privacy/analysis.py), so a selection's ε is comparable to every oth
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import numpy as np
@@ -143,7 +144,7 @@ def score_rdp(*, orders: Sequence[float], score_noise_multiplier: float | None) 
     if score_noise_multiplier is None:
         return np.zeros_like(orders_array)
     sigma = score_noise_multiplier
-    if isinstance(sigma, bool) or not isinstance(sigma, (int, float)) or not 0 < sigma < math.inf:
+    if isinstance(sigma, bool) or not isinstance(sigma, numbers.Real) or not 0 < sigma < math.inf:
         raise UserError(
             f"select: the score's noise multiplier must be a finite number > 0, got {sigma!r}"
         )
@@ -159,9 +160,12 @@ def trial_rdp(
     """RDP at ``orders`` of ONE trial: run a grid member drawn uniformly (public randomness), then
     release its score.
 
-    The member: a mixture, with data-independent weights, of the members' output laws; Rényi
-    divergence is jointly quasi-convex (van Erven & Harremoës 2014, Thm 13), so the mixture's
-    divergence at each order is at most the largest member's (each member its events composed).
+    The member: a mixture, with data-independent weights, of the members' output laws. For λ > 1,
+    (p, q) -> p^λ q^(1−λ) is jointly convex (the perspective of x^λ), so the mixture's
+    ∫ p^λ q^(1−λ) is at most the weighted mean of the members', hence at most the largest: at each
+    order the mixture's divergence is at most the largest member's (Rényi divergence is jointly
+    quasi-convex; van Erven & Harremoës, IEEE Trans. Inf. Theory 2014). Each member: its events
+    composed.
     The score is COMPOSED with it (added): the conservative choice, which needs no argument about
     how the validation split and the training records share a neighbouring record.
     """

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,7 @@ class TrialLaw:
         mean = self.mean
         if (
             isinstance(mean, bool)
-            or not isinstance(mean, (int, float))
+            or not isinstance(mean, numbers.Real)
             or not 1 <= mean <= MAX_MEAN
         ):
             raise _law_error(
@@ -71,7 +72,7 @@ class TrialLaw:
                 )
             return
         eta = self.eta
-        if isinstance(eta, bool) or not isinstance(eta, (int, float)) or not 0 < eta < math.inf:
+        if isinstance(eta, bool) or not isinstance(eta, numbers.Real) or not 0 < eta < math.inf:
             raise _law_error(
                 f"the truncated negative binomial needs a finite shape eta > 0, got {eta!r} "
                 "(eta = 1 is the geometric law, eta -> 0 the logarithmic one)"
