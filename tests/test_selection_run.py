@@ -105,13 +105,20 @@ REFUSED = [
     ("an unknown select key", ["select.trails=2"], "select.* has"),
     ("a bad law", ["select.distribution=uniform"], None),
     ("a launcher", ["hydra/launcher=joblib"], "this process"),
+    ("no score noise", ["method.iterations=2,3", "select.score_noise_multiplier=0"], "> 0"),
+    ("no score epoch", ["method.iterations=2,3", "select.epochs=0"], "positive integer"),
+    ("σ given", ["method.iterations=2,3", "privacy.noise_multiplier=1"], "drop"),
+    ("--evaluate", ["method.iterations=2,3", "--evaluate"], "do not apply"),
+    ("a select key without select", ["select.trials_mean=3"], "needs select=private"),
 ]
 
 
 @pytest.mark.parametrize("label, extra, fragment", REFUSED, ids=[c[0] for c in REFUSED])
 def test_a_bad_selection_is_one_error_line(label, extra, fragment, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    base = ["method=ndpdc", "dataset=toy", "select=private"]
+    base = ["method=ndpdc", "dataset=toy"]
+    if label != "a select key without select":
+        base.append("select=private")
     if label != "no target ε":
         base.append("privacy.target_epsilon=2")
     if label == "a non-private method":
@@ -229,3 +236,14 @@ def test_a_public_validation_set_is_read_whole_and_refused_when_it_holds_a_priva
     np.savez(tmp_path / "small.npz", images=fresh[:, :, :4, :4], labels=np.arange(12) % 3)
     with pytest.raises(UserError, match="shape"):
         public_validation(str(tmp_path / "small.npz"), data)
+
+
+def test_every_trial_and_the_score_draw_from_keys_of_their_own():
+    """Repeat-and-select assumes independent trials: no two trials (nor a trial and the score
+    noise, nor the run's key itself) share a noise and sampling key."""
+    from dpdc_lightning.cli.select_run import _trial_key
+
+    key = 2**200 + 12345
+    keys = {_trial_key(key, index) for index in range(64)}
+    assert len(keys) == 64 and key not in keys
+    assert _trial_key(key, 0) != _trial_key(key + 1, 0)
