@@ -672,6 +672,8 @@ def _subprocess(args: list[str], cwd: Path, env: dict, **kwargs):
     )
 
 
+@pytest.mark.slow  # a fresh interpreter (~8 s); test_train_rejects[memory estimate above ...] runs
+# the same command in process (exit code 2, the one line, nothing written) in the fast suite
 def test_a_run_too_large_is_refused_before_allocating_across_a_process(tmp_path, cli_env):
     """exit code 2 and one line from a real process, whose peak memory never grew by the synthetic
     set it refused (1 GiB of pixels alone)."""
