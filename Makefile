@@ -31,8 +31,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check --quiet .
 	$(VENV)/bin/ruff check --quiet .
 
+# The fast suite in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them (its
+# module fixtures are built once): 2 fills the 2-core machine the README times; `TEST_WORKERS=0`
+# runs it in this one process, `TEST_WORKERS=auto` one process per core.
+TEST_WORKERS ?= 2
 test: lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # The slow tests include the report's browser test: Debian's chromium, installed here when missing
 # (as root, with apt-get), required otherwise. One pytest process for all of them, as a notebook
@@ -59,7 +63,7 @@ test-latest:
 	.venv-latest/bin/python -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev]'
 	.venv-latest/bin/python -m pip install --quiet --no-deps -e $(PLUGIN)
 	@.venv-latest/bin/python -c 'from importlib.metadata import version as v; print("test-latest:", ", ".join(f"{p} {v(p)}" for p in ("torch", "lightning", "opacus", "numpy")))'
-	.venv-latest/bin/python -m pytest -q
+	.venv-latest/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Regenerate constraints.txt after changing the dependencies in pyproject.toml (needs PyPI). uv
 # resolves one set of versions from PyPI for every environment of [tool.uv] in pyproject.toml,

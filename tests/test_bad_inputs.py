@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -24,10 +25,29 @@ def _files(folder: Path) -> set[str]:
     return {str(p.relative_to(folder)) for p in folder.rglob("*")}
 
 
+@pytest.fixture(scope="module")
+def workspace_template(tmp_path_factory) -> Path:
+    """The files of ``workspace``, made once per module: building them composes the config twice and
+    writes some 40 files (about 1 s), which each of the ~90 tests here used to pay."""
+    template = tmp_path_factory.mktemp("workspace_template")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(template)
+        _fill_workspace(template)
+    return template
+
+
 @pytest.fixture
-def workspace(tmp_path, tmp_path_factory, monkeypatch):
-    """A cwd with a finished bundle, an incomplete bundle and an unfinished run to point at."""
+def workspace(workspace_template, tmp_path, tmp_path_factory, monkeypatch):
+    """A cwd with a finished bundle, an incomplete bundle and an unfinished run to point at: a fresh
+    copy of the module's template for each test, so a test that writes (or wrongly deletes) a file
+    cannot change what the next one sees."""
+    shutil.copytree(workspace_template, tmp_path, dirs_exist_ok=True)
     monkeypatch.chdir(tmp_path)
+    cache = tmp_path_factory.mktemp("cache")  # dataset staging goes outside the watched folder
+    return tmp_path, cache
+
+
+def _fill_workspace(tmp_path: Path) -> None:
     images, labels = torch.zeros(4, 1, 16, 16), torch.arange(4)
     finished = tmp_path / "finished"
     finished.mkdir()
@@ -85,8 +105,6 @@ def workspace(tmp_path, tmp_path_factory, monkeypatch):
     (tmp_path / "exists").mkdir()
     _image_folders(tmp_path)
     _tensor_files(tmp_path)
-    cache = tmp_path_factory.mktemp("cache")  # dataset staging goes outside the watched folder
-    return tmp_path, cache
 
 
 def _non_private_plan() -> dict:
@@ -654,6 +672,8 @@ def _subprocess(args: list[str], cwd: Path, env: dict, **kwargs):
     )
 
 
+@pytest.mark.slow  # a fresh interpreter (~8 s); test_train_rejects[memory estimate above ...] runs
+# the same command in process (exit code 2, the one line, nothing written) in the fast suite
 def test_a_run_too_large_is_refused_before_allocating_across_a_process(tmp_path, cli_env):
     """exit code 2 and one line from a real process, whose peak memory never grew by the synthetic
     set it refused (1 GiB of pixels alone)."""

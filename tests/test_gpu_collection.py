@@ -1,6 +1,7 @@
 """The CUDA tests (tests/test_gpu.py, marker ``gpu``) exist, are collected by ``pytest -m gpu``, and
 skip cleanly on a machine without CUDA: a GPU session runs them first (benchmarks/gpu_check.sh) and
-must not discover there that they were never collected. One fresh interpreter (~10 s of CPU)."""
+must not discover there that they were never collected. One fresh interpreter (~10 s of CPU):
+marked slow, so `make test-slow` (CI) runs it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import re
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # a whole pytest process (~9 s); CI's `make test-slow` runs it before any GPU session
 def test_gpu_tests_are_collected_and_skip_without_cuda(repo_root, cli_env):
     env = {k: v for k, v in cli_env.items() if k != "DPDC_GPU_TESTS_ON_CPU"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, as here and in CI

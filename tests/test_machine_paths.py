@@ -18,8 +18,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # A home or work folder with a name under it; /tmp is a generic scratch folder and allowed.
 MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:work|home|Users|root|mnt|scratch)/[\w.+-]+")
 # Files that name such a path on purpose: examples of a personal folder name that must stay out
-# of released files (the point of those files).
-EXAMPLES = {"dpdc_lightning/config/locations.py", "tests/test_private_paths.py"}
+# of released files (the point of those files), and this file's own examples of the pattern.
+EXAMPLES = {
+    "dpdc_lightning/config/locations.py",
+    "tests/test_private_paths.py",
+    "tests/test_machine_paths.py",
+}
 
 
 def tracked_files() -> list[str]:

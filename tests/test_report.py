@@ -9,6 +9,7 @@ import base64
 import hashlib
 import json
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -98,39 +99,48 @@ def _chunks(png: bytes) -> list[str]:
     return names
 
 
-def test_every_figure_is_the_same_bytes_for_the_same_numbers_in_another_process(repo_root):
+@pytest.fixture(scope="module")
+def fresh_process() -> subprocess.CompletedProcess:
+    """One fresh interpreter (~9 s of CPU) for both tests below: it imports every module that draws
+    and reports whether matplotlib came with them (a line ``LOADED ...``), then renders
+    :func:`_figures` and prints their digests (the last line)."""
+    code = (
+        "import sys\nimport dpdc_lightning.plots.accuracy, dpdc_lightning.plots.roc\n"
+        "import dpdc_lightning.report.run, dpdc_lightning.report.sweep\n"
+        "import dpdc_lightning.audit.figures\n"
+        "import dpdc_lightning.evaluation.plot, dpdc_lightning.cli.sweep_summary\n"
+        "print('LOADED', 'matplotlib' in sys.modules)\n"
+        "import hashlib; sys.path.insert(0, 'tests'); from test_report import _figures\n"
+        "print({k: hashlib.sha256(v).hexdigest() for k, v in _figures().items()})"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_every_figure_is_the_same_bytes_for_the_same_numbers_in_another_process(fresh_process):
     """Agg, fixed style, no metadata: two renderings here and one in a fresh process agree byte for
     byte (a fresh process builds its font list anew); one changed value changes the bytes."""
     here, again, moved = _figures(), _figures(), _figures(shift=1.0)
-    code = (
-        "import hashlib, sys; sys.path.insert(0, 'tests'); from test_report import _figures\n"
-        "print({k: hashlib.sha256(v).hexdigest() for k, v in _figures().items()})"
-    )
-    other = subprocess.run(
-        [sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, timeout=300
-    )
+    other = fresh_process
     assert other.returncode == 0, other.stderr
     digests = {k: hashlib.sha256(v).hexdigest() for k, v in here.items()}
-    assert str(digests) == other.stdout.strip()
+    assert str(digests) == other.stdout.strip().splitlines()[-1]
     for name, png in here.items():
         assert png == again[name] and png != moved[name], name
         assert png[:8] == b"\x89PNG\r\n\x1a\n"
         assert not {"tEXt", "iTXt", "zTXt", "tIME"} & set(_chunks(png)), name  # no date, no version
 
 
-def test_no_figure_module_loads_matplotlib_until_it_draws(repo_root, cli_env):
+def test_no_figure_module_loads_matplotlib_until_it_draws(fresh_process):
     """The plotting modules sit low in the import graph: importing them (and the report, the sweep
     summary, the audit's figures) must not cost matplotlib's import."""
-    code = (
-        "import sys\nimport dpdc_lightning.plots.accuracy, dpdc_lightning.plots.roc\n"
-        "import dpdc_lightning.report.run, dpdc_lightning.report.sweep\n"
-        "import dpdc_lightning.audit.figures\n"
-        "import dpdc_lightning.evaluation.plot, dpdc_lightning.cli.sweep_summary\n"
-        "print('LOADED', 'matplotlib' in sys.modules)"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=repo_root, env=cli_env, capture_output=True, text=True
-    )
+    done = fresh_process
     assert "LOADED False" in done.stdout, done.stdout + done.stderr
 
 
