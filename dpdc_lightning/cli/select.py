@@ -18,9 +18,9 @@ score, loss or timing reach no file and no console line.
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
+from dpdc_lightning.cli.folders import stamped_folder
 from dpdc_lightning.cli.sweep import expand
 from dpdc_lightning.config import RunConfig, compose
 from dpdc_lightning.config.composition import refuse_retired, selected
@@ -129,11 +129,6 @@ def release_folder(tokens: list[str], config: RunConfig) -> Path:
         if path.exists():
             raise UserError(f"run_dir {path} already exists; choose a new one")
         return path
-    root = Path(config.runs_root)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = root / f"select-{config.method.name}-{config.dataset.name}-{stamp}"
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = root / f"select-{config.method.name}-{config.dataset.name}-{stamp}-{suffix}"
-    return path
+    return stamped_folder(
+        Path(config.runs_root), f"select-{config.method.name}-{config.dataset.name}"
+    )

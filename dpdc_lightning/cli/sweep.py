@@ -24,13 +24,13 @@ import shutil
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
+from dpdc_lightning.cli.folders import stamped_folder
 from dpdc_lightning.cli.launchers import prepare_launcher
 from dpdc_lightning.cli.sweep_summary import (
     DATA_SOURCE,
@@ -272,13 +272,7 @@ def sweep_folder(tokens: list[str]) -> Path:
         if path.exists():
             raise UserError(f"run_dir {path} already exists; a sweep needs a new folder")
         return path
-    root = Path(selected(tokens, "runs_root") or "runs")
-    path = root / f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    suffix = 1
-    while path.exists():
-        suffix += 1
-        path = root / f"sweep-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{suffix}"
-    return path
+    return stamped_folder(Path(selected(tokens, "runs_root") or "runs"), "sweep")
 
 
 def _report(run_dir: Path) -> dict[str, Any]:
