@@ -5,6 +5,7 @@ by ``forget``."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import subprocess
@@ -212,3 +213,23 @@ def test_forget_deletes_the_decoded_copy(tmp_path, capsys):
     assert "deleted the decoded copy" in capsys.readouterr().out and not entry.exists()
     assert run(TRAIN, [f"forget={run_dir}"]) == 0
     assert "no decoded copy" in capsys.readouterr().out
+
+
+def test_the_training_pixels_are_read_through_the_memory_map(tmp_path):
+    from dpdc_lightning.methods.memory import private_set_need
+    from dpdc_lightning.methods.spec import DataSpec
+
+    root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
+    data = _load(root, cache)
+    (split,) = Path(data.cache_entries[0]).glob("split-*")
+    stored = np.load(split / "train.npy", mmap_mode="r+")
+    assert stored.shape == tuple(data.train_pixels.shape)
+    stored[0, 0, 0, 0] = int(data.train_pixels[0, 0, 0, 0]) ^ 0xFF
+    stored.flush()
+    # A change of the file shows in the tensor: the set is the file's pages, not a copy in memory.
+    assert int(data.train_pixels[0, 0, 0, 0]) == int(stored[0, 0, 0, 0])
+    spec = DataSpec.of(data)
+    need = private_set_need(spec)
+    assert spec.memory_mapped and need.bytes == 0 and "memory-mapped" in need.what
+    resident = private_set_need(DataSpec(**{**vars(spec), "memory_mapped": False}))
+    assert resident.bytes == math.ceil(sum(spec.public_class_sizes)) * 3 * 5 * 6
