@@ -21,6 +21,14 @@ Dosser's sampling stage (DOS without SER: the release stored in the signal bank)
 is generated (Linux's clear_refs), which counts the pages of a mapped file a process has touched;
 RssAnon (memory of the process's own) and RssFile (mapped file pages) at the end are given beside
 it (``ru_maxrss`` cannot be restarted and includes the generation). Results: benchmarks/results/large_data_cpu.md.
+
+``--imagefolder``: an ImageFolder of N uniform RGB PNGs (FOLDER/png_N_SxS, written once by two
+processes) read by ``load_dataset("imagefolder")`` twice in this process (decoded into the private
+cache FOLDER/cache_N_S, then read from it), each with its CPU seconds per wall second (2.0: both
+cores busy), then ``--train-after`` whole ``train.py`` runs on the folder (NDPDC, one iteration),
+each a fresh process that reads the cache: an upper bound of its time to the first private step.
+
+    python benchmarks/large_data.py --imagefolder --records 100000 --side 32 --folder /tmp/large
 """
 
 from __future__ import annotations
@@ -179,6 +187,103 @@ def interleaved(datas: dict[int, object], *, group_size: float, steps: int, warm
     return {key: statistics.median(values) for key, values in times.items()}
 
 
+def _write_pngs(job: tuple[str, int, int, int]) -> None:
+    """Records ``start``.. ``stop`` of the generated folder as PNGs (one process of the pool)."""
+    from PIL import Image
+
+    folder, start, stop, side = job
+    rng = np.random.default_rng(start)
+    for index in range(start, stop):
+        pixels = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(Path(folder) / f"c{index % CLASSES}" / f"{index:07d}.png")
+
+
+def generate_folder(root: Path, *, records: int, side: int) -> float:
+    """An ImageFolder of ``records`` uniform RGB PNGs (10 classes, record i in class i mod 10),
+    written by two processes, once; returns the seconds it took (0 when it was there)."""
+    if root.exists():
+        return 0.0
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
+    partial = root.with_name(root.name + ".partial")
+    for c in range(CLASSES):
+        (partial / f"c{c}").mkdir(parents=True, exist_ok=True)
+    jobs = [(str(partial), a, min(records, a + 5000), side) for a in range(0, records, 5000)]
+    with ProcessPoolExecutor(2) as pool:
+        list(pool.map(_write_pngs, jobs))
+    partial.rename(root)
+    return time.perf_counter() - started
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of its children that have ended (the decoding pool)."""
+    own, children = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def folder_row(args: argparse.Namespace) -> dict:
+    """First load (decode into the private cache), second load (the cache), each with its CPU
+    utilisation (CPU seconds / wall seconds: 2.0 = both cores busy), then ``--train-after`` runs
+    of ``train.py`` on the folder (fresh processes reading the cache), timed whole."""
+    from dpdc_lightning.data.load import clear_dataset_cache, load_dataset
+
+    def read(cache: Path):
+        if args.workers is None:  # as a run reads it (one process per core for a large folder)
+            return load_dataset("imagefolder", root=root, cache_dir=cache)
+        from dpdc_lightning.data.loaders.imagefolder import load_imagefolder
+
+        return load_imagefolder(root, cache_dir=cache, workers=args.workers)
+
+    root = args.folder / f"png_{args.records}_{args.side}x{args.side}"
+    generated = generate_folder(root, records=args.records, side=args.side)
+    cache = args.folder / f"cache_{args.records}_{args.side}_{args.workers or 'auto'}"
+    row: dict = {"records": args.records, "side": args.side, "generated_s": round(generated, 1)}
+    Path("/proc/self/clear_refs").write_text("5")
+    for name in ("first", "second"):
+        clear_dataset_cache()
+        started, cpu = time.perf_counter(), cpu_seconds()
+        data = read(cache)
+        wall = time.perf_counter() - started
+        row[f"{name}_load_s"] = round(wall, 2)
+        row[f"{name}_load_cpu_per_wall"] = round((cpu_seconds() - cpu) / wall, 2)
+        row[f"{name}_load_mmap"] = bool(getattr(data, "memory_mapped", False))
+        del data
+    row.update({f"{k}_gib": round(v, 2) for k, v in rss().items()})
+    tokens = ["method=ndpdc", "method.ipc=1", "method.iterations=1", "model.width=8"]
+    tokens += ["trainer.enable_progress_bar=false", "privacy.delta=1e-7"]
+    folder = ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
+    for run in range(args.train_after):
+        first, whole = train_run([*tokens, *folder, f"run_dir={cache}_run{run}"])
+        row[f"train_run{run}_first_step_s"], row[f"train_run{run}_whole_s"] = first, whole
+    if args.train_after:  # the same run on the embedded digits: what starting costs without data
+        first, whole = train_run([*tokens, "dataset=digits", f"run_dir={cache}_digits"])
+        row["digits_run_first_step_s"], row["digits_run_whole_s"] = first, whole
+    row["train_peak_gib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+    return row
+
+
+def train_run(tokens: list[str]) -> tuple[float, float]:
+    """(seconds to the first private step, seconds to the end) of ``train.py tokens`` in a fresh
+    process: the first step starts right after the run's ``data:`` line (on_train_start)."""
+    import subprocess
+
+    started, first = time.perf_counter(), float("nan")
+    command = [sys.executable, str(ROOT / "train.py"), *tokens]
+    with subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    ) as p:
+        for line in p.stderr:
+            if line.startswith("data:") and first != first:
+                first = time.perf_counter() - started
+    if p.returncode:
+        raise SystemExit(f"train.py failed ({p.returncode}): {' '.join(tokens)}")
+    return round(first, 1), round(time.perf_counter() - started, 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, required=True)
@@ -192,9 +297,17 @@ def main() -> None:
         "--against", type=int, help="also a set of this many records, steps interleaved"
     )
     parser.add_argument("--float", action="store_true", help="hold the set as float32 (main's way)")
+    parser.add_argument(
+        "--imagefolder", action="store_true", help="an ImageFolder of PNGs, decoded and cached"
+    )
+    parser.add_argument("--train-after", type=int, default=1, help="train.py runs after the loads")
+    parser.add_argument("--workers", type=int, help="decoding processes (default: one per core)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     args.folder.mkdir(parents=True, exist_ok=True)
+    if args.imagefolder:
+        print(json.dumps(folder_row(args)))
+        return
     path = args.folder / f"{args.records}_{args.side}x{args.side}.npy"
     generated = generate(path, records=args.records, side=args.side)
     # Writing the set dirtied its pages in this process: restart the peak (VmHWM) from here.

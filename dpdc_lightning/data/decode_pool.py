@@ -98,12 +98,16 @@ class Runner:
     def _parallel(
         self, name: str, paths: Sequence[str], starts: list[int], size: int, fixed: dict[str, Any]
     ) -> list[Any]:
+        import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
-        from multiprocessing import get_context
 
         if self.pool is None:
-            # spawn, not fork: the parent may hold torch's threads, which a fork does not carry
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"))
+            # fork where there is one (Linux), as torch's DataLoader workers: a spawned worker
+            # imports the parent's main module again (torch and all, seconds per process). The
+            # workers run only PIL, numpy and hashlib, none of the parent's threads or devices.
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=context)
         work = getattr(decode_workers, name)
         futures = {
             self.pool.submit(work, start, list(paths[start : start + size]), **fixed): index

@@ -1,10 +1,10 @@
 """The work a decoding process does on one chunk of an image folder (data/decoded_cache.py runs it
 on every core): hash the files' bytes, read their headers, decode them into the cache's memory map.
 
-Every function takes (first row, paths) and returns (one value a file, problem or None). Imports
-neither torch nor the rest of the package, so a fresh worker process starts in a fraction of
-a second. Errors come back as values (the file and a reason), never as exceptions: the parent turns
-the first into one ``error:`` line and removes the half-written cache.
+Every function takes (first row, paths) and returns (one value a file, problem or None). They use
+PIL, numpy and hashlib only (no torch, no thread or device of the parent process). Errors come back
+as values (the file and a reason), never as exceptions: the parent turns the first into one
+``error:`` line and removes the half-written cache.
 """
 
 from __future__ import annotations

@@ -66,13 +66,17 @@ def content_key(
 ) -> str:
     """The cache key of ``records`` ((class, file name) in order) with the files' (size, digest)
     and the decoding ``options``: every part length-prefixed, so no two inputs share bytes."""
+    def framed(*parts: bytes) -> bytes:
+        return b"".join(len(part).to_bytes(8, "little") + part for part in parts)
+
     key = hashlib.blake2b(digest_size=16)
-    parts: list[bytes] = [FORMAT.encode(), json.dumps(options, sort_keys=True).encode()]
-    for (group, name), (size, digest) in zip(records, digests, strict=True):
-        parts += [os.fsencode(group), os.fsencode(name), size.to_bytes(8, "little"), digest]
-    for part in parts:
-        key.update(len(part).to_bytes(8, "little"))
-        key.update(part)
+    key.update(framed(FORMAT.encode(), json.dumps(options, sort_keys=True).encode()))
+    key.update(
+        b"".join(
+            framed(os.fsencode(group), os.fsencode(name), size.to_bytes(8, "little"), digest)
+            for (group, name), (size, digest) in zip(records, digests, strict=True)
+        )
+    )
     return key.hexdigest()
 
 

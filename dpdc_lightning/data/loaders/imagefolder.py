@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -35,6 +36,38 @@ def _visible(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
 
 
+class Listing(NamedTuple):
+    """Every file of an image folder, class by class in sorted order (as torchvision's)."""
+
+    paths: list[str]
+    records: list[tuple[str, str]]  # (class folder name, file name)
+    labels: np.ndarray  # int64
+
+
+def _listing(classes: list[Path]) -> Listing:
+    """The files of the class folders. One scandir a folder, names sorted as strings (the order of
+    sorted paths within one folder) and the type from the directory entry: a folder of 100k files
+    is listed in a fraction of a second, where a stat and a Path comparison each cost seconds."""
+    listing = Listing([], [], np.zeros(0, dtype=np.int64))
+    labels: list[int] = []
+    for label, folder in enumerate(classes):
+        with os.scandir(folder) as entries:
+            members = sorted((e.name, e.is_dir()) for e in entries if not e.name.startswith("."))
+        if not members:
+            raise UserError(f"class folder {folder} is empty")
+        for name, is_folder in members:
+            if is_folder:
+                raise UserError(
+                    f"{folder / name}: nested folders are not read; put the images of class "
+                    f"{folder.name} directly in {folder}"
+                )
+        base = os.fspath(folder)
+        listing.paths.extend(os.path.join(base, name) for name, _ in members)
+        listing.records.extend((folder.name, name) for name, _ in members)
+        labels.extend([label] * len(members))
+    return listing._replace(labels=np.array(labels, dtype=np.int64))
+
+
 def _read_folder(
     root: Path,
     *,
@@ -47,9 +80,9 @@ def _read_folder(
     classes = _class_folders(root)
     files = _listing(classes)
     entry = open_decoded(
-        [os.fspath(path) for path, _ in files],
-        [(path.parent.name, path.name) for path, _ in files],
-        np.array([label for _, label in files], dtype=np.int64),
+        files.paths,
+        files.records,
+        files.labels,
         options=_options(image_size, channels),
         cache_dir=cache_dir,
         workers=workers,
@@ -78,11 +111,8 @@ def decoded_entries(
 
     def entry(folder: Path, size: int | None, depth: int | None) -> Path:
         files = _listing(_class_folders(folder))
-        paths, records = (
-            [os.fspath(p) for p, _ in files],
-            [(p.parent.name, p.name) for p, _ in files],
-        )
-        return entry_of(paths, records, options=_options(size, depth), cache_dir=cache_dir)
+        options = _options(size, depth)
+        return entry_of(files.paths, files.records, options=options, cache_dir=cache_dir)
 
     found = [entry(Path(root), image_size, channels)]
     if test_root is not None and (found[0] / "meta.json").is_file():
@@ -140,23 +170,6 @@ def _class_folders(root: Path) -> list[Path]:
             "condensation needs at least two classes (one sub-folder each)"
         )
     return classes
-
-
-def _listing(classes: list[Path]) -> list[tuple[Path, int]]:
-    """(path, label) of every file, class by class, in sorted order."""
-    files: list[tuple[Path, int]] = []
-    for label, folder in enumerate(classes):
-        members = _visible(folder)
-        if not members:
-            raise UserError(f"class folder {folder} is empty")
-        for path in members:
-            if path.is_dir():
-                raise UserError(
-                    f"{path}: nested folders are not read; put the images of class "
-                    f"{folder.name} directly in {folder}"
-                )
-            files.append((path, label))
-    return files
 
 
 def _check_same_size(paths: list[str], heads: list[tuple[str, tuple[int, int]]]) -> None:
