@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from socket import gethostname
 
 import numpy as np
 import pytest
@@ -127,11 +128,14 @@ def test_an_interrupted_decode_leaves_no_cache_entry(tmp_path, monkeypatch):
         capture_output=True,
         text=True,
     )
-    partial = cache / STORE_FOLDER / f".partial-{'0' * 32}-{int(dead.stdout)}"
-    partial.mkdir()
-    (partial / "pixels.npy").write_bytes(b"half")
+    partial = cache / STORE_FOLDER / f".partial-{'0' * 32}-{int(dead.stdout)}@{gethostname()}"
+    elsewhere = partial.with_name(f".partial-{'1' * 32}-{int(dead.stdout)}@another-node")
+    for folder in (partial, elsewhere):
+        folder.mkdir()
+        (folder / "pixels.npy").write_bytes(b"half")
     monkeypatch.setattr(decode_workers, "decode_into", real)
     data = _load(root, cache)
+    assert elsewhere.exists()  # another machine's decode of a shared cache may be running
     assert not partial.exists() and [p.name for p in _entries(cache)] == [
         Path(data.cache_entries[0]).name
     ]
@@ -168,10 +172,10 @@ def test_a_pool_of_two_processes_gives_the_same_entry(tmp_path):
     assert torch.equal(alone.train_pixels, pooled.train_pixels)
 
 
-def test_forget_run_deletes_the_decoded_copy_found_by_hashing_the_folder(tmp_path):
+def test_forget_deletes_the_decoded_copy_found_by_hashing_the_folder(tmp_path):
     from dpdc_lightning.config import compose
     from dpdc_lightning.config.locations import data_locations, released_yaml
-    from dpdc_lightning.engine.run_folder import forget_run
+    from dpdc_lightning.engine.forget import forget_decoded  # forget_run's part (slow test below)
 
     root, cache, run_dir = _folder(tmp_path / "imgs"), tmp_path / "cache", tmp_path / "run"
     config = compose(["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"])
@@ -181,12 +185,13 @@ def test_forget_run_deletes_the_decoded_copy_found_by_hashing_the_folder(tmp_pat
     (run_dir / "config.yaml").write_text(released_yaml(config))
     record = {"data": str(root), "locations": data_locations(config)}
     (run_dir / ".provenance.json").write_text(json.dumps(record))
-    said = forget_run(run_dir)
+    said = forget_decoded(run_dir)
     assert not entry.exists() and "deleted the decoded copy" in said
     assert other.is_dir() and root.is_dir()  # another folder's copy and the images themselves stay
-    assert "no decoded copy" in forget_run(run_dir)
+    assert "no decoded copy" in forget_decoded(run_dir)
     (root / "ant" / "00.png").unlink()  # a changed folder: its old copy is not found again
-    assert "decoded copy" in forget_run(run_dir)
+    assert "decoded copy" in forget_decoded(run_dir)
+    assert forget_decoded(tmp_path) == ""  # no run there: nothing said
 
 
 @pytest.mark.slow
@@ -201,6 +206,11 @@ def test_forget_deletes_the_decoded_copy(tmp_path, capsys):
     tokens += ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
     assert run(TRAIN, [*tokens, f"run_dir={run_dir}"]) == 0
     entry = _entries(cache)[0]
+    written = {p: p.stat().st_mtime_ns for p in entry.rglob("*")}
+    # A second run on the folder (as a resume or another DDP rank) reads the entry, writes nothing.
+    assert run(TRAIN, [*tokens, f"run_dir={tmp_path / 'again'}"]) == 0
+    assert _entries(cache) == [entry]
+    assert {p: p.stat().st_mtime_ns for p in entry.rglob("*")} == written
     # Nothing released names the cache: neither where it is nor its key (a plain content digest).
     for path in run_dir.rglob("*"):
         if path.is_file():  # .provenance.json names the cache folder, not the key

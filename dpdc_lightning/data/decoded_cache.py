@@ -21,9 +21,10 @@ LitData or WebDataset: those stream shards in order for epoch-style training, wh
 reads a uniformly random handful of records; a flat ``.npy`` gives that with one index and no
 dependency beyond numpy, whose format is documented and stable.
 
-Written atomically: everything goes to ``.partial-<key>-<pid>/`` and is renamed to ``<key>/`` when
-complete, so an interrupted decode never leaves a cache entry (its partial folder is removed by
-the next load once its process is gone).
+Written atomically: everything goes to ``.partial-<key>-<pid>@<host>/`` and is renamed to
+``<key>/`` when complete, so an interrupted decode never leaves a cache entry (its partial folder
+is removed by the next load on that machine once its process is gone). Entries are never evicted:
+a changed folder is a new entry, and the old one stays until ``forget`` or the user deletes it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -66,6 +68,7 @@ def content_key(
 ) -> str:
     """The cache key of ``records`` ((class, file name) in order) with the files' (size, digest)
     and the decoding ``options``: every part length-prefixed, so no two inputs share bytes."""
+
     def framed(*parts: bytes) -> bytes:
         return b"".join(len(part).to_bytes(8, "little") + part for part in parts)
 
@@ -141,7 +144,7 @@ def _fill(partial: Path, labels: np.ndarray, decode: Decoder, paths: Sequence[st
 def _write(folder: Path, name: str, fill: Callable[[Path], dict]) -> Path:
     """Everything ``fill(partial)`` writes, then meta.json, fsynced and renamed to ``name`` at
     once; a failure or an interruption removes the partial folder."""
-    partial = folder / f".partial-{name}-{os.getpid()}"
+    partial = folder / f".partial-{name}-{os.getpid()}@{socket.gethostname()}"
     shutil.rmtree(partial, ignore_errors=True)
     private_folder(partial)
     try:
@@ -168,10 +171,11 @@ def _save(path: Path, array: np.ndarray) -> None:
 
 
 def remove_abandoned(folder: Path) -> None:
-    """Remove the partial folders of decodes whose process is gone (killed mid-write)."""
+    """Remove the partial folders of decodes whose process is gone (killed mid-write). Only this
+    machine's: on a cache folder shared by several nodes another's process id means nothing here."""
     for partial in [*folder.glob(".partial-*"), *folder.glob("*/.partial-*")]:
-        pid = partial.name.rpartition("-")[2]
-        if not pid.isdigit() or int(pid) == os.getpid():
+        pid, _, host = partial.name.rpartition("-")[2].partition("@")
+        if not pid.isdigit() or int(pid) == os.getpid() or host != socket.gethostname():
             continue
         try:
             os.kill(int(pid), 0)

@@ -25,6 +25,8 @@ def forget_decoded(run_dir: Path) -> str:
     from dpdc_lightning.data.load import default_cache_dir
     from dpdc_lightning.data.loaders.imagefolder import decoded_entries
 
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return ""
     saved = with_locations(OmegaConf.load(Path(run_dir) / CONFIG_FILE), Path(run_dir))
     if OmegaConf.select(saved, "dataset.name", default=None) != "imagefolder":
         return ""
