@@ -257,31 +257,37 @@ def folder_row(args: argparse.Namespace) -> dict:
     tokens += ["trainer.enable_progress_bar=false", "privacy.delta=1e-7"]
     folder = ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
     for run in range(args.train_after):
-        first, whole = train_run([*tokens, *folder, f"run_dir={cache}_run{run}"])
-        row[f"train_run{run}_first_step_s"], row[f"train_run{run}_whole_s"] = first, whole
+        found = train_run([*tokens, *folder, f"run_dir={cache}_run{run}"])
+        for key, value in zip(("first_step_s", "whole_s", "peak_gib"), found):
+            row[f"train_run{run}_{key}"] = value
     if args.train_after:  # the same run on the embedded digits: what starting costs without data
-        first, whole = train_run([*tokens, "dataset=digits", f"run_dir={cache}_digits"])
-        row["digits_run_first_step_s"], row["digits_run_whole_s"] = first, whole
-    row["train_peak_gib"] = round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20, 2)
+        found = train_run([*tokens, "dataset=digits", f"run_dir={cache}_digits"])
+        for key, value in zip(("first_step_s", "whole_s", "peak_gib"), found):
+            row[f"digits_run_{key}"] = value
     return row
 
 
-def train_run(tokens: list[str]) -> tuple[float, float]:
-    """(seconds to the first private step, seconds to the end) of ``train.py tokens`` in a fresh
-    process: the first step starts right after the run's ``data:`` line (on_train_start)."""
+def train_run(tokens: list[str]) -> tuple[float, float, float]:
+    """(seconds to the first private step, seconds to the end, peak resident GiB) of
+    ``train.py tokens`` in a fresh process: the first step starts right after the run's ``data:``
+    line (on_train_start); the peak is that process's own (wait4), not the decoding pool's."""
+    import os
     import subprocess
 
     started, first = time.perf_counter(), float("nan")
     command = [sys.executable, str(ROOT / "train.py"), *tokens]
-    with subprocess.Popen(
+    process = subprocess.Popen(
         command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-    ) as p:
-        for line in p.stderr:
-            if line.startswith("data:") and first != first:
-                first = time.perf_counter() - started
-    if p.returncode:
-        raise SystemExit(f"train.py failed ({p.returncode}): {' '.join(tokens)}")
-    return round(first, 1), round(time.perf_counter() - started, 1)
+    )
+    for line in process.stderr:
+        if line.startswith("data:") and first != first:
+            first = time.perf_counter() - started
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise SystemExit(f"train.py failed ({process.returncode}): {' '.join(tokens)}")
+    whole = time.perf_counter() - started
+    return round(first, 1), round(whole, 1), round(usage.ru_maxrss / 2**20, 2)
 
 
 def main() -> None:
