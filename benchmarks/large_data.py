@@ -226,6 +226,8 @@ def folder_row(args: argparse.Namespace) -> dict:
     """First load (decode into the private cache), second load (the cache), each with its CPU
     utilisation (CPU seconds / wall seconds: 2.0 = both cores busy), then ``--train-after`` runs
     of ``train.py`` on the folder (fresh processes reading the cache), timed whole."""
+    import os
+
     from dpdc_lightning.data.load import clear_dataset_cache, load_dataset
 
     def read(cache: Path):
@@ -244,8 +246,10 @@ def folder_row(args: argparse.Namespace) -> dict:
         clear_dataset_cache()
         started, own = time.perf_counter(), cpu_seconds()
         pool = cpu_seconds(resource.RUSAGE_CHILDREN)
+        sampler = PeakSampler(os.getpid())
         data = read(cache)
         wall = time.perf_counter() - started
+        row[f"{name}_load_peaks"] = sampler.stop()
         own, pool = cpu_seconds() - own, cpu_seconds(resource.RUSAGE_CHILDREN) - pool
         row[f"{name}_load_s"] = round(wall, 2)
         row[f"{name}_load_cpu_per_wall"] = round((own + pool) / wall, 2)
@@ -258,17 +262,47 @@ def folder_row(args: argparse.Namespace) -> dict:
     folder = ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
     for run in range(args.train_after):
         found = train_run([*tokens, *folder, f"run_dir={cache}_run{run}"])
-        for key, value in zip(("first_step_s", "whole_s", "peak_gib"), found):
+        for key, value in zip(("first_step_s", "whole_s", "peak_gib", "peaks"), found):
             row[f"train_run{run}_{key}"] = value
     if args.train_after:  # the same run on the embedded digits: what starting costs without data
         found = train_run([*tokens, "dataset=digits", f"run_dir={cache}_digits"])
-        for key, value in zip(("first_step_s", "whole_s", "peak_gib"), found):
+        for key, value in zip(("first_step_s", "whole_s", "peak_gib", "peaks"), found):
             row[f"digits_run_{key}"] = value
     return row
 
 
-def train_run(tokens: list[str]) -> tuple[float, float, float]:
-    """(seconds to the first private step, seconds to the end, peak resident GiB) of
+class PeakSampler:
+    """The largest RssAnon (the process's own memory) and RssFile (mapped file pages, reclaimable)
+    of process ``pid`` seen every 0.1 s while it runs, in GiB: VmHWM counts both together."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.path, self.peaks = Path(f"/proc/{pid}/status"), {"RssAnon": 0.0, "RssFile": 0.0}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.1):
+            try:
+                lines = self.path.read_text().splitlines()
+            except OSError:
+                return
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key in self.peaks:
+                    self.peaks[key] = max(self.peaks[key], int(value.split()[0]) / 2**20)
+
+    def stop(self) -> dict[str, float]:
+        self.done.set()
+        self.thread.join()
+        return {f"peak_{k}_gib": round(v, 2) for k, v in self.peaks.items()}
+
+
+def train_run(tokens: list[str]) -> tuple[float, float, float, dict]:
+    """(seconds to the first private step, seconds to the end, peak resident GiB, the peaks of its
+    own and of its file pages) of
     ``train.py tokens`` in a fresh process: the first step starts right after the run's ``data:``
     line (on_train_start); the peak is that process's own (wait4), not the decoding pool's."""
     import os
@@ -279,15 +313,17 @@ def train_run(tokens: list[str]) -> tuple[float, float, float]:
     process = subprocess.Popen(
         command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
+    sampler = PeakSampler(process.pid)
     for line in process.stderr:
         if line.startswith("data:") and first != first:
             first = time.perf_counter() - started
+    peaks = sampler.stop()
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode:
         raise SystemExit(f"train.py failed ({process.returncode}): {' '.join(tokens)}")
     whole = time.perf_counter() - started
-    return round(first, 1), round(whole, 1), round(usage.ru_maxrss / 2**20, 2)
+    return round(first, 1), round(whole, 1), round(usage.ru_maxrss / 2**20, 2), peaks
 
 
 def main() -> None:

@@ -243,3 +243,23 @@ def test_the_training_pixels_are_read_through_the_memory_map(tmp_path):
     assert spec.memory_mapped and need.bytes == 0 and "memory-mapped" in need.what
     resident = private_set_need(DataSpec(**{**vars(spec), "memory_mapped": False}))
     assert resident.bytes == math.ceil(sum(spec.public_class_sizes)) * 3 * 5 * 6
+
+
+def test_the_cached_split_is_the_in_memory_split_of_hold_out(tmp_path, monkeypatch):
+    from dpdc_lightning.data import decoded_cache
+    from dpdc_lightning.data.loaders.own import _split_in_memory, hold_out
+
+    monkeypatch.setattr(decoded_cache, "BLOCK_ROWS", 5)  # the mask and the copy in several blocks
+    root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
+    data = load_imagefolder(root, cache_dir=cache, workers=1, test_fraction=0.4, split_seed=5)
+    entry = Path(data.cache_entries[0])
+    pixels = torch.from_numpy(np.load(entry / "pixels.npy"))
+    labels = torch.from_numpy(np.load(entry / "labels.npy"))
+
+    def held() -> torch.Tensor:
+        return hold_out(pixels, labels, fraction=0.4, seed=5)
+
+    assert 0 < int(held().sum()) < len(labels)  # both splits hold records
+    wanted = _split_in_memory(pixels, labels, held)
+    found = (data.train_pixels, data.train_labels, data.test_pixels, data.test_labels)
+    assert all(torch.equal(a, b) for a, b in zip(found, wanted))

@@ -34,7 +34,7 @@ import json
 import os
 import shutil
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +44,7 @@ from dpdc_lightning.data.decode_pool import Progress, Runner, worker_count
 STORE_FOLDER = "decoded"
 FORMAT = "dpdc_lightning decoded images v1"  # part of every key: a new layout never reads an old
 PIXELS, LABELS, META = "pixels.npy", "labels.npy", "meta.json"
+BLOCK_ROWS = 8192  # records read at once by a pass over an entry (24 MiB at 32x32 RGB)
 
 
 def store_folder(cache_dir: Path) -> Path:
@@ -193,16 +194,19 @@ def read_entry(entry: Path) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def split_entry(
-    entry: Path, *, tag: str, held: Callable[[], np.ndarray]
+    entry: Path, *, tag: str, held: Callable[[np.ndarray, np.ndarray], np.ndarray]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(train pixels, train labels, test pixels, test labels) of the entry's records split by the
-    mask ``held()`` (True: test), each split its own memory-mapped file: written once per ``tag``
-    (the split's options), so a later load neither recomputes the mask nor copies the set."""
+    """(train pixels, train labels, test pixels, test labels) of the entry's records split by
+    ``held(rows, labels)`` (True: test), each split its own memory-mapped file: written once per
+    ``tag`` (the split's options), so a later load neither recomputes the mask nor copies the set.
+
+    ``held`` must decide every record on its own (as own.hold_out does): it is called on blocks of
+    rows read with plain file reads, not through the memory map, since a pass over a mapped set
+    counts every page it touched in the process's resident memory (VmHWM)."""
     name = f"split-{tag}"
     if not (entry / name / META).is_file():
-        pixels, labels, _ = read_entry(entry)
-        mask = held()
-        _write(entry, name, lambda partial: _write_split(partial, pixels, labels, mask))
+        mask = np.concatenate([held(rows, labels) for rows, labels in _blocks(entry)])
+        _write(entry, name, lambda partial: _write_split(partial, entry, mask))
     parts = []
     for part in ("train", "test"):
         parts.append(np.load(entry / name / f"{part}.npy", mmap_mode="c"))
@@ -210,19 +214,45 @@ def split_entry(
     return parts[0], parts[1], parts[2], parts[3]
 
 
-def _write_split(partial: Path, pixels: np.ndarray, labels: np.ndarray, mask: np.ndarray) -> dict:
-    rows_at_once = 4096  # a bounded slice of the set in memory, whatever its size
-    for part, chosen in (("train", ~mask), ("test", mask)):
-        index = np.flatnonzero(chosen)
-        target = private_file(partial / f"{part}.npy")
-        out = np.lib.format.open_memmap(
-            target, mode="w+", dtype=np.uint8, shape=(len(index), *pixels.shape[1:])
+def _blocks(entry: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(rows, labels) of the entry's records, a bounded block at a time, read from the file."""
+    rows_at_once = BLOCK_ROWS
+    labels = np.load(entry / LABELS, allow_pickle=False)
+    with open(entry / PIXELS, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = (
+            np.lib.format.read_array_header_1_0
+            if version == (1, 0)
+            else np.lib.format.read_array_header_2_0
         )
-        for start in range(0, len(index), rows_at_once):
-            out[start : start + rows_at_once] = pixels[index[start : start + rows_at_once]]
-        out.flush()
-        del out
-        _save(partial / f"{part}_{LABELS}", labels[index])
+        shape, _, _ = read_header(handle)
+        row = int(np.prod(shape[1:]))
+        for start in range(0, shape[0], rows_at_once):
+            count = min(rows_at_once, shape[0] - start)
+            block = np.fromfile(handle, dtype=np.uint8, count=count * row)
+            yield block.reshape(count, *shape[1:]), labels[start : start + count]
+
+
+def _write_split(partial: Path, entry: Path, mask: np.ndarray) -> dict:
+    """train.npy / test.npy (and their labels) of the entry's records, written block by block."""
+    labels = np.load(entry / LABELS, allow_pickle=False)
+    outputs = {}
+    for part, chosen in (("train", ~mask), ("test", mask)):
+        outputs[part] = open(private_file(partial / f"{part}.npy"), "wb")  # noqa: SIM115
+        shape = (int(chosen.sum()), *np.load(entry / PIXELS, mmap_mode="r").shape[1:])
+        header = {"descr": "|u1", "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(outputs[part], header)
+        _save(partial / f"{part}_{LABELS}", labels[chosen])
+    try:
+        start = 0
+        for rows, _ in _blocks(entry):
+            held = mask[start : start + len(rows)]
+            outputs["train"].write(rows[~held].tobytes())
+            outputs["test"].write(rows[held].tobytes())
+            start += len(rows)
+    finally:
+        for handle in outputs.values():
+            handle.close()
     return {"train": int((~mask).sum()), "test": int(mask.sum())}
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from dpdc_lightning.data.decode_pool import Runner
 from dpdc_lightning.data.decoded_cache import entry_of, open_decoded, read_entry, split_entry
 from dpdc_lightning.data.image_data import ImageData
-from dpdc_lightning.data.loaders.own import assemble
+from dpdc_lightning.data.loaders.own import assemble, hold_out
 from dpdc_lightning.errors import UserError
 
 
@@ -244,7 +244,17 @@ def _cached_split(
     held: Callable[[], Tensor],
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """own.assemble's held-out split kept in the cache entry beside the decoded set (one file per
-    split, memory-mapped), so that no load copies the training records into memory."""
+    split, memory-mapped), so that no load copies the training records into memory. The mask is
+    own.hold_out's, applied to blocks of records: it decides each record on its own (its privacy
+    note), so blocks give the mask of the whole set (tested), without one pass over the mapped set
+    that would count all of it as resident (``held``, the whole-set mask, is therefore not used)."""
     tag = hashlib.blake2b(f"{float(fraction)!r}/{int(seed)}".encode(), digest_size=8).hexdigest()
-    parts = split_entry(entry, tag=tag, held=lambda: held().numpy())
+
+    def block_mask(rows: np.ndarray, block_labels: np.ndarray) -> np.ndarray:
+        found = hold_out(
+            torch.from_numpy(rows), torch.from_numpy(block_labels), fraction=fraction, seed=seed
+        )
+        return found.numpy()
+
+    parts = split_entry(entry, tag=tag, held=block_mask)
     return tuple(torch.from_numpy(part) for part in parts)  # type: ignore[return-value]
