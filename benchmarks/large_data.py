@@ -21,6 +21,14 @@ Dosser's sampling stage (DOS without SER: the release stored in the signal bank)
 is generated (Linux's clear_refs), which counts the pages of a mapped file a process has touched;
 RssAnon (memory of the process's own) and RssFile (mapped file pages) at the end are given beside
 it (``ru_maxrss`` cannot be restarted and includes the generation). Results: benchmarks/results/large_data_cpu.md.
+
+``--imagefolder``: an ImageFolder of N uniform RGB PNGs (FOLDER/png_N_SxS, written once by two
+processes) read by ``load_dataset("imagefolder")`` twice in this process (decoded into the private
+cache FOLDER/cache_N_S, then read from it), each with its CPU seconds per wall second (2.0: both
+cores busy), then ``--train-after`` whole ``train.py`` runs on the folder (NDPDC, one iteration),
+each a fresh process that reads the cache: an upper bound of its time to the first private step.
+
+    python benchmarks/large_data.py --imagefolder --records 100000 --side 32 --folder /tmp/large
 """
 
 from __future__ import annotations
@@ -179,6 +187,145 @@ def interleaved(datas: dict[int, object], *, group_size: float, steps: int, warm
     return {key: statistics.median(values) for key, values in times.items()}
 
 
+def _write_pngs(job: tuple[str, int, int, int]) -> None:
+    """Records ``start``.. ``stop`` of the generated folder as PNGs (one process of the pool)."""
+    from PIL import Image
+
+    folder, start, stop, side = job
+    rng = np.random.default_rng(start)
+    for index in range(start, stop):
+        pixels = rng.integers(0, 256, (side, side, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(Path(folder) / f"c{index % CLASSES}" / f"{index:07d}.png")
+
+
+def generate_folder(root: Path, *, records: int, side: int) -> float:
+    """An ImageFolder of ``records`` uniform RGB PNGs (10 classes, record i in class i mod 10),
+    written by two processes, once; returns the seconds it took (0 when it was there)."""
+    if root.exists():
+        return 0.0
+    from concurrent.futures import ProcessPoolExecutor
+
+    started = time.perf_counter()
+    partial = root.with_name(root.name + ".partial")
+    for c in range(CLASSES):
+        (partial / f"c{c}").mkdir(parents=True, exist_ok=True)
+    jobs = [(str(partial), a, min(records, a + 5000), side) for a in range(0, records, 5000)]
+    with ProcessPoolExecutor(2) as pool:
+        list(pool.map(_write_pngs, jobs))
+    partial.rename(root)
+    return time.perf_counter() - started
+
+
+def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    """CPU time of this process, or of its children that have ended (the decoding pool)."""
+    used = resource.getrusage(who)
+    return used.ru_utime + used.ru_stime
+
+
+def folder_row(args: argparse.Namespace) -> dict:
+    """First load (decode into the private cache), second load (the cache), each with its CPU
+    utilisation (CPU seconds / wall seconds: 2.0 = both cores busy), then ``--train-after`` runs
+    of ``train.py`` on the folder (fresh processes reading the cache), timed whole."""
+    import os
+
+    from dpdc_lightning.data.load import clear_dataset_cache, load_dataset
+
+    def read(cache: Path):
+        if args.workers is None:  # as a run reads it (one process per core for a large folder)
+            return load_dataset("imagefolder", root=root, cache_dir=cache)
+        from dpdc_lightning.data.loaders.imagefolder import load_imagefolder
+
+        return load_imagefolder(root, cache_dir=cache, workers=args.workers)
+
+    root = args.folder / f"png_{args.records}_{args.side}x{args.side}"
+    generated = generate_folder(root, records=args.records, side=args.side)
+    cache = args.folder / f"cache_{args.records}_{args.side}_{args.workers or 'auto'}"
+    row: dict = {"records": args.records, "side": args.side, "generated_s": round(generated, 1)}
+    Path("/proc/self/clear_refs").write_text("5")
+    for name in ("first", "second"):
+        clear_dataset_cache()
+        started, own = time.perf_counter(), cpu_seconds()
+        pool = cpu_seconds(resource.RUSAGE_CHILDREN)
+        sampler = PeakSampler(os.getpid())
+        data = read(cache)
+        wall = time.perf_counter() - started
+        row[f"{name}_load_peaks"] = sampler.stop()
+        own, pool = cpu_seconds() - own, cpu_seconds(resource.RUSAGE_CHILDREN) - pool
+        row[f"{name}_load_s"] = round(wall, 2)
+        row[f"{name}_load_cpu_per_wall"] = round((own + pool) / wall, 2)
+        row[f"{name}_load_cpu_s_main_pool"] = [round(own, 1), round(pool, 1)]
+        row[f"{name}_load_mmap"] = bool(getattr(data, "memory_mapped", False))
+        del data
+    row.update({f"{k}_gib": round(v, 2) for k, v in rss().items()})
+    tokens = ["method=ndpdc", "method.ipc=1", "method.iterations=1", "model.width=8"]
+    tokens += ["trainer.enable_progress_bar=false", "privacy.delta=1e-7"]
+    folder = ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
+    for run in range(args.train_after):
+        found = train_run([*tokens, *folder, f"run_dir={cache}_run{run}"])
+        for key, value in zip(("first_step_s", "whole_s", "peak_gib", "peaks"), found):
+            row[f"train_run{run}_{key}"] = value
+    if args.train_after:  # the same run on the embedded digits: what starting costs without data
+        found = train_run([*tokens, "dataset=digits", f"run_dir={cache}_digits"])
+        for key, value in zip(("first_step_s", "whole_s", "peak_gib", "peaks"), found):
+            row[f"digits_run_{key}"] = value
+    return row
+
+
+class PeakSampler:
+    """The largest RssAnon (the process's own memory) and RssFile (mapped file pages, reclaimable)
+    of process ``pid`` seen every 0.1 s while it runs, in GiB: VmHWM counts both together."""
+
+    def __init__(self, pid: int) -> None:
+        import threading
+
+        self.path, self.peaks = Path(f"/proc/{pid}/status"), {"RssAnon": 0.0, "RssFile": 0.0}
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.1):
+            try:
+                lines = self.path.read_text().splitlines()
+            except OSError:
+                return
+            for line in lines:
+                key, _, value = line.partition(":")
+                if key in self.peaks:
+                    self.peaks[key] = max(self.peaks[key], int(value.split()[0]) / 2**20)
+
+    def stop(self) -> dict[str, float]:
+        self.done.set()
+        self.thread.join()
+        return {f"peak_{k}_gib": round(v, 2) for k, v in self.peaks.items()}
+
+
+def train_run(tokens: list[str]) -> tuple[float, float, float, dict]:
+    """(seconds to the first private step, seconds to the end, peak resident GiB, the peaks of its
+    own and of its file pages) of
+    ``train.py tokens`` in a fresh process: the first step starts right after the run's ``data:``
+    line (on_train_start); the peak is that process's own (wait4), not the decoding pool's."""
+    import os
+    import subprocess
+
+    started, first = time.perf_counter(), float("nan")
+    command = [sys.executable, str(ROOT / "train.py"), *tokens]
+    process = subprocess.Popen(
+        command, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    sampler = PeakSampler(process.pid)
+    for line in process.stderr:
+        if line.startswith("data:") and first != first:
+            first = time.perf_counter() - started
+    peaks = sampler.stop()
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode:
+        raise SystemExit(f"train.py failed ({process.returncode}): {' '.join(tokens)}")
+    whole = time.perf_counter() - started
+    return round(first, 1), round(whole, 1), round(usage.ru_maxrss / 2**20, 2), peaks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, required=True)
@@ -192,9 +339,17 @@ def main() -> None:
         "--against", type=int, help="also a set of this many records, steps interleaved"
     )
     parser.add_argument("--float", action="store_true", help="hold the set as float32 (main's way)")
+    parser.add_argument(
+        "--imagefolder", action="store_true", help="an ImageFolder of PNGs, decoded and cached"
+    )
+    parser.add_argument("--train-after", type=int, default=1, help="train.py runs after the loads")
+    parser.add_argument("--workers", type=int, help="decoding processes (default: one per core)")
     args = parser.parse_args()
     torch.set_num_threads(1)
     args.folder.mkdir(parents=True, exist_ok=True)
+    if args.imagefolder:
+        print(json.dumps(folder_row(args)))
+        return
     path = args.folder / f"{args.records}_{args.side}x{args.side}.npy"
     generated = generate(path, records=args.records, side=args.side)
     # Writing the set dirtied its pages in this process: restart the peak (VmHWM) from here.

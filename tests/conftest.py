@@ -30,6 +30,11 @@ os.environ.setdefault(
     "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"dpdc_inductor_{_USER}_{_ISA}")
 )
 
+# An image folder is decoded into a private cache under dataset.cache_dir, by default in
+# XDG_CACHE_HOME (data/decoded_cache.py): tests and the commands they start keep theirs in the
+# temporary folder, never in the user's home. An explicit XDG_CACHE_HOME of a test still wins.
+os.environ["XDG_CACHE_HOME"] = os.path.join(tempfile.gettempdir(), f"dpdc_test_cache_{_USER}")
+
 
 @pytest.fixture
 def repo_root() -> Path:

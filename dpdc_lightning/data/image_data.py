@@ -56,6 +56,14 @@ class ImageData:
     # the file's class sizes, a function of the declared sizes alone. None: the exact sizes are
     # public.
     declared_class_sizes: tuple[float, ...] | None = None
+    # The private decoded-cache entries the pixels are memory-mapped from (data/decoded_cache.py),
+    # for the run's owner-only .provenance.json (``forget`` deletes them); never released.
+    cache_entries: tuple[str, ...] = ()
+
+    @property
+    def memory_mapped(self) -> bool:
+        """Whether the training pixels are read from a file through a memory map (not resident)."""
+        return self.cache_entries != ()
 
     def __post_init__(self) -> None:
         for split, images, labels in (

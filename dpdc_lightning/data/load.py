@@ -44,7 +44,8 @@ def load_dataset(
 
     ``root`` is the folder holding the files (``dataset.root``); ``download`` lets torchvision fetch
     missing files into ``root`` or the cache (``dataset.download``); ``cache_dir`` is where
-    decompressed and downloaded files go (default ``default_cache_dir()``). Results are cached
+    decompressed and downloaded files go, and an image folder's decoded cache (default
+    ``default_cache_dir()``). Results are cached
     in-process per argument tuple; the returned tensors are shared and must be treated as read-only.
     ``options`` (``image_size``, ``channels``, ``test_root``, ``test_fraction``, ``split_seed``) go
     to the own-data readers ``imagefolder`` and ``tensors`` (data/loaders/).
@@ -97,6 +98,9 @@ def _load_cached(
     options: tuple[tuple[str, Any], ...],
 ) -> ImageData:
     root_path = Path(root) if root is not None else None
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    if name == "imagefolder":  # decoded once into the private cache (data/decoded_cache.py)
+        return DATASETS[name](root_path, cache_dir=cache, **dict(options))
     if name in OWN_DATA:
         return DATASETS[name](root_path, **dict(options))
     if is_registered(name):
@@ -107,7 +111,6 @@ def _load_cached(
                 "not ImageData"
             )
         return data
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     return DATASETS[name](root_path, download, cache)
 
 

@@ -94,6 +94,7 @@ class PrivateDataModule(L.LightningDataModule):
         # positions of its records (8 B a record), not a copy of them, and a sample is converted to
         # float32 after it is drawn, so only the sampled records ever exist as floats.
         self._all_images, self._all_labels = data.train_pixels, data.train_labels
+        self._device: torch.device | None = None  # where sampled records go (train_dataloader)
         self._members = [
             torch.nonzero(data.train_labels == c).flatten() for c in range(data.num_classes)
         ]
@@ -103,7 +104,10 @@ class PrivateDataModule(L.LightningDataModule):
         advanced indexing costs ~1000x more on a busy CPU. The indices travel without a blocking
         copy (that would wait for the GPU's queue to drain)."""
         store = self._all_images
-        return normalised(store.index_select(0, positions.to(store.device, non_blocking=True)))
+        rows = store.index_select(0, positions.to(store.device, non_blocking=True))
+        return normalised(
+            rows if self._device is None else rows.to(self._device, non_blocking=True)
+        )
 
     def class_images(self, class_index: int) -> Tensor:
         """Every record of a class in [-1, 1] (a non-private baseline's real images)."""
@@ -149,10 +153,11 @@ class PrivateDataModule(L.LightningDataModule):
             )
         )
         # Keep the private tensors on the compute device: indexing there avoids a copy per step. One
-        # copy of the stored set (the classes are positions in it).
-        device = trainer.strategy.root_device
+        # copy of the stored set (the classes are positions in it). A memory-mapped set stays in its
+        # file (it may be larger than the device's memory): only each sampled batch is copied.
+        device = self._device = trainer.strategy.root_device
         self._all_images, self._all_labels = (
-            self._all_images.to(device),
+            self._all_images if self.data.memory_mapped else self._all_images.to(device),
             self._all_labels.to(device),
         )
         start = int(trainer.lightning_module.completed_steps)

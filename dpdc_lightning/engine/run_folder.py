@@ -26,6 +26,7 @@ from dpdc_lightning.engine.bundle import (
     forget_if_finished,
     new_run_dir,
 )
+from dpdc_lightning.engine.forget import forget_decoded
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
@@ -188,25 +189,28 @@ def _duration(seconds: float) -> str:
 
 
 def forget_run(path: Path) -> str:
-    """``train.py forget=RUN_DIR``: delete the secret of an abandoned run, which then cannot resume.
-    Returns the line to print."""
+    """``train.py forget=RUN_DIR``: delete the secret of an abandoned run, which then cannot resume,
+    and the decoded copies of its images (the private decoded cache). Returns the lines to print."""
     path = Path(path)
     if not (path / CONFIG_FILE).is_file():
         raise UserError(f"forget={path}: not a run directory (no {CONFIG_FILE} there)")
+    decoded = forget_decoded(path)
     if (path / PRIVACY_REPORT).is_file():
         deleted = forget_if_finished(path)
-        return f"{path} is a finished run; " + (
-            LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}"
+        return (
+            f"{path} is a finished run; "
+            + (LEFTOVER_NOTE if deleted else f"it holds no {SECRET_FILE}")
+            + decoded
         )
     if not forget_secret(path):
         return (
             f"{path} holds no {SECRET_FILE} (not private, reproducible noise, or already "
             "forgotten): nothing to delete"
-        )
+        ) + decoded
     return (
         f"deleted {path / SECRET_FILE}: the run's noise can no longer be redrawn, so it can no "
         "longer be resumed (resume= will refuse it)"
-    )
+    ) + decoded
 
 
 def stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan:

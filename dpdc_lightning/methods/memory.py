@@ -19,7 +19,10 @@ What is counted (float32, 4 B a value):
 - the private training set as it is stored (data/image_data.py): one byte a value for 8-bit
   images, four for float32, from the public class sizes (the declared or released ones). It is
   already loaded when the check runs, so it is outside the host memory reported available and is
-  not compared with it (``resident``); on a GPU it is copied to the device and counted there.
+  not compared with it (``resident``); on a GPU it is copied to the device and counted there. A set
+  read through a memory map (an image folder's decoded cache, data/decoded_cache.py) counts 0: its
+  pages are file-backed, read as sampled and dropped by the kernel under pressure, never copied
+  to a GPU (the sampled batch is, and counted as such).
 Step-time working sets (activations, batches) are freed before the next is built, so only the
 largest one counts; persistent state adds up. Everything is computed from the config, the image
 shape, the number of classes and the privacy plan, never from the class sizes or a record: whether
@@ -153,6 +156,8 @@ def private_set_need(data: DataSpec) -> Need:
     records = math.ceil(sum(data.public_class_sizes or data.class_sizes))
     size = records * math.prod(data.image_shape) * data.pixel_bytes
     form = "8-bit" if data.pixel_bytes == 1 else "float32"
+    if data.memory_mapped:  # paged in from the decoded cache as sampled; the batch is counted
+        return Need(f"private set ({form}, memory-mapped: not resident)", 0, "dataset", host=True)
     return Need(f"private set ({form}, as stored)", size, "dataset", resident=True)
 
 

@@ -24,6 +24,9 @@ class DataSpec:
     class_names: tuple[str, ...] = ()
     # Bytes of one stored pixel value (1: 8-bit levels, 4: float32): the private set's own memory.
     pixel_bytes: int = 4
+    # Whether the private set is read through a memory map (data/decoded_cache.py): file-backed
+    # pages the kernel reads as sampled and may drop, not memory the run holds.
+    memory_mapped: bool = False
 
     @classmethod
     def of(cls, data: Any, *, plan: PrivacyPlan | None = None) -> DataSpec:
@@ -41,6 +44,7 @@ class DataSpec:
             num_classes=data.num_classes,
             image_shape=tuple(data.train_pixels.shape[1:]),
             pixel_bytes=data.train_pixels.element_size(),
+            memory_mapped=bool(getattr(data, "memory_mapped", False)),
             class_sizes=tuple(sizes),
             public_class_sizes=public,
             class_names=tuple(str(n) for n in getattr(data, "class_names", None) or ()),

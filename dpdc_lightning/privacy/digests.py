@@ -68,7 +68,15 @@ def data_digest(tensors: Sequence[Tensor], *, key: int) -> str:
     for tensor in tensors:
         array = tensor.detach().cpu().contiguous().numpy()
         header = f"{array.dtype.str}{list(array.shape)}".encode()
-        for part in (header, array.tobytes()):
-            mac.update(len(part).to_bytes(8, "little"))
-            mac.update(part)
+        mac.update(len(header).to_bytes(8, "little"))
+        mac.update(header)
+        # The bytes of array.tobytes(), fed in slices: a memory-mapped set larger than memory is
+        # read through once and never copied whole.
+        flat = memoryview(array.reshape(-1)).cast("B")
+        mac.update(len(flat).to_bytes(8, "little"))
+        for start in range(0, len(flat), _SLICE_BYTES):
+            mac.update(flat[start : start + _SLICE_BYTES])
     return f"{DATA_DIGEST_NAME}:{mac.hexdigest()}"
+
+
+_SLICE_BYTES = 1 << 26  # 64 MiB

@@ -15,6 +15,7 @@ condensed; they are private: accuracy on them is NOT covered by the guarantee
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -22,6 +23,9 @@ from torch import Tensor
 
 from dpdc_lightning.data.image_data import ImageData, normalised
 from dpdc_lightning.errors import UserError
+
+# (records, labels, held-out mask on demand) -> (train images, train labels, test images, labels)
+Selector = Callable[[Tensor, Tensor, Callable[[], Tensor]], tuple[Tensor, Tensor, Tensor, Tensor]]
 
 
 def hold_out(images: Tensor, labels: Tensor, *, fraction: float, seed: int) -> Tensor:
@@ -108,7 +112,11 @@ def assemble(
     test_fraction: float,
     split_seed: int,
     test_source: str,
+    select: Selector | None = None,
+    cache_entries: tuple[str, ...] = (),
 ) -> ImageData:
+    """The ``ImageData`` of a reader's records: held-out split (``select`` keeps it, e.g. in the
+    decoded cache; default: in memory) or a public test split checked against the records."""
     num_classes = len(names)
     sizes = torch.bincount(labels, minlength=num_classes)
     if num_classes < 2 or int(sizes.min()) == 0:
@@ -122,8 +130,13 @@ def assemble(
     if private_test:
         if not 0 < test_fraction < 1:
             raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
-        held = hold_out(images, labels, fraction=test_fraction, seed=split_seed)
-        kept = torch.bincount(labels[~held], minlength=num_classes)
+
+        def held() -> Tensor:
+            return hold_out(images, labels, fraction=test_fraction, seed=split_seed)
+
+        images, labels, *rest = (select or _split_in_memory)(images, labels, held)
+        test = (rest[0], rest[1])
+        kept = torch.bincount(labels, minlength=num_classes)
         if int(kept.min()) == 0:
             empty = names[int(torch.nonzero(kept == 0)[0])]
             raise UserError(
@@ -131,8 +144,6 @@ def assemble(
                 f"holds out every record of class {empty}; lower dataset.test_fraction, or give a "
                 "public dataset.test_root"
             )
-        test = (images[held].contiguous(), labels[held].contiguous())
-        images, labels = images[~held].contiguous(), labels[~held].contiguous()
         declared = tuple((1 - test_fraction) * float(n) for n in sizes)
     else:
         refuse_shared_records(images, test[0], root=root, test_source=test_source)
@@ -148,4 +159,17 @@ def assemble(
         source=str(root),
         test_is_private=private_test,
         declared_class_sizes=declared,
+        cache_entries=cache_entries,
+    )
+
+
+def _split_in_memory(
+    images: Tensor, labels: Tensor, held: Callable[[], Tensor]
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    mask = held()
+    return (
+        images[~mask].contiguous(),
+        labels[~mask].contiguous(),
+        images[mask].contiguous(),
+        labels[mask].contiguous(),
     )

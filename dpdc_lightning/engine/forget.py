@@ -1,0 +1,66 @@
+"""``forget=RUN_DIR`` and the private decoded cache: the decoded copy of the image folder a run
+read (data/decoded_cache.py) lies outside the run folder, shared by the runs on that folder; forget
+deletes it with the run's secret (engine/run_folder.py's forget_run)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+from dpdc_lightning.config.locations import PROVENANCE_FILE, with_locations
+from dpdc_lightning.data.decoded_cache import remove_entries, store_folder
+from dpdc_lightning.engine.bundle import CONFIG_FILE
+from dpdc_lightning.errors import UserError
+
+
+def forget_decoded(run_dir: Path) -> str:
+    """Delete the decoded-cache entries of the image folder the run read (data/decoded_cache.py): a
+    copy of the private images outside the run folder, found again by hashing the folder (the run
+    folder keeps no digest of the data once finished). Another run on the folder decodes it again.
+    Returns the sentence to add to forget's line ("" for a run that read no image folder)."""
+    from omegaconf import OmegaConf
+
+    from dpdc_lightning.data.load import default_cache_dir
+    from dpdc_lightning.data.loaders.imagefolder import decoded_entries
+
+    if not (Path(run_dir) / CONFIG_FILE).is_file():
+        return ""
+    saved = with_locations(OmegaConf.load(Path(run_dir) / CONFIG_FILE), Path(run_dir))
+    if OmegaConf.select(saved, "dataset.name", default=None) != "imagefolder":
+        return ""
+    setting = functools.partial(OmegaConf.select, saved, default=None)
+    cache = _absolute(setting("dataset.cache_dir")) or default_cache_dir()
+    root = _recorded_folder(run_dir) or _absolute(setting("dataset.root"))
+    try:
+        removed = remove_entries(
+            decoded_entries(
+                Path(root),
+                cache_dir=Path(cache),
+                image_size=setting("dataset.image_size"),
+                channels=setting("dataset.channels"),
+                test_root=_absolute(setting("dataset.test_root")),
+            )
+        )
+    except (UserError, TypeError) as err:  # the folder is gone or changed, or nothing recorded
+        return (
+            f"; its image folder cannot be read ({err}), so its decoded copy is not found: "
+            f"delete {store_folder(Path(cache))} to remove every decoded copy"
+        )
+    if not removed:
+        return "; no decoded copy of its images was in the private cache"
+    return f"; deleted the decoded copy of its images from the private cache ({', '.join(removed)})"
+
+
+def _absolute(path: str | None) -> str | None:
+    return None if path is None else os.path.abspath(os.path.expanduser(str(path)))
+
+
+def _recorded_folder(run_dir: Path) -> str | None:
+    """The data folder the run's owner-only .provenance.json records (None without one)."""
+    try:
+        found = json.loads((Path(run_dir) / PROVENANCE_FILE).read_text()).get("data")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
