@@ -38,6 +38,8 @@ def quiet_libraries() -> None:
         "ignore", message=".*You are using `torch.load` with `weights_only=False`.*"
     )
     warnings.filterwarnings("ignore", message=".*The number of training batches.*")
+    # A resumed run folder that was moved or copied: the checkpoint's own state is what resumes.
+    warnings.filterwarnings("ignore", message=".*The dirpath has changed from.*")
     # trainer.precision values Lightning would replace are refused by _check_precision.
     warnings.filterwarnings(
         "ignore", message=".*is supported for historical reasons but its usage is discouraged.*"
