@@ -165,6 +165,8 @@ MACHINE_READS: dict[str, str] = {
     "is refused in one line",
     "engine/progress.py": "whether stdout is a terminal: a bar redrawn in place, or plain lines",
     "data/load.py": "XDG_CACHE_HOME: the default dataset.cache_dir",
+    "data/decode_pool.py": "the cores this process may use: how many processes decode an image "
+    "folder of 2048 files or more (tests/test_decoded_cache.py runs one and two)",
     "cli/launchers.py": "sbatch and srun on PATH: hydra/launcher=submitit_slurm",
     "cli/train.py": "LOCAL_RANK and NODE_RANK: only the first process prints the run's summary",
     "cli/sweep.py": "the sweep's size and evaluate flag, passed to its members in the environment",
