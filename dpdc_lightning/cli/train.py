@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import OmegaConf
 
@@ -24,6 +24,7 @@ from dpdc_lightning.errors import UserError
 
 if TYPE_CHECKING:
     from dpdc_lightning.config import RunConfig
+    from dpdc_lightning.config.selection import SelectConfig
 
 USAGE = (
     "python train.py [group=name ...] [key=value ...] [--cfg job|hydra|all] [--print-config] "
@@ -40,6 +41,7 @@ EXAMPLES = (
     "--evaluate eval=quick",
     "python train.py -m seed=0,1,2 hydra/launcher=joblib hydra.launcher.n_jobs=2   "
     "# members in parallel",
+    "python train.py -m method=ndpdc method.lr_img=0.3,1,3 select=private privacy.target_epsilon=2",
     "python train.py resume=runs/RUN_DIR        # continue an interrupted run",
     "python train.py forget=runs/RUN_DIR        # delete an abandoned run's secret",
 )
@@ -47,7 +49,9 @@ COMMAND = ("train.py", "dpdc-train")  # the script and its console command (pypr
 FLAGS = (
     "\nflags: --cfg job (the composed config, run nothing), --print-config (the config and the "
     "privacy plan, run nothing), -m/--multirun (sweep comma lists through Hydra's launcher: basic, "
-    "joblib, submitit_local, submitit_slurm), --evaluate (evaluate each bundle after training)"
+    "joblib, submitit_local, submitit_slurm), --evaluate (evaluate each bundle after training); "
+    "with select=private, -m selects privately among the grid (select.* keys: "
+    "dpdc_lightning/conf/select/private.yaml)"
 )
 
 
@@ -74,6 +78,12 @@ def train_main(argv: list[str]) -> int:
     if any(t.startswith("forget=") for t in tokens):
         return _forget(expand_home(argv))
     _forget_leftover_secret(tokens)
+    from dpdc_lightning.config.selection import load_select, split_select
+
+    select_tokens, tokens = split_select(tokens)
+    select = load_select(select_tokens)
+    if select.private:
+        return _select(tokens, select=select, args=args)
     if args.multirun:
         if args.print_config or args.cfg:
             raise UserError(
@@ -93,6 +103,21 @@ def train_main(argv: list[str]) -> int:
         print(planned_config_text(config), end="")
         return 0
     return _train(config, evaluate=args.evaluate)
+
+
+def _select(tokens: list[str], *, select: SelectConfig, args: Any) -> int:
+    """``-m GRID select=private``: a private selection among the grid (cli/select.py)."""
+    if not args.multirun:
+        raise UserError(
+            "select=private chooses among a grid: add -m and comma lists, e.g. "
+            "python train.py -m method=ndpdc method.lr_img=0.3,1,3 select=private "
+            "privacy.target_epsilon=2"
+        )
+    if args.print_config or args.cfg or args.evaluate:
+        raise UserError("--print-config, --cfg and --evaluate do not apply to select=private")
+    from dpdc_lightning.cli.select import select_main
+
+    return select_main(tokens, select=select)
 
 
 def _help(tokens: list[str]) -> int:

@@ -24,7 +24,7 @@ GRAMMAR = set("'\"[]{}()")  # a value holding these is Hydra syntax: passed on a
 # --section.key=value / --section.key value is taken as section.key=value.
 SECTIONS = (
     "method", "dataset", "privacy", "trainer", "model", "eval", "augment", "experiment", "audit",
-    "seed", "run_dir", "runs_root", "resume", "forget", "hydra",
+    "seed", "run_dir", "runs_root", "resume", "forget", "hydra", "select",
 )  # fmt: skip
 
 

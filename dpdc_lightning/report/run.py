@@ -123,6 +123,7 @@ def render_run(run_dir: Path) -> str:
     )
     sections = [
         section("images", "The synthetic images", _images(run_dir, privacy.get("bundle", {}))),
+        *_selection(privacy),
         section("guarantee", "The privacy guarantee", guarantee(privacy)),
         section("verify", "Verification", _verification(run_dir, privacy.get("epsilon"))),
         section("coverage", "What the guarantee covers", coverage(privacy)),
@@ -136,6 +137,15 @@ def render_run(run_dir: Path) -> str:
         "privacy.json, plan.json, config.yaml and the TensorBoard log.</p>"
     )
     return page(f"Release report: {run_dir.name}", header=header, sections=sections, footer=footer)
+
+
+def _selection(privacy: dict[str, Any]) -> list[str]:
+    """The private selection that chose this release, when one did."""
+    if "selection" not in privacy:
+        return []
+    from dpdc_lightning.report.selection import selection_html
+
+    return [section("selection", "Chosen by a private selection", selection_html(privacy))]
 
 
 def _dataset(config: str) -> str:

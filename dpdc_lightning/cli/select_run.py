@@ -1,0 +1,226 @@
+"""The selection's run (cli/select.py plans the grid): the split, the calibration, the draws, the
+trials and the release of the winner, in that order.
+
+Privacy-critical. Every decision before the first trial is a function of public inputs (the grid,
+the law, the target, the public class sizes) and of the run's key; after it, the only
+data-dependent choice is the argmax of the released noisy scores (the mechanism of
+repeat-and-select). A trial's result lives in memory until a better noisy score replaces it; only
+the last one kept is written. K itself stays hidden (the repeat-and-select guarantee holds only
+while it does): no file, console line, progress or wall time shows it or a trial's outcome.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.selection import Grid, SelectConfig
+from dpdc_lightning.data.image_data import normalised
+from dpdc_lightning.engine.planning import load_data, noise_seed_for
+from dpdc_lightning.engine.selection import (
+    Carved,
+    Events,
+    at_target,
+    carve_validation,
+    member_plan,
+    plan_events,
+    plan_inputs,
+    public_validation,
+    run_trial,
+    silenced,
+    write_winner,
+)
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
+from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.privacy.secret import derive_secret
+from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_section
+
+# The per-trial target is found to 1 % (relative): the bisection returns the lower end, so the
+# selection always meets the target; a finer bracket costs more member calibrations than it gains.
+CALIBRATION_TOLERANCE = 0.01
+
+
+def draw_trials(law: TrialLaw, *, key: int, members: int) -> list[int]:
+    """K ~ law and each trial's member, uniform over the grid: both from the run's key (public
+    randomness, independent of the data; the same key draws the same trials)."""
+    generator = np.random.default_rng(derive_secret(key, "selection-trials"))
+    trials = int(law.draw(generator=generator))
+    return [int(m) for m in generator.integers(0, members, size=trials)]
+
+
+def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> ScoreProtocol:
+    """How every trial is scored, fixed before the first one (public)."""
+    model = config.model
+    if select.model is not None:
+        from dpdc_lightning.config.composition import compose_models
+
+        (model,) = compose_models([select.model], [])
+    return ScoreProtocol(
+        model=model.name,
+        model_options=model.options(),
+        epochs=select.epochs,
+        seed=config.seed,
+        # a public validation set holds no private record: its count is released as it is
+        noise_multiplier=select.score_noise_multiplier if select.validation is None else None,
+        denominator=carved.expected_size,
+        accelerator=config.eval.accelerator,
+    )
+
+
+def calibrated_members(
+    configs: Sequence[RunConfig], spec: DataSpec, *, law: TrialLaw, score: ScoreProtocol
+) -> tuple[list[RunConfig], list[Events]]:
+    """Every member at the one per-trial target that makes the whole selection meet the target."""
+    privacy = configs[0].privacy
+
+    @functools.cache
+    def events_of(inputs: str, index: int, per_trial: float) -> tuple[tuple[float, float, int]]:
+        # keyed by the plan's inputs: members that differ elsewhere share one calibration
+        return tuple(plan_events(member_plan(at_target(configs[index], per_trial), spec)))
+
+    firsts = {}
+    for index, config in enumerate(configs):
+        firsts.setdefault(plan_inputs(config), index)
+
+    def members_at(per_trial: float) -> list[tuple[tuple[float, float, int], ...]]:
+        keys = [plan_inputs(c) for c in configs]
+        return [events_of(key, firsts[key], per_trial) for key in keys]
+
+    per_trial = calibrate_selection(
+        members_at=members_at,
+        law=law,
+        target_epsilon=float(privacy.target_epsilon),
+        delta=float(privacy.delta),
+        score_noise_multiplier=score.noise_multiplier,
+        tolerance=CALIBRATION_TOLERANCE,
+    )
+    chosen = [at_target(c, per_trial) for c in configs]
+    return chosen, [list(events) for events in members_at(per_trial)]
+
+
+def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | None:
+    """Carve, calibrate, draw, run the trials, release the winner; None when K = 0."""
+    first = grid.configs[0]
+    law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
+    data = load_data(first)
+    key = noise_seed_for(first)  # the run's secret (OS entropy), or its public seed if reproducible
+    carved = (  # first of all: the trials never see the validation records
+        carve_validation(data, fraction=select.validation_fraction, key=key)
+        if select.validation is None
+        else public_validation(select.validation, data)
+    )
+    score = score_protocol(select, first, carved)
+    configs, events = calibrated_members(
+        grid.configs, DataSpec.of(carved.train), law=law, score=score
+    )
+    trials = draw_trials(law, key=key, members=len(configs))
+    public = select.validation is not None
+    section = selection_section(  # raises, before any trial, if the plan misses the target
+        law=law,
+        members=grid.swept,
+        member_events=events,
+        score_noise_multiplier=score.noise_multiplier,
+        delta=float(first.privacy.delta),
+        target_epsilon=float(first.privacy.target_epsilon),
+        validation="public" if public else "private_split",
+        validation_fraction=None if public else select.validation_fraction,
+    )
+    print(
+        f"selection: K ~ {law.distribution} (mean {law.mean:g}) trials among {len(configs)} "
+        "members, ε of the whole selection "
+        f"{section['epsilon']:.4f}; no progress is shown (K must stay hidden)",
+        file=sys.stderr,
+        flush=True,
+    )
+    _note_cheaper_sweep(section)
+    if not trials:
+        print(
+            "the draw gave K = 0 trials: nothing ran and nothing is released (the outcome "
+            "'nothing' is part of the accounted selection; do not rerun to redraw)",
+            file=sys.stderr,
+        )
+        return None
+    best = run_trials(configs, carved, trials=trials, score=score, key=key)
+    index, member, value, result = best
+    section["score"].update(_score_protocol_statement(score))
+    section["winner"] = {"member": member, "noisy_score": value}
+    return write_winner(
+        run_dir,
+        config=configs[member],
+        data=carved.train,
+        result=result,
+        selection=section,
+        noise_seed=_trial_key(key, index),
+    )
+
+
+def run_trials(
+    configs: Sequence[RunConfig],
+    carved: Carved,
+    *,
+    trials: Sequence[int],
+    score: ScoreProtocol,
+    key: int,
+) -> tuple[int, int, float, Any]:
+    """Each trial in turn; returns (trial, member, noisy score, result) of the best noisy score
+    (the first of equal ones). A failing trial ends the selection with nothing released."""
+    validation = normalised(carved.images)
+    reproducible = configs[0].privacy.reproducible_noise
+    best: tuple[int, int, float, Any] | None = None
+    for index, member in enumerate(trials):
+        try:
+            result = run_trial(configs[member], carved.train, noise_seed=_trial_key(key, index))
+            with silenced():
+                count = correct_count(
+                    result.images,
+                    result.labels,
+                    validation_images=validation,
+                    validation_labels=carved.labels,
+                    num_classes=carved.train.num_classes,
+                    score=score,
+                )
+        except UserError as err:
+            raise UserError(f"a trial failed: {err}; nothing was released") from None
+        value = noisy_score(
+            count, score=score, key=derive_secret(key, "selection-score"), trial=index,
+            reproducible=reproducible,
+        )  # fmt: skip
+        if best is None or value > best[2]:
+            best = (index, member, value, result)
+        del result  # a loser's synthetic set is dropped here, never written
+    assert best is not None
+    return best
+
+
+def _note_cheaper_sweep(section: dict[str, Any]) -> None:
+    """A grid small against the mean number of trials is cheaper to publish whole (public)."""
+    composed = section.get("composed_epsilon")
+    if composed is not None and composed < section["epsilon"]:
+        print(
+            f"note: publishing every member of this grid (a sweep) would cost ε {composed:.4f}, "
+            "less than this selection; a selection pays off on grids larger than its mean number "
+            "of trials",
+            file=sys.stderr,
+        )
+
+
+def _trial_key(key: int, index: int) -> int:
+    """Trial ``index``'s own secret: its sampling and noise independent of every other trial's."""
+    return derive_secret(key, f"selection-trial-{index}")
+
+
+def _score_protocol_statement(score: ScoreProtocol) -> dict[str, Any]:
+    """How each trial was scored (public), beside the mechanism privacy/selection.py states."""
+    return {
+        "denominator": score.denominator,
+        "model": score.model,
+        "epochs": score.epochs,
+        "runs": 1,
+    }
