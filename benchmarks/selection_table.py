@@ -60,6 +60,12 @@ def format_accuracy(values: list[float] | None) -> str:
     return f"{mean:.1f} ± {std:.1f}"
 
 
+def public_command(command: str, *, work: str) -> str:
+    """A command as the table prints it: ``python`` for this interpreter, ``WORK`` for the runs'
+    folder (no path of the measuring machine in a committed file)."""
+    return command.replace(sys.executable, "python").replace(work.rstrip("/"), "WORK")
+
+
 def run(command: list[str], *, log: Path) -> float:
     """Run one CLI command (one torch thread, niced) as a user would; returns its wall time."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -252,7 +258,9 @@ def markdown(result: dict) -> str:
     ]
     for block in result["epsilons"]:
         lines += _epsilon_section(block)
-    lines += ["## Commands", ""]
+    if result.get("notes"):
+        lines += ["## What the grid taught", "", result["notes"], ""]
+    lines += ["## Commands (OMP_NUM_THREADS=1, nice -n 10; WORK is the `--work` folder)", ""]
     lines += [f"    {c['command']}   # {c['wall_s']:.0f} s" for c in result["commands"]]
     return "\n".join(lines) + "\n"
 
@@ -282,10 +290,14 @@ def _epsilon_section(block: dict) -> list[str]:
     return out
 
 
-def write(result: dict, out: Path) -> None:
+def write(result: dict, out: Path, *, work: str) -> None:
+    """OUT.json and OUT.md, the commands without the measuring machine's paths."""
+    public = json.loads(json.dumps(result))
+    for command in public["commands"]:
+        command["command"] = public_command(command["command"], work=work)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(result, indent=1) + "\n")
-    out.with_suffix(".md").write_text(markdown(result))
+    out.with_suffix(".json").write_text(json.dumps(public, indent=1, ensure_ascii=False) + "\n")
+    out.with_suffix(".md").write_text(markdown(public))
 
 
 def one_epsilon(epsilon: float, args: argparse.Namespace, result: dict) -> None:
@@ -327,9 +339,9 @@ def one_epsilon(epsilon: float, args: argparse.Namespace, result: dict) -> None:
                                   "accuracies": best["accuracies"],
                                   "train_wall_s": sweep["train_wall_s"],
                                   "eval_wall_s": sweep["eval_wall_s"]})  # fmt: skip
-        write(result, Path(args.out))
+        write(result, Path(args.out), work=args.work)
     block["partial"] = False
-    write(result, Path(args.out))
+    write(result, Path(args.out), work=args.work)
 
 
 def main() -> None:
@@ -345,8 +357,13 @@ def main() -> None:
         "--member-epsilons", nargs="*", default=[],
         help="TOTAL=PER_MEMBER pairs already computed by per_member_epsilon (it takes minutes)",
     )  # fmt: skip
+    parser.add_argument("--render", action="store_true", help="rewrite OUT.md from OUT.json only")
     parser.add_argument("--resume-json", help="append to this earlier result (.json)")
     args = parser.parse_args()
+    if args.render:
+        out = Path(args.out)
+        write(json.loads(out.with_suffix(".json").read_text()), out, work=args.work)
+        return
     Path(args.work).mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()
     protocol = (
