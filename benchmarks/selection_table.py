@@ -268,15 +268,16 @@ def markdown(result: dict) -> str:
 def _epsilon_section(block: dict) -> list[str]:
     eps = block["total_epsilon"]
     out = [f"## total ε = {eps:g} (δ = 1e-5){' — PARTIAL' if block.get('partial') else ''}", "",
-           "| row | what | private? | ε (released) | test accuracy % (mean ± std) | wall s |",
+           "| row | what | private? | ε (released) | test accuracy % (mean ± std over eval runs; row c: over members) | wall s |",
            "|---|---|---|---|---|---|"]  # fmt: skip
     for row in block["rows"]:
         eps_text = "—" if row.get("epsilon") is None else f"{row['epsilon']:.3f}"
-        wall = row.get("train_wall_s", 0) + row.get("eval_wall_s", 0)
+        walls = [row[k] for k in ("train_wall_s", "eval_wall_s") if row.get(k) is not None]
+        wall = f"{sum(walls):.0f}" if walls else "— (in c)"
         private = "yes" if row["private"] else "**NOT private**"
         out.append(
             f"| {row['row']} | {row['label']} | {private} | {eps_text} | "
-            f"{format_accuracy(row.get('accuracies'))} | {wall:.0f} |"
+            f"{format_accuracy(row.get('accuracies'))} | {wall} |"
         )
     for name in ("c", "d"):
         sweep = block.get(f"sweep_{name}")
@@ -322,7 +323,7 @@ def one_epsilon(epsilon: float, args: argparse.Namespace, result: dict) -> None:
             means = [mean_std(m["accuracies"])[0] for m in sweep["members"]]
             best = best_by_test(sweep["members"])
             block["rows"].append({"row": "c", "label": "every member released and composed: "
-                                  "mean over members", "private": True,
+                                  "mean over members (± std over members)", "private": True,
                                   "epsilon": sweep["composed_epsilon"], "accuracies": means,
                                   "train_wall_s": sweep["train_wall_s"],
                                   "eval_wall_s": sweep["eval_wall_s"]})  # fmt: skip
