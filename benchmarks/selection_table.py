@@ -193,7 +193,8 @@ def row_a(epsilon: float, work: Path, args: argparse.Namespace, log: list[dict])
 def row_b(epsilon: float, work: Path, args: argparse.Namespace, log: list[dict]) -> dict:
     run_dir = work / f"b-eps{epsilon:g}"
     train = [sys.executable, "train.py", "-m", METHOD, *grid_tokens(GRID), "select=private",
-             f"select.trials_mean={args.trials_mean}", f"privacy.target_epsilon={epsilon}",
+             f"select.trials_mean={args.trials_mean}", *score_noise(epsilon, args),
+             f"privacy.target_epsilon={epsilon}",
              f"run_dir={run_dir}"]  # fmt: skip
     wall = run(train, log=work / f"b-eps{epsilon:g}.train.log")
     log.append({"command": shlex.join(train), "wall_s": wall})
@@ -213,6 +214,13 @@ def row_b(epsilon: float, work: Path, args: argparse.Namespace, log: list[dict])
             "composed_epsilon_of_selection_section": section.get("composed_epsilon"),
             "law": section["law"], "score": section["score"],
             "train_wall_s": wall, "eval_wall_s": eval_wall}  # fmt: skip
+
+
+def score_noise(epsilon: float, args: argparse.Namespace) -> list[str]:
+    """``select.score_noise_multiplier`` where --score-noise sets it for this ε (else the default)."""
+    known = dict(pair.split("=") for pair in args.score_noise)
+    value = known.get(f"{epsilon:g}")
+    return [] if value is None else [f"select.score_noise_multiplier={value}"]
 
 
 def sweep_rows(
@@ -303,8 +311,13 @@ def write(result: dict, out: Path, *, work: str) -> None:
 
 def one_epsilon(epsilon: float, args: argparse.Namespace, result: dict) -> None:
     work = Path(args.work)
-    block: dict[str, Any] = {"total_epsilon": epsilon, "rows": [], "partial": True}
-    result["epsilons"].append(block)
+    earlier = [b for b in result["epsilons"] if b["total_epsilon"] == epsilon]
+    block: dict[str, Any] = (  # continue a partial block (--resume-json with the missing --rows)
+        earlier[0] if earlier else {"total_epsilon": epsilon, "rows": [], "partial": True}
+    )
+    if not earlier:
+        result["epsilons"].append(block)
+    block["partial"] = True
     log = result["commands"]
     for name in args.rows:
         if name == "a":
@@ -357,6 +370,10 @@ def main() -> None:
     parser.add_argument(
         "--member-epsilons", nargs="*", default=[],
         help="TOTAL=PER_MEMBER pairs already computed by per_member_epsilon (it takes minutes)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--score-noise", nargs="*", default=[],
+        help="TOTAL=SIGMA pairs: the selection's score noise at that total ε (default: the config's)",
     )  # fmt: skip
     parser.add_argument("--render", action="store_true", help="rewrite OUT.md from OUT.json only")
     parser.add_argument("--resume-json", help="append to this earlier result (.json)")
