@@ -18,6 +18,7 @@ score, loss or timing reach no file and no console line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from dpdc_lightning.cli.folders import stamped_folder
@@ -118,9 +119,11 @@ def refuse_member(config: RunConfig, member: list[str]) -> None:
         raise UserError("a selection cannot be resumed; drop resume=")
 
 
-def release_folder(tokens: list[str], config: RunConfig) -> Path:
-    """Where the winner goes: run_dir, or <runs_root>/select-<method>-<data>-<time>; checked
-    before any trial runs (a folder that exists is refused, never overwritten)."""
+def release_folder(tokens: list[str], config: RunConfig) -> Callable[[], Path]:
+    """Where the winner goes, asked for once every trial has run: run_dir (checked now, before any
+    trial: a folder that exists is refused, never overwritten), or
+    <runs_root>/select-<method>-<data>-<time> named at the END, since a start time in the name
+    beside the files' write times would tell the selection's wall time, and so roughly K."""
     given = selected(tokens, "run_dir")
     if given is not None:
         if not given.strip():
@@ -128,7 +131,6 @@ def release_folder(tokens: list[str], config: RunConfig) -> Path:
         path = Path(given)
         if path.exists():
             raise UserError(f"run_dir {path} already exists; choose a new one")
-        return path
-    return stamped_folder(
-        Path(config.runs_root), f"select-{config.method.name}-{config.dataset.name}"
-    )
+        return lambda: path
+    root, stem = Path(config.runs_root), f"select-{config.method.name}-{config.dataset.name}"
+    return lambda: stamped_folder(root, stem)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from dpdc_lightning.engine.selection import (
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
 from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_section
 
@@ -105,7 +106,7 @@ def calibrated_members(
     return chosen, [list(events) for events in members_at(per_trial)]
 
 
-def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | None:
+def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Callable[[], Path]) -> Path | None:
     """Carve, calibrate, draw, run the trials, release the winner; None when K = 0."""
     first = grid.configs[0]
     law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
@@ -135,7 +136,7 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | 
     print(
         f"selection: K ~ {law.distribution} (mean {law.mean:g}) trials among {len(configs)} "
         "members, ε of the whole selection "
-        f"{section['epsilon']:.4f}; no progress is shown (K must stay hidden)",
+        f"{epsilon_text(section['epsilon'])}; no progress is shown (K must stay hidden)",
         file=sys.stderr,
         flush=True,
     )
@@ -152,7 +153,7 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Path) -> Path | 
     section["score"].update(_score_protocol_statement(score))
     section["winner"] = {"member": member, "noisy_score": value}
     return write_winner(
-        run_dir,
+        run_dir(),  # named now, after every trial (cli/select.release_folder)
         config=configs[member],
         data=carved.train,
         result=result,
@@ -204,7 +205,8 @@ def _note_cheaper_sweep(section: dict[str, Any]) -> None:
     composed = section.get("composed_epsilon")
     if composed is not None and composed < section["epsilon"]:
         print(
-            f"note: publishing every member of this grid (a sweep) would cost ε {composed:.4f}, "
+            f"note: publishing every member of this grid (a sweep) would cost ε "
+            f"{epsilon_text(composed)}, "
             "less than this selection; a selection pays off on grids larger than its mean number "
             "of trials",
             file=sys.stderr,
