@@ -17,6 +17,7 @@ from script_entries import TRAIN
 from test_selection_run import TINY_SELECT
 
 from dpdc_lightning.cli import run
+from dpdc_lightning.privacy.display import epsilon_text
 
 BUNDLE = [".provenance.json", "config.yaml", "plan.json", "privacy.json", "report.html"] + [
     "synthetic.png",
@@ -99,12 +100,12 @@ def loser_leaks(folder: Path, recorded: Recorded, *, out: str, err: str) -> list
     selection = json.loads((folder / "privacy.json").read_text())["selection"]
     public = (  # public values only: no K, no progress, no score, no time
         "selection: K ~ geometric (mean 4) trials among 3 members, ε of the whole selection "
-        f"{selection['epsilon']:.4f}; no progress is shown (K must stay hidden)\n"
+        f"{epsilon_text(selection['epsilon'])}; no progress is shown (K must stay hidden)\n"
     )
     if selection["composed_epsilon"] < selection["epsilon"]:
         public += (
             "note: publishing every member of this grid (a sweep) would cost ε "
-            f"{selection['composed_epsilon']:.4f}, less than this selection; a selection pays "
+            f"{epsilon_text(selection['composed_epsilon'])}, less than this selection; a selection pays "
             "off on grids larger than its mean number of trials\n"
         )
     if err != public or not re.fullmatch(r"bundle written to \S+: ε = [^\n]*\n", out):
