@@ -4,6 +4,8 @@ holds the winner's bundle and nothing of a loser."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from script_entries import TRAIN
@@ -192,6 +194,43 @@ def test_k_zero_runs_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
     code = run(TRAIN, argv)
     assert code == 0 and "K = 0" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_diverging_trial_loses_silently_and_only_all_diverging_releases_nothing(
+    tmp_path, monkeypatch, capsys
+):
+    # Whether a LOSING trial diverged is not released by repeat-and-select: it must not end the
+    # selection (exit 2 would publish it) nor be printed.
+    import dpdc_lightning.cli.select_run as select_run
+    from dpdc_lightning.errors import NumericalFault
+
+    trial = select_run.run_trial
+    calls = []
+
+    def first_diverges(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise NumericalFault("loss is NaN at step 2 (secret detail)")
+        return trial(*args, **kwargs)
+
+    monkeypatch.setattr(select_run, "noise_seed_for", lambda config: 3)
+    monkeypatch.setattr(select_run, "draw_trials", lambda law, **kwargs: [0, 1])
+    monkeypatch.setattr(select_run, "run_trial", first_diverges)
+    code = run(TRAIN, _tiny(tmp_path, monkeypatch, "select.distribution=geometric"))
+    captured = capsys.readouterr()
+    assert code == 0 and len(calls) == 2
+    assert "secret detail" not in captured.err + captured.out and "diverged" not in captured.err
+    (folder,) = (tmp_path / "out").iterdir()
+    assert json.loads((folder / "privacy.json").read_text())["selection"]["winner"]["member"] == 1
+
+    def always(*args, **kwargs):
+        raise NumericalFault("loss is NaN")
+
+    monkeypatch.setattr(select_run, "run_trial", always)
+    code = run(TRAIN, _tiny(tmp_path, monkeypatch, "select.distribution=geometric", "runs_root=o2"))
+    err = capsys.readouterr().err
+    assert code == 2 and "every trial of the selection diverged" in err
+    assert not (tmp_path / "o2").exists()
 
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, UserError])

@@ -36,7 +36,7 @@ from dpdc_lightning.engine.selection import (
     silenced,
     write_winner,
 )
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import NumericalFault, UserError
 from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.display import epsilon_text
@@ -171,7 +171,13 @@ def run_trials(
     key: int,
 ) -> tuple[int, int, float, Any]:
     """Each trial in turn; returns (trial, member, noisy score, result) of the best noisy score
-    (the first of equal ones). A failing trial ends the selection with nothing released."""
+    (the first of equal ones).
+
+    A trial that diverges (NumericalFault, decided on that trial's own released quantities) LOSES,
+    silently: ending the selection there would publish a fact about a trial that is not the
+    winner, which repeat-and-select does not account. Only when every trial diverged is nothing
+    released (the selection's ⊥), in words that do not count the trials. Any other error is a
+    problem of the public settings and ends the selection."""
     validation = normalised(carved.images)
     reproducible = configs[0].privacy.reproducible_noise
     best: tuple[int, int, float, Any] | None = None
@@ -187,6 +193,8 @@ def run_trials(
                     num_classes=carved.train.num_classes,
                     score=score,
                 )
+        except NumericalFault:
+            continue  # scored -inf: never the winner, and nothing of it is shown
         except UserError as err:
             raise UserError(f"a trial failed: {err}; nothing was released") from None
         value = noisy_score(
@@ -196,7 +204,11 @@ def run_trials(
         if best is None or value > best[2]:
             best = (index, member, value, result)
         del result  # a loser's synthetic set is dropped here, never written
-    assert best is not None
+    if best is None:
+        raise UserError(
+            "every trial of the selection diverged (NaN or Inf); nothing was released: lower "
+            "method.lr_img or the grid's step sizes"
+        )
     return best
 
 
