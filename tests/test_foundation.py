@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import os
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -106,6 +110,26 @@ def test_no_module_imports_itself_through_a_circle():
 # --------------------------------------------------------------------------- condense() in process
 
 
+def _lightning_levels() -> list[int]:
+    names = ("lightning.pytorch", "lightning.fabric", "lightning.pytorch.utilities.rank_zero")
+    return [logging.getLogger(name).level for name in names]
+
+
+@pytest.mark.slow
+def test_importing_the_engine_leaves_warning_filters_and_lightning_loggers_as_found():
+    # A fresh interpreter: the import itself once installed our filters for the whole process.
+    code = (
+        "import logging, warnings, lightning\n"
+        "names = ('lightning.pytorch', 'lightning.fabric', 'lightning.pytorch.utilities.rank_zero')\n"
+        "before = (list(warnings.filters), [logging.getLogger(n).level for n in names])\n"
+        "import dpdc_lightning.engine.condense, dpdc_lightning.engine.training\n"
+        "after = (list(warnings.filters), [logging.getLogger(n).level for n in names])\n"
+        "assert before == after, (before, after)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, monkeypatch):
     monkeypatch.chdir(tmp_path)
     data = ImageData.from_tensors(toy.train_images, toy.train_labels)
@@ -120,7 +144,11 @@ def test_condense_runs_in_process_on_tensors_and_writes_nothing(tmp_path, toy, m
     )
     torch.manual_seed(0)
     global_rng = torch.get_rng_state()
+    filters, levels = list(warnings.filters), _lightning_levels()
     result = condense(config, data)
+    # Lightning's messages are silenced while the run fits only: a user's own Lightning (a
+    # notebook, the Python API) keeps its warnings and log lines after condense().
+    assert list(warnings.filters) == filters and _lightning_levels() == levels
     # A user's own seeded code after condense() draws what it drew before: nothing global moved
     # (a DataLoader without a generator draws its base seed from the global RNG).
     assert torch.equal(torch.get_rng_state(), global_rng), "condense() moved torch's global RNG"

@@ -53,8 +53,6 @@ AUXILIARY_FILE = (
     "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
 )
 
-quiet_libraries()
-
 
 @dataclass
 class CondensedSet:
@@ -189,7 +187,9 @@ class Condensation:
             and self.auxiliary is not None
         ):
             save_auxiliary(self.run_dir, self.auxiliary)
-        self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=checkpoint)
+        # Lightning's messages silenced while it fits only: a user's own Lightning keeps them all
+        with quiet_libraries():
+            self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=checkpoint)
         images, labels = self.method.synthetic_set()
         privacy = self.config.privacy
         report = build_report(

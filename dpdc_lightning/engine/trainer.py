@@ -3,10 +3,12 @@ framework's callbacks, loggers and checkpointing, and the precision check."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import sys
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,37 +19,53 @@ from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
-
-def quiet_libraries() -> None:
-    """Lightning and Opacus print banners and advice that bury the few lines a user needs. Called
-    by the modules that import Lightning, right after the import (it sets Lightning's loggers)."""
-    for name in ("lightning.pytorch", "lightning.fabric", "pytorch_lightning"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-    logging.getLogger("lightning.pytorch.utilities.rank_zero").setLevel(logging.WARNING)
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-    warnings.filterwarnings("ignore", message=".*smaller than the logging interval.*")
-    warnings.filterwarnings("ignore", message=".*configure_optimizers` returned `None`.*")
+# Messages of Lightning (and of the libraries it calls) that bury the few lines a user needs, each
+# with the reason it says nothing the user can act on.
+_QUIET = (
+    ".*does not have many workers.*",
+    ".*smaller than the logging interval.*",
+    ".*configure_optimizers` returned `None`.*",
     # Our checkpoints are meant to hold the state after the step: completed_steps counts it.
-    warnings.filterwarnings("ignore", message=".*Using ModelCheckpoint with manual optimization.*")
+    ".*Using ModelCheckpoint with manual optimization.*",
     # The sample stream restarts at the checkpoint's completed_steps, so mid-epoch resume is exact.
-    warnings.filterwarnings("ignore", message=".*your dataloader is not resumable.*")
-    warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
-    warnings.filterwarnings("ignore", message=".*Optimal order is the largest alpha.*")
-    warnings.filterwarnings("ignore", message=".*`IterableDataset` has `__len__` defined.*")
-    warnings.filterwarnings(
-        "ignore", message=".*You are using `torch.load` with `weights_only=False`.*"
-    )
-    warnings.filterwarnings("ignore", message=".*The number of training batches.*")
+    ".*your dataloader is not resumable.*",
+    ".*isinstance.treespec, LeafSpec.*",
+    ".*Optimal order is the largest alpha.*",
+    ".*`IterableDataset` has `__len__` defined.*",
+    ".*You are using `torch.load` with `weights_only=False`.*",
+    ".*The number of training batches.*",
     # A resumed run folder that was moved or copied: the checkpoint's own state is what resumes.
-    warnings.filterwarnings("ignore", message=".*The dirpath has changed from.*")
+    ".*The dirpath has changed from.*",
     # trainer.precision values Lightning would replace are refused by _check_precision.
-    warnings.filterwarnings(
-        "ignore", message=".*is supported for historical reasons but its usage is discouraged.*"
-    )
-    warnings.filterwarnings("ignore", message=".*is not supported on CPU. Using `precision=.*")
-    warnings.filterwarnings(
-        "ignore", message=".*Starting from v1.9.0, `tensorboardX` has been removed.*"
-    )
+    ".*is supported for historical reasons but its usage is discouraged.*",
+    ".*is not supported on CPU. Using `precision=.*",
+    ".*Starting from v1.9.0, `tensorboardX` has been removed.*",
+)
+_LIGHTNING_LOGGERS = (
+    "lightning.pytorch",
+    "lightning.fabric",
+    "pytorch_lightning",
+    "lightning.pytorch.utilities.rank_zero",
+)
+
+
+@contextlib.contextmanager
+def quiet_libraries() -> Iterator[None]:
+    """Lightning's banners and advice silenced while a condensation builds and fits its trainer,
+    and only then: the logger levels and warning filters are restored on exit, so a user's own
+    Lightning code in the same process (a notebook, the Python API) keeps every message."""
+    loggers = [logging.getLogger(name) for name in _LIGHTNING_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    try:
+        for logger in loggers:
+            logger.setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            for message in _QUIET:
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
 
 
 def check_trainer_options(options: dict[str, Any]) -> None:
@@ -72,7 +90,6 @@ def build_trainer(
 ) -> L.Trainer:
     """The trainer of one condensation: on disk (checkpoints, TensorBoard with the config and the
     plan's outcome as hparams, image grids) when ``run_dir`` is given, else nothing written."""
-    quiet_libraries()  # again here: pytest and notebooks reset warning filters between calls
     check_trainer_options(config.trainer)
     options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps steps
     settings = {
@@ -100,14 +117,15 @@ def build_trainer(
         callbacks = [*callbacks, *_disk_callbacks(config, run_dir, class_names=class_names)]
         disk = _disk_settings(config, run_dir, plan=plan)
     try:
-        trainer = L.Trainer(
-            max_epochs=1,
-            max_steps=-1,
-            callbacks=callbacks,
-            num_sanity_val_steps=0,
-            **disk,
-            **settings,
-        )
+        with quiet_libraries():
+            trainer = L.Trainer(
+                max_epochs=1,
+                max_steps=-1,
+                callbacks=callbacks,
+                num_sanity_val_steps=0,
+                **disk,
+                **settings,
+            )
     except Exception as err:  # Lightning reports bad options with assorted exception types
         raise UserError(f"invalid trainer option: {str(err).strip().splitlines()[0]}") from None
     _check_precision(settings.get("precision"), str(trainer.precision))
