@@ -23,7 +23,7 @@ from dpdc_lightning.privacy.ledger import CONDENSATION, Released
 
 def _key() -> int:
     """A key that runs at least three trials (so that there are losers to leak)."""
-    from dpdc_lightning.cli.select_run import draw_trials
+    from dpdc_lightning.evaluation.selection_run import draw_trials
     from dpdc_lightning.privacy.selection import TrialLaw
 
     law = TrialLaw(distribution="geometric", mean=3.0)
@@ -96,7 +96,7 @@ def _neighbour(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def _selection(tmp_path, monkeypatch, capsys, name: str, images, labels, test, plant=None):
     """One selection on the given records with the key fixed; (outputs, each trial's count)."""
-    import dpdc_lightning.cli.select_run as select_run
+    import dpdc_lightning.evaluation.selection_run as select_run
     import dpdc_lightning.engine.planning as planning
     from dpdc_lightning.audit.neighbours.outputs import snapshot
     from dpdc_lightning.data import clear_dataset_cache

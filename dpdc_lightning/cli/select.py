@@ -36,7 +36,7 @@ SHARED_PREFIXES = ("dataset.", "dataset", "privacy.reproducible_noise", "privacy
 
 def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     """The selection run; returns the exit code (0, with the winner's folder on stdout)."""
-    from dpdc_lightning.cli.select_run import run_selection
+    from dpdc_lightning.evaluation.selection_run import run_selection
 
     grid = plan_grid(tokens)
     first = grid.configs[0]
