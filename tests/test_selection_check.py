@@ -2,11 +2,12 @@
 (audit/neighbours/selection.py). The refusals and the checks on tapped score releases are fast;
 the selections themselves are slow: the as-built selection passes, and each planted loser leak (every
 trial's noisy score in privacy.json, a loser's images in the run folder, a line per trial on
-stderr) fails the case that must see it, as do a count of sensitivity 2 and a score key reused
-across trials."""
+stderr) fails the case that must see it, as do a count of sensitivity 2, a score key reused
+across trials and a winner other than the highest released score."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import pytest
@@ -69,7 +70,7 @@ def _score(trial: int, count: int, z: float, *, scale: float = 1.0, draws: int =
 
 
 def test_a_score_release_is_its_count_plus_one_declared_draw():
-    tap = SelectionTap(mechanism=None, trials=[0, 1])
+    tap = SelectionTap(mechanism=None, trials=[0, 1], counts={0: 12, 1: 9})
     tap.scores = [_score(0, 12, 0.7), _score(1, 9, -1.3)]
     assert score_problems(tap) == []
     tap.scores[1] = _score(1, 9, -1.3, scale=0.5)  # the noise at half its declared std
@@ -77,17 +78,21 @@ def test_a_score_release_is_its_count_plus_one_declared_draw():
     tap.scores[1] = _score(1, 9, -1.3, draws=2)  # two draws
     assert any("not one draw" in p for p in score_problems(tap))
     tap.scores = [_score(0, 12, 0.7)]  # a trial not scored
-    assert any("1 score releases for 2 trials" in p for p in score_problems(tap))
+    assert any("1 score releases for 2 trials counted" in p for p in score_problems(tap))
+    tap.scores = [_score(0, 12, 0.7), dataclasses.replace(_score(1, 9, -1.3), named=0)]
+    assert any("released as trial 0's" in p for p in score_problems(tap))
 
 
 def test_counts_and_trials_of_neighbours():
     d, e = SelectionTap(None, trials=[1, 0, 1]), SelectionTap(None, trials=[1, 0, 1])
-    d.counts, e.counts = [10, 11, 12], [11, 11, 11]
+    d.counts, e.counts = {0: 10, 1: 11, 2: 12}, {0: 11, 1: 11, 2: 11}
     assert count_problems(d, e, 1) == [] and trial_problems(d, e) == []
-    e.counts = [10, 13, 12]
+    e.counts = {0: 10, 1: 13, 2: 12}
     assert count_problems(d, e, 1) == [
         "trial 1: its count of correct predictions moved by 2, more than its sensitivity 1"
     ]
+    e.counts = {0: 10, 2: 12}  # trial 1 diverged in D' only
+    assert "a trial diverged in one only" in count_problems(d, e, 1)[0]
     e.trials = [1, 0]
     assert "the trials depend on the data" in trial_problems(d, e)[0]
 
@@ -102,7 +107,7 @@ def test_check_passes_the_selection_as_built(capsys, tmp_path, monkeypatch):
     assert code == 0, out + err
     rows = [line for line in out.splitlines() if line.startswith("selection ")]
     assert len(rows) == 2 and all(" pass " in row for row in rows), out
-    assert "losing trials read the record" in out and "counts moved" in out
+    assert "losing trials that read the record" in out and "counts moved" in out
 
 
 def _run(names: tuple[str, ...]) -> list[list[str]]:
@@ -174,6 +179,31 @@ def _score_key_reused(monkeypatch, module):
     monkeypatch.setattr(module, "noisy_score", lambda c, **k: score(c, **{**k, "trial": 0}))
 
 
+def _worst_released(monkeypatch, module):
+    """The trial with the LOWEST noisy score written as the winner (its score left the highest)."""
+    scores, results = [], []
+    score, trial, write = module.noisy_score, module.run_trial, module.write_winner
+
+    def scored(count, **kwargs):
+        scores.append(score(count, **kwargs))
+        return scores[-1]
+
+    def trialled(*args, **kwargs):
+        results.append(trial(*args, **kwargs))
+        return results[-1]
+
+    def written(run_dir, *, result, **kwargs):
+        worst = min(range(len(scores)), key=scores.__getitem__)
+        chosen = results[worst]
+        scores.clear()
+        results.clear()
+        return write(run_dir, result=chosen, **kwargs)
+
+    monkeypatch.setattr(module, "noisy_score", scored)
+    monkeypatch.setattr(module, "run_trial", trialled)
+    monkeypatch.setattr(module, "write_winner", written)
+
+
 # (the plant, the case that must see it, a fragment of the problem it reports)
 PLANTED = {
     "every score in privacy.json": (_scores_written, "validation", "privacy.json:selection.trials"),
@@ -181,6 +211,7 @@ PLANTED = {
     "a line per trial on stderr": (_scores_printed, "validation", "stderr: "),
     "a count of sensitivity 2": (_count_doubled, "validation", "more than its sensitivity 1"),
     "the score key reused": (_score_key_reused, "validation", "drawn 2 times in one run"),
+    "the worst trial released": (_worst_released, "validation", "not those of trial"),
 }
 
 

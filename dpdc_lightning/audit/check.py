@@ -39,7 +39,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.display import epsilon_text
 
 if TYPE_CHECKING:
-    from dpdc_lightning.audit.neighbours.selection import SelectionCase
+    from dpdc_lightning.audit.neighbours.selection_case import SelectionCase
 
 PASSING = ("pass", "passes", "caught", "n/a")  # n/a: a planted bug this method cannot have
 
@@ -93,7 +93,7 @@ def selection_target(method: str, overrides: list[str]) -> SelectionCase | None:
     it makes no sense: not ``select=private``, a public validation set (no private record is
     scored: there is no neighbouring validation record), or a grid a selection refuses (no comma
     list, one member, a swept data or budget key, a fixed σ)."""
-    from dpdc_lightning.audit.neighbours.selection import SelectionCase
+    from dpdc_lightning.audit.neighbours.selection_case import SelectionCase
     from dpdc_lightning.config.selection import load_select
     from dpdc_lightning.evaluation.selection_grid import plan_grid
 

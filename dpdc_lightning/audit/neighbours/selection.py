@@ -31,119 +31,43 @@ the harness's first secret that draws at least two trials: losers to leak.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from dpdc_lightning.audit.neighbours.calls import call_problems, draw_problems, noise_problems
-from dpdc_lightning.audit.neighbours.cases import Case
 from dpdc_lightning.audit.neighbours.compare import differences
 from dpdc_lightning.audit.neighbours.coupling import MechanismTap
 from dpdc_lightning.audit.neighbours.records import OwnData, write_aux_file
-from dpdc_lightning.audit.neighbours.running import SECRET, SECRETS_TRIED, Outcome, execute
+from dpdc_lightning.audit.neighbours.running import Outcome, execute
+from dpdc_lightning.audit.neighbours.selection_case import (
+    SelectionCase,
+    choose_key,
+    select_tokens,
+    sides,
+)
 from dpdc_lightning.audit.neighbours.selection_taps import (
     SelectionTap,
     count_problems,
     score_problems,
-    selection_run,
     trial_problems,
 )
-from dpdc_lightning.methods import method_class
 from dpdc_lightning.privacy.ledger import SELECTION_LEDGER, ledger_for
 
-# The selection's own settings at the check's size, unless the user gives them: a few trials, a
-# quick score network, a validation split large enough that one record can move a count.
-DEFAULTS = {
-    "select.trials_mean": "3",
-    "select.epochs": "10",
-    "select.model": "mlp",
-    "select.validation_fraction": "0.2",
-}
 RECORDS_TRIED = 4  # per case: the next record when one leaves the comparison vacuous
 SCORE = "privacy.json:selection.winner.noisy_score"
+IMAGES = "synthetic.pt:images"
 
 
-def select_tokens(tokens: list[str]) -> int:
-    """One run of ``python train.py -m GRID select=KEYS run_dir=OUT`` (cli/train.py and
-    cli/select.py without the folder's naming and Ctrl-C): the harness lives below the command
-    line, so it repeats these lines over the same grid planner and selection driver."""
-    from dpdc_lightning.config.composition import selected
-    from dpdc_lightning.config.selection import load_select, split_select
-    from dpdc_lightning.engine.run_folder import end_of_run_line
-    from dpdc_lightning.evaluation.selection_grid import plan_grid
-
-    mine, rest = split_select([t for t in tokens if t != "-m"])
-    select = load_select(mine)
-    grid = plan_grid(rest)
-    folder = Path(selected(rest, "run_dir"))
-    run_dir = selection_run.run_selection(grid, select=select, run_dir=lambda: folder)
-    if run_dir is not None:
-        print(end_of_run_line(run_dir))
-    return 0
-
-
-@dataclass(frozen=True)
-class SelectionCase:
-    """One method's selection over the user's grid, on the harness's own files."""
-
-    method: str
-    overrides: tuple[str, ...]  # the run's overrides, the grid's comma lists among them
-    select: tuple[str, ...] = ()  # select.key=value tokens given
-
-    @property
-    def base(self) -> Case:
-        aux = "file" if method_class(self.method).uses_auxiliary else None
-        return Case(
-            self.method, "tensors", "typical", test_root=True, target=True, aux=aux,
-            overrides=self.overrides,
-        )  # fmt: skip
-
-    def tokens(self, work: Path) -> list[str]:
-        given = {t.partition("=")[0] for t in self.select}
-        defaults = [f"{k}={v}" for k, v in DEFAULTS.items() if k not in given]
-        return ["-m", *self.base.tokens(work), "select=private", *defaults, *self.select]
-
-
-def choose_key(case: SelectionCase, work: Path) -> tuple[int, float]:
-    """The harness's first secret under which the selection draws at least two trials (losers to
-    leak), and the selection's validation fraction."""
-    from dpdc_lightning.config.selection import load_select, split_select
-    from dpdc_lightning.evaluation.selection_grid import plan_grid
-    from dpdc_lightning.privacy.selection import TrialLaw
-
-    mine, rest = split_select([t for t in case.tokens(work) if t != "-m"])
-    select, members = load_select(mine), len(plan_grid(rest).configs)
-    law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
-    # at least two trials, and no more than the mean (rounded up) where a secret tried draws so few:
-    # every trial is a whole condensation, and two are enough to have a loser
-    most = max(2, math.ceil(select.trials_mean))
-    drawn = [
-        (key, len(selection_run.draw_trials(law, key=key, members=members)))
-        for key in range(SECRET, SECRET + SECRETS_TRIED)
-    ]
-    for fits in (lambda k: 2 <= k <= most, lambda k: k >= 2):
-        key = next((key for key, trials in drawn if fits(trials)), None)
-        if key is not None:
-            return key, select.validation_fraction
-    raise RuntimeError("no secret tried draws two trials")
-
-
-def sides(own: OwnData, key: int, fraction: float) -> tuple[list[int], list[int]]:
-    """(records held out for the score in both forms, records condensed in both forms), by the
-    split of engine/selection.py under ``key``: replacing one by its inversion moves no record
-    between the parts."""
-    from dpdc_lightning.data.loaders.own import hold_out
-    from dpdc_lightning.privacy.secret import derive_secret
-
-    seed = derive_secret(key, "selection-validation")
-    held = hold_out(own.images, own.labels, fraction=fraction, seed=seed)
-    also = hold_out(255 - own.images, own.labels, fraction=fraction, seed=seed)
-    both = torch.nonzero(held & also).flatten().tolist()
-    neither = torch.nonzero(~held & ~also).flatten().tolist()
-    return both, neither
+def _same_images(released: Any, trial: torch.Tensor) -> bool:
+    return (
+        isinstance(released, torch.Tensor)
+        and released.shape == trial.shape
+        and torch.equal(released.to(trial.dtype), trial)
+    )
 
 
 @dataclass
@@ -199,11 +123,14 @@ class Selections:
             error = (outcome.outputs["stderr"].strip().splitlines() or [""])[-1]
             return [f"{who} did not run (exit code {outcome.exit_code}): {error}"]
         problems = noise_problems(outcome.calls, outcome.draws) + score_problems(run.tap)
-        winner = run.tap.winner()
-        scores = run.tap.reference.scores if run.tap.reference is not None else run.tap.scores
-        written = outcome.outputs.get(SCORE)
-        if winner is None or written != scores[winner].released:
+        best, written = run.tap.best(), outcome.outputs.get(SCORE)
+        if best is None or written != best.received:
             problems.append(f"the released winner's score {written} is not the highest released")
+        elif not _same_images(outcome.outputs.get(IMAGES), run.tap.images[best.trial]):
+            problems.append(
+                f"the released images are not those of trial {best.trial}, the highest released "
+                "score"
+            )
         return [f"{who}: {line}" for line in problems]
 
     def shared_problems(self, other: _Run) -> list[str]:
@@ -226,7 +153,8 @@ def validation_case(runs: Selections) -> Found:
         problems = runs.own_problems(other, "D'") + runs.shared_problems(other)
         problems += call_problems(ref.outcome.calls, other.outcome.calls, 0)
         problems += count_problems(ref.tap, other.tap, 1)
-        moved = [t for t, (a, b) in enumerate(zip(ref.tap.counts, other.tap.counts)) if a != b]
+        mine, theirs = ref.tap.counts, other.tap.counts
+        moved = [t for t in mine if t in theirs and mine[t] != theirs[t]]
         kept = other.tap.winner() == winner
         if kept:
             problems += differences(
@@ -270,7 +198,7 @@ def training_case(runs: Selections) -> Found:
         found.problems = problems
         found.detail = (
             f"{len(ref.tap.trials)} trials, {len(moved)} of {len(ref.outcome.calls)} mechanism "
-            f"calls moved, {len(losers)} losing trials read the record, record {index}"
+            f"calls moved, losing trials that read the record: {len(losers)}, record {index}"
         )
         if problems or losers:
             return found

@@ -34,25 +34,33 @@ SCORE_ROUNDING = 2.0**-40
 class ScoreCall:
     """One release of the score mechanism: a trial's noisy count over the public denominator."""
 
-    trial: int
+    trial: int  # the trial it scores, as the tap counts them (a diverged trial is not scored)
     count: int
     noise_multiplier: float | None
     denominator: float
-    released: float
+    released: float  # what the mechanism released
     draws: list[Draw]
+    named: int | None = None  # the trial the call named (its noise key's step); None: ``trial``
+    returned: float | None = None  # what the run received (D's value, coupled); None: released
+
+    @property
+    def received(self) -> float:
+        return self.released if self.returned is None else self.returned
 
 
 @dataclass
 class SelectionTap:
     """Taps ``draw_trials``, ``run_trial``, ``correct_count`` and ``noisy_score`` of
-    evaluation/selection_run.py for one run; with ``reference``, couples the score releases."""
+    evaluation/selection_run.py for one run; with ``reference``, couples the score releases. Counts
+    and images are kept by trial (a trial that diverges has neither)."""
 
     mechanism: MechanismTap
     reference: SelectionTap | None = None
     trials: list[int] | None = None  # each trial's member, as drawn (K = its length)
     starts: list[int] = field(default_factory=list)  # the first mechanism call of each trial
-    counts: list[int] = field(default_factory=list)
+    counts: dict[int, int] = field(default_factory=dict)
     scores: list[ScoreCall] = field(default_factory=list)
+    images: dict[int, Any] = field(default_factory=dict)  # each trial's synthetic images
 
     def install(self, patch: Patches) -> None:
         draw, trial = selection_run.draw_trials, selection_run.run_trial
@@ -64,32 +72,28 @@ class SelectionTap:
 
         def trialled(*args: Any, **kwargs: Any) -> Any:
             self.starts.append(len(self.mechanism.calls))
-            return trial(*args, **kwargs)
+            result = trial(*args, **kwargs)
+            self.images[len(self.starts) - 1] = result.images.detach().cpu().clone()
+            return result
 
         def counted(*args: Any, **kwargs: Any) -> int:
-            self.counts.append(count(*args, **kwargs))
-            return self.counts[-1]
+            self.counts[len(self.starts) - 1] = count(*args, **kwargs)
+            return self.counts[len(self.starts) - 1]
 
         def scored(value: int, **kwargs: Any) -> float:
             first = len(self.mechanism.log.draws)
             released = score(value, **kwargs)
-            index = len(self.scores)
             drawn = self.mechanism.log.draws[first:]
             for one in drawn:  # inside a mechanism (negative: the score's, not gaussian_sum's)
-                one.call = -1 - index
-            protocol = kwargs["score"]
-            self.scores.append(
-                ScoreCall(
-                    int(kwargs["trial"]),
-                    int(value),
-                    protocol.noise_multiplier,
-                    float(protocol.denominator),
-                    float(released),
-                    drawn,
-                )
-            )
-            theirs = self.reference.scores if self.reference is not None else []
-            return theirs[index].released if index < len(theirs) else released
+                one.call = -1 - len(self.scores)
+            index, protocol = len(self.starts) - 1, kwargs["score"]
+            theirs = {s.trial: s.received for s in self.reference.scores} if self.reference else {}
+            call = ScoreCall(
+                index, int(value), protocol.noise_multiplier, float(protocol.denominator),
+                float(released), drawn, int(kwargs["trial"]), theirs.get(index),
+            )  # fmt: skip
+            self.scores.append(call)
+            return call.received
 
         patch.setattr(selection_run, "draw_trials", drawn)
         patch.setattr(selection_run, "run_trial", trialled)
@@ -100,23 +104,31 @@ class SelectionTap:
         """The trial whose condensation made mechanism call ``call``."""
         return max(i for i, start in enumerate(self.starts) if start <= call)
 
+    def best(self) -> ScoreCall | None:
+        """The score call with the highest value the run received (the first of equal ones)."""
+        if not self.scores:
+            return None
+        return max(self.scores, key=lambda s: (s.received, -s.trial))
+
     def winner(self) -> int | None:
-        """The trial with the highest released score (the first of equal ones), as released."""
-        theirs = self.reference.scores if self.reference is not None else self.scores
-        values = [s.released for s in theirs[: len(self.scores)]]
-        return max(range(len(values)), key=lambda i: (values[i], -i)) if values else None
+        """The trial of the highest received score: the one the selection must release."""
+        best = self.best()
+        return None if best is None else best.trial
 
 
 def score_problems(tap: SelectionTap) -> list[str]:
-    """One run's score releases: one per trial, in order, each its count plus the declared std
-    times ONE draw of its own keyed stream, over the public denominator."""
+    """One run's score releases: one per counted trial, each naming its own trial, each its count
+    plus the declared std times ONE draw of its own keyed stream, over the public denominator."""
     problems = []
-    if tap.trials is not None and len(tap.scores) != len(tap.trials):
-        problems.append(f"{len(tap.scores)} score releases for {len(tap.trials)} trials")
+    if sorted(s.trial for s in tap.scores) != sorted(tap.counts):
+        problems.append(
+            f"{len(tap.scores)} score releases for {len(tap.counts)} trials counted: each trial's "
+            "count must be released once"
+        )
     for index, call in enumerate(tap.scores):
         where = f"score {index} (trial {call.trial})"
-        if call.trial != index:
-            problems.append(f"{where}: released as trial {call.trial}'s")
+        if call.named is not None and call.named != call.trial:
+            problems.append(f"{where}: released as trial {call.named}'s")
         normals = [draw for draw in call.draws if draw.kind == "normal"]
         if call.noise_multiplier is None:
             if call.draws or call.released != call.count / call.denominator:
@@ -141,9 +153,13 @@ def score_problems(tap: SelectionTap) -> list[str]:
 def count_problems(reference: SelectionTap, other: SelectionTap, bound: int) -> list[str]:
     """Each trial's exact count of correct predictions in D' at most ``bound`` from D's."""
     problems = []
-    if len(reference.counts) != len(other.counts):
-        problems.append(f"D counted {len(reference.counts)} trials, D' {len(other.counts)}")
-    for index, (mine, theirs) in enumerate(zip(reference.counts, other.counts)):
+    if sorted(reference.counts) != sorted(other.counts):
+        problems.append(
+            f"D counted trials {sorted(reference.counts)}, D' {sorted(other.counts)}: a trial "
+            "diverged in one only"
+        )
+    for index in sorted(set(reference.counts) & set(other.counts)):
+        mine, theirs = reference.counts[index], other.counts[index]
         if abs(mine - theirs) > bound:
             problems.append(
                 f"trial {index}: its count of correct predictions moved by {abs(mine - theirs)}, "
