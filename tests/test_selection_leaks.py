@@ -39,7 +39,7 @@ class Recorded:
 
 def _key(members: int) -> int:
     """A key that draws at least two trials of different members (else there is no loser)."""
-    from dpdc_lightning.cli.select_run import draw_trials
+    from dpdc_lightning.evaluation.selection_run import draw_trials
     from dpdc_lightning.privacy.selection import TrialLaw
 
     law = TrialLaw(distribution="geometric", mean=4.0)
@@ -50,7 +50,7 @@ def _run(monkeypatch, capsys, tmp_path: Path, plant=None) -> tuple[int, Recorded
     """The selection with the key fixed and each trial recorded; ``plant(monkeypatch, select_run,
     recorded)`` may patch in a leak (its runs skip the calibration: a fixed per-trial target far
     below the total, which the selection's accounting still checks)."""
-    import dpdc_lightning.cli.select_run as select_run
+    import dpdc_lightning.evaluation.selection_run as select_run
 
     recorded = Recorded()
     real_trial, real_score = select_run.run_trial, select_run.noisy_score

@@ -68,7 +68,7 @@ def test_the_denominator_is_public_not_the_realised_size():
 
 
 def test_k_and_the_members_reproduce_from_the_key():
-    from dpdc_lightning.cli.select_run import draw_trials
+    from dpdc_lightning.evaluation.selection_run import draw_trials
     from dpdc_lightning.privacy.selection import TrialLaw
 
     law = TrialLaw(distribution="geometric", mean=8.0)
@@ -172,7 +172,7 @@ def test_the_report_shows_the_selection_and_what_every_member_would_cost():
 def _tiny(tmp_path, monkeypatch, *extra: str) -> list[str]:
     """A tiny selection whose calibration is skipped (a fixed per-trial target far below the
     total, which the selection's own accounting then checks): for tests of what is released."""
-    import dpdc_lightning.cli.select_run as select_run
+    import dpdc_lightning.evaluation.selection_run as select_run
 
     def calibrate(*, members_at, **kwargs):
         return 0.3
@@ -183,7 +183,7 @@ def _tiny(tmp_path, monkeypatch, *extra: str) -> list[str]:
 
 
 def test_k_zero_runs_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    import dpdc_lightning.cli.select_run as select_run
+    import dpdc_lightning.evaluation.selection_run as select_run
     from dpdc_lightning.privacy.selection import TrialLaw
 
     law = TrialLaw(distribution="poisson", mean=1.0)
@@ -201,7 +201,7 @@ def test_a_diverging_trial_loses_silently_and_only_all_diverging_releases_nothin
 ):
     # Whether a LOSING trial diverged is not released by repeat-and-select: it must not end the
     # selection (exit 2 would publish it) nor be printed.
-    import dpdc_lightning.cli.select_run as select_run
+    import dpdc_lightning.evaluation.selection_run as select_run
     from dpdc_lightning.errors import NumericalFault
 
     trial = select_run.run_trial
@@ -235,7 +235,7 @@ def test_a_diverging_trial_loses_silently_and_only_all_diverging_releases_nothin
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, UserError])
 def test_a_failing_or_interrupted_trial_releases_nothing(failure, tmp_path, monkeypatch, capsys):
-    import dpdc_lightning.cli.select_run as select_run
+    import dpdc_lightning.evaluation.selection_run as select_run
 
     def trial(*args, **kwargs):
         raise failure("stop") if failure is UserError else failure()
@@ -280,7 +280,7 @@ def test_a_public_validation_set_is_read_whole_and_refused_when_it_holds_a_priva
 def test_every_trial_and_the_score_draw_from_keys_of_their_own():
     """Repeat-and-select assumes independent trials: no two trials (nor a trial and the score
     noise, nor the run's key itself) share a noise and sampling key."""
-    from dpdc_lightning.cli.select_run import _trial_key
+    from dpdc_lightning.evaluation.selection_run import _trial_key
 
     key = 2**200 + 12345
     keys = {_trial_key(key, index) for index in range(64)}

@@ -16,6 +16,12 @@ plug-in included, before trusting its ε.
 
 The overrides apply to all three on top of the method's sizes. Verdict table on stdout; exit code
 0 when every row passes, 1 otherwise.
+
+With ``select=private`` and a grid (``audit.py check method=ndpdc select=private
+method.lr_img=0.5,2``), the check runs neighbouring SELECTIONS instead
+(audit/neighbours/selection.py): a private selection releases its winner and the winner's noisy
+score only, so a loser's score, images or line reaching any output must fail it, which the
+method's own cases cannot see (the selection's driver sits above the method).
 """
 
 from __future__ import annotations
@@ -26,11 +32,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.display import epsilon_text
+
+if TYPE_CHECKING:
+    from dpdc_lightning.audit.neighbours.selection_case import SelectionCase
 
 PASSING = ("pass", "passes", "caught", "n/a")  # n/a: a planted bug this method cannot have
 
@@ -66,8 +75,71 @@ def check_target(arguments: list[str]) -> tuple[str, list[str]]:
             f"{'not private' if name in METHODS else 'not registered'}; choose one of: "
             f"{', '.join(private_methods())}"
         )
-    compose([f"method={name}", *overrides, "trainer.enable_progress_bar=false"])
+    if not selection_tokens(overrides):  # a selection's grid is checked by selection_target
+        compose([f"method={name}", *overrides, "trainer.enable_progress_bar=false"])
     return name, overrides
+
+
+def selection_tokens(overrides: list[str]) -> list[str]:
+    """The ``select=...`` and ``select.key=value`` arguments."""
+    from dpdc_lightning.config.selection import split_select
+
+    return split_select(overrides)[0]
+
+
+def selection_target(method: str, overrides: list[str]) -> SelectionCase | None:
+    """``check method=NAME select=private GRID [select.key=value ...]``: the selection to run on
+    neighbouring data (audit/neighbours/selection.py), None without ``select``; one error line when
+    it makes no sense: not ``select=private``, a public validation set (no private record is
+    scored: there is no neighbouring validation record), or a grid a selection refuses (no comma
+    list, one member, a swept data or budget key, a fixed σ)."""
+    from dpdc_lightning.audit.neighbours.selection_case import SelectionCase
+    from dpdc_lightning.config.selection import load_select
+    from dpdc_lightning.evaluation.selection_grid import plan_grid
+
+    given = selection_tokens(overrides)
+    if not given:
+        return None
+    select = load_select(given)
+    if not select.private:
+        raise UserError(
+            "check runs a selection with select=private; drop select= to check the method"
+        )
+    if select.validation is not None:
+        raise UserError(
+            f"select.validation={select.validation} is a public validation set: its score reads no "
+            "private record, so there is no neighbouring validation record to check; drop it"
+        )
+    rest = [t for t in overrides if t not in given]
+    plan_grid([f"method={method}", "privacy.target_epsilon=3", *rest])
+    mine = tuple(t.lstrip("+") for t in given if t.lstrip("+") != "select=private")
+    return SelectionCase(method, tuple(rest), mine)
+
+
+def selection_rows(
+    case: SelectionCase,
+    *,
+    progress: Callable[[str], None] = lambda message: None,
+) -> list[Row]:
+    """Neighbouring selections (audit/neighbours/selection.py), one row per case."""
+    from dpdc_lightning.audit.neighbours.selection import check_selection
+
+    work = Path(tempfile.mkdtemp(prefix="dpdc-check-"))
+    try:
+        found = check_selection(case, work, progress=progress)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows = []
+    for result, seconds in found:
+        more = len(result.problems) - 1
+        detail = (
+            result.problems[0] + (f" (and {more} more problems)" if more > 0 else "")
+            if result.problems
+            else result.detail
+        )
+        verdict = "FAIL" if result.problems else "pass"
+        rows.append(Row("selection", result.item, verdict, detail, seconds))
+    return rows
 
 
 def neighbour_rows(

@@ -43,6 +43,7 @@ Which mode answers which question (docs/audit.md explains how to read the number
   check method=NAME [KEY=VALUE ...]
                               Is a private method (a plug-in too) private as implemented? Neighbouring runs
                               (every output against the ledger), the white-box audit and the self-test.
+                              With select=private and a grid: neighbouring private selections instead.
   metrics --scores S.npy --members M.npy [--delta D] [--confidence C]
                               AUC, TPR at low FPR, advantage and epsilon bound of your own attack's scores.
 
@@ -53,6 +54,7 @@ examples:
   python audit.py runs/<run> audit.shadows=16 audit.epochs=100
   python audit.py selftest
   python audit.py check method=ndpdc
+  python audit.py check method=ndpdc select=private method.lr_img=0.5,2
 
 settings (audit.key=value):
   whitebox/selftest/check: trials, canaries, canary (row|image), others, calibration, confidence, delta, seed, out

@@ -173,11 +173,23 @@ def check_main(argv: list[str]) -> int:
     """``audit.py check method=NAME [KEY=VALUE ...] [audit.key=value ...]`` (audit/check.py)."""
     tokens, arguments = audit_tokens(argv)
     settings = load_settings(tokens, WhiteboxConfig)
-    from dpdc_lightning.audit.check import check_target, passed, print_rows, run_check
+    from dpdc_lightning.audit.check import (
+        check_target,
+        passed,
+        print_rows,
+        run_check,
+        selection_rows,
+        selection_target,
+    )
 
     method, overrides = check_target(arguments)
+    selection = selection_target(method, overrides)
     out = json_target(settings.out, None, "")
-    rows = run_check(method, overrides, settings, progress=say)
+    if selection is not None:
+        rows = selection_rows(selection, progress=say)
+        method = f"{method} (select=private)"
+    else:
+        rows = run_check(method, overrides, settings, progress=say)
     print_rows(method, rows)
     if out is not None:
         write_json(

@@ -14,6 +14,10 @@ each trial condenses in process (nothing written, nothing shown: not even K) and
 by a noisy count of correct predictions (evaluation/selection_score.py); only the trial with the
 highest noisy score is kept, and its bundle is written once every trial has run. A loser's images,
 score, loss or timing reach no file and no console line.
+
+This module is the command line's part only (the release folder's name, Ctrl-C): the grid is
+planned by evaluation/selection_grid.py and the selection run by evaluation/selection_run.py, below
+cli/, so that ``audit.py check ... select=private`` runs the same code on neighbouring data.
 """
 
 from __future__ import annotations
@@ -22,21 +26,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dpdc_lightning.cli.folders import stamped_folder
-from dpdc_lightning.cli.sweep import expand
-from dpdc_lightning.config import RunConfig, compose
-from dpdc_lightning.config.composition import refuse_retired, selected
-from dpdc_lightning.config.locations import hide_locations, refuse_swept_locations
-from dpdc_lightning.config.selection import Grid, SelectConfig
+from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.composition import selected
+from dpdc_lightning.config.selection import SelectConfig
 from dpdc_lightning.errors import Interrupted, UserError
-
-# Keys every member must share: the data, where the release goes, and the selection's own budget.
-NOT_SWEPT = ("run_dir", "runs_root", "resume", "forget", "privacy.target_epsilon", "privacy.delta")
-SHARED_PREFIXES = ("dataset.", "dataset", "privacy.reproducible_noise", "privacy.class_sizes")
+from dpdc_lightning.evaluation.selection_grid import plan_grid
 
 
 def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     """The selection run; returns the exit code (0, with the winner's folder on stdout)."""
-    from dpdc_lightning.cli.select_run import run_selection
+    from dpdc_lightning.evaluation.selection_run import run_selection
 
     grid = plan_grid(tokens)
     first = grid.configs[0]
@@ -55,68 +54,6 @@ def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     # No wall time: it is a function of every trial, the losers' included.
     print(end_of_run_line(run_dir))
     return 0
-
-
-def plan_grid(tokens: list[str]) -> Grid:
-    """The grid, every member composed and checked before anything runs (public inputs only)."""
-    refuse_retired(tokens)
-    if any(t.lstrip("+~").startswith("hydra") for t in tokens):
-        raise UserError(
-            "a selection runs its trials in this process; drop the hydra.* / hydra/launcher options"
-        )
-    members, keys = expand(tokens)
-    if not keys:
-        raise UserError(
-            "select=private chooses among a grid: give at least one comma list, e.g. "
-            "method.lr_img=0.3,1,3"
-        )
-    for key in keys:
-        if key in NOT_SWEPT or key.startswith(SHARED_PREFIXES):
-            raise UserError(
-                f"{key} cannot be swept in a selection: every trial reads the same data at the "
-                "same budget; give one value"
-            )
-    refuse_swept_locations(keys)
-    if len(members) < 2:
-        raise UserError(
-            f"the grid has {len(members)} member; a selection needs at least two "
-            "(for one setting run it without select=private)"
-        )
-    configs = []
-    for member in members:
-        try:
-            configs.append(compose(member))
-        except UserError as err:
-            raise UserError(f"selection member {' '.join(member)}: {err}") from None
-    for member, config in zip(members, configs):
-        refuse_member(config, member)
-    swept = [[t for t in m if t.lstrip("+").partition("=")[0] in keys] for m in members]
-    return Grid(members=members, swept=[hide_locations(s) for s in swept], configs=configs)
-
-
-def refuse_member(config: RunConfig, member: list[str]) -> None:
-    """A member a selection cannot run: not private, no target ε, or a setting it cannot honour."""
-    from dpdc_lightning.methods import METHODS
-
-    name = " ".join(member)
-    if not METHODS[config.method.name].private:
-        raise UserError(
-            f"selection member {name}: method={config.method.name} is not private; a private "
-            "selection runs private methods only (e.g. method=ndpdc)"
-        )
-    if config.privacy.target_epsilon is None:
-        raise UserError(
-            "select=private needs privacy.target_epsilon=E: the whole selection is calibrated to it"
-        )
-    if config.privacy.noise_multiplier is not None:
-        raise UserError(
-            "select=private calibrates every member's σ to the selection's target; drop "
-            "privacy.noise_multiplier"
-        )
-    if config.privacy.class_sizes != "public":
-        raise UserError("select=private needs privacy.class_sizes=public (the default)")
-    if config.resume is not None:
-        raise UserError("a selection cannot be resumed; drop resume=")
 
 
 def release_folder(tokens: list[str], config: RunConfig) -> Callable[[], Path]:

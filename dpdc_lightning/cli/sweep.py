@@ -48,6 +48,7 @@ from dpdc_lightning.config.composition import (
     refuse_retired,
     selected,
 )
+from dpdc_lightning.config.grid import expand
 from dpdc_lightning.config.locations import hide_locations, refuse_swept_locations
 from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
@@ -74,18 +75,6 @@ def _member_name(swept: str, *, _root_: Any) -> str:
 
 OmegaConf.register_new_resolver("dpdc_member", _member_name, replace=True)
 register_schemas()
-
-
-def expand(tokens: Sequence[str]) -> tuple[list[list[str]], list[str]]:
-    """The members of a sweep (Hydra's basic sweeper: cartesian product in command-line order) and
-    the swept keys."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    with hydra_errors(tokens):
-        overrides = OverridesParser.create().parse_overrides(list(tokens))
-        members = BasicSweeper.split_arguments(overrides, max_batch_size=None)[0]
-    return members, [o.get_key_element() for o in overrides if o.is_sweep_override()]
 
 
 def split_sweep(tokens: Sequence[str]) -> list[list[str]]:

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 CONDENSATION = "condensation"
 CLASS_COUNTS = "class_counts"
 AUXILIARY = "auxiliary"
+SELECTION = "selection"
 TEXT_OUTPUTS = ("stdout", "stderr")
 
 
@@ -226,6 +227,18 @@ LEDGER: tuple[Released, ...] = (
     *_all(_PAGE, _PAGE_COUNTS, CLASS_COUNTS, "ε, the plan and their curve as the page shows them"),
     # ---- method.aux.source=dp: the auxiliary set its own private run made
     Released("auxiliary.pt", "images", AUXILIARY, "the DP auxiliary set, kept for a resumed run"),
+)
+
+
+# A private selection (``train.py -m GRID select=private``) releases, beyond its winner's own run
+# (the condensation ledger above), only the winner's noisy score: the Gaussian count of
+# evaluation/selection_score.py. The winner's identity is the argmax of the released scores, so it
+# may change only through them; K, every loser's score, image, line and time are released by no
+# mechanism (audit/neighbours/selection.py compares neighbouring selections against this).
+_SCORE = "selection.winner.noisy_score"
+SELECTION_LEDGER: tuple[Released, ...] = (
+    Released("privacy.json", _SCORE, SELECTION, "the winner's score: a Gaussian count"),
+    Released(_PAGE, f"privacy.json:{_SCORE}", SELECTION, "the winner's score as the page shows it"),
 )
 
 

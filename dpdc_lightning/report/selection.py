@@ -1,8 +1,8 @@
 """The report's selection section: a release chosen by a private selection (privacy.json's
-``selection``, written by cli/select_run.py): the grid, the law of the number of trials, the
-winner's settings and noisy score, and the selection's ε beside what publishing every member of
-the grid would cost (their composition: privacy.json's ``composed_epsilon``, each member with its
-score, or else the members' events composed here, privacy/composition.py).
+``selection``, written by evaluation/selection_run.py): the grid, the law of the number of
+trials, the winner's settings and noisy score, and the selection's ε beside what publishing every
+member of the grid would cost (their composition: privacy.json's ``composed_epsilon``, each
+member with its score, or else the members' events composed here, privacy/composition.py).
 
 Only what privacy.json states is shown: the grid and the law are public, the winner's noisy score
 is released; K, the number of trials that ran, is not (the repeat-and-select guarantee holds while

@@ -12,7 +12,10 @@ of the Gaussian mechanism against its sensitivity (:mod:`.harness` says how).
 - :mod:`.calls` the checks on mechanism calls and noise draws (keys, std, control flow,
   sensitivity);
 - :mod:`.outputs` every output of a run, flattened; :mod:`.compare` two runs against the ledger;
-- :mod:`.patches` temporary replacements, undone after each run.
+- :mod:`.patches` temporary replacements, undone after each run;
+- :mod:`.selection` neighbouring private SELECTIONS (``audit.py check ... select=private``), their
+  configuration in :mod:`.selection_case`, the taps on the selection's driver in
+  :mod:`.selection_taps`.
 """
 
 from dpdc_lightning.audit.neighbours.calls import ROUNDING
