@@ -7,12 +7,16 @@ plus a score of noise multiplier 20), of releasing and composing as many trials 
 a selection under each law of the number of trials. Table 2: the noise multiplier a run needs for a
 total ε of 2 or 4: one run alone, each of 8 runs released and composed, and each trial of a
 selection of mean 8 (its per-trial ε / noise multiplier), every trial calibrated with
-privacy/calibration.py and the selection with calibrate_selection. ~1 min on one core.
+privacy/calibration.py and the selection with calibrate_selection. Table 3: the score's share
+(privacy/score_share.py): for an NDPDC digits member (q 0.0394 = 5/127, 300 steps) the per-trial ε
+a selection of mean 4 leaves at total ε 4 and 1 with the score at each share, against a free score
+(the numbers behind the default share, docs/privacy.md). ~3 min on one core.
 """
 
 from __future__ import annotations
 
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
+from dpdc_lightning.privacy.score_share import score_noise_for_share
 from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_costs
 
 Q, STEPS, DELTA, SCORE = 0.01, 1000, 1e-5, 20.0
@@ -66,7 +70,41 @@ def calibration_table() -> str:
     return "\n".join(rows)
 
 
+DIGITS_Q, DIGITS_STEPS, SHARES = 5 / 127, 300, (0.05, 0.1, 0.2)
+
+
+def _digits_member(t: float) -> list:
+    sigma = calibrate_noise_multiplier(
+        target_epsilon=t, delta=DELTA, sample_rate=DIGITS_Q, steps=DIGITS_STEPS
+    )
+    return [[(sigma, DIGITS_Q, DIGITS_STEPS)]]
+
+
+def share_table() -> str:
+    head = "| total ε, law | " + " | ".join(f"share {s:g}: per-trial ε (σ_s)" for s in SHARES)
+    rows = [head + " | free score |", "|" + "---|" * (2 + len(SHARES))]
+    for total in (4.0, 1.0):
+        for name in ("geometric", "logarithmic"):
+            law = TrialLaw(name, 4.0)
+            cells = []
+            for share in (*SHARES, None):
+                sigma = (
+                    None
+                    if share is None
+                    else score_noise_for_share(share=share, target_epsilon=total, delta=DELTA)
+                )
+                per_trial = calibrate_selection(
+                    members_at=_digits_member, law=law, target_epsilon=total, delta=DELTA,
+                    score_noise_multiplier=sigma, tolerance=1e-2,
+                )  # fmt: skip
+                cells.append(f"{per_trial:.3f}" + ("" if sigma is None else f" ({sigma:.3g})"))
+            rows.append(f"| {total:g}, {name} mean 4 | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 if __name__ == "__main__":
     print(cost_table())
     print()
     print(calibration_table())
+    print()
+    print(share_table())

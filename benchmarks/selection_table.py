@@ -37,8 +37,19 @@ ROOT = Path(__file__).resolve().parents[1]
 METHOD = "method=ndpdc"
 # lr_img and the number of iterations: against a fixed ε, more iterations mean more noise per step,
 # and the step size decides how far the noisy gradient moves the images; both plausibly matter.
-GRID = {"method.lr_img": "0.3,1,3,10", "method.iterations": "50,150"}
+# The default grid holds the default setting (lr_img 1, 300 iterations) and its neighbours the
+# 2026-11-28 digits table found competitive (lr_img 1-3 did as well as the default per member).
+GRID = {"method.lr_img": "1,2,3,5", "method.iterations": "100,300"}
+DEFAULT = {"method.lr_img": 1.0, "method.iterations": 300}
 DEFAULT_DELTA = 1e-5
+
+
+def base_tokens() -> list[str]:
+    """The method and the --extra overrides (data set, reduced model) every command carries."""
+    return [METHOD, *EXTRA]
+
+
+EXTRA: list[str] = []  # set from --extra in main()
 
 
 def grid_tokens(grid: dict[str, str]) -> list[str]:
@@ -50,6 +61,13 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     """Mean and (population) std of the evaluation runs' accuracies."""
     array = np.asarray(values, dtype=np.float64)
     return float(array.mean()), float(array.std())
+
+
+def grid_members(grid: dict[str, str]) -> list[str]:
+    """Every combination of the grid's values, as 'v1,v2' strings (the sweep's order)."""
+    import itertools
+
+    return [",".join(c) for c in itertools.product(*(v.split(",") for v in grid.values()))]
 
 
 def format_accuracy(values: list[float] | None) -> str:
@@ -123,7 +141,7 @@ def per_member_epsilon(total: float, *, delta: float) -> float:
     from dpdc_lightning.privacy.analysis import RDP_ORDERS
     from dpdc_lightning.privacy.selection import composed_rdp, epsilon_at
 
-    members, _ = expand([METHOD, *grid_tokens(GRID), f"privacy.target_epsilon={total}"])
+    members, _ = expand([*base_tokens(), *grid_tokens(GRID), f"privacy.target_epsilon={total}"])
     configs = [compose(m) for m in members]
     spec = DataSpec.of(load_data(configs[0]))  # public class sizes: no record is read
 
@@ -172,12 +190,12 @@ def swept_values(run_dir: Path) -> dict[str, Any]:
     import yaml
 
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
-    return {key: config["method"][key.split(".")[1]] for key in GRID}
+    return {key: config[key.split(".")[0]][key.split(".")[1]] for key in GRID}
 
 
 def row_a(epsilon: float, work: Path, args: argparse.Namespace, log: list[dict]) -> dict:
     run_dir = work / f"a-eps{epsilon:g}"
-    train = [sys.executable, "train.py", METHOD, f"privacy.target_epsilon={epsilon}",
+    train = [sys.executable, "train.py", *base_tokens(), f"privacy.target_epsilon={epsilon}",
              f"run_dir={run_dir}"]  # fmt: skip
     wall = run(train, log=work / f"a-eps{epsilon:g}.train.log")
     log.append({"command": shlex.join(train), "wall_s": wall})
@@ -192,8 +210,10 @@ def row_a(epsilon: float, work: Path, args: argparse.Namespace, log: list[dict])
 
 def row_b(epsilon: float, work: Path, args: argparse.Namespace, log: list[dict]) -> dict:
     run_dir = work / f"b-eps{epsilon:g}"
-    train = [sys.executable, "train.py", "-m", METHOD, *grid_tokens(GRID), "select=private",
-             f"select.trials_mean={args.trials_mean}", *score_noise(epsilon, args),
+    train = [sys.executable, "train.py", "-m", *base_tokens(), *grid_tokens(GRID),
+             "select=private", f"select.distribution={args.distribution}",
+             f"select.trials_mean={args.trials_mean}", *args.select_extra,
+             *score_noise(epsilon, args),
              f"privacy.target_epsilon={epsilon}",
              f"run_dir={run_dir}"]  # fmt: skip
     wall = run(train, log=work / f"b-eps{epsilon:g}.train.log")
@@ -228,7 +248,7 @@ def sweep_rows(
     member_epsilon: float,
 ) -> dict:  # fmt: skip
     sweep_dir = work / f"{name}-eps{epsilon:g}"
-    train = [sys.executable, "train.py", "-m", METHOD, *grid_tokens(GRID),
+    train = [sys.executable, "train.py", "-m", *base_tokens(), *grid_tokens(GRID),
              f"privacy.target_epsilon={member_epsilon:.6g}", f"run_dir={sweep_dir}"]  # fmt: skip
     wall = run(train, log=work / f"{name}-eps{epsilon:g}.train.log")
     log.append({"command": shlex.join(train), "wall_s": wall})
@@ -245,6 +265,26 @@ def sweep_rows(
             "train_wall_s": wall, "eval_wall_s": eval_wall}  # fmt: skip
 
 
+def default_of(members: list[dict]) -> dict | None:
+    """The member whose grid values are the default setting's (None when the grid lacks it)."""
+    wanted = {key: float(value) for key, value in DEFAULT.items() if key in GRID}
+    for member in members:
+        if {key: float(member["values"][key]) for key in wanted} == wanted:
+            return member
+    return None
+
+
+def row_a_from_d(block: dict) -> dict | None:
+    """Row (a) read off sweep (d): its default member IS a default run at the total ε (same
+    command, same ε), so it is not condensed twice."""
+    member = default_of(block.get("sweep_d", {}).get("members", []))
+    if member is None:
+        return None
+    return {"row": "a", "label": f"default settings {member['values']} (the default member of "
+            "(d): the same run at the total ε)", "private": True, "epsilon": member["epsilon"],
+            "accuracies": member["accuracies"]}  # fmt: skip
+
+
 def best_by_test(members: list[dict]) -> dict:
     """The member with the highest mean test accuracy: a choice on private (test) records."""
     return max(members, key=lambda m: mean_std(m["accuracies"])[0])
@@ -254,13 +294,13 @@ def markdown(result: dict) -> str:
     """The table, one section per ε."""
     lines = [
         "# Private selection against the default, the composed sweep and the leaky choice "
-        "(digits, NDPDC, CPU)",
+        f"({result.get('dataset', 'digits')}, NDPDC, CPU)",
         "",
         "Generated by `benchmarks/selection_table.py` (issue 34, item 5). **Reduced protocol**: "
         + result["protocol"],
         "",
         f"Grid ({len(result['grid_members'])} members): "
-        + ", ".join(f"`{k}` ∈ {{{v}}}" for k, v in GRID.items())
+        + ", ".join(f"`{k}` ∈ {{{v}}}" for k, v in result["grid"].items())
         + f". Selection law: {result['law']}. Machine: {result['machine']}.",
         "",
     ]
@@ -322,6 +362,10 @@ def one_epsilon(epsilon: float, args: argparse.Namespace, result: dict) -> None:
     for name in args.rows:
         if name == "a":
             block["rows"].append(row_a(epsilon, work, args, log))
+        elif name == "a-from-d":
+            row = row_a_from_d(block)
+            if row is not None:
+                block["rows"].append(row)
         elif name == "b":
             block["rows"].append(row_b(epsilon, work, args, log))
         elif name == "c":
@@ -358,6 +402,17 @@ def one_epsilon(epsilon: float, args: argparse.Namespace, result: dict) -> None:
     write(result, Path(args.out), work=args.work)
 
 
+def configure(args: argparse.Namespace) -> None:
+    """--grid, --default and --extra replace the module's defaults (every row reads them)."""
+    if args.grid:
+        GRID.clear()
+        GRID.update(pair.split("=", 1) for pair in args.grid)
+    if args.default:
+        DEFAULT.clear()
+        DEFAULT.update((k, float(v)) for k, v in (pair.split("=", 1) for pair in args.default))
+    EXTRA[:] = args.extra
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--work", required=True, help="folder for the runs (created)")
@@ -365,6 +420,17 @@ def main() -> None:
     parser.add_argument("--epsilons", type=float, nargs="+", default=[4.0, 1.0])
     parser.add_argument("--rows", nargs="+", default=["a", "b", "c", "d"])
     parser.add_argument("--trials-mean", type=float, default=4.0)
+    parser.add_argument("--distribution", default="geometric", help="select.distribution")
+    parser.add_argument(
+        "--grid", nargs="*", default=[], help="KEY=V1,V2 lists replacing the default grid"
+    )
+    parser.add_argument(
+        "--default", nargs="*", default=[], help="KEY=VALUE: the default setting's grid values"
+    )
+    parser.add_argument("--extra", nargs="*", default=[], help="overrides for every train.py")
+    parser.add_argument("--select-extra", nargs="*", default=[], help="select.* overrides of (b)")
+    parser.add_argument("--dataset-label", default="digits", help="the title's data set name")
+    parser.add_argument("--protocol", help="the table's protocol sentence (default: digits')")
     parser.add_argument("--eval-epochs", type=int, default=100)
     parser.add_argument("--eval-runs", type=int, default=2)
     parser.add_argument(
@@ -378,6 +444,7 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="rewrite OUT.md from OUT.json only")
     parser.add_argument("--resume-json", help="append to this earlier result (.json)")
     args = parser.parse_args()
+    configure(args)
     if args.render:
         out = Path(args.out)
         write(json.loads(out.with_suffix(".json").read_text()), out, work=args.work)
@@ -390,12 +457,13 @@ def main() -> None:
         "config defaults (ConvNet, 50 epochs, 1 run, σ_s = 5, validation fraction 0.1), "
         "the grid members 50 or 150 iterations (default 300)"
     )
+    protocol = args.protocol or protocol
     if args.resume_json:
         result = json.loads(Path(args.resume_json).read_text())
     else:
-        result = {"protocol": protocol, "law": f"geometric, mean {args.trials_mean:g}",
-                  "grid": GRID, "grid_members": [f"{a},{b}" for a in GRID["method.lr_img"].split(",")
-                                                 for b in GRID["method.iterations"].split(",")],
+        result = {"protocol": protocol, "dataset": args.dataset_label,
+                  "law": f"{args.distribution}, mean {args.trials_mean:g}",
+                  "grid": dict(GRID), "grid_members": grid_members(GRID),
                   "machine": f"2-core CPU shared with other jobs, load average at start "
                   f"{load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}; OMP_NUM_THREADS=1, nice 10",
                   "epsilons": [], "commands": []}  # fmt: skip

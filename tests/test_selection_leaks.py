@@ -98,7 +98,17 @@ def loser_leaks(folder: Path, recorded: Recorded, *, out: str, err: str) -> list
     if not torch.equal(released, recorded.results[winner][1]):
         problems.append("the released images are not the winner's")
     selection = json.loads((folder / "privacy.json").read_text())["selection"]
-    public = (  # public values only: no K, no progress, no score, no time
+    score = selection["score"]  # the weak-score note: σ_s and the expected size, both public
+    points = 100 * score["noise_multiplier"] / score["denominator"]
+    public = (
+        f"note: the score's noise (σ_s {score['noise_multiplier']:.3g} on about "
+        f"{score['denominator']:.0f} validation records) is {points:.1f} accuracy points: it cannot "
+        "separate members closer than that; raise select.validation_fraction or "
+        "select.score_share, or give a public select.validation set\n"
+        if points > 5
+        else ""
+    )
+    public += (  # public values only: no K, no progress, no score, no time
         "selection: K ~ geometric (mean 4) trials among 3 members, ε of the whole selection "
         f"{epsilon_text(selection['epsilon'])}; no progress is shown (K must stay hidden)\n"
     )

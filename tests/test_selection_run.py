@@ -108,6 +108,12 @@ REFUSED = [
     ("a bad law", ["select.distribution=uniform"], None),
     ("a launcher", ["hydra/launcher=joblib"], "this process"),
     ("no score noise", ["method.iterations=2,3", "select.score_noise_multiplier=0"], "> 0"),
+    (
+        "a share and a multiplier",
+        ["method.iterations=2,3", "select.score_share=0.2", "select.score_noise_multiplier=5"],
+        "both given",
+    ),  # fmt: skip
+    ("a share of 1", ["method.iterations=2,3", "select.score_share=1"], "(0, 1)"),
     ("no score epoch", ["method.iterations=2,3", "select.epochs=0"], "positive integer"),
     ("σ given", ["method.iterations=2,3", "privacy.noise_multiplier=1"], "drop"),
     ("--evaluate", ["method.iterations=2,3", "--evaluate"], "do not apply"),

@@ -40,3 +40,25 @@ def test_leaky_choice_is_the_best_mean_test_accuracy(table):
         {"values": {"lr": 10}, "accuracies": [50.0, 60.0]},
     ]
     assert table.best_by_test(members)["values"] == {"lr": 3}
+
+
+def test_grid_members_are_every_combination_in_sweep_order(table):
+    grid = {"method.lr_img": "1,2", "method.iterations": "100,300"}
+    assert table.grid_members(grid) == ["1,100", "1,300", "2,100", "2,300"]
+
+
+def test_row_a_is_the_default_member_of_the_leaky_sweep(table, monkeypatch):
+    monkeypatch.setattr(table, "GRID", {"method.lr_img": "1,3", "method.iterations": "100,300"})
+    monkeypatch.setattr(table, "DEFAULT", {"method.lr_img": 1.0, "method.iterations": 300})
+    members = [
+        {"values": {"method.lr_img": 1.0, "method.iterations": 100}, "epsilon": 3.99,
+         "accuracies": [70.0]},
+        {"values": {"method.lr_img": 1.0, "method.iterations": 300}, "epsilon": 3.98,
+         "accuracies": [80.0, 82.0]},
+        {"values": {"method.lr_img": 3.0, "method.iterations": 300}, "epsilon": 3.97,
+         "accuracies": [90.0]},
+    ]  # fmt: skip
+    row = table.row_a_from_d({"sweep_d": {"members": members}})
+    assert (row["row"], row["epsilon"], row["accuracies"]) == ("a", 3.98, [80.0, 82.0])
+    assert row["private"] is True
+    assert table.row_a_from_d({"sweep_d": {"members": members[:1]}}) is None  # no default member

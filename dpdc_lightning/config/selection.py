@@ -21,6 +21,16 @@ from dpdc_lightning.errors import UserError
 
 SELECT_DIR = CONF_DIR / "select"
 SELECTIONS = ("none", "private")
+# The score's default share of the target (privacy/score_share.py defines it: the score gets this
+# share of the RDP curve of a Gaussian mechanism that alone costs the whole target, σ_s = σ_G/√s).
+# Measured (docs/privacy.md, "The score's share"; NDPDC digits member, q 0.039, 300 steps): against
+# a free score, s = 0.1 costs each trial 15 % of its ε at total ε 4 and 19 % at ε 1 (geometric law,
+# mean 4; 0.05: 7 % and 9 %; 0.2: 32 % and 44 %), while σ_s (3.7 at ε 4, 12.8 at ε 1) is 0.7 and
+# 2.6 accuracy points of a 500-record validation split. The std falls as 1/√s and the trial's loss
+# grows about linearly in s, so 0.1 is where doubling the share starts to cost more than it buys.
+DEFAULT_SCORE_SHARE = 0.1
+# above this many accuracy points of score noise std the score cannot separate members (a note)
+SCORE_NOISE_NOTE_POINTS = 5.0
 
 
 @dataclass
@@ -30,7 +40,8 @@ class SelectConfig:
     trials_mean: float = 8.0
     eta: float | None = None
     validation_fraction: float = 0.1
-    score_noise_multiplier: float = 5.0
+    score_share: float | None = None  # None: DEFAULT_SCORE_SHARE, unless a multiplier is given
+    score_noise_multiplier: float | None = None  # an explicit σ_s overrides the share
     validation: str | None = None
     model: str | None = None
     epochs: int = 50
@@ -42,7 +53,14 @@ class SelectConfig:
             raise UserError(
                 f"select.validation_fraction must be in (0, 1), got {self.validation_fraction}"
             )
-        if not self.score_noise_multiplier > 0:
+        if self.score_share is not None and self.score_noise_multiplier is not None:
+            raise UserError(
+                "select.score_share and select.score_noise_multiplier are both given; give one "
+                "(the share derives the score's noise from the target, a multiplier overrides it)"
+            )
+        if self.score_share is not None and not 0 < self.score_share < 1:
+            raise UserError(f"select.score_share must be in (0, 1), got {self.score_share}")
+        if self.score_noise_multiplier is not None and not self.score_noise_multiplier > 0:
             raise UserError(
                 "select.score_noise_multiplier must be > 0 (the std of the noise on the count of "
                 f"correct predictions), got {self.score_noise_multiplier}"
@@ -53,6 +71,13 @@ class SelectConfig:
     @property
     def private(self) -> bool:
         return self.name == "private"
+
+    @property
+    def share(self) -> float | None:
+        """The score's share of the target (None when a noise multiplier is given instead)."""
+        if self.score_noise_multiplier is not None:
+            return None
+        return DEFAULT_SCORE_SHARE if self.score_share is None else self.score_share
 
 
 def split_select(tokens: Sequence[str]) -> tuple[list[str], list[str]]:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dpdc_lightning.config import RunConfig
-from dpdc_lightning.config.selection import Grid, SelectConfig
+from dpdc_lightning.config.selection import SCORE_NOISE_NOTE_POINTS, Grid, SelectConfig
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.planning import load_data, noise_seed_for
 from dpdc_lightning.engine.selection import (
@@ -40,6 +40,7 @@ from dpdc_lightning.errors import NumericalFault, UserError
 from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.score_share import score_noise_for_share
 from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_section
 
@@ -57,7 +58,18 @@ def draw_trials(law: TrialLaw, *, key: int, members: int) -> list[int]:
 
 
 def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> ScoreProtocol:
-    """How every trial is scored, fixed before the first one (public)."""
+    """How every trial is scored, fixed before the first one (public): σ_s from the share of the
+    target (privacy/score_share.py), or as given; a public validation set holds no private record,
+    so its count is released as it is."""
+    share = select.share if select.validation is None else None
+    noise = None if select.validation is not None else select.score_noise_multiplier
+    if share is not None:
+        privacy = config.privacy
+        noise = score_noise_for_share(
+            share=share, target_epsilon=float(privacy.target_epsilon), delta=float(privacy.delta)
+        )
+    if noise is not None:
+        _note_weak_score(noise, denominator=carved.expected_size)
     model = config.model
     if select.model is not None:
         from dpdc_lightning.config.composition import compose_models
@@ -68,11 +80,25 @@ def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> S
         model_options=model.options(),
         epochs=select.epochs,
         seed=config.seed,
-        # a public validation set holds no private record: its count is released as it is
-        noise_multiplier=select.score_noise_multiplier if select.validation is None else None,
+        noise_multiplier=noise,
         denominator=carved.expected_size,
         accelerator=config.eval.accelerator,
+        share=share,
     )
+
+
+def _note_weak_score(noise: float, *, denominator: float) -> None:
+    """A public note when the score's noise std, in accuracy points of the expected validation
+    size (both public), is too large to tell members apart."""
+    points = 100.0 * noise / denominator
+    if points > SCORE_NOISE_NOTE_POINTS:
+        print(
+            f"note: the score's noise (σ_s {noise:.3g} on about {denominator:.0f} validation "
+            f"records) is {points:.1f} accuracy points: it cannot separate members closer than "
+            "that; raise select.validation_fraction or select.score_share, or give a public "
+            "select.validation set",
+            file=sys.stderr,
+        )
 
 
 def calibrated_members(
@@ -128,6 +154,7 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Callable[[], Pat
         members=grid.swept,
         member_events=events,
         score_noise_multiplier=score.noise_multiplier,
+        score_share=score.share,
         delta=float(first.privacy.delta),
         target_epsilon=float(first.privacy.target_epsilon),
         validation="public" if public else "private_split",

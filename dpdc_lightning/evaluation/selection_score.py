@@ -35,6 +35,7 @@ class ScoreProtocol:
     noise_multiplier: float | None  # None: a public validation set, released as it is
     denominator: float  # public: the expected size of a private split, or a public set's size
     accelerator: str = "auto"
+    share: float | None = None  # the share of the target noise_multiplier derives from (if any)
 
     def protocol(self) -> EvalProtocol:
         return EvalProtocol(epochs=self.epochs, runs=1)

@@ -154,7 +154,10 @@ def _unreachable(target: float, per_trial: float, why: str) -> UserError:
 
 
 def _score(
-    score_noise_multiplier: float | None, validation: str, validation_fraction: float | None
+    score_noise_multiplier: float | None,
+    validation: str,
+    validation_fraction: float | None,
+    share: float | None,
 ) -> dict[str, Any]:
     if validation not in VALIDATIONS:
         raise UserError(
@@ -170,6 +173,8 @@ def _score(
         "mechanism": "gaussian_count" if score_noise_multiplier is not None else "none",
         "sensitivity": 1 if score_noise_multiplier is not None else 0,
         "noise_multiplier": score_noise_multiplier,
+        # the share of the target the multiplier derives from (privacy/score_share.py); None: given
+        "share": share,
         "validation": validation,
         "validation_fraction": validation_fraction,
     }
@@ -183,6 +188,7 @@ def selection_section(
     score_noise_multiplier: float | None,
     delta: float,
     target_epsilon: float | None,
+    score_share: float | None = None,
     orders: Sequence[float] = RDP_ORDERS,
     validation: str = "private_split",
     validation_fraction: float | None = None,
@@ -191,8 +197,10 @@ def selection_section(
     """privacy.json's "selection" section (docs/privacy.md), with its ε computed.
 
     ``members`` are the grid's public overrides, ``member_events`` each member's accounted
-    events. K is NOT recorded: the guarantee holds only while K stays hidden. Raises UserError
-    when the selection's ε exceeds ``target_epsilon`` (nothing is written for such a run).
+    events; ``score_share`` the share of the target ``score_noise_multiplier`` derives from
+    (None when it was given). K is NOT recorded: the guarantee holds only while K stays hidden.
+    Raises UserError when the selection's ε exceeds ``target_epsilon`` (nothing is written for
+    such a run).
     """
     if tuple(float(a) for a in orders) != RDP_ORDERS:
         raise UserError("select: a selection is accounted at the accountant's RDP orders only")
@@ -214,7 +222,7 @@ def selection_section(
         "law": law.to_dict(),
         "grid": [list(member) for member in members],
         "member_events": events,
-        "score": _score(score_noise_multiplier, validation, validation_fraction),
+        "score": _score(score_noise_multiplier, validation, validation_fraction, score_share),
         "delta": delta,
         "target_epsilon": target_epsilon,
         **costs,

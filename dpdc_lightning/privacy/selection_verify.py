@@ -8,6 +8,9 @@ own composed ε; the released ε (top level) is the selection's. Rows:
 - ``selection``: the law, events and score parse; ε, the one-trial ε and the composed ε recomputed
   (privacy/selection.py) agree with the recorded ones; the top-level ε is the selection's; δ is the
   bundle's; ε ≤ the selection's target;
+- ``selection score``: (when the score's noise derives from a share of the target) the noise
+  multiplier recomputed from the share, the target ε and δ (privacy/score_share.py) is the recorded
+  one;
 - ``selection winner``: the winner is a member, and the bundle's own events are its member's;
 - ``selection dp-acc``: dp-accounting's repeat-and-select RDP, over its own RDP of each
   member (the largest, plus the score), gives the same ε at the integer orders of Opacus' list
@@ -25,6 +28,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy import crosscheck
 from dpdc_lightning.privacy.analysis import RDP_ORDERS, check_history, merge_step
 from dpdc_lightning.privacy.receipt import Check, Numbers
+from dpdc_lightning.privacy.score_share import SHARE_RTOL, score_noise_for_share
 from dpdc_lightning.privacy.selection import TrialLaw, epsilon_at, selection_costs
 
 _RECORDED = ("epsilon", "trial_epsilon", "composed_epsilon")
@@ -59,6 +63,7 @@ def selection_checks(report: dict[str, Any], *, own_history: list) -> list[Check
         return [Check("selection", False, f"the selection cannot be accounted: {err}")]
     return [
         _epsilon_row(report, ours),
+        *_share_row(section),
         _winner_row(section, events, own_history),
         _dp_accounting_row(law, events, score, delta, ours["epsilon"]),
     ]
@@ -93,6 +98,26 @@ def _epsilon_row(report: dict[str, Any], ours: dict[str, float]) -> Check:
         f"{ours['composed_epsilon']:.4g})"
     )
     return Check("selection", True, detail, numbers)
+
+
+def _share_row(section: dict[str, Any]) -> list[Check]:
+    """The score's σ_s against its share of the target (none when σ_s was given or is public)."""
+    score = section["score"]
+    share = score.get("share")
+    if share is None:
+        return []
+    try:
+        ours = score_noise_for_share(
+            share=share, target_epsilon=section["target_epsilon"], delta=float(section["delta"])
+        )
+    except (UserError, TypeError, ValueError) as err:
+        return [Check("selection score", False, f"the score's share cannot be recomputed: {err}")]
+    recorded = score.get("noise_multiplier")
+    if not isinstance(recorded, (int, float)) or abs(recorded - ours) > SHARE_RTOL * ours:
+        detail = f"score noise multiplier {recorded!r} recorded, {ours!r} from share {share!r}"
+        return [Check("selection score", False, detail)]
+    detail = f"σ_s {ours:.6g} from share {share:g} of ε {section['target_epsilon']:g}"
+    return [Check("selection score", True, detail)]
 
 
 def _merged(history: list) -> list:

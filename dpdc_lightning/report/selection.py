@@ -59,6 +59,16 @@ def _one_trial(selection: dict[str, Any]) -> list[tuple[str, str]]:
     return [("ε of one trial alone (a member and its score)", value)]
 
 
+def _share(score: dict[str, Any]) -> list[tuple[str, str]]:
+    if score.get("share") is None:
+        return []
+    value = sourced(number(score["share"]), SOURCE + "score.share") + text(
+        " of the target's RDP: σ = σ_G/√share, σ_G the noise of one Gaussian release costing the "
+        "whole target ε at δ"
+    )
+    return [("score's share", value)]
+
+
 def selection_html(privacy: dict[str, Any]) -> str:
     """The section's body (privacy.json must hold ``selection``)."""
     selection = privacy["selection"]
@@ -94,6 +104,7 @@ def selection_html(privacy: dict[str, Any]) -> str:
                 f"{number(score.get('noise_multiplier'))} (sensitivity 1), over a public count"
             ),
         ),
+        *_share(score),
         ("ε of the selection", sourced(epsilon_text(selection["epsilon"]), SOURCE + "epsilon")),
         *_one_trial(selection),
         ("ε of publishing every member instead (composed)", every),
