@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dpdc_lightning.cli.select_run import score_protocol
 from dpdc_lightning.config import compose
 from dpdc_lightning.config.selection import DEFAULT_SCORE_SHARE, SelectConfig, load_select
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.evaluation.selection_run import score_protocol
 from dpdc_lightning.privacy.analysis import RDP_ORDERS
 from dpdc_lightning.privacy.score_share import gaussian_epsilon, score_noise_for_share
 from dpdc_lightning.privacy.selection import (
