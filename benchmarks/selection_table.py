@@ -318,13 +318,20 @@ def _epsilon_section(block: dict) -> list[str]:
     out = [f"## total ε = {eps:g} (δ = 1e-5){' — PARTIAL' if block.get('partial') else ''}", "",
            "| row | what | private? | ε (released) | test accuracy % (mean ± std over eval runs; row c: over members) | wall s |",
            "|---|---|---|---|---|---|"]  # fmt: skip
-    for row in block["rows"]:
+    order = ["a", "b", "c", "c′", "d"]  # rows as the issue names them, whatever order they ran in
+    for row in sorted(block["rows"], key=lambda r: order.index(r["row"])):
         eps_text = "—" if row.get("epsilon") is None else f"{row['epsilon']:.3f}"
         walls = [row[k] for k in ("train_wall_s", "eval_wall_s") if row.get(k) is not None]
-        wall = f"{sum(walls):.0f}" if walls else "— (in c)"
+        wall = f"{sum(walls):.0f}" if walls else f"— (in {'d' if row['row'] == 'a' else 'c'})"
         private = "yes" if row["private"] else "**NOT private**"
+        label = row["label"]
+        if row.get("winner") is not None:  # the released member, its noisy score, one trial's ε
+            label += (
+                f": {' '.join(row['winner'])} (noisy score {row['noisy_score']:.3f}; per-trial "
+                f"ε {row['trial_epsilon']:.3f}, σ_s {row['score']['noise_multiplier']:.3g})"
+            )
         out.append(
-            f"| {row['row']} | {row['label']} | {private} | {eps_text} | "
+            f"| {row['row']} | {label} | {private} | {eps_text} | "
             f"{format_accuracy(row.get('accuracies'))} | {wall} |"
         )
     for name in ("c", "d"):
@@ -454,8 +461,8 @@ def main() -> None:
     protocol = (
         f"NDPDC on the embedded digits, evaluation `eval=quick eval.epochs={args.eval_epochs} "
         f"eval.runs={args.eval_runs}` (ConvNet, real test split), the selection's score at its "
-        "config defaults (ConvNet, 50 epochs, 1 run, σ_s = 5, validation fraction 0.1), "
-        "the grid members 50 or 150 iterations (default 300)"
+        "config defaults (ConvNet, 50 epochs, 1 run, σ_s from the default share 0.1 of the "
+        "target, validation fraction 0.1)"
     )
     protocol = args.protocol or protocol
     if args.resume_json:

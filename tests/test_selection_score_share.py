@@ -155,3 +155,13 @@ def test_verify_fails_a_sigma_its_share_does_not_give(tamper):
             section[key] = value
     row = _score_row(section)
     assert row is not None and not row.ok, row
+
+
+def test_the_report_shows_the_share_from_privacy_json():
+    from dpdc_lightning.report.selection import selection_html
+
+    sigma = score_noise_for_share(share=0.1, target_epsilon=2.0, delta=DELTA)
+    page = selection_html({"selection": _section(share=0.1, sigma=sigma)})
+    assert 'selection.score.share">0.1</span>' in page
+    given = selection_html({"selection": _section(share=None, sigma=sigma)})
+    assert "score's share" not in given
