@@ -18,6 +18,7 @@ to it; every scale but ``paper`` carries a REDUCED PROTOCOL banner.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -245,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 accelerator=args.accelerator,
                 test_size=test_size,
+                partial=functools.partial(cache.runs_done, key(row.key), prints[row.key]),
+                save_run=functools.partial(cache.put_run, key(row.key), prints[row.key]),
             )
         except (
             UserError

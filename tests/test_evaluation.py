@@ -164,6 +164,27 @@ def test_same_seed_same_result_other_seed_or_run_differs(data, built_networks):
     assert not torch.allclose(w[0], w[4]) and not torch.allclose(w[1], w[5])
 
 
+@pytest.mark.parametrize("engine", ["sequential", "stacked"])
+def test_a_resumed_evaluation_trains_only_the_missing_runs_and_returns_the_same(
+    data, built_networks, engine
+):
+    """A long protocol resumes by run (benchmarks/reproduce.py at the papers' scale): the runs
+    named in ``done`` are returned as given, never retrained, and the others equal an
+    uninterrupted call's, whichever runs they are trained beside."""
+    protocol = EvalProtocol(epochs=3, runs=3)
+    options = dict(model="convnet", model_options={"width": 8}, protocol=protocol, engine=engine)
+    whole = run(data, **options)
+    built_networks.clear()
+    finished: list[tuple[int, float]] = []
+    marker = 0.123  # not an accuracy the runs can reach (a multiple of 1/100 test images)
+    resumed = run(data, **options, done={1: marker}, on_run=lambda r, a: finished.append((r, a)))
+    assert resumed == [whole[0], marker, whole[2]]
+    assert finished == [(0, whole[0]), (2, whole[2])]
+    assert len(built_networks) == 2, "a run named in done was trained again"
+    with pytest.raises(ValueError, match="outside"):
+        run(data, **options, done={3: 0.5})
+
+
 @pytest.mark.parametrize("engine", ["lightning", "sequential"])
 def test_lr_schedule_and_step_count_follow_the_reference(data, recorded_steps, engine):
     # 40 images in batches of 16: 3 steps per pass (16, 16, 8), the last one short. The reference

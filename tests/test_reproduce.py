@@ -229,3 +229,26 @@ def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
         and dry.stdout.count("cached") == len(SCALES["tiny"].rows)
         and "estimated work" in dry.stdout
     )
+
+
+def test_an_unfinished_rows_runs_are_kept_for_the_same_bundle_only(tmp_path):
+    """A paper-scale evaluation (hours a run on a CPU) resumes by run: runs measured on a bundle
+    are offered back for that bundle and fingerprint only, and the finished row replaces them."""
+    from dpdc_repro.common import ResultCache
+
+    cache = ResultCache(tmp_path)
+    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 2, 0.61)
+    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 0, 0.63)
+    again = ResultCache(tmp_path)  # as the next invocation reads it
+    assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a") == {
+        0: 0.63,
+        2: 0.61,
+    }
+    assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-b") == {}
+    assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 300}, "digest-a") == {}
+    assert again.runs_done("fm/paper/seed0/ndpdc", {"epochs": 1000}, "digest-a") == {}
+    assert again.get("fm/paper/seed0/ldpdc", {"epochs": 1000}) is None  # not finished
+    again.put("fm/paper/seed0/ldpdc", {"accuracies": [0.63, 0.6, 0.61]}, {"epochs": 1000})
+    finished = ResultCache(tmp_path)
+    assert finished.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a") == {}
+    assert finished.get("fm/paper/seed0/ldpdc", {"epochs": 1000})["accuracies"][1] == 0.6

@@ -55,10 +55,37 @@ class ResultCache:
 
     def put(self, key: str, result: dict, fingerprint: Any) -> None:
         self.rows[key] = {**result, "fingerprint": fingerprint}
+        self.rows.pop(partial_key(key), None)  # the finished row replaces its runs in progress
+        self.save()
+
+    def runs_done(self, key: str, fingerprint: Any, bundle: str) -> dict[int, float]:
+        """Evaluation runs of an unfinished row measured earlier on the bundle ``bundle`` (its
+        digest) under the same fingerprint: run index -> accuracy."""
+        found = self.rows.get(partial_key(key))
+        if found is None or found.get("fingerprint") != fingerprint or found["bundle"] != bundle:
+            return {}
+        return {int(r): a for r, a in found["runs"].items()}
+
+    def put_run(self, key: str, fingerprint: Any, bundle: str, run: int, accuracy: float) -> None:
+        done = self.runs_done(key, fingerprint, bundle)
+        done[run] = accuracy
+        self.rows[partial_key(key)] = {
+            "fingerprint": fingerprint,
+            "bundle": bundle,
+            "runs": {str(r): a for r, a in sorted(done.items())},
+        }
+        self.save()
+
+    def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.rows, indent=2) + "\n")
         os.replace(tmp, self.path)  # a crash mid-write never loses the rows already done
+
+
+def partial_key(key: str) -> str:
+    """Where an unfinished row's measured evaluation runs are kept in the cache."""
+    return f"{key}#runs"
 
 
 def accuracy_cell(accuracies: list[float]) -> str:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -53,7 +55,13 @@ def run_row(
     seed: int,
     accelerator: str,
     test_size: int | None,
+    partial: Callable[[str], dict[int, float]] | None = None,
+    save_run: Callable[[str, int, float], None] | None = None,
 ) -> dict:
+    """Condense and evaluate ``row``. A long evaluation resumes by run: ``partial(bundle_digest)``
+    returns the runs already measured on this very bundle (its synthetic.pt's SHA-256; a bundle
+    condensed again draws other noise, so its runs start over) and ``save_run(bundle_digest, run,
+    accuracy)`` stores each run as it finishes."""
     run_dir = work_dir / "runs" / f"{dataset}-{scale.name}-{row.key}-seed{seed}"
     result: dict = {
         "row": row.key,
@@ -85,6 +93,13 @@ def run_row(
     start = time.perf_counter()
     model = ModelConfig()
     test_images, test_labels = test_split(data, test_size)
+    digest = hashlib.sha256((run_dir / "synthetic.pt").read_bytes()).hexdigest()
+    done = partial(digest) if partial is not None else {}
+    if done:
+        print(
+            f"[{row.key}] {len(done)} of {protocol.runs} evaluation runs done earlier", flush=True
+        )
+    result["resumed_runs"] = sorted(done)
     result["accuracies"] = train_and_test(
         bundle.images,
         bundle.labels,
@@ -97,6 +112,8 @@ def run_row(
         model_options=model.options(),
         accelerator=accelerator,
         pea=row.eval_pea,
+        done=done,
+        on_run=None if save_run is None else lambda r, a: save_run(digest, r, a),
     )
     result.update(
         eval_s=time.perf_counter() - start, protocol=asdict(protocol), test_size=len(test_labels)

@@ -7,6 +7,7 @@ Both pick an engine (evaluation/engines/) and let it train the runs of the proto
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
@@ -94,9 +95,17 @@ def train_and_test(
     progress: EvalProgress | None = None,
     engine: str = "auto",
     compile: str | bool = "auto",
+    done: Mapping[int, float] | None = None,
+    on_run: Callable[[int, float], None] | None = None,
 ) -> list[float]:
     """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the real
     split. Returns one accuracy in [0, 1] per run.
+
+    A long protocol resumes by run: ``done`` maps run indices already measured (by an earlier call
+    with the same arguments) to their accuracies, which are returned as given and not retrained;
+    ``on_run(run, accuracy)`` is called as each remaining run finishes, so a caller can persist it.
+    Run ``r``'s draws do not depend on which other runs are trained, so a resumed evaluation returns
+    what an uninterrupted one returns (on the same device and thread count).
 
     Every random draw of run ``r`` (initialisation, shuffling, DSA) comes from generators derived
     from ``(seed, "eval", model, r)``, so equal arguments give equal accuracies on one device.
@@ -122,8 +131,11 @@ def train_and_test(
         runs=protocol.runs,
         test_images=len(test_images),
     )
-    accuracies: list[float] = []
-    for group in runner.groups(range(protocol.runs)):
+    done = dict(done or {})
+    if unknown := sorted(set(done) - set(range(protocol.runs))):
+        raise ValueError(f"done names runs {unknown} outside 0..{protocol.runs - 1}")
+    measured: dict[int, float] = dict(done)
+    for group in runner.groups([r for r in range(protocol.runs) if r not in done]):
         if progress is not None:
             which = (
                 f"run {group[0] + 1}" if len(group) == 1 else f"runs {group[0] + 1}-{group[-1] + 1}"
@@ -133,11 +145,13 @@ def train_and_test(
         group_accuracies = runner.test(
             trained, test_images, test_labels, batch_size=protocol.test_batch_size
         )
-        accuracies += group_accuracies
-        if progress is not None:
-            for accuracy in group_accuracies:
+        for run, accuracy in zip(group, group_accuracies, strict=True):
+            measured[run] = accuracy
+            if on_run is not None:
+                on_run(run, accuracy)
+            if progress is not None:
                 progress.end_run(accuracy)
-    return accuracies
+    return [measured[r] for r in range(protocol.runs)]
 
 
 def train_network(
