@@ -526,3 +526,37 @@ def test_a_new_only_write_never_replaces_and_leaves_no_partial_file(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         atomic_write(tmp_path / "other.eval.json", crash, replace=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["set.eval.json"]
+
+
+def test_workers_on_another_device_are_refused_in_one_line(data, monkeypatch):
+    import dpdc_lightning.evaluation.train_test as train_test
+
+    monkeypatch.setattr(train_test, "resolve_device", lambda accelerator: torch.device("cuda"))
+    with pytest.raises(UserError, match="eval.workers=2 trains runs in CPU processes"):
+        run(data, protocol=EvalProtocol(epochs=1, runs=2), engine="sequential", workers=2)
+
+
+@pytest.mark.slow
+def test_runs_in_worker_processes_equal_the_runs_trained_here(data):
+    """eval.workers: each run trained in a spawned worker (one thread) equals the run trained in
+    this process on one thread, whatever run it is handed with; resumed runs are not retrained."""
+    protocol = EvalProtocol(epochs=2, runs=3)
+    options = dict(model="convnet", model_options={"width": 8}, protocol=protocol)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        here = run(data, engine="sequential", **options)
+        torch.set_num_threads(2)  # shared out: one thread per worker
+        finished: list[int] = []
+        there = run(
+            data,
+            engine="sequential",
+            workers=2,
+            done={0: here[0]},
+            on_run=lambda r, a: finished.append(r),
+            **options,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert there == here
+    assert sorted(finished) == [1, 2]

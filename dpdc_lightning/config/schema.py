@@ -166,12 +166,13 @@ class EvalConfig:
     accelerator: str = "auto"
     engine: str = "auto"  # how the runs are trained (EVAL_ENGINES); not part of the protocol
     compile: str = "auto"  # torch.compile of the trainer-free engines' step: auto, true or false
+    workers: int = 1  # CPU processes training runs side by side (evaluation/workers.py)
 
     def __post_init__(self) -> None:
         self.compile = str(self.compile).lower()  # eval.compile=true arrives as the string "True"
         choice("eval.engine", self.engine, EVAL_ENGINES)
         choice("eval.compile", self.compile, COMPILE_MODES)
-        for key in ("epochs", "runs", "batch_size"):
+        for key in ("epochs", "runs", "batch_size", "workers"):
             positive(f"eval.{key}", getattr(self, key))
         positive("eval.lr", self.lr)
         if not 0 <= self.momentum < 1:

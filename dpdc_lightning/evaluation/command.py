@@ -209,6 +209,7 @@ def _run_models(
                     progress=progress,
                     engine=config.eval.engine,
                     compile=config.eval.compile,
+                    workers=config.eval.workers,
                 ),
             )
             for m in models

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor, nn
 
+from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.engines import check_compile, engine_class
 from dpdc_lightning.evaluation.engines.base import Engine, EvalTask, resolve_device, resolve_engine
 from dpdc_lightning.evaluation.engines.cost import plan_compile
@@ -97,6 +98,7 @@ def train_and_test(
     compile: str | bool = "auto",
     done: Mapping[int, float] | None = None,
     on_run: Callable[[int, float], None] | None = None,
+    workers: int = 1,
 ) -> list[float]:
     """Train ``protocol.runs`` fresh ``model`` networks on (images, labels); test each on the real
     split. Returns one accuracy in [0, 1] per run.
@@ -107,51 +109,105 @@ def train_and_test(
     Run ``r``'s draws do not depend on which other runs are trained, so a resumed evaluation returns
     what an uninterrupted one returns (on the same device and thread count).
 
+    ``workers`` (``eval.workers``) > 1 trains the runs side by side in that many CPU processes, this
+    process's threads shared out between them (evaluation/workers.py); each run equals the run
+    trained here with the worker's thread count.
+
     Every random draw of run ``r`` (initialisation, shuffling, DSA) comes from generators derived
     from ``(seed, "eval", model, r)``, so equal arguments give equal accuracies on one device.
     ``engine`` (``eval.engine``) is how the runs are trained; ``compile`` (``eval.compile``) whether
     the step of the trainer-free engines runs through torch.compile (auto: when it pays back).
     """
     check_inputs(images, labels, test_images, test_labels, num_classes)
-    task = _task(
-        images,
-        labels,
+    done = dict(done or {})
+    if unknown := sorted(set(done) - set(range(protocol.runs))):
+        raise ValueError(f"done names runs {unknown} outside 0..{protocol.runs - 1}")
+    measured: dict[int, float] = dict(done)
+    remaining = [r for r in range(protocol.runs) if r not in done]
+    arguments = dict(
+        images=images,
+        labels=labels,
+        test_images=test_images,
+        test_labels=test_labels,
         model=model,
         num_classes=num_classes,
         protocol=protocol,
         seed=seed,
         model_options=model_options,
+        accelerator=accelerator,
         pea=pea,
+        engine=engine,
+        compile=compile,
+    )
+
+    def finished(run: int, accuracy: float) -> None:
+        measured[run] = accuracy
+        if on_run is not None:
+            on_run(run, accuracy)
+        if progress is not None:
+            progress.end_run(accuracy)
+
+    if workers > 1 and len(remaining) > 1:
+        from dpdc_lightning.evaluation.workers import train_in_workers
+
+        def started_and_finished(run: int, accuracy: float) -> None:
+            if progress is not None:  # a worker reports its run when it ends
+                progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
+            finished(run, accuracy)
+
+        if (device := resolve_device(accelerator)).type != "cpu":
+            raise UserError(
+                f"eval.workers={workers} trains runs in CPU processes, but the evaluation runs "
+                f"on {device.type}; use eval.workers=1 there"
+            )
+        train_in_workers(arguments, remaining, workers=workers, on_result=started_and_finished)
+    else:
+        _train_here(arguments, remaining, progress=progress, on_result=finished)
+    return [measured[r] for r in range(protocol.runs)]
+
+
+def _train_here(
+    arguments: dict,
+    runs: list[int],
+    *,
+    progress: EvalProgress | None,
+    on_result: Callable[[int, float], None],
+) -> None:
+    """Train and test ``runs`` of the evaluation ``arguments`` describe in this process."""
+    protocol, model = arguments["protocol"], arguments["model"]
+    task = _task(
+        arguments["images"],
+        arguments["labels"],
+        model=model,
+        num_classes=arguments["num_classes"],
+        protocol=protocol,
+        seed=arguments["seed"],
+        model_options=arguments["model_options"],
+        pea=arguments["pea"],
     )
     runner = make_engine(
-        engine,
+        arguments["engine"],
         task,
-        accelerator=accelerator,
-        compile=compile,
+        accelerator=arguments["accelerator"],
+        compile=arguments["compile"],
         runs=protocol.runs,
-        test_images=len(test_images),
+        test_images=len(arguments["test_images"]),
     )
-    done = dict(done or {})
-    if unknown := sorted(set(done) - set(range(protocol.runs))):
-        raise ValueError(f"done names runs {unknown} outside 0..{protocol.runs - 1}")
-    measured: dict[int, float] = dict(done)
-    for group in runner.groups([r for r in range(protocol.runs) if r not in done]):
+    for group in runner.groups(runs):
         if progress is not None:
             which = (
                 f"run {group[0] + 1}" if len(group) == 1 else f"runs {group[0] + 1}-{group[-1] + 1}"
             )
             progress.start_run(f"{model} {which}/{protocol.runs}", protocol.train_epochs)
         trained = runner.train(task, group, progress=progress)
-        group_accuracies = runner.test(
-            trained, test_images, test_labels, batch_size=protocol.test_batch_size
+        accuracies = runner.test(
+            trained,
+            arguments["test_images"],
+            arguments["test_labels"],
+            batch_size=protocol.test_batch_size,
         )
-        for run, accuracy in zip(group, group_accuracies, strict=True):
-            measured[run] = accuracy
-            if on_run is not None:
-                on_run(run, accuracy)
-            if progress is not None:
-                progress.end_run(accuracy)
-    return [measured[r] for r in range(protocol.runs)]
+        for run, accuracy in zip(group, accuracies, strict=True):
+            on_result(run, accuracy)
 
 
 def train_network(
