@@ -99,6 +99,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--eval-runs", type=positive, default=None, help="override the scale's evaluation runs"
     )
     parser.add_argument(
+        "--eval-workers",
+        type=positive,
+        default=1,
+        help="CPU processes training a row's evaluation runs side by side (eval.workers)",
+    )
+    parser.add_argument(
         "--test-size",
         type=positive,
         default=None,
@@ -246,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
                 seed=args.seed,
                 accelerator=args.accelerator,
                 test_size=test_size,
-                partial=functools.partial(cache.runs_done, key(row.key), prints[row.key]),
+                partial=functools.partial(cache.resume_point, key(row.key), prints[row.key]),
+                workers=args.eval_workers,
                 save_run=functools.partial(cache.put_run, key(row.key), prints[row.key]),
             )
         except (

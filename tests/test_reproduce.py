@@ -237,9 +237,11 @@ def test_an_unfinished_rows_runs_are_kept_for_the_same_bundle_only(tmp_path):
     from dpdc_repro.common import ResultCache
 
     cache = ResultCache(tmp_path)
-    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 2, 0.61)
-    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 0, 0.63)
+    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 2, 0.61, 100.0)
+    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 0, 0.63, 50.0)
     again = ResultCache(tmp_path)  # as the next invocation reads it
+    assert again.resume_point("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a")[1] == 150.0
+    assert again.resume_point("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-b") == ({}, 0.0)
     assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a") == {
         0: 0.63,
         2: 0.61,

@@ -66,15 +66,33 @@ class ResultCache:
             return {}
         return {int(r): a for r, a in found["runs"].items()}
 
-    def put_run(self, key: str, fingerprint: Any, bundle: str, run: int, accuracy: float) -> None:
+    def put_run(
+        self, key: str, fingerprint: Any, bundle: str, run: int, accuracy: float, seconds: float
+    ) -> None:
+        """Store run ``run`` of an unfinished row, and the wall ``seconds`` its training took."""
         done = self.runs_done(key, fingerprint, bundle)
         done[run] = accuracy
         self.rows[partial_key(key)] = {
             "fingerprint": fingerprint,
             "bundle": bundle,
             "runs": {str(r): a for r, a in sorted(done.items())},
+            "eval_s": self.earlier_eval_s(key, fingerprint, bundle) + seconds,
         }
         self.save()
+
+    def resume_point(
+        self, key: str, fingerprint: Any, bundle: str
+    ) -> tuple[dict[int, float], float]:
+        """``runs_done`` and ``earlier_eval_s`` together: where an unfinished row goes on."""
+        return self.runs_done(key, fingerprint, bundle), self.earlier_eval_s(
+            key, fingerprint, bundle
+        )
+
+    def earlier_eval_s(self, key: str, fingerprint: Any, bundle: str) -> float:
+        """Wall seconds spent on the runs that ``runs_done`` returns (in earlier invocations)."""
+        if not self.runs_done(key, fingerprint, bundle):
+            return 0.0
+        return float(self.rows[partial_key(key)].get("eval_s", 0.0))
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -55,13 +55,15 @@ def run_row(
     seed: int,
     accelerator: str,
     test_size: int | None,
-    partial: Callable[[str], dict[int, float]] | None = None,
-    save_run: Callable[[str, int, float], None] | None = None,
+    partial: Callable[[str], tuple[dict[int, float], float]] | None = None,
+    save_run: Callable[[str, int, float, float], None] | None = None,
+    workers: int = 1,
 ) -> dict:
     """Condense and evaluate ``row``. A long evaluation resumes by run: ``partial(bundle_digest)``
     returns the runs already measured on this very bundle (its synthetic.pt's SHA-256; a bundle
-    condensed again draws other noise, so its runs start over) and ``save_run(bundle_digest, run,
-    accuracy)`` stores each run as it finishes."""
+    condensed again draws other noise, so its runs start over) and the wall seconds they took;
+    ``save_run(bundle_digest, run, accuracy, seconds)`` stores each run as it finishes. The row's
+    ``eval_s`` is the evaluation's whole wall time, earlier invocations included."""
     run_dir = work_dir / "runs" / f"{dataset}-{scale.name}-{row.key}-seed{seed}"
     result: dict = {
         "row": row.key,
@@ -91,10 +93,17 @@ def run_row(
         ipc=len(bundle.labels) // data.num_classes,
     )
     start = time.perf_counter()
+    laps = [start]
+
+    def lap() -> float:
+        """Seconds since the previous finished run (or the evaluation's start)."""
+        laps.append(time.perf_counter())
+        return laps[-1] - laps[-2]
+
     model = ModelConfig()
     test_images, test_labels = test_split(data, test_size)
     digest = hashlib.sha256((run_dir / "synthetic.pt").read_bytes()).hexdigest()
-    done = partial(digest) if partial is not None else {}
+    done, earlier_s = partial(digest) if partial is not None else ({}, 0.0)
     if done:
         print(
             f"[{row.key}] {len(done)} of {protocol.runs} evaluation runs done earlier", flush=True
@@ -113,10 +122,13 @@ def run_row(
         accelerator=accelerator,
         pea=row.eval_pea,
         done=done,
-        on_run=None if save_run is None else lambda r, a: save_run(digest, r, a),
+        workers=workers,
+        on_run=None if save_run is None else lambda r, a: save_run(digest, r, a, lap()),
     )
     result.update(
-        eval_s=time.perf_counter() - start, protocol=asdict(protocol), test_size=len(test_labels)
+        eval_s=earlier_s + time.perf_counter() - start,
+        protocol=asdict(protocol),
+        test_size=len(test_labels),
     )
     return result
 
