@@ -120,7 +120,7 @@ def step_flops() -> float:
     return counter.get_total_flops() / len(x)
 
 
-def test_flops_per_image() -> float:
+def flops_per_test_image() -> float:
     network, _, _ = setup(torch.contiguous_format)
     counter = FlopCounterMode(display=False)
     with counter, torch.no_grad():
@@ -154,6 +154,31 @@ def time_variant(*, compiled: bool, channels_last: bool, steps: int) -> float:
     return (time.process_time() - start) / images
 
 
+def condensation_lines(theory_per_core: float, measured_per_core: float, cores: int) -> list[str]:
+    """The condensation's bound at the papers' settings (IPC 50, L 50, ConvNet 128x3), with the
+    step FLOPs gpu_check counts (benchmarks/gpu_speed.py's paper_flops: one image's embedding
+    forward counted, backward = 2 forwards, the real batch forward only)."""
+    from gpu_speed import paper_flops
+
+    flops = paper_flops()
+    lines = [
+        "",
+        "## Condensation at the papers' settings: the bound per iteration",
+        "",
+        "| method | GFLOP per iteration | bound, 1 thread, theoretical / measured peak (s) | "
+        f"bound, {cores} cores (s) |",
+        "|---|---|---|---|",
+    ]
+    for name in ("ndpdc", "dm"):
+        gflop = flops[name] / 1e9
+        lines.append(
+            f"| {name.upper()} | {gflop:.0f} | {gflop / theory_per_core:.2f} / "
+            f"{gflop / measured_per_core:.2f} | {gflop / theory_per_core / cores:.2f} / "
+            f"{gflop / measured_per_core / cores:.2f} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=12, help="timed steps per variant")
@@ -165,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     ghz = clock_ghz()
     theory = cores * ghz * per_cycle
     measured = matmul_gflops()
-    train_flops, test_flops = step_flops(), test_flops_per_image()
+    train_flops, test_flops = step_flops(), flops_per_test_image()
     total = PASSES * train_flops + RUNS * TEST * test_flops
     load = os.getloadavg()[0]
     lines = [
@@ -203,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {name} | {seconds * 1e3:.2f} | {rate:.1f} | {rate / measured:.0%} | {wall:.0f} |"
             )
             print(lines[-1], flush=True)
+    lines += condensation_lines(theory / cores, measured, cores)
     lines += ["", f"1-minute load at the end: {os.getloadavg()[0]:.1f}", ""]
     text = "\n".join(lines)
     print(text)

@@ -106,3 +106,18 @@ def test_evaluator_crosscheck_runs_both_sides_and_keeps_hand_written_notes(tmp_p
     assert module.main(argv) == 0
     again = out.read_text()
     assert again.count(module.BEGIN) == 1 and again.startswith("# notes written by hand")
+
+
+def test_the_cpu_bound_counts_the_protocols_convolutions_by_hand():
+    """benchmarks/eval_cpu_bound.py's work per image equals the hand count of ConvNet 128x3 on a
+    1x28x28 image (first convolution padded to 32x32): forward, weight gradients, and input
+    gradients of every layer but the first (the images need none)."""
+    sys.path.insert(0, "benchmarks")
+    import eval_cpu_bound
+
+    conv1, conv2, conv3 = (2 * 128 * c * 9 * s * s for c, s in ((1, 32), (128, 16), (128, 8)))
+    linear = 2 * 2048 * 10
+    forward = conv1 + conv2 + conv3 + linear
+    assert eval_cpu_bound.flops_per_test_image() == forward
+    assert eval_cpu_bound.step_flops() == 2 * forward + conv2 + conv3 + linear
+    assert eval_cpu_bound.PASSES == 1001 * 500 * 5
