@@ -98,9 +98,12 @@ def train_main(argv: list[str]) -> int:
 
     config = compose(tokens)
     if args.print_config:
-        from dpdc_lightning.engine.training import planned_config_text
+        from dpdc_lightning.engine.training import discard_decoded, planned_config_text
 
-        print(planned_config_text(config), end="")
+        try:
+            print(planned_config_text(config), end="")
+        finally:  # it runs nothing: a copy decoded for the plan's class sizes does not stay
+            discard_decoded(0)
         return 0
     return _train(config, evaluate=args.evaluate)
 

@@ -82,6 +82,7 @@ class DatasetConfig:
     root: str | None = None
     download: bool = False
     cache_dir: str | None = None  # default: ~/.cache/dpdc_lightning
+    cache_max_gb: float | None = None  # the decoded cache's bound (data/cache_bounds.py)
     # Own data (dataset=imagefolder / tensors): size and channels of the images, a public test
     # split, or else the fraction of every class held out (NOT covered by the guarantee).
     image_size: int | None = None
@@ -98,6 +99,8 @@ class DatasetConfig:
             positive("dataset.image_size", self.image_size)
         if self.channels is not None:
             choice("dataset.channels", self.channels, (1, 3))
+        if self.cache_max_gb is not None:
+            positive("dataset.cache_max_gb", self.cache_max_gb)
         if not 0 < self.test_fraction < 1:
             raise UserError(f"dataset.test_fraction must be in (0, 1), got {self.test_fraction}")
 
