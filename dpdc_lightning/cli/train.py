@@ -97,6 +97,9 @@ def train_main(argv: list[str]) -> int:
     from dpdc_lightning.config import compose
 
     config = compose(tokens)
+    from dpdc_lightning.config.data_paths import refuse_missing_data
+
+    refuse_missing_data(config)  # before torch is imported: a missing file answers at once
     if args.print_config:
         from dpdc_lightning.engine.training import discard_decoded, planned_config_text
 
