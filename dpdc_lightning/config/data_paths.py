@@ -10,8 +10,11 @@ from pathlib import Path
 from dpdc_lightning.config.schema import RunConfig
 from dpdc_lightning.errors import UserError
 
-TENSOR_FILES = (".pt", ".pth", ".npz")
-TENSORS_WANTED = "dataset=tensors expects FILE.pt, FILE.npz or a folder of .npy files"
+TENSOR_FILES = (".pt", ".pth", ".npz", ".h5", ".hdf5", ".parquet")
+TENSORS_WANTED = (
+    "dataset=tensors expects FILE.npz, FILE.pt, FILE.h5, FILE.parquet or a folder (.npy files, "
+    "or a Hugging Face save_to_disk folder)"
+)
 
 
 def refuse_missing_data(config: RunConfig) -> None:

@@ -19,6 +19,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +40,8 @@ from dpdc_lightning.data.decoded_cache import (
     write_entry,
 )
 from dpdc_lightning.data.loaders.arrays import Source, open_arrays
+from dpdc_lightning.data.loaders.formats import h5_sources, medmnist
+from dpdc_lightning.data.loaders.formats_arrow import arrow_sources
 from dpdc_lightning.data.loaders.own import hold_out
 from dpdc_lightning.data.loaders.tensor_convert import (
     TensorFile,
@@ -60,8 +63,10 @@ def read_arrays(
     image_size: int | None,
     channels: int | None,
     cache_dir: Path | None,
+    keys: dict[str, str | None] | None = None,
 ) -> TensorFile:
-    """The TensorFile of an ``.npz`` file or a folder of ``.npy`` files."""
+    """The TensorFile of an ``.npz`` file, a folder of ``.npy`` files, or another array format
+    (formats.py; ``keys``: the names of its images and labels)."""
     if not path.exists():
         raise UserError(
             f"dataset.root={path} is not a file (dataset=tensors expects FILE.pt, FILE.npz or a "
@@ -71,7 +76,7 @@ def read_arrays(
         raise UserError(
             f"{path}: give the folder holding images.npy and labels.npy as dataset.root"
         )
-    arrays = open_arrays(path)
+    arrays = _open(path, keys or {}, image_size)
     if "images" not in arrays or "labels" not in arrays:
         held = "a folder with images.npy and labels.npy" if path.is_dir() else "arrays in .npz"
         raise UserError(f"{path} must hold 'images' [N, C, H, W] and 'labels' [N] ({held})")
@@ -98,10 +103,30 @@ def read_arrays(
     return TensorFile(images, labels, test, names, tuple(entries))
 
 
+HDF5_SUFFIXES = (".h5", ".hdf5")
+
+
+def _open(path: Path, keys: dict[str, str | None], image_size: int | None) -> dict[str, Any]:
+    """Our names (images, labels, test_images, test_labels, class_names) -> sources of the file."""
+    images, labels = keys.get("images"), keys.get("labels")
+    if path.suffix in HDF5_SUFFIXES:
+        names = {"images": images or "images", "labels": labels or "labels"}
+        return h5_sources(
+            path, names | {"test_images": "test_images", "test_labels": "test_labels"}
+        )
+    hugging_face = path.is_dir() and not (path / "images.npy").is_file()
+    if path.suffix == ".parquet" or hugging_face:
+        names = {"images": images or "image", "labels": labels or "label"}
+        return arrow_sources(path, names, image_size=image_size)
+    if images or labels:
+        raise UserError("dataset.images_key and dataset.labels_key name HDF5 datasets or columns")
+    return medmnist(open_arrays(path), path)
+
+
 def _labels(path: Path, source: Source) -> Tensor:
     if source.dtype.kind not in "biu" or source.dtype.kind == "b":
         raise UserError(f"{path}: labels must be integers from 0, got {source.dtype}")
-    return torch.from_numpy(np.ascontiguousarray(source.read()).astype(np.int64, copy=False))
+    return torch.from_numpy(np.array(source.read(), dtype=np.int64))  # a copy: labels are small
 
 
 def _pixels(
@@ -132,9 +157,10 @@ def file_key(path: Path, options: dict) -> str:
     """The cache key of the file (or the .npy files of the folder) ``path`` with ``options``."""
     key = hashlib.blake2b(digest_size=16)
     key.update(json.dumps([FORMAT, "tensors", options], sort_keys=True).encode())
-    files = sorted(path.glob("*.npy")) if path.is_dir() else [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for file in files:
-        key.update(len(file.name).to_bytes(8, "little") + file.name.encode())
+        name = os.fsencode(file.relative_to(path) if path.is_dir() else file.name)
+        key.update(len(name).to_bytes(8, "little") + name)
         key.update(file.stat().st_size.to_bytes(8, "little"))
         file_digest(file, key)
     return key.hexdigest()

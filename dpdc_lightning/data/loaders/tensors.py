@@ -20,21 +20,33 @@ from dpdc_lightning.data.loaders.tensor_convert import TensorFile, prepare
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.tensor_files import load_plain
 
+ARRAY_SUFFIXES = (".npz", ".npy", ".h5", ".hdf5", ".parquet")
+
 
 def _read_tensor_file(
-    path: Path, *, image_size: int | None, channels: int | None, cache_dir: Path | None = None
+    path: Path,
+    *,
+    image_size: int | None,
+    channels: int | None,
+    cache_dir: Path | None = None,
+    keys: dict[str, str | None] | None = None,
 ) -> TensorFile:
     """The file's (or folder's) images, labels, test split and class names; ``cache_dir``: where a
     large set that cannot be mapped as it is stored is decoded (tensor_cache.py)."""
-    if path.is_dir() or path.suffix in (".npz", ".npy"):
-        return read_arrays(path, image_size=image_size, channels=channels, cache_dir=cache_dir)
+    if path.is_dir() or path.suffix in ARRAY_SUFFIXES:
+        return read_arrays(
+            path, image_size=image_size, channels=channels, cache_dir=cache_dir, keys=keys
+        )
     if not path.is_file():
         raise UserError(
             f"dataset.root={path} is not a file (dataset=tensors expects FILE.pt, FILE.npz or a "
             "folder of .npy files)"
         )
     if path.suffix not in (".pt", ".pth"):
-        raise UserError(f"{path}: dataset=tensors reads .pt, .npz or a folder of .npy files")
+        raise UserError(
+            f"{path}: dataset=tensors reads .npz, .pt, .h5, .parquet, a folder of .npy files or "
+            "a Hugging Face save_to_disk folder"
+        )
     payload = load_plain(path, what="dataset file")
     if not isinstance(payload, dict) or not all(
         isinstance(payload.get(k), Tensor) for k in ("images", "labels")
@@ -98,11 +110,16 @@ def load_tensors(
     test_fraction: float = 0.2,
     split_seed: int = 0,
     cache_dir: Path | None = None,
+    images_key: str | None = None,
+    labels_key: str | None = None,
 ) -> ImageData:
     """The file (or folder of .npy files) ``root``: mapped in place where its arrays allow it, a
     large set that must be converted decoded once into the private cache in ``cache_dir``
     (tensor_cache.py; None: everything in memory)."""
-    read = _read_tensor_file(root, image_size=image_size, channels=channels, cache_dir=cache_dir)
+    keys = {"images": images_key, "labels": labels_key}
+    read = _read_tensor_file(
+        root, image_size=image_size, channels=channels, cache_dir=cache_dir, keys=keys
+    )
     images, labels, test, names = read.images, read.labels, read.test, read.names
     entries = list(read.entries)
     test_source = f"the test_images of {root}"
@@ -113,7 +130,7 @@ def load_tensors(
                 f"{root} already holds test_images; drop dataset.test_root or the file's test split"
             )
         held = _read_tensor_file(
-            Path(test_root), image_size=images.shape[-1], channels=images.shape[1]
+            Path(test_root), image_size=images.shape[-1], channels=images.shape[1], keys=keys
         )
         test = (held.images, held.labels)
     _check_labels(root, labels, names)
