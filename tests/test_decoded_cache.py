@@ -219,8 +219,15 @@ def test_forget_deletes_the_decoded_copy(tmp_path, capsys):
             if path.name != ".provenance.json":
                 assert os.fsencode(cache) not in content, path
     capsys.readouterr()
+    # Issue 44: forget finds the copy from the run's own record, even after the folder changed
+    # (hashing the folder now would find another entry, or none).
+    path = root / "cat" / "02.png"
+    pixels = np.asarray(Image.open(path)).copy()
+    pixels[0, 0, 0] ^= 0x55
+    Image.fromarray(pixels).save(path, compress_level=0)
     assert run(TRAIN, [f"forget={run_dir}"]) == 0
-    assert "deleted the decoded copy" in capsys.readouterr().out and not entry.exists()
+    said = capsys.readouterr().out
+    assert "deleted the decoded copy" in said and str(entry) in said and not entry.exists()
     assert run(TRAIN, [f"forget={run_dir}"]) == 0
     assert "no decoded copy" in capsys.readouterr().out
 

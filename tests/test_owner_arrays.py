@@ -253,3 +253,18 @@ def test_zip_members_compressed_are_not_mapped(tmp_path):
     layout = npz_layout(path)
     assert layout["images"].mappable and layout["labels"] is None
     assert load_tensors(path).num_classes == 3  # labels decompressed, images mapped
+
+
+def test_the_keyed_digest_of_a_mapped_set_is_the_digest_of_its_values(tmp_path):
+    from dpdc_lightning.privacy.digests import data_digest
+
+    arrays, root = _arrays(), tmp_path / "set.npz"
+    np.savez(root, labels=arrays["labels"], images=arrays["images"])  # images not first
+    from dpdc_lightning.data.loaders.tensors import _read_tensor_file
+
+    full = _read_tensor_file(root, image_size=None, channels=None).images  # before any split
+    assert is_mapped(full) and is_mapped(full[5:9])
+    for tensor in (full, full[5:9], full[1]):
+        copy = tensor.clone()  # in memory
+        assert not is_mapped(copy)
+        assert data_digest([tensor], key=3) == data_digest([copy], key=3)

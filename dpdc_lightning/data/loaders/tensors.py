@@ -1,9 +1,11 @@
-"""``dataset=tensors dataset.root=FILE``: a ``.pt`` or ``.npz`` file of images and labels.
+"""``dataset=tensors dataset.root=FILE``: a file (or folder) of images and labels.
 
-The file is loaded with ``weights_only=True`` (``.pt``) or ``allow_pickle=False`` (``.npz``) and
-holds ``images`` ([N, C, H, W] or [N, H, W]; uint8 0..255 or float in [0, 1]) and ``labels`` ([N]
-integers from 0), optionally ``test_images`` / ``test_labels`` and ``class_names``. The test split
-and the fixed normalisation: data/loaders/own.py.
+It holds ``images`` ([N, C, H, W] or [N, H, W]; uint8 0..255 or float in [0, 1]) and ``labels``
+([N] integers from 0), optionally ``test_images`` / ``test_labels`` and ``class_names``. A ``.pt``
+is loaded whole with ``weights_only=True``; an ``.npz``, a folder of ``.npy`` files and the other
+formats data owners hold (HDF5, Hugging Face sets, parquet, MedMNIST: formats.py) are read where
+they lie, mapped or converted once into the private cache (tensor_cache.py), never unpickled. The
+test split and the fixed normalisation: data/loaders/own.py.
 """
 
 from __future__ import annotations
