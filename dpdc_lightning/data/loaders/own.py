@@ -106,12 +106,19 @@ def _fingerprints(rows: np.ndarray) -> np.ndarray:
         values = flat.astype(np.float32, copy=False)
         levels = np.rint((np.clip(values, -1, 1) + 1) * 127.5).astype(np.uint8)
         exact = (normalised(torch.from_numpy(levels)).numpy() == values).all(axis=1)
-    weights = np.resize(_WEIGHTS, flat.shape[1])
-    found = (levels.astype(np.uint64) * weights).sum(axis=1, dtype=np.uint64)
+    found = _weighted(levels)
     if values is not None and not exact.all():
-        words = values[~exact].view(np.uint32).astype(np.uint64)
-        found[~exact] = (words * weights).sum(axis=1, dtype=np.uint64) ^ np.uint64(0x5A5A5A5A)
+        found[~exact] = _weighted(values[~exact]) ^ np.uint64(0x5A5A5A5A)
     return found
+
+
+def _weighted(rows: np.ndarray) -> np.ndarray:
+    """The rows' bytes read as 64-bit words (zero-padded), summed with odd weights, wrapping."""
+    raw = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), -1)
+    if raw.shape[1] % 8:
+        raw = np.pad(raw, ((0, 0), (0, 8 - raw.shape[1] % 8)))
+    words = raw.view(np.uint64)
+    return (words * np.resize(_WEIGHTS, words.shape[1])).sum(axis=1, dtype=np.uint64)
 
 
 def _record_digest(row: np.ndarray) -> bytes:
