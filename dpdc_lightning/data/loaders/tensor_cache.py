@@ -78,7 +78,11 @@ def read_arrays(
         )
     arrays = _open(path, keys or {}, image_size)
     if "images" not in arrays or "labels" not in arrays:
-        held = "a folder with images.npy and labels.npy" if path.is_dir() else "arrays in .npz"
+        held = (
+            "a folder with images.npy and labels.npy, or a Hugging Face save_to_disk folder"
+            if path.is_dir()
+            else "arrays in .npz"
+        )
         raise UserError(f"{path} must hold 'images' [N, C, H, W] and 'labels' [N] ({held})")
     options = {"image_size": image_size, "channels": channels}
     entries: list[str] = []
@@ -114,7 +118,9 @@ def _open(path: Path, keys: dict[str, str | None], image_size: int | None) -> di
         return h5_sources(
             path, names | {"test_images": "test_images", "test_labels": "test_labels"}
         )
-    hugging_face = path.is_dir() and not (path / "images.npy").is_file()
+    hugging_face = path.is_dir() and (
+        (path / "dataset_dict.json").is_file() or any(path.glob("*.arrow"))
+    )
     if path.suffix == ".parquet" or hugging_face:
         names = {"images": images or "image", "labels": labels or "label"}
         return arrow_sources(path, names, image_size=image_size)
