@@ -268,3 +268,12 @@ def test_the_keyed_digest_of_a_mapped_set_is_the_digest_of_its_values(tmp_path):
         copy = tensor.clone()  # in memory
         assert not is_mapped(copy)
         assert data_digest([tensor], key=3) == data_digest([copy], key=3)
+
+
+def test_the_range_check_reads_every_block():
+    from dpdc_lightning.data.image_data import ImageData
+
+    images = torch.zeros(8200, 1, 2, 2)  # more records than one block of the check
+    images[8199, 0, 1, 1] = 1.5
+    with pytest.raises(UserError, match="train record 8199 holds NaN, Inf or values outside"):
+        ImageData.from_tensors(images, torch.arange(8200) % 2)
