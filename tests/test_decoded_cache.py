@@ -206,6 +206,10 @@ def test_forget_deletes_the_decoded_copy(tmp_path, capsys):
     tokens += ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
     assert run(TRAIN, [*tokens, f"run_dir={run_dir}"]) == 0
     entry = _entries(cache)[0]
+    shown = capsys.readouterr()  # the owner's console says where the decoded copy lives
+    assert f"decoded copy of your data lives in the private cache {entry.parent}" in (
+        shown.out + shown.err
+    )
     written = {p: p.stat().st_mtime_ns for p in entry.rglob("*")}
     # A second run on the folder (as a resume or another DDP rank) reads the entry, writes nothing.
     assert run(TRAIN, [*tokens, f"run_dir={tmp_path / 'again'}"]) == 0

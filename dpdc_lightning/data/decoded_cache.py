@@ -4,8 +4,9 @@ later runs (a second run, a resume, the other DDP ranks) read the decoded pixels
 Where: ``<dataset.cache_dir>/decoded/<key>/`` (default ``~/.cache/dpdc_lightning``), owner-only
 like the run's other private files (folders 0700, files 0600): it is a copy of the private data.
 It is outside every run folder, so no bundle can carry it; ``forget=RUN_DIR`` deletes the entries
-the run read, found again by hashing its folder: a run folder keeps no digest of the data once the
-run is finished (the key is a plain digest of the files, which would let anyone test a guess).
+the run read, found by the random ids the run recorded (cache_bounds.py): a run folder keeps no
+digest of the data once the run is finished (the key is a plain digest of the files, which would
+let anyone test a guess).
 
 Keyed by content: the key is a BLAKE2b digest of the decoding options and, for every file in
 order, its class, its name, its size and a BLAKE2b digest of its bytes. Each load hashes every
@@ -24,8 +25,9 @@ dependency beyond numpy, whose format is documented and stable.
 
 Written atomically: everything goes to ``.partial-<key>-<pid>@<host>/`` and is renamed to
 ``<key>/`` when complete, so an interrupted decode never leaves a cache entry (its partial folder
-is removed by the next load on that machine once its process is gone). Entries are never evicted:
-a changed folder is a new entry, and the old one stays until ``forget`` or the user deletes it.
+is removed by the next load on that machine once its process is gone). A changed folder is a new
+entry; the old one stays until ``forget``, ``dpdc-cache clear`` or the size bound evicts it
+(``dataset.cache_max_gb``, least recently used first: cache_bounds.py).
 """
 
 from __future__ import annotations
