@@ -277,3 +277,39 @@ def test_the_range_check_reads_every_block():
     images[8199, 0, 1, 1] = 1.5
     with pytest.raises(UserError, match="train record 8199 holds NaN, Inf or values outside"):
         ImageData.from_tensors(images, torch.arange(8200) % 2)
+
+
+def test_refusals_from_the_file_system_come_before_torch(tmp_path):
+    """A missing data file is refused right after composing (config/data_paths.py), before torch is
+    imported; dpdc-cache's refusals are one error line with exit code 2, like every command's."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    probe = (
+        "import sys\n"
+        "from dpdc_lightning.cli import run\n"
+        "from dpdc_lightning.cli.train import train_main\n"
+        f"code = run(train_main, ['dataset=tensors', 'dataset.root={tmp_path / 'no.npz'}'])\n"
+        "print('torch' in sys.modules, code)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=root, timeout=120
+    )
+    assert done.stdout.split() == ["False", "2"], done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: dataset.root={tmp_path / 'no.npz'} is not a file (dataset=tensors expects "
+        "FILE.npz, FILE.pt, FILE.h5, FILE.parquet or a folder (.npy files, or a Hugging Face "
+        "save_to_disk folder))"
+    ]
+    for argv in (["bogus"], ["list", "x"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "dpdc_lightning.cli.cache", *argv, "--cache-dir", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            timeout=120,
+        )
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written

@@ -7,8 +7,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 from dpdc_lightning.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its errors as one ``error:`` line (exit code 2), as every command's."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = self.format_usage().strip().removeprefix("usage: ")
+        raise UserError(f"{message}; usage: {usage}")
 
 
 def cache_main(argv: list[str]) -> int:
@@ -16,16 +25,13 @@ def cache_main(argv: list[str]) -> int:
     from dpdc_lightning.data.decoded_cache import STORE_FOLDER, remove_entries
     from dpdc_lightning.data.load import default_cache_dir
 
-    parser = argparse.ArgumentParser(prog="dpdc-cache", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="dpdc-cache", description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("list", "clear"))
     parser.add_argument("entries", nargs="*", help="entries to clear (default: every entry)")
     parser.add_argument("--cache-dir", help="dataset.cache_dir (default: ~/.cache/dpdc_lightning)")
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        if exit_.code:
-            usage = parser.format_usage().strip().removeprefix("usage: ")
-            raise UserError(f"usage: {usage}") from None
+    except SystemExit:  # --help, printed
         return 0
     folder = Path(args.cache_dir or default_cache_dir()) / STORE_FOLDER
     found = entries(folder)
