@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -109,8 +110,6 @@ def main() -> None:
     row = {"records": args.records, "test": args.test, "generated_s": round(generated, 1)}
     for attempt in ("first", "second"):
         row[attempt] = run(path, args.folder / "cache", args.iterations)
-        import shutil
-
         shutil.rmtree(args.folder / "run", ignore_errors=True)
     print(json.dumps(row))
 
