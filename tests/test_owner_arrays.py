@@ -279,7 +279,7 @@ def test_the_range_check_reads_every_block():
         ImageData.from_tensors(images, torch.arange(8200) % 2)
 
 
-def test_refusals_from_the_file_system_come_before_torch(tmp_path):
+def test_refusals_from_the_file_system_come_before_torch(tmp_path, capsys):
     """A missing data file is refused right after composing (config/data_paths.py), before torch is
     imported; dpdc-cache's refusals are one error line with exit code 2, like every command's."""
     import subprocess
@@ -302,14 +302,11 @@ def test_refusals_from_the_file_system_come_before_torch(tmp_path):
         "FILE.npz, FILE.pt, FILE.h5, FILE.parquet or a folder (.npy files, or a Hugging Face "
         "save_to_disk folder))"
     ]
-    for argv in (["bogus"], ["list", "x"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "dpdc_lightning.cli.cache", *argv, "--cache-dir", str(tmp_path)],
-            capture_output=True,
-            text=True,
-            cwd=root,
-            timeout=120,
-        )
-        lines = done.stderr.strip().splitlines()
-        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), lines
+    from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.cache import cache_main
+
+    for argv in (["bogus"], ["list", "x"]):  # in process: run() is what the console command calls
+        assert run(cache_main, [*argv, "--cache-dir", str(tmp_path)]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
