@@ -310,3 +310,16 @@ def test_refusals_from_the_file_system_come_before_torch(tmp_path, capsys):
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: "), lines
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_nan_in_a_converted_block_is_named_by_its_place_in_the_file(tmp_path, large, monkeypatch):
+    monkeypatch.setattr(tensor_cache, "BLOCK_ROWS", 10)
+    arrays, root, cache = _arrays(), tmp_path / "float.npz", tmp_path / "cache"
+    images = arrays["images"].astype(np.float32) / 255
+    images[45, 1, 2, 3] = np.nan
+    np.savez(root, images=images, labels=arrays["labels"])
+    with pytest.raises(
+        UserError, match=r"record 45 holds NaN .*\(1 record among records 40\.\.49\)"
+    ):
+        load_tensors(root, cache_dir=cache)
+    assert _entries(cache) == []  # the partial conversion is not an entry

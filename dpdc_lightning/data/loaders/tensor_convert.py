@@ -26,9 +26,9 @@ class TensorFile(NamedTuple):
     entries: tuple[str, ...]
 
 
-def _as_unit(path: Path, images: Tensor, key: str, first: int = 0) -> Tensor:
+def _as_unit(path: Path, images: Tensor, key: str, first: int | None = None) -> Tensor:
     """uint8 0..255 or float 0..1 -> float in [0, 1] (``first``: the index of the first record,
-    when ``images`` is a block of the file's records)."""
+    when ``images`` is a block of the file's records, None for the whole set)."""
     if images.dtype == torch.uint8:
         return images.float() / 255.0
     if not images.is_floating_point():
@@ -38,9 +38,11 @@ def _as_unit(path: Path, images: Tensor, key: str, first: int = 0) -> Tensor:
     images = images.float()
     bad = ~torch.isfinite(images.flatten(1)).all(1)
     if bool(bad.any()):  # its own error, not a range one; the index is for the owner's console only
+        count, start = int(bad.sum()), first or 0
+        where = "in all" if first is None else f"among records {start}..{start + len(images) - 1}"
         raise UserError(
-            f"{path}: '{key}' record {first + int(torch.nonzero(bad)[0])} holds NaN or Inf pixels "
-            f"({int(bad.sum())} record{'s' if int(bad.sum()) > 1 else ''} in all); fix or drop them"
+            f"{path}: '{key}' record {start + int(torch.nonzero(bad)[0])} holds NaN or Inf pixels "
+            f"({count} record{'s' if count > 1 else ''} {where}); fix or drop them"
         )
     if float(images.min()) < 0 or float(images.max()) > 1:
         raise UserError(
@@ -99,7 +101,7 @@ def convert(
     *,
     image_size: int | None,
     channels: int | None,
-    first: int = 0,
+    first: int | None = None,
 ) -> Tensor:
     """Records [n, C, H, W] as stored: kept (8-bit levels already right), or checked, converted to
     ``channels``, resized and normalised to [-1, 1] (float32). ``first``: the index of the first
