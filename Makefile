@@ -36,7 +36,8 @@ lint: $(STAMP)
 # runs it in this one process, `TEST_WORKERS=auto` one process per core.
 TEST_WORKERS ?= 2
 test: lint
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	@start=$$(date +%s); $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15; status=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall on $$(nproc) cores (load $$(cut -d" " -f1 /proc/loadavg) at the end)"; exit $$status
 
 # The slow tests include the report's browser test: Debian's chromium, installed here when missing
 # (as root, with apt-get), required otherwise. One pytest process for all of them, as a notebook

@@ -34,6 +34,7 @@ RANKS = {
     "lazy": 0,
     "seeding": 0,
     "tensor_files": 0,
+    "mapped_files": 0,
     "plots": 0,
     "privacy": 1,
     "data": 2,

@@ -206,6 +206,10 @@ def test_forget_deletes_the_decoded_copy(tmp_path, capsys):
     tokens += ["dataset=imagefolder", f"dataset.root={root}", f"dataset.cache_dir={cache}"]
     assert run(TRAIN, [*tokens, f"run_dir={run_dir}"]) == 0
     entry = _entries(cache)[0]
+    shown = capsys.readouterr()  # the owner's console says where the decoded copy lives
+    assert f"decoded copy of your data lives in the private cache {entry.parent}" in (
+        shown.out + shown.err
+    )
     written = {p: p.stat().st_mtime_ns for p in entry.rglob("*")}
     # A second run on the folder (as a resume or another DDP rank) reads the entry, writes nothing.
     assert run(TRAIN, [*tokens, f"run_dir={tmp_path / 'again'}"]) == 0
@@ -219,8 +223,15 @@ def test_forget_deletes_the_decoded_copy(tmp_path, capsys):
             if path.name != ".provenance.json":
                 assert os.fsencode(cache) not in content, path
     capsys.readouterr()
+    # Issue 44: forget finds the copy from the run's own record, even after the folder changed
+    # (hashing the folder now would find another entry, or none).
+    path = root / "cat" / "02.png"
+    pixels = np.asarray(Image.open(path)).copy()
+    pixels[0, 0, 0] ^= 0x55
+    Image.fromarray(pixels).save(path, compress_level=0)
     assert run(TRAIN, [f"forget={run_dir}"]) == 0
-    assert "deleted the decoded copy" in capsys.readouterr().out and not entry.exists()
+    said = capsys.readouterr().out
+    assert "deleted the decoded copy" in said and str(entry) in said and not entry.exists()
     assert run(TRAIN, [f"forget={run_dir}"]) == 0
     assert "no decoded copy" in capsys.readouterr().out
 

@@ -678,7 +678,8 @@ def test_the_wheel_holds_the_configs_and_commands_and_runs_outside_the_repo(
         .read(next(n for n in names if n.endswith("entry_points.txt")))
         .decode()
     )
-    for command in ("dpdc-train", "dpdc-evaluate", "dpdc-privacy", "dpdc-audit", "dpdc-export"):
+    commands = ("dpdc-train", "dpdc-evaluate", "dpdc-privacy", "dpdc-audit", "dpdc-export")
+    for command in (*commands, "dpdc-cache"):
         assert command in entry_points
     venv = tmp_path / "venv"
     subprocess.run(

@@ -11,6 +11,7 @@ from dpdc_lightning.errors import main_entry
 
 __all__ = [
     "audit_entry",
+    "cache_entry",
     "evaluate_entry",
     "evaluate_main",
     "export_entry",
@@ -37,6 +38,13 @@ def privacy_entry() -> None:
     from dpdc_lightning.privacy.__main__ import main
 
     main_entry(main)
+
+
+def cache_entry() -> None:
+    """``dpdc-cache list|clear``: see dpdc_lightning/cli/cache.py."""
+    from dpdc_lightning.cli.cache import cache_main
+
+    main_entry(cache_main)
 
 
 def audit_entry() -> None:

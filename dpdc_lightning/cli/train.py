@@ -97,10 +97,18 @@ def train_main(argv: list[str]) -> int:
     from dpdc_lightning.config import compose
 
     config = compose(tokens)
-    if args.print_config:
-        from dpdc_lightning.engine.training import planned_config_text
+    from dpdc_lightning.config.data_paths import refuse_missing_data
 
-        print(planned_config_text(config), end="")
+    refuse_missing_data(config)  # before torch is imported: a missing file answers at once
+    if args.print_config:
+        from dpdc_lightning.data.cache_bounds import created_count
+        from dpdc_lightning.engine.training import discard_decoded, planned_config_text
+
+        written = created_count()
+        try:
+            print(planned_config_text(config), end="")
+        finally:  # it runs nothing: a copy decoded for the plan's class sizes does not stay
+            discard_decoded(written)
         return 0
     return _train(config, evaluate=args.evaluate)
 

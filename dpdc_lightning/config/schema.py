@@ -82,6 +82,7 @@ class DatasetConfig:
     root: str | None = None
     download: bool = False
     cache_dir: str | None = None  # default: ~/.cache/dpdc_lightning
+    cache_max_gb: float | None = None  # the decoded cache's bound (data/cache_bounds.py)
     # Own data (dataset=imagefolder / tensors): size and channels of the images, a public test
     # split, or else the fraction of every class held out (NOT covered by the guarantee).
     image_size: int | None = None
@@ -89,6 +90,10 @@ class DatasetConfig:
     test_root: str | None = None
     test_fraction: float = 0.2
     split_seed: int = 0
+    # dataset=tensors on an HDF5 file or a Hugging Face set: the names of the images and the labels
+    # (null: images/labels in HDF5, image/label columns in Hugging Face sets)
+    images_key: str | None = None
+    labels_key: str | None = None
 
     def __post_init__(self) -> None:
         from dpdc_lightning.data.registry import DATASETS  # torch-free: names and lazy loaders
@@ -98,12 +103,20 @@ class DatasetConfig:
             positive("dataset.image_size", self.image_size)
         if self.channels is not None:
             choice("dataset.channels", self.channels, (1, 3))
+        if self.cache_max_gb is not None:
+            positive("dataset.cache_max_gb", self.cache_max_gb)
+        if (self.images_key or self.labels_key) and self.name != "tensors":
+            raise UserError(
+                "dataset.images_key and dataset.labels_key name the arrays of dataset=tensors"
+            )
         if not 0 < self.test_fraction < 1:
             raise UserError(f"dataset.test_fraction must be in (0, 1), got {self.test_fraction}")
 
     def own_data_options(self) -> dict[str, Any]:
         """Options of the own-data readers (None where not given)."""
+        keys = {"images_key": self.images_key, "labels_key": self.labels_key}
         return {
+            **({k: v for k, v in keys.items() if v is not None}),
             "image_size": self.image_size,
             "channels": self.channels,
             "test_root": self.test_root,

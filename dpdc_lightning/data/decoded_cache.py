@@ -4,8 +4,9 @@ later runs (a second run, a resume, the other DDP ranks) read the decoded pixels
 Where: ``<dataset.cache_dir>/decoded/<key>/`` (default ``~/.cache/dpdc_lightning``), owner-only
 like the run's other private files (folders 0700, files 0600): it is a copy of the private data.
 It is outside every run folder, so no bundle can carry it; ``forget=RUN_DIR`` deletes the entries
-the run read, found again by hashing its folder: a run folder keeps no digest of the data once the
-run is finished (the key is a plain digest of the files, which would let anyone test a guess).
+the run read, found by the random ids the run recorded (cache_bounds.py): a run folder keeps no
+digest of the data once the run is finished (the key is a plain digest of the files, which would
+let anyone test a guess).
 
 Keyed by content: the key is a BLAKE2b digest of the decoding options and, for every file in
 order, its class, its name, its size and a BLAKE2b digest of its bytes. Each load hashes every
@@ -24,8 +25,9 @@ dependency beyond numpy, whose format is documented and stable.
 
 Written atomically: everything goes to ``.partial-<key>-<pid>@<host>/`` and is renamed to
 ``<key>/`` when complete, so an interrupted decode never leaves a cache entry (its partial folder
-is removed by the next load on that machine once its process is gone). Entries are never evicted:
-a changed folder is a new entry, and the old one stays until ``forget`` or the user deletes it.
+is removed by the next load on that machine once its process is gone). A changed folder is a new
+entry; the old one stays until ``forget``, ``dpdc-cache clear`` or the size bound evicts it
+(``dataset.cache_max_gb``, least recently used first: cache_bounds.py).
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ import shutil
 import socket
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dpdc_lightning.data.cache_bounds import created, evict, mark_used, new_entry_id
 from dpdc_lightning.data.decode_pool import Progress, Runner, worker_count
+from dpdc_lightning.mapped_files import map_stored, npy_layout, row_blocks
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 STORE_FOLDER = "decoded"
 FORMAT = "dpdc_lightning decoded images v1"  # part of every key: a new layout never reads an old
@@ -106,9 +114,18 @@ def open_decoded(
     count = worker_count(len(paths), workers)
     with Runner(workers=count, progress=Progress(enabled=count > 1)) as run:
         entry = folder / _key(run, paths, records, options)
-        if (entry / META).is_file():
-            return entry
-        return _write(folder, entry.name, lambda part: _fill(part, labels, decode, paths, run))
+        found = found_entry(entry)
+        if found is not None:
+            return found
+        return write_entry(folder, entry.name, lambda part: _fill(part, labels, decode, paths, run))
+
+
+def found_entry(entry: Path) -> Path | None:
+    """``entry`` if it is complete (marked as used now, for the eviction's order), else None."""
+    if not (entry / META).is_file():
+        return None
+    mark_used(entry)
+    return entry
 
 
 def entry_of(
@@ -139,8 +156,17 @@ def _fill(partial: Path, labels: np.ndarray, decode: Decoder, paths: Sequence[st
         return os.fspath(target)
 
     meta = decode(list(paths), run, create)
-    _save(partial / LABELS, labels)
+    save_array(partial / LABELS, labels)
     return meta
+
+
+def write_entry(folder: Path, name: str, fill: Callable[[Path], dict]) -> Path:
+    """A new cache entry: :func:`_write`, then recorded as this process's (cache_bounds.py) and
+    the cache brought back under its size limit by evicting other entries."""
+    entry = _write(folder, name, lambda partial: {**fill(partial), "id": new_entry_id()})
+    created(entry)
+    evict(folder, keep={entry})
+    return entry
 
 
 def _write(folder: Path, name: str, fill: Callable[[Path], dict]) -> Path:
@@ -167,7 +193,7 @@ def _write(folder: Path, name: str, fill: Callable[[Path], dict]) -> Path:
     return folder / name
 
 
-def _save(path: Path, array: np.ndarray) -> None:
+def save_array(path: Path, array: np.ndarray) -> None:
     with open(private_file(path), "wb") as handle:
         np.save(handle, array, allow_pickle=False)
 
@@ -190,67 +216,64 @@ def remove_abandoned(folder: Path) -> None:
 def read_entry(entry: Path) -> tuple[np.ndarray, np.ndarray, dict]:
     """(pixels memory-mapped copy-on-write, labels in memory, meta) of a cache entry."""
     meta = json.loads((entry / META).read_text())
-    pixels = np.load(entry / PIXELS, mmap_mode="c")
+    pixels = map_stored(npy_layout(entry / PIXELS))  # passes over it read the file
     return pixels, np.load(entry / LABELS, allow_pickle=False), meta
 
 
 def split_entry(
-    entry: Path, *, tag: str, held: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    entry: Path,
+    pixels: Tensor,
+    labels: np.ndarray,
+    *,
+    tag: str,
+    held: Callable[[np.ndarray, np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(train pixels, train labels, test pixels, test labels) of the entry's records split by
-    ``held(rows, labels)`` (True: test), each split its own memory-mapped file: written once per
-    ``tag`` (the split's options), so a later load neither recomputes the mask nor copies the set.
+    """(train pixels, train labels, test pixels, test labels) of the records ``pixels`` (the
+    entry's own, or a file mapped in place) split by ``held(rows, labels)`` (True: test), each
+    split its own memory-mapped file in ``entry``: written once per ``tag`` (the split's options),
+    so a later load neither recomputes the mask nor copies the set.
 
     ``held`` must decide every record on its own (as own.hold_out does): it is called on blocks of
     rows read with plain file reads, not through the memory map, since a pass over a mapped set
     counts every page it touched in the process's resident memory (VmHWM)."""
     name = f"split-{tag}"
     if not (entry / name / META).is_file():
-        mask = np.concatenate([held(rows, labels) for rows, labels in _blocks(entry)])
-        _write(entry, name, lambda partial: _write_split(partial, entry, mask))
+        mask = np.concatenate(
+            [held(rows, labels[start : start + len(rows)]) for start, rows in _blocks(pixels)]
+        )
+        _write(entry, name, lambda partial: _write_split(partial, pixels, labels, mask))
+    mark_used(entry)
     parts = []
     for part in ("train", "test"):
-        parts.append(np.load(entry / name / f"{part}.npy", mmap_mode="c"))
+        parts.append(map_stored(npy_layout(entry / name / f"{part}.npy")))
         parts.append(np.load(entry / name / f"{part}_{LABELS}", allow_pickle=False))
     return parts[0], parts[1], parts[2], parts[3]
 
 
-def _blocks(entry: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """(rows, labels) of the entry's records, a bounded block at a time, read from the file."""
-    rows_at_once = BLOCK_ROWS
-    labels = np.load(entry / LABELS, allow_pickle=False)
-    with open(entry / PIXELS, "rb") as handle:
-        version = np.lib.format.read_magic(handle)
-        read_header = (
-            np.lib.format.read_array_header_1_0
-            if version == (1, 0)
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, _, _ = read_header(handle)
-        row = int(np.prod(shape[1:]))
-        for start in range(0, shape[0], rows_at_once):
-            count = min(rows_at_once, shape[0] - start)
-            block = np.fromfile(handle, dtype=np.uint8, count=count * row)
-            yield block.reshape(count, *shape[1:]), labels[start : start + count]
+def _blocks(pixels: Tensor) -> Iterator[tuple[int, np.ndarray]]:
+    """(index of the first, records) of ``pixels``, ``BLOCK_ROWS`` at a time (read from the file
+    where they are mapped: mapped_files.row_blocks)."""
+    start = 0
+    for rows in row_blocks(pixels, BLOCK_ROWS):
+        yield start, rows
+        start += len(rows)
 
 
-def _write_split(partial: Path, entry: Path, mask: np.ndarray) -> dict:
-    """train.npy / test.npy (and their labels) of the entry's records, written block by block."""
-    labels = np.load(entry / LABELS, allow_pickle=False)
+def _write_split(partial: Path, pixels: Tensor, labels: np.ndarray, mask: np.ndarray) -> dict:
+    """train.npy / test.npy (and their labels) of the records, written block by block."""
     outputs = {}
+    descr = np.lib.format.dtype_to_descr(pixels.numpy().dtype)
     for part, chosen in (("train", ~mask), ("test", mask)):
         outputs[part] = open(private_file(partial / f"{part}.npy"), "wb")  # noqa: SIM115
-        shape = (int(chosen.sum()), *np.load(entry / PIXELS, mmap_mode="r").shape[1:])
-        header = {"descr": "|u1", "fortran_order": False, "shape": shape}
+        shape = (int(chosen.sum()), *pixels.shape[1:])
+        header = {"descr": descr, "fortran_order": False, "shape": shape}
         np.lib.format.write_array_header_1_0(outputs[part], header)
-        _save(partial / f"{part}_{LABELS}", labels[chosen])
+        save_array(partial / f"{part}_{LABELS}", labels[chosen])
     try:
-        start = 0
-        for rows, _ in _blocks(entry):
+        for start, rows in _blocks(pixels):
             held = mask[start : start + len(rows)]
             outputs["train"].write(rows[~held].tobytes())
             outputs["test"].write(rows[held].tobytes())
-            start += len(rows)
     finally:
         for handle in outputs.values():
             handle.close()

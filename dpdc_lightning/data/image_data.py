@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.mapped_files import is_mapped, row_blocks
 
 NORMALISE_MEAN = 0.5
 NORMALISE_STD = 0.5
@@ -63,7 +64,7 @@ class ImageData:
     @property
     def memory_mapped(self) -> bool:
         """Whether the training pixels are read from a file through a memory map (not resident)."""
-        return self.cache_entries != ()
+        return is_mapped(self.train_pixels)
 
     def __post_init__(self) -> None:
         for split, images, labels in (
@@ -184,7 +185,14 @@ def _check_range(dataset: str, split: str, images: Tensor) -> None:
     normalisation ([0, 255], a data-derived mean/std) that a clamp would hide. The record index is
     for the owner's console only (this error is never written to a file)."""
     low, high = PIXEL_RANGE
-    bad = ~((images >= low) & (images <= high)).flatten(1).all(dim=1)  # NaN fails both comparisons
+    # a block at a time, read from the file where the set is mapped (mapped_files.py)
+    bad = torch.cat(
+        [
+            ~((block >= low) & (block <= high)).flatten(1).all(dim=1)  # NaN fails both comparisons
+            for block in map(torch.from_numpy, row_blocks(images, 8192))
+        ]
+        or [torch.zeros(0, dtype=torch.bool)]
+    )
     if bool(bad.any()):
         first = int(torch.nonzero(bad)[0])
         raise UserError(

@@ -38,6 +38,7 @@ def load_dataset(
     root: str | os.PathLike[str] | None = None,
     download: bool = False,
     cache_dir: str | os.PathLike[str] | None = None,
+    cache_max_gb: float | None = None,
     **options: Any,
 ) -> ImageData:
     """Load dataset ``name`` (one of ``DATASETS``), normalised to [-1, 1] with fixed constants.
@@ -48,8 +49,12 @@ def load_dataset(
     ``default_cache_dir()``). Results are cached
     in-process per argument tuple; the returned tensors are shared and must be treated as read-only.
     ``options`` (``image_size``, ``channels``, ``test_root``, ``test_fraction``, ``split_seed``) go
-    to the own-data readers ``imagefolder`` and ``tensors`` (data/loaders/).
+    to the own-data readers ``imagefolder`` and ``tensors`` (data/loaders/). ``cache_max_gb``
+    bounds the decoded cache (data/cache_bounds.py).
     """
+    from dpdc_lightning.data.cache_bounds import set_limit
+
+    set_limit(cache_max_gb)
     if not isinstance(name, str) or name not in DATASETS:
         raise UserError(f"unknown dataset {name!r}; allowed: {', '.join(DATASETS)}")
     if not isinstance(download, bool):
@@ -75,7 +80,7 @@ def load_dataset(
             if name == "imagefolder":
                 wanted = "DIR (a folder with one sub-folder of images per class)"
             else:
-                wanted = "FILE.pt or FILE.npz"
+                wanted = "FILE.npz, FILE.pt or a folder of images.npy + labels.npy"
             raise UserError(f"dataset={name} reads your own data: set dataset.root={wanted}")
         if options.get("test_root") is not None:
             options = {**options, "test_root": _absolute(options["test_root"], "dataset.test_root")}
@@ -99,10 +104,8 @@ def _load_cached(
 ) -> ImageData:
     root_path = Path(root) if root is not None else None
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if name == "imagefolder":  # decoded once into the private cache (data/decoded_cache.py)
+    if name in OWN_DATA:  # decoded once into the private cache where needed (decoded_cache.py)
         return DATASETS[name](root_path, cache_dir=cache, **dict(options))
-    if name in OWN_DATA:
-        return DATASETS[name](root_path, **dict(options))
     if is_registered(name):
         data = DATASETS[name](root_path)
         if not isinstance(data, ImageData):

@@ -1,6 +1,9 @@
-"""``forget=RUN_DIR`` and the private decoded cache: the decoded copy of the image folder a run
-read (data/decoded_cache.py) lies outside the run folder, shared by the runs on that folder; forget
-deletes it with the run's secret (engine/run_folder.py's forget_run)."""
+"""``forget=RUN_DIR`` and the private decoded cache: the decoded copies of the data a run read
+(data/decoded_cache.py) lie outside the run folder, shared by the runs on that data; forget deletes
+them with the run's secret (engine/run_folder.py's forget_run). They are found from the run's own
+record (the random ids its .provenance.json keeps, data/cache_bounds.py): the copies the run read,
+whatever its data folder holds now. A run recorded before those ids existed is found again by
+hashing its image folder."""
 
 from __future__ import annotations
 
@@ -10,16 +13,38 @@ import os
 from pathlib import Path
 
 from dpdc_lightning.config.locations import PROVENANCE_FILE, with_locations
+from dpdc_lightning.data.cache_bounds import remove_by_id
 from dpdc_lightning.data.decoded_cache import remove_entries, store_folder
 from dpdc_lightning.engine.bundle import CONFIG_FILE
 from dpdc_lightning.errors import UserError
 
 
 def forget_decoded(run_dir: Path) -> str:
-    """Delete the decoded-cache entries of the image folder the run read (data/decoded_cache.py): a
-    copy of the private images outside the run folder, found again by hashing the folder (the run
-    folder keeps no digest of the data once finished). Another run on the folder decodes it again.
-    Returns the sentence to add to forget's line ("" for a run that read no image folder)."""
+    """Delete the decoded-cache entries the run read (data/decoded_cache.py): copies of the private
+    data outside the run folder, found by the ids the run recorded. Another run on the data decodes
+    it again. Returns the sentence to add to forget's line ("" for a run that read no copy)."""
+    recorded = _recorded_copies(run_dir)
+    if recorded is not None:
+        folder, ids = recorded
+        removed = remove_by_id(folder, ids)
+        if not removed:
+            return "; no decoded copy of its data was left in the private cache"
+        listed = ", ".join(map(str, removed))
+        return f"; deleted the decoded copy of its data from the private cache ({listed})"
+    return _forget_by_hashing(run_dir)
+
+
+def _recorded_copies(run_dir: Path) -> tuple[Path, list[str]] | None:
+    """(cache folder, entry ids) the run's .provenance.json records; None for a run without one."""
+    try:
+        found = json.loads((Path(run_dir) / PROVENANCE_FILE).read_text()).get("decoded")
+        return Path(found["cache"]), [str(i) for i in found["ids"]]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return None
+
+
+def _forget_by_hashing(run_dir: Path) -> str:
+    """A run recorded before the ids: its image folder's entries found again by hashing it."""
     from omegaconf import OmegaConf
 
     from dpdc_lightning.data.load import default_cache_dir

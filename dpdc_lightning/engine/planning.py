@@ -36,6 +36,7 @@ def load_data(config: RunConfig) -> ImageData:
         root=dataset.root,
         download=dataset.download,
         cache_dir=dataset.cache_dir,
+        cache_max_gb=dataset.cache_max_gb,
         **dataset.own_data_options(),
     )
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.locations import PROVENANCE_FILE, data_locations
 from dpdc_lightning.data import ImageData
+from dpdc_lightning.data.cache_bounds import entry_ids
 from dpdc_lightning.engine.bundle import (
     CONFIG_FILE,
     LEFTOVER_NOTE,
@@ -65,6 +66,11 @@ def write_provenance(run_dir: Path, data: ImageData, config: RunConfig, *, seed:
     secret), and the data's keyed digest, kept with the secret until the run ends."""
     path = Path(run_dir) / PROVENANCE_FILE
     record = {"data": data_provenance(data), "locations": data_locations(config)}
+    if data.cache_entries:  # forget deletes exactly these (engine/forget.py), by their random ids
+        record["decoded"] = {
+            "cache": os.fspath(Path(data.cache_entries[0]).parent),
+            "ids": entry_ids(data.cache_entries),
+        }
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
         handle.write(json.dumps(record) + "\n")

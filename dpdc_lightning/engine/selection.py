@@ -84,7 +84,8 @@ def public_validation(path: str, data: ImageData) -> Carved:
     from dpdc_lightning.data.loaders.own import refuse_shared_records
     from dpdc_lightning.data.loaders.tensors import _read_tensor_file
 
-    images, labels, _, _ = _read_tensor_file(Path(path), image_size=None, channels=None)
+    read = _read_tensor_file(Path(path), image_size=None, channels=None)
+    images, labels = read.images, read.labels
     if tuple(images.shape[1:]) != tuple(data.train_pixels.shape[1:]):
         raise UserError(
             f"select.validation={path}: images of shape {tuple(images.shape[1:])}, the private "

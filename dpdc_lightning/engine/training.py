@@ -20,7 +20,8 @@ from pathlib import Path
 import lightning as L
 
 from dpdc_lightning.config import RunConfig, released_yaml, require_composed, to_yaml
-from dpdc_lightning.data import ImageData
+from dpdc_lightning.data import ImageData, clear_dataset_cache
+from dpdc_lightning.data.cache_bounds import created_count, discard_created
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
@@ -57,10 +58,28 @@ from dpdc_lightning.privacy.vacuous import vacuous_guarantee
 
 def train(config: RunConfig) -> Path:
     """Load data, fix (or reload) the plan, fit the method, export the bundle; returns the run
-    directory."""
+    directory. A run that leaves no folder (refused, or stopped before anything was kept) leaves
+    no decoded copy of the data either (data/cache_bounds.py)."""
     require_composed(config, caller="train")
-    data = load_data(config)
     run_dir = run_dir_of(config)
+    written = created_count()
+    try:
+        return _train(config, run_dir)
+    except BaseException:
+        if not Path(run_dir).exists():
+            discard_decoded(written)
+        raise
+
+
+def discard_decoded(since: int) -> None:
+    """Delete the decoded-cache entries this process wrote since ``since`` (and forget the loaded
+    data that reads them)."""
+    if discard_created(since):
+        clear_dataset_cache()
+
+
+def _train(config: RunConfig, run_dir: Path) -> Path:
+    data = load_data(config)
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0
     fresh = config.resume is None and not launched
     plan, seed = _new_plan(config, data) if fresh else _stored_plan(config, run_dir, data)
@@ -117,6 +136,12 @@ def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: Pr
     lines = [] if plan.private else [not_private_warning(config)]  # first, not only at the end
     lines += [f"data: {config.dataset.name} from {data_provenance(data)}"]
     lines += [f"warning: {warning}" for warning in vacuous_guarantee(plan)]
+    if data.cache_entries:
+        lines.append(
+            f"note: the decoded copy of your data lives in the private cache "
+            f"{Path(data.cache_entries[0]).parent} (owner-only; dpdc-cache list shows it, "
+            f"python train.py forget=RUN_DIR deletes it)"
+        )
     if data.test_is_private:
         lines.append(
             "note: the test split is held out from your private data: accuracy measured on it is "

@@ -64,19 +64,19 @@ def data_digest(tensors: Sequence[Tensor], *, key: int) -> str:
     """Keyed BLAKE2b-256 of ``tensors`` (their dtype, shape and bytes, each length-prefixed, so no
     two different lists of tensors feed the same bytes). ``key`` is a 256-bit integer derived from
     the run's secret; without it the digest says nothing about the data."""
+    from dpdc_lightning.mapped_files import byte_chunks  # numpy: not at import (config/ reads us)
+
     mac = hashlib.blake2b(key=int(key).to_bytes(32, "little"), digest_size=32)
     for tensor in tensors:
-        array = tensor.detach().cpu().contiguous().numpy()
+        tensor = tensor.detach().cpu().contiguous()
+        array = tensor.numpy()
         header = f"{array.dtype.str}{list(array.shape)}".encode()
         mac.update(len(header).to_bytes(8, "little"))
         mac.update(header)
         # The bytes of array.tobytes(), fed in slices: a memory-mapped set larger than memory is
-        # read through once and never copied whole.
-        flat = memoryview(array.reshape(-1)).cast("B")
-        mac.update(len(flat).to_bytes(8, "little"))
-        for start in range(0, len(flat), _SLICE_BYTES):
-            mac.update(flat[start : start + _SLICE_BYTES])
+        # read from its file once (never through the map, which would count as resident memory)
+        # and never copied whole.
+        mac.update((array.size * array.itemsize).to_bytes(8, "little"))
+        for chunk in byte_chunks(tensor):
+            mac.update(chunk)
     return f"{DATA_DIGEST_NAME}:{mac.hexdigest()}"
-
-
-_SLICE_BYTES = 1 << 26  # 64 MiB

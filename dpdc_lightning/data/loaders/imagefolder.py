@@ -256,5 +256,5 @@ def _cached_split(
         )
         return found.numpy()
 
-    parts = split_entry(entry, tag=tag, held=block_mask)
+    parts = split_entry(entry, images, labels.numpy(), tag=tag, held=block_mask)
     return tuple(torch.from_numpy(part) for part in parts)  # type: ignore[return-value]

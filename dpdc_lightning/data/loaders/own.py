@@ -18,11 +18,13 @@ import hashlib
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from dpdc_lightning.data.image_data import ImageData, normalised
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.mapped_files import row_blocks
 
 # (records, labels, held-out mask on demand) -> (train images, train labels, test images, labels)
 Selector = Callable[[Tensor, Tensor, Callable[[], Tensor]], tuple[Tensor, Tensor, Tensor, Tensor]]
@@ -66,23 +68,70 @@ def refuse_shared_records(
     Privacy-critical: such a test set is read as public (an auxiliary set, a split to evaluate on)
     while it carries private records. Records are compared by a content hash of their decoded
     pixels, so the same folder or file named twice (``dataset.test_root`` = ``dataset.root``), a
-    shared image file or a copied record are all caught. The position of the first shared record is
-    named for the owner's console only (this error is never written to a file)."""
+    shared image file or a copied record are all caught; the private set is read from its file a
+    block at a time where it is mapped (mapped_files.py), never whole into memory. The position of
+    the first shared record is named for the owner's console only (this error is never written to
+    a file)."""
 
-    def digest(row: Tensor) -> bytes:
-        # of the normalised pixels: a record stored as 8-bit levels in one split and as floats in
-        # the other is still the same record
-        return hashlib.blake2b(normalised(row).numpy().tobytes(), digest_size=16).digest()
+    tests = [row for rows in row_blocks(test_images, 4096) for row in rows]
+    wanted = {_record_digest(row): index for index, row in enumerate(tests)}
+    prints = set(np.concatenate([_fingerprints(rows) for rows in row_blocks(test_images, 1024)]))
+    shared = []
+    for rows in row_blocks(images, 1024):
+        # a vectorised fingerprint first: the digest (one Python call a record) only where it
+        # matches a test record's, so a million private records cost seconds, not minutes
+        for row in rows[np.isin(_fingerprints(rows), list(prints))]:
+            if _record_digest(row) in wanted:
+                shared.append(wanted[_record_digest(row)])
+    if shared:
+        raise UserError(
+            f"{test_source} shares records with the private data in {root} "
+            f"(test record {min(shared)} has the content of a training record): a test set "
+            "declared public must hold no private record; remove the shared ones, or drop "
+            "it to hold out a private split"
+        )
 
-    private = {digest(row) for row in images}
-    for index, row in enumerate(test_images):
-        if digest(row) in private:
-            raise UserError(
-                f"{test_source} shares records with the private data in {root} "
-                f"(test record {index} has the content of a training record): a test set declared "
-                "public must hold no private record; remove the shared ones, or drop it to hold "
-                "out a private split"
-            )
+
+_WEIGHTS = np.random.default_rng(42).integers(1, 2**63, size=1 << 16, dtype=np.uint64) | 1
+
+
+def _fingerprints(rows: np.ndarray) -> np.ndarray:
+    """A 64-bit fingerprint of every record of a block, equal for records with equal digests
+    (:func:`_record_digest`: of the 8-bit levels where a record has them, else of its floats): a
+    weighted sum with wraparound. Records larger than the weights are folded onto them."""
+    flat = rows.reshape(len(rows), -1)
+    if flat.dtype == np.uint8:
+        levels, exact, values = flat, np.ones(len(flat), dtype=bool), None
+    else:
+        values = flat.astype(np.float32, copy=False)
+        levels = np.rint((np.clip(values, -1, 1) + 1) * 127.5).astype(np.uint8)
+        exact = (normalised(torch.from_numpy(levels)).numpy() == values).all(axis=1)
+    found = _weighted(levels)
+    if values is not None and not exact.all():
+        found[~exact] = _weighted(values[~exact]) ^ np.uint64(0x5A5A5A5A)
+    return found
+
+
+def _weighted(rows: np.ndarray) -> np.ndarray:
+    """The rows' bytes read as 64-bit words (zero-padded), summed with odd weights, wrapping."""
+    raw = np.ascontiguousarray(rows).view(np.uint8).reshape(len(rows), -1)
+    if raw.shape[1] % 8:
+        raw = np.pad(raw, ((0, 0), (0, 8 - raw.shape[1] % 8)))
+    words = raw.view(np.uint64)
+    return (words * np.resize(_WEIGHTS, words.shape[1])).sum(axis=1, dtype=np.uint64)
+
+
+def _record_digest(row: np.ndarray) -> bytes:
+    """A record's digest, the same whether it is stored as 8-bit levels or as normalised floats:
+    the digest of its levels where it has 8-bit levels (a float record exactly equal to some levels
+    / 255, normalised), else of its float32 values (tagged, so the two kinds never collide)."""
+    if row.dtype == np.uint8:
+        return hashlib.blake2b(b"u" + row.tobytes(), digest_size=16).digest()
+    values = row.astype(np.float32, copy=False)
+    levels = np.rint((np.clip(values, -1, 1) + 1) * 127.5).astype(np.uint8)
+    if np.array_equal(normalised(torch.from_numpy(levels)).numpy(), values):
+        return hashlib.blake2b(b"u" + levels.tobytes(), digest_size=16).digest()
+    return hashlib.blake2b(b"f" + values.tobytes(), digest_size=16).digest()
 
 
 def _check_test_split(
