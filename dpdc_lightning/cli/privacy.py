@@ -2,9 +2,9 @@
 privacy/__main__.py, and the two verbs that read a run folder:
 
     verify RUN [--key FILE]   every check of engine/verification.py: the files against
-                              manifest.json, the receipt against plan.json, plan.json against config.yaml, every ε
-                              recomputed; with --key, the owner's signature. Exit code 0 verified,
-                              1 a check failed, 2 not a bundle or a bad argument
+                              manifest.json, the receipt against plan.json, plan.json against
+                              config.yaml, every ε recomputed; with --key, the owner's
+                              signature. Exit 0 verified, 1 a check failed, 2 bad input
     sign RUN --key FILE       the owner signs a verified release: manifest.sig, an HMAC-SHA256 of
                               the manifest's release digest with the key in FILE (kept outside RUN)
 
@@ -61,12 +61,14 @@ def _verify(run_dir: Path, key_file: str | None) -> int:
 
     key = None if key_file is None else read_key(key_file)
     verdict = verify_bundle(run_dir, key=key)
-    print(format_verdict(verdict))
-    if verdict.ok and key is None:
-        print(
-            "note: unsigned check: the files belong together; whoever could write the folder "
-            "could have made them so (--key checks the owner's signature; docs/privacy.md)"
+    lines = format_verdict(verdict).splitlines()
+    if verdict.ok and key is None:  # before the verdict, which stays the last line
+        lines.insert(
+            -1,
+            "note: unsigned: the files belong together; whoever could write the folder could "
+            "have made them so (--key checks the owner's signature; docs/privacy.md)",
         )
+    print("\n".join(lines))
     return 0 if verdict.ok else 1
 
 

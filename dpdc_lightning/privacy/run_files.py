@@ -33,6 +33,7 @@ REPORT_PAGE = "report.html"
 MANIFEST_FILE = "manifest.json"
 SIGNATURE_FILE = "manifest.sig"
 PROVENANCE_FILE = ".provenance.json"
+AUXILIARY_FILE = "auxiliary.pt"  # a DP auxiliary set kept in the run folder for a resumed run
 TENSORBOARD_DIR = "tensorboard"
 # evaluate.py's TensorBoard scalars: a folder of their own, so the report's curves read the sealed
 # training log only (report/events.py) and a reader's file never mixes with the owner's.
@@ -64,6 +65,7 @@ RUN_FILES: tuple[RunFile, ...] = (
     RunFile("audit_*.png", (READER,), "audit.py", "an audit's pictures (reads private records)"),
     RunFile(PROVENANCE_FILE, (OWNER,), "train", "where the private data lives"),
     RunFile("checkpoints/*", (OWNER,), "train", "resumable state"),
+    RunFile(AUXILIARY_FILE, (OWNER,), "train", "a DP auxiliary set, kept for a resumed run"),
     RunFile(".*.tmp", (OWNER,), "any", "a write interrupted before its rename"),
     RunFile(SECRET_FILE, (SECRET,), "train", "the noise secret of an unfinished run"),
     RunFile(DIGEST_FILE, (SECRET,), "train", "the keyed digest of the private data"),
