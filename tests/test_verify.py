@@ -15,13 +15,13 @@ import torch
 from test_privacy_accounting import REFERENCE
 
 from dpdc_lightning.cli import run
-from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy import analysis, crosscheck
 from dpdc_lightning.cli.privacy import privacy_main
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.engine.bundle import seal_release
 from dpdc_lightning.engine.verification import verify_bundle as verify_run
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy import analysis, crosscheck
+from dpdc_lightning.privacy.accounting import PrivacyAccountant
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
 from dpdc_lightning.privacy.verify import _budget_check, _row, accounting_checks
 
 ROOT = Path(__file__).resolve().parent.parent

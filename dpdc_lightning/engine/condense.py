@@ -46,8 +46,8 @@ from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.inputs import release_inputs
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.report import build_report
-from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.privacy.run_files import AUXILIARY_FILE
+from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.tensor_files import load_plain
 
 
