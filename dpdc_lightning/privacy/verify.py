@@ -271,4 +271,13 @@ def _statements_check(report: dict[str, Any]) -> Check:
             return Check(
                 "statements", False, f"input {entry.get('input')!r}: ε share is not its phase's"
             )
+    # every phase that read data names what it read (an input left out hides a private read)
+    named = {entry.get("phase") for entry in report.get("inputs") or []}
+    unnamed = [
+        p.get("name")
+        for p in report.get("phases") or []
+        if p.get("kind") == "mechanism" and p.get("name") not in named
+    ]
+    if unnamed:
+        return Check("statements", False, f"no input of privacy.json is read by phase {unnamed[0]}")
     return Check("statements", True, "noise truncation δ and inputs' ε shares follow from ε")
