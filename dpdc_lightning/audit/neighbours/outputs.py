@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import logging
+import re
 import shutil
 import warnings
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from dpdc_lightning.data import clear_dataset_cache
 from dpdc_lightning.errors import run
 
 __all__ = ["differences", "in_ledger", "run_cli", "snapshot"]
+_EVENT_NAME = re.compile(r"events\.out\.tfevents\.[^/]*$")
 
 
 class _Logs(logging.Handler):
@@ -212,6 +214,8 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             if path.name == "sweep.json":
                 tree["members"] = _table(tree["members"], "member")
             _flatten(tree, "", flat)
+            if path.name == "manifest.json":  # it names the TensorBoard files by their names
+                flat = {_EVENT_NAME.sub("events", key): value for key, value in flat.items()}
         elif path.suffix == ".yaml":
             _flatten(yaml.safe_load(path.read_text().replace(prefix, "<work>")), "", flat)
         elif path.suffix in (".pt", ".ckpt"):
