@@ -11,6 +11,7 @@ verifies it first, renders the page again from the verified files and reseals wh
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -120,9 +121,11 @@ def save_bundle(
         images.detach().cpu().float().contiguous(),
         labels.detach().cpu().long().contiguous(),
     )
-    atomic_write(
-        run_dir / BUNDLE_TENSORS, lambda tmp: torch.save({"images": images, "labels": labels}, tmp)
-    )
+    # Saved through a buffer: torch.save names its archive after the file it writes, which here
+    # is a random temporary name; the released bytes must be a function of the tensors alone.
+    buffer = io.BytesIO()
+    torch.save({"images": images, "labels": labels}, buffer)
+    atomic_write(run_dir / BUNDLE_TENSORS, lambda tmp: tmp.write_bytes(buffer.getvalue()))
     if grid_png is not None:
         atomic_write(run_dir / GRID_IMAGE, lambda tmp: tmp.write_bytes(grid_png))
     report = {

@@ -214,8 +214,9 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             if path.name == "sweep.json":
                 tree["members"] = _table(tree["members"], "member")
             _flatten(tree, "", flat)
-            if path.name == "manifest.json":  # it names the TensorBoard files by their names
-                flat = {_EVENT_NAME.sub("events", key): value for key, value in flat.items()}
+            if path.name == "manifest.json":  # an event file's digest hashes its wall times:
+                # the files themselves are compared without them
+                flat = {k: v for k, v in flat.items() if not _EVENT_NAME.search(k)}
         elif path.suffix == ".yaml":
             _flatten(yaml.safe_load(path.read_text().replace(prefix, "<work>")), "", flat)
         elif path.suffix in (".pt", ".ckpt"):
