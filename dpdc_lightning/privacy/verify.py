@@ -3,6 +3,10 @@
 privacy.json states ε and δ and every event they rest on; plan.json holds the plan fixed before
 the data was read; synthetic.pt is the release. :func:`verify_run` checks, in this order:
 
+0. every file of the folder against manifest.json, synthetic.pt's tensors exactly as declared
+   (privacy/bundle_checks.py), the receipt's shape (privacy/receipt_shape.py), plan.json against
+   the plan config.yaml gives (privacy/replan.py, with the planner engine/verification.py passes)
+   and, with the owner's key, the signature;
 1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, the
    events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling,
    neighbouring relation, the method's declared sensitivity and the noise std), config.yaml's
@@ -22,7 +26,7 @@ the data was read; synthetic.pt is the release. :func:`verify_run` checks, in th
 
 A non-private bundle (ε = null: DM, DC) verifies as such: its files must belong together and its
 plan must plan no mechanism. The result is a :class:`Verdict`; ``evaluate.py``, ``audit.py`` and
-export refuse a bundle whose verdict is not ok (engine/bundle.py).
+export refuse a bundle whose verdict is not ok (engine/verification.py, engine/bundle.py).
 """
 
 from __future__ import annotations
@@ -271,12 +275,13 @@ def _statements_check(report: dict[str, Any]) -> Check:
             return Check(
                 "statements", False, f"input {entry.get('input')!r}: ε share is not its phase's"
             )
-    # every phase that read data names what it read (an input left out hides a private read)
+    # every phase that read data names what it read (an input left out hides a private read);
+    # a receipt without the list fails its shape check (privacy/receipt_shape.py)
     named = {entry.get("phase") for entry in report.get("inputs") or []}
     unnamed = [
         p.get("name")
         for p in report.get("phases") or []
-        if p.get("kind") == "mechanism" and p.get("name") not in named
+        if "inputs" in report and p.get("kind") == "mechanism" and p.get("name") not in named
     ]
     if unnamed:
         return Check("statements", False, f"no input of privacy.json is read by phase {unnamed[0]}")
