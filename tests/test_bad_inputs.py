@@ -108,21 +108,11 @@ def _fill_workspace(tmp_path: Path) -> None:
 
 
 def _non_private_plan() -> dict:
-    from dpdc_lightning.privacy.plan import PrivacyPlan
+    """The plan the default config (DM) gives on four classes of 300: what verify re-derives."""
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.planning import plan_on_sizes
 
-    return PrivacyPlan(
-        private=False,
-        sampling="per_class_fixed",
-        sample_size=1.0,
-        sample_rates=(1.0,) * 4,
-        data_steps=1,
-        free_steps=0,
-        noise_multiplier=None,
-        delta=None,
-        target_epsilon=None,
-        accountant="rdp",
-        planned_epsilon=None,
-    ).to_dict()
+    return plan_on_sizes(compose([]), (300.0,) * 4, count_event=None).to_dict()
 
 
 def _made(path: Path) -> Path:
@@ -406,8 +396,9 @@ TRAIN_CASES = [
 
 EVALUATE_CASES = [
     ("bundle without privacy.json", ["incomplete"], "incomplete"),
-    ("tampered bundle", ["tampered"], "does not match"),
-    ("bundle that would unpickle code", ["pickled"], "pickled Python objects"),
+    # the first check that fails: synthetic.pt's bytes are not the sealed ones (manifest.json)
+    ("tampered bundle", ["tampered"], "synthetic.pt differs from its sha256"),
+    ("bundle that would unpickle code", ["pickled"], "synthetic.pt differs from its sha256"),
     ("missing bundle folder", ["nowhere"], "does not exist"),
     ("unknown evaluation model", ["finished", "model=convnet,nope"], "unknown model"),
     ("unknown baseline", ["--baseline", "oracle"], "baseline"),

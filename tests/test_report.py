@@ -231,6 +231,9 @@ def test_the_report_escapes_what_users_name_and_reads_no_private_file(copy_of):
     privacy["bundle"]["class_names"] = ['<img src=x onerror="alert(1)">', "a&b"]
     privacy["mechanism"] = "</table><script>alert(2)</script>"
     (copy_of / "privacy.json").write_text(json.dumps(privacy))
+    from dpdc_lightning.engine.bundle import seal_release
+
+    seal_release(copy_of)  # sealed, so the page shows the images and their class names
     (copy_of / ".provenance.json").write_text('{"data": "/secret/folder/of/the/owner"}')
     page = render_run(copy_of)
     assert "<script>" not in page and 'onerror="alert' not in page
@@ -243,7 +246,8 @@ def test_the_report_states_the_verdict_of_verify_on_an_edited_bundle(copy_of):
     privacy["epsilon"] = privacy["epsilon"] / 10  # a claim its recorded events do not support
     (copy_of / "privacy.json").write_text(json.dumps(privacy))
     shown = _page_text(render_run(copy_of))
-    assert re.search(r"NOT verified: \d+ of \d+ checks failed \(total\b", shown)
+    assert re.search(r"NOT verified: \d+ of \d+ checks failed \(files, total\b", shown)
+    assert "Not shown: the bundle fails verification" in shown  # no image of an unverified bundle
 
 
 def test_the_run_curves_come_from_the_tensorboard_log(tiny_run):

@@ -129,7 +129,7 @@ def test_a_selection_releases_the_winner_only(tmp_path, monkeypatch, capsys):
     assert code == 0, err
     (folder,) = (tmp_path / "out").iterdir()
     assert loser_leaks(folder, recorded, out=out, err=err) == []
-    from dpdc_lightning.privacy.verify import verify_run
+    from dpdc_lightning.engine.verification import verify_bundle as verify_run
 
     assert verify_run(folder).ok  # dpdc-privacy verify: the selection's ε recomputed, two ways
     report = json.loads((folder / "privacy.json").read_text())

@@ -158,7 +158,8 @@ def test_a_selected_bundle_verifies_and_an_edit_fails(tmp_path, capsys):
     """A real toy bundle given a selection section verifies on the command line; its edited copy
     fails with the row named."""
     from dpdc_lightning.cli import run
-    from dpdc_lightning.privacy.__main__ import main as privacy_main
+    from dpdc_lightning.cli.privacy import privacy_main
+    from dpdc_lightning.engine.bundle import seal_release
 
     spec = importlib.util.spec_from_file_location("_train_entry", ROOT / "train.py")
     train = importlib.util.module_from_spec(spec)
@@ -172,6 +173,7 @@ def test_a_selected_bundle_verifies_and_an_edit_fails(tmp_path, capsys):
     history = report["phases"][0]["history"]
     section = _selected(history, delta=report["delta"])
     path.write_text(json.dumps({**report, "epsilon": section["epsilon"], "selection": section}))
+    seal_release(bundle)  # as a selection's owner writes it: the edited receipt sealed
     assert privacy_main(["verify", str(bundle)]) == 0
     out = capsys.readouterr().out
     assert "selection winner" in out and out.strip().splitlines()[-1].startswith("verified:")
@@ -179,5 +181,6 @@ def test_a_selected_bundle_verifies_and_an_edit_fails(tmp_path, capsys):
     data = json.loads((edited / "privacy.json").read_text())
     _mean(data)
     (edited / "privacy.json").write_text(json.dumps(data))
+    seal_release(edited)  # resealed, as a forger would: the selection's row still fails
     assert privacy_main(["verify", str(edited)]) == 1
     assert "checks failed (selection)" in capsys.readouterr().out

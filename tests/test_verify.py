@@ -15,12 +15,14 @@ import torch
 from test_privacy_accounting import REFERENCE
 
 from dpdc_lightning.cli import run
+from dpdc_lightning.cli.privacy import privacy_main
+from dpdc_lightning.engine.bundle import seal_release
+from dpdc_lightning.engine.verification import verify_bundle as verify_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy import analysis, crosscheck
-from dpdc_lightning.privacy.__main__ import main as privacy_main
 from dpdc_lightning.privacy.accounting import PrivacyAccountant
 from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.verify import _budget_check, _row, accounting_checks, verify_run
+from dpdc_lightning.privacy.verify import _budget_check, _row, accounting_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ["dataset=toy", "model.width=4", "model.depth=1", "trainer.enable_progress_bar=false"]
@@ -174,22 +176,28 @@ def test_a_hand_edit_fails_the_check_it_touches(edit, copy_of, capsys):
 
 
 def test_an_edited_config_yaml_fails_and_its_layout_does_not(copy_of):
-    """config.yaml's content against privacy.json's config_sha256: another σ in it (which the
-    audits and evaluate would read as the run's) fails; the same values laid out anew do not."""
+    """config.yaml byte for byte against manifest.json; resealed, its content against privacy.json's
+    config_sha256 and plan.json: another σ in it (which the audits and evaluate would read as the
+    run's) fails both; the same values laid out anew (and resealed) do not."""
     import yaml
 
     run_dir = copy_of("ndpdc")
     path = run_dir / "config.yaml"
     tree = yaml.safe_load(path.read_text())
     path.write_text(yaml.safe_dump(tree, sort_keys=True, indent=4) + "# a comment\n")
+    assert [c.name for c in verify_run(run_dir).failed] == ["files"]
+    seal_release(run_dir)
     assert verify_run(run_dir).ok
     tree["privacy"]["noise_multiplier"] = 5.0
     path.write_text(yaml.safe_dump(tree))
+    seal_release(run_dir)
     verdict = verify_run(run_dir)
-    assert [c.name for c in verdict.failed] == ["config.yaml"], verdict.failed
-    assert "edited after the run" in verdict.failed[0].detail
+    assert [c.name for c in verdict.failed] == ["plan of config", "config.yaml"], verdict.failed
+    assert "edited after the run" in verdict.failed[1].detail
+    assert "noise_multiplier 1.0, config.yaml's settings give 5.0" in verdict.failed[0].detail
     path.unlink()
-    assert [c.name for c in verify_run(run_dir).failed] == ["config.yaml"]
+    seal_release(run_dir)
+    assert {c.name for c in verify_run(run_dir).failed} >= {"config.yaml"}
 
 
 @pytest.mark.parametrize("secret", [".private_seed", ".data_digest"])
@@ -225,6 +233,8 @@ def test_a_swapped_tensor_fails(copy_of):
     payload = torch.load(run_dir / "synthetic.pt", weights_only=True)
     payload["images"] = payload["images"].flip(0)  # another class's image in each place
     torch.save(payload, run_dir / "synthetic.pt")
+    assert [c.name for c in verify_run(run_dir).failed] == ["files", "synthetic.pt"]
+    seal_release(run_dir)
     assert [c.name for c in verify_run(run_dir).failed] == ["synthetic.pt"]
 
 
@@ -234,6 +244,7 @@ def test_a_bundle_that_fails_is_refused_by_every_command_that_reads_bundles(copy
 
     run_dir = copy_of("ndpdc")
     _edit(run_dir / "privacy.json", lambda r: r.update(epsilon=0.1))
+    seal_release(run_dir)  # resealed: the receipt itself must fail
     for main, argv in (
         (_entry("evaluate"), [str(run_dir), "eval.epochs=1", "eval.runs=1"]),
         (audit_main, [str(run_dir)]),

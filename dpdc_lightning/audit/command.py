@@ -176,7 +176,7 @@ def _write_outputs(names: dict[str, Path], output) -> None:
         raise UserError(
             f"{err.filename or 'an audit file'} appeared while auditing; nothing written, rerun"
         ) from None
-    refresh_report(names["json"].parent)  # report.html shows the audit
+    refresh_report(names["json"].parent, list(names.values()))  # report.html shows the audit
 
 
 def _json_default(value):

@@ -63,12 +63,14 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
         atomic_write(path, lambda tmp: tmp.write_text(text), replace=False)
     except FileExistsError:
         raise UserError(f"{path} appeared while auditing; nothing written, rerun") from None
-    refresh_report(path.parent)
+    refresh_report(path.parent, [path])
 
 
-def refresh_report(folder: Path) -> None:
-    """An audit written beside a bundle goes into its report.html: render the page again."""
-    from dpdc_lightning.engine.bundle import PRIVACY_REPORT, write_report
+def refresh_report(folder: Path, written: list[Path]) -> None:
+    """An audit written beside a bundle is sealed as a reader's output (manifest.json) and goes into
+    its report.html: render the page again. Elsewhere (audit.out) nothing more is done."""
+    from dpdc_lightning.engine.bundle import PRIVACY_REPORT, seal_reader_outputs, write_report
 
     if (Path(folder) / PRIVACY_REPORT).is_file():
+        seal_reader_outputs(Path(folder), written)
         write_report(Path(folder))

@@ -34,10 +34,10 @@ def export_entry() -> None:
 
 
 def privacy_entry() -> None:
-    """``dpdc-privacy``: the calculator of privacy/__main__.py (its own argument parser)."""
-    from dpdc_lightning.privacy.__main__ import main
+    """``dpdc-privacy``: the calculator of privacy/__main__.py, verify and sign (cli/privacy.py)."""
+    from dpdc_lightning.cli.privacy import privacy_main
 
-    main_entry(main)
+    main_entry(privacy_main)
 
 
 def cache_entry() -> None:

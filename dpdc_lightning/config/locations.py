@@ -20,7 +20,7 @@ from omegaconf import OmegaConf
 
 from dpdc_lightning.config.schema import RunConfig
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.digests import config_digest
+from dpdc_lightning.privacy.digests import RUN_LOCATION_KEYS, config_digest
 
 PROVENANCE_FILE = ".provenance.json"
 DATA_LOCATION_KEYS = ("dataset.root", "dataset.test_root", "dataset.cache_dir", "method.aux.path")
@@ -28,8 +28,11 @@ HIDDEN = "<private: the run's .provenance.json>"  # what a released token shows 
 
 
 def released_tree(config: RunConfig) -> dict[str, Any]:
-    """The config as a plain dict with every data location set to null: what config.yaml holds."""
+    """The config as a plain dict with every data location set to null and the run's own location
+    (run_dir, runs_root, resume: the owner's folders too) left out: what config.yaml holds."""
     tree = OmegaConf.to_container(OmegaConf.structured(config))
+    for key in RUN_LOCATION_KEYS:
+        tree.pop(key, None)
     for key in DATA_LOCATION_KEYS:
         group, _, leaf = key.rpartition(".")
         node = _node(tree, group)

@@ -1,14 +1,17 @@
-"""Run directories and bundles: synthetic.pt + privacy.json + config.yaml + synthetic.png.
+"""Run directories and bundles: synthetic.pt + privacy.json + config.yaml + synthetic.png, sealed
+by manifest.json (privacy/run_files.py lists every file a run folder holds).
 
 Every file is written to a temporary name in the same folder and renamed into place, so a crash
-never leaves a truncated file under a final name. ``privacy.json`` is written last: its presence
-marks a complete bundle, and loaders refuse a folder without it. ``report.html`` (report/run.py)
-follows the complete bundle, made from its files, and is rendered again by every command that adds
-to the folder (evaluate, audit): :func:`write_report`.
+never leaves a truncated file under a final name. ``privacy.json`` marks a finished run (its secret
+goes); ``report.html`` (report/run.py) follows, rendered from the verified files, then manifest.json
+seals every released file byte for byte. Every command that adds to the folder (evaluate, audit)
+verifies it first, renders the page again from the verified files and reseals what it wrote
+(:func:`write_report`, :func:`seal_reader_outputs`).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import sys
@@ -23,13 +26,17 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.digests import BUNDLE_TENSORS, PRIVACY_REPORT, tensors_digest
+from dpdc_lightning.privacy import manifest
+from dpdc_lightning.privacy.digests import (
+    BUNDLE_TENSORS,
+    CONFIG_FILE,
+    PRIVACY_REPORT,
+    tensors_digest,
+)
+from dpdc_lightning.privacy.run_files import GRID_IMAGE, REPORT_PAGE, released_names
 from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
-from dpdc_lightning.tensor_files import load_plain
 
-CONFIG_FILE = "config.yaml"
-GRID_IMAGE = "synthetic.png"
-REPORT_PAGE = "report.html"
+__all__ = ["CONFIG_FILE", "GRID_IMAGE", "REPORT_PAGE"]
 LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
 
 
@@ -106,22 +113,27 @@ def save_bundle(
     grid_png: bytes | None,
     class_names: Sequence[str] | None = None,
 ) -> None:
-    """Write the bundle files; privacy.json (with the tensors' digest and the class names, public by
-    assumption like the number of classes) goes last."""
+    """Write the bundle files; privacy.json (with the tensors' digest, their dtypes and the class
+    names, public by assumption like the number of classes) marks the run finished; the report
+    page follows, then manifest.json seals every released file."""
     run_dir = Path(run_dir)
     images, labels = (
         images.detach().cpu().float().contiguous(),
         labels.detach().cpu().long().contiguous(),
     )
-    atomic_write(
-        run_dir / BUNDLE_TENSORS, lambda tmp: torch.save({"images": images, "labels": labels}, tmp)
-    )
+    # Saved through a buffer: torch.save names its archive after the file it writes, which here
+    # is a random temporary name; the released bytes must be a function of the tensors alone.
+    buffer = io.BytesIO()
+    torch.save({"images": images, "labels": labels}, buffer)
+    atomic_write(run_dir / BUNDLE_TENSORS, lambda tmp: tmp.write_bytes(buffer.getvalue()))
     if grid_png is not None:
         atomic_write(run_dir / GRID_IMAGE, lambda tmp: tmp.write_bytes(grid_png))
     report = {
         **report,
         "bundle": {
             "images_shape": list(images.shape),
+            "images_dtype": "float32",
+            "labels_dtype": "int64",
             "num_classes": int(labels.max()) + 1,
             "sha256": tensors_digest(images, labels),
             **({"class_names": list(class_names)} if class_names is not None else {}),
@@ -132,13 +144,37 @@ def save_bundle(
     )
     # Complete now, so never resumed: the secret goes before the report verifies the folder.
     forget_secret(run_dir)
-    write_report(run_dir)
+    seal_release(run_dir)  # the page's verification reads the sealed files
+    _render(run_dir)
+    seal_release(run_dir)  # and the page with them
+
+
+def seal_release(run_dir: Path) -> None:
+    """manifest.json of the released files now in ``run_dir`` (privacy/run_files.py)."""
+    names = released_names(manifest.folder_files(run_dir))
+    manifest.write_manifest(run_dir, names, write=atomic_write_text)
 
 
 def write_report(run_dir: Path) -> Path | None:
-    """(Re)write ``report.html`` beside the complete bundle in ``run_dir`` from the files there;
-    returns its path, or None (with a warning on stderr) when it could not be written. The bundle
-    is the release and is complete without it: a failure here never undoes a finished run."""
+    """A reader (evaluate, audit) renders ``report.html`` again from the verified files of
+    ``run_dir`` and its own outputs, and reseals it (manifest.json's readers section); returns its
+    path, or None (with a warning on stderr) when it could not be written."""
+    path = _render(run_dir)
+    if path is not None:
+        seal_reader_outputs(run_dir, [path])
+    return path
+
+
+def seal_reader_outputs(run_dir: Path, paths: Sequence[Path]) -> None:
+    """What a reader wrote into ``run_dir`` (eval.json, audit files, the page), sealed as the
+    readers' outputs in manifest.json (never in the signed release section)."""
+    names = [Path(p).resolve().relative_to(Path(run_dir).resolve()).as_posix() for p in paths]
+    manifest.reseal(run_dir, names, write=atomic_write_text)
+
+
+def _render(run_dir: Path) -> Path | None:
+    """(Re)write ``report.html``; the bundle is the release and is complete without it: a failure
+    here never undoes a finished run."""
     from dpdc_lightning.report.run import render_run
 
     path = Path(run_dir) / REPORT_PAGE
@@ -160,49 +196,23 @@ class Bundle:
 
 
 def load_bundle(run_dir: str | Path) -> Bundle:
-    """Load and check a bundle: complete, pickle-free, matching its privacy.json, and verified
-    (privacy/verify.py: ε recomputed from the recorded events, the plan's digest)."""
+    """Load a verified bundle (engine/verification.py: every file sealed, the tensors exactly as
+    declared, the plan re-derived, ε recomputed); anything else is one :class:`UserError` line."""
+    from dpdc_lightning.engine.verification import require_verified
+    from dpdc_lightning.privacy.bundle_checks import read_tensors
+
     path = Path(run_dir)
     if not path.is_dir():
         raise UserError(f"bundle folder {path} does not exist")
-    report_path = path / PRIVACY_REPORT
-    if not report_path.is_file():
+    if not (path / PRIVACY_REPORT).is_file():
         raise UserError(
             f"{path} has no {PRIVACY_REPORT}: the bundle is incomplete (unfinished or crashed run)"
         )
-    if forget_if_finished(
-        path
-    ):  # finished runs are never resumed: a secret left by a crash goes now
+    if forget_if_finished(path):  # finished runs are never resumed: a secret left by a crash goes
         print(f"note: {path}: {LEFTOVER_NOTE}", file=sys.stderr)
-    try:
-        report = json.loads(report_path.read_text())
-    except (OSError, ValueError) as err:
-        raise UserError(f"{report_path} is not valid JSON: {err}") from None
-    tensor_path = path / BUNDLE_TENSORS
-    if not tensor_path.is_file():
-        raise UserError(f"{tensor_path} is missing")
-    payload = load_plain(tensor_path, what="bundle tensors")
-    if (
-        not isinstance(payload, dict)
-        or not isinstance(payload.get("images"), Tensor)
-        or not isinstance(payload.get("labels"), Tensor)
-    ):
-        raise UserError(f"{tensor_path} must hold tensors 'images' and 'labels'")
-    images, labels = payload["images"], payload["labels"]
-    expected = report.get("bundle", {})
-    if (
-        list(images.shape) != expected.get("images_shape")
-        or len(labels) != len(images)
-        or tensors_digest(images, labels) != expected.get("sha256")
-    ):
-        raise UserError(
-            f"{tensor_path} does not match {PRIVACY_REPORT} (shape or sha256 differ): "
-            "tampered or mixed bundle"
-        )
-    from dpdc_lightning.privacy.verify import require_verified
-
-    require_verified(path)  # the claim recomputed from the events (`dpdc-privacy verify`)
-    return Bundle(path=path, images=images, labels=labels, report=report)
+    verdict = require_verified(path)
+    images, labels = read_tensors(path, verdict.report)
+    return Bundle(path=path, images=images, labels=labels, report=verdict.report)
 
 
 def export_image_folder(

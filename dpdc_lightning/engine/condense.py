@@ -46,12 +46,9 @@ from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.inputs import release_inputs
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.report import build_report
+from dpdc_lightning.privacy.run_files import AUXILIARY_FILE
 from dpdc_lightning.privacy.secret import derive_secret
 from dpdc_lightning.tensor_files import load_plain
-
-AUXILIARY_FILE = (
-    "auxiliary.pt"  # a DP auxiliary set kept in the run directory, so a resumed run reuses it
-)
 
 
 @dataclass

@@ -48,7 +48,7 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
     the sizes are first released by the Gaussian mechanism at the noise multiplier that costs
     ``privacy.count_epsilon`` alone (noise keyed by ``noise_seed``), and the plan is made from the
     released sizes, with that release counted towards the target."""
-    privacy, method_cls = config.privacy, METHODS[config.method.name]
+    privacy = config.privacy
     # Public sizes: the data's declared ones (the exact ones for built-in data). Private: the exact
     # training sizes, read only by the Gaussian release below.
     class_sizes, count_event = data.public_class_sizes or data.class_sizes, None
@@ -57,8 +57,18 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
     refuse_step_cap(config)
     if count_event is None:
         refuse_sample_above_class(config, data)
+    return plan_on_sizes(config, class_sizes, count_event=count_event)
+
+
+def plan_on_sizes(
+    config: RunConfig, class_sizes: tuple[float, ...], *, count_event: PrivacyEvent | None
+) -> PrivacyPlan:
+    """The planner's plan of ``config`` on these class sizes (released with ``count_event``):
+    :func:`plan_run` for a run, and ``dpdc-privacy verify`` re-deriving a run's plan.json from its
+    config.yaml on the sizes it records (engine/verification.py)."""
+    privacy, method_cls = config.privacy, METHODS[config.method.name]
     auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
-    plan = make_plan(
+    return make_plan(
         method_cls.schedule(config.method),
         class_sizes=class_sizes,
         method=config.method.name,
@@ -73,7 +83,6 @@ def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None
         auxiliary=auxiliary,
         auxiliary_method=config.method.aux.method if auxiliary is not None else None,
     )
-    return plan
 
 
 def _released_class_sizes(
@@ -82,14 +91,30 @@ def _released_class_sizes(
     """``privacy.class_sizes=private``: the exact training sizes released by the Gaussian mechanism
     at the noise multiplier that costs ``privacy.count_epsilon`` alone (noise keyed by
     ``noise_seed``); returns the released sizes and the release's event."""
+    if noise_seed is None:
+        raise ValueError("releasing private class sizes needs the run's noise seed")
+    return release_class_sizes(
+        data.class_sizes,
+        noise_multiplier=count_noise_multiplier(config),
+        noise=noise_source(
+            noise_seed,
+            phase=COUNT_PHASE,
+            step=0,
+            partition=-1,
+            reproducible=config.privacy.reproducible_noise,
+        ),
+    )
+
+
+def count_noise_multiplier(config: RunConfig) -> float:
+    """The noise multiplier of the class-size release: the one that costs
+    ``privacy.count_epsilon`` alone (a public function of the config)."""
     privacy = config.privacy
     if not METHODS[config.method.name].private:
         raise UserError(
             f"method {config.method.name} is not private: "
             "privacy.class_sizes=private does not apply"
         )
-    if noise_seed is None:
-        raise ValueError("releasing private class sizes needs the run's noise seed")
     try:
         count_sigma = calibrate_noise_multiplier(
             target_epsilon=privacy.count_epsilon,
@@ -103,17 +128,7 @@ def _released_class_sizes(
             f"privacy.count_epsilon={privacy.count_epsilon} cannot pay for the class-size release; "
             f"raise it ({err})"
         ) from None
-    return release_class_sizes(
-        data.class_sizes,
-        noise_multiplier=count_sigma,
-        noise=noise_source(
-            noise_seed,
-            phase=COUNT_PHASE,
-            step=0,
-            partition=-1,
-            reproducible=privacy.reproducible_noise,
-        ),
-    )
+    return count_sigma
 
 
 def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:

@@ -69,10 +69,13 @@ class RunLogger(TensorBoardLogger):
 
 def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protocol: str) -> None:
     """Evaluation accuracies (percent) into the run's TensorBoard folder: one scalar per run and
-    the mean, under ``eval/<protocol>/<model>``."""
+    the mean, under ``eval/<protocol>/<model>``, in a folder of their own (a reader's output, sealed
+    apart from the training log: privacy/run_files.py)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(log_dir=str(Path(run_dir) / "tensorboard"))
+    from dpdc_lightning.privacy.run_files import EVAL_TENSORBOARD_DIR
+
+    writer = SummaryWriter(log_dir=str(Path(run_dir) / EVAL_TENSORBOARD_DIR))
     try:
         for model, accuracies in results.items():
             tag = f"eval/{protocol}/{model}"

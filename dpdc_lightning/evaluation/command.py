@@ -48,7 +48,7 @@ def evaluate_bundle(
     """Evaluate the bundle in ``path`` with ``config`` (its config.yaml, with any evaluation
     overrides); the results are appended to its eval.json and returned (``results``: one ModelResult
     per model)."""
-    from dpdc_lightning.engine.bundle import load_bundle, write_report
+    from dpdc_lightning.engine.bundle import load_bundle, seal_reader_outputs, write_report
 
     bundle = load_bundle(path)
     _check_accelerator(config.eval.accelerator)
@@ -76,6 +76,10 @@ def evaluate_bundle(
         )
     except OSError:
         pass  # TensorBoard is a convenience; eval.json holds the results
+    from dpdc_lightning.privacy.run_files import EVAL_TENSORBOARD_DIR
+
+    written = [eval_path, *sorted((path / EVAL_TENSORBOARD_DIR).glob("*"))]
+    seal_reader_outputs(path, written)  # manifest.json: a reader's outputs, never the release's
     write_report(path)  # report.html shows the evaluations; then the last line, nothing after it
     print(f"results appended to {eval_path}")
     return {

@@ -7,8 +7,8 @@ Each calculator verb prints a short explanation, then its answer alone on the LA
                with --select-*, the run is one trial of a private selection (docs/privacy.md)
     calibrate  --target-epsilon E --sample-rate Q --steps T --delta D [--accountant ...]
     max-steps  --target-epsilon E --sample-rate Q --noise-multiplier S --delta D [--accountant ...]
-    verify     RUN    a finished run's privacy.json recomputed from its events (privacy/verify.py);
-               a table, then the verdict; exit code 0 verified, 1 a check failed, 2 not a bundle
+    verify, sign      a finished run folder: ``dpdc-privacy verify|sign`` (cli/privacy.py; they
+               read config.yaml with the method's code, above this layer)
 
 The sample rate may be a fraction such as ``50/6000`` (expected batch / class size). ε is
 printed rounded UP to 4 decimals, so the printed bound is never below the computed one; the
@@ -65,7 +65,7 @@ def _build_parser() -> argparse.ArgumentParser:
         "verification of a finished run's privacy claim.",
     )
     verbs = parser.add_subparsers(
-        dest="verb", metavar="{epsilon,calibrate,max-steps,verify}", required=True
+        dest="verb", metavar="{epsilon,calibrate,max-steps,verify,sign}", required=True
     )
 
     def add(
@@ -121,21 +121,19 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _add_verify(verbs: argparse._SubParsersAction) -> None:
-    verify = "recompute a finished run's ε from its recorded events and check its files"
-    verbs.add_parser("verify", help=verify, description=verify).add_argument(
-        "run_dir",
-        metavar="RUN",
-        help="a finished run folder (privacy.json, plan.json, synthetic.pt)",
+    for verb in ("verify", "sign"):
+        what = f"{verb} a finished run folder: dpdc-privacy {verb} (dpdc_lightning/cli/privacy.py)"
+        verbs.add_parser(verb, help=what, description=what, add_help=False).add_argument(
+            "rest", nargs=argparse.REMAINDER
+        )
+
+
+def _moved(verb: str) -> UserError:
+    """verify and sign re-derive the plan with the method's code (above this layer): cli/."""
+    return UserError(
+        f"{verb} reads the run's config.yaml with the method's own code: run dpdc-privacy {verb} "
+        f"RUN (or python -m dpdc_lightning.cli.privacy {verb} RUN)"
     )
-
-
-def _verify(run_dir: str) -> int:
-    from dpdc_lightning.privacy.verdict import format_verdict
-    from dpdc_lightning.privacy.verify import verify_run
-
-    verdict = verify_run(run_dir)
-    print(format_verdict(verdict))
-    return 0 if verdict.ok else 1
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -268,8 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the calculator; returns the exit code (argument syntax errors exit 2 from argparse)."""
     args = _build_parser().parse_args(argv)
     try:
-        if args.verb == "verify":
-            return _verify(args.run_dir)
+        if args.verb in ("verify", "sign"):
+            raise _moved(args.verb)
         _run(args)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

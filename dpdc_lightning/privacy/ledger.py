@@ -140,6 +140,12 @@ LEDGER: tuple[Released, ...] = (
     Released("synthetic.png", "*", CONDENSATION, "a picture of the synthetic images"),
     Released("privacy.json", "bundle.sha256", CONDENSATION, "digest of the synthetic tensors"),
     *_all(
+        "manifest.json",
+        ("release.*", "readers.*"),
+        CONDENSATION,
+        "the sha256 of each released file (privacy/manifest.py): a function of those files",
+    ),
+    *_all(
         _CHECKPOINT,
         (
             "state_dict.synthetic.images",

@@ -1,7 +1,7 @@
 """The files of a bundle checked against each other: the checks of ``dpdc-privacy verify`` that
 need no accountant (privacy/verify.py adds the ε rows).
 
-- ``synthetic.pt``: the tensors' sha256 is the one privacy.json records (``bundle.sha256``);
+- ``synthetic.pt``: see privacy/bundle_checks.py (with the files' manifest and the signature);
 - ``plan.json``: its digest is privacy.json's ``plan_sha256``, and privacy.json's ``plan`` block
   is that plan's summary;
 - ``events``: what privacy.json says was spent is what the plan fixed before the data was read:
@@ -26,18 +26,15 @@ from typing import Any
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.digests import (
-    BUNDLE_TENSORS,
     CONFIG_FILE,
     PLAN_FILE,
     PRIVACY_REPORT,
     config_digest,
     plan_digest,
-    tensors_digest,
 )
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.report import NEIGHBOURING, nonnegative_epsilon
 from dpdc_lightning.privacy.secret import SECRET_FILES
-from dpdc_lightning.tensor_files import load_plain
 
 MAIN_PHASE = "main"
 
@@ -79,36 +76,6 @@ def read_report(run_dir: Path) -> dict[str, Any]:
     if not isinstance(report, dict):
         raise UserError(f"{path} does not hold a privacy report (a JSON object)")
     return report
-
-
-def tensors_check(run_dir: Path, report: dict[str, Any]) -> Check:
-    name = BUNDLE_TENSORS
-    try:
-        payload = load_plain(run_dir / BUNDLE_TENSORS, what="bundle tensors")
-    except UserError as err:
-        return Check(name, False, str(err))
-    import torch
-
-    images, labels = (
-        payload.get(k) if isinstance(payload, dict) else None for k in ("images", "labels")
-    )
-    if not (isinstance(images, torch.Tensor) and isinstance(labels, torch.Tensor)):
-        return Check(name, False, "it must hold tensors 'images' and 'labels'")
-    expected = report.get("bundle") if isinstance(report.get("bundle"), dict) else {}
-    if list(images.shape) != expected.get("images_shape") or len(labels) != len(images):
-        return Check(
-            name,
-            False,
-            f"images {list(images.shape)}, privacy.json records {expected.get('images_shape')}",
-        )
-    digest = tensors_digest(images, labels)
-    if digest != expected.get("sha256"):
-        return Check(
-            name,
-            False,
-            f"sha256 {digest[:16]}… but privacy.json records {str(expected.get('sha256'))[:16]}…",
-        )
-    return Check(name, True, f"sha256 {digest[:16]}… = privacy.json bundle.sha256")
 
 
 def plan_check(run_dir: Path, report: dict[str, Any]) -> tuple[Check, PrivacyPlan | None]:

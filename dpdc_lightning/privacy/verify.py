@@ -3,6 +3,10 @@
 privacy.json states ε and δ and every event they rest on; plan.json holds the plan fixed before
 the data was read; synthetic.pt is the release. :func:`verify_run` checks, in this order:
 
+0. every file of the folder against manifest.json, synthetic.pt's tensors exactly as declared
+   (privacy/bundle_checks.py), the receipt's shape (privacy/receipt_shape.py), plan.json against
+   the plan config.yaml gives (privacy/replan.py, with the planner engine/verification.py passes)
+   and, with the owner's key, the signature;
 1. the files belong together (privacy/receipt.py): the tensors' sha256, the plan's sha256, the
    events against the plan (phases, noise multiplier, sample rate, steps, δ, accountant, sampling,
    neighbouring relation, the method's declared sensitivity and the noise std), config.yaml's
@@ -22,7 +26,7 @@ the data was read; synthetic.pt is the release. :func:`verify_run` checks, in th
 
 A non-private bundle (ε = null: DM, DC) verifies as such: its files must belong together and its
 plan must plan no mechanism. The result is a :class:`Verdict`; ``evaluate.py``, ``audit.py`` and
-export refuse a bundle whose verdict is not ok (engine/bundle.py).
+export refuse a bundle whose verdict is not ok (engine/verification.py, engine/bundle.py).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy import crosscheck
+from dpdc_lightning.privacy.bundle_checks import files_check, signature_check, tensors_check
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.receipt import (
     Check,
@@ -43,22 +48,37 @@ from dpdc_lightning.privacy.receipt import (
     plan_check,
     read_report,
     secrets_check,
-    tensors_check,
 )
+from dpdc_lightning.privacy.receipt_shape import shape_problem
+from dpdc_lightning.privacy.replan import Replan, plan_from_config_check
 from dpdc_lightning.privacy.verdict import Verdict
 
 
-def verify_run(run_dir: str | Path) -> Verdict:
-    """Every check of a finished run folder; a folder without a readable privacy.json: UserError."""
+def verify_run(
+    run_dir: str | Path, *, replan: Replan | None = None, key: bytes | None = None
+) -> Verdict:
+    """Every check of a finished run folder; a folder without a readable privacy.json: UserError.
+
+    ``replan(run_dir, plan)`` re-derives plan.json from config.yaml with the project's planner
+    (engine/verification.py passes it: the planner needs the method's schedule, above this layer);
+    ``key``, the owner's signature key, adds the signature check (privacy/signature.py)."""
     run_dir = Path(run_dir)
     report = read_report(run_dir)
-    checks = _safely("synthetic.pt", lambda: [tensors_check(run_dir, report)])
+    files, manifest = files_check(run_dir)
+    checks = [files, *_safely("synthetic.pt", lambda: [tensors_check(run_dir, report)])]
+    problem = shape_problem(report)
+    if problem is not None:
+        checks.append(Check("privacy.json", False, f"malformed: {problem}"))
     planned, plan = plan_check(run_dir, report)
     checks.append(planned)
     if plan is not None:
         checks += _safely("events", lambda: [events_check(report, plan)])
+        if replan is not None:
+            checks.append(plan_from_config_check(run_dir, plan, replan))
     checks += [config_check(run_dir, report), secrets_check(run_dir)]
-    if report.get("epsilon") is not None:
+    if key is not None:
+        checks.append(signature_check(run_dir, manifest, key))
+    if report.get("epsilon") is not None and problem is None:
         checks += _safely("accounting", lambda: accounting_checks(report))
     return Verdict(run_dir=run_dir, report=report, checks=tuple(checks))
 
@@ -68,7 +88,15 @@ def _safely(name: str, make: Callable[[], list[Check]]) -> list[Check]:
     hand edit) fails check ``name`` instead of ending in a traceback."""
     try:
         return make()
-    except (TypeError, ValueError, KeyError, AttributeError, IndexError) as err:
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        AttributeError,
+        IndexError,
+        ArithmeticError,
+        UserError,
+    ) as err:
         return [Check(name, False, f"privacy.json is malformed ({type(err).__name__}: {err})")]
 
 
@@ -247,21 +275,14 @@ def _statements_check(report: dict[str, Any]) -> Check:
             return Check(
                 "statements", False, f"input {entry.get('input')!r}: ε share is not its phase's"
             )
+    # every phase that read data names what it read (an input left out hides a private read);
+    # a receipt without the list fails its shape check (privacy/receipt_shape.py)
+    named = {entry.get("phase") for entry in report.get("inputs") or []}
+    unnamed = [
+        p.get("name")
+        for p in report.get("phases") or []
+        if "inputs" in report and p.get("kind") == "mechanism" and p.get("name") not in named
+    ]
+    if unnamed:
+        return Check("statements", False, f"no input of privacy.json is read by phase {unnamed[0]}")
     return Check("statements", True, "noise truncation δ and inputs' ε shares follow from ε")
-
-
-def refusal(verdict: Verdict) -> str:
-    """The one line a command that reads bundles gives for a bundle that fails verification."""
-    first = verdict.failed[0]
-    return (
-        f"{verdict.run_dir} fails privacy verification ({first.name}: {first.detail}); "
-        f"`dpdc-privacy verify {verdict.run_dir}` shows every check"
-    )
-
-
-def require_verified(run_dir: str | Path) -> Verdict:
-    """The verdict of ``run_dir``; a :class:`UserError` (one line) if it is not ok."""
-    verdict = verify_run(run_dir)
-    if not verdict.ok:
-        raise UserError(refusal(verdict))
-    return verdict

@@ -1,11 +1,14 @@
 """``report.html`` of one run: the release explained on one page, for a reader who was not there.
 
-What the page shows comes from the released files (synthetic.png, a picture of synthetic.pt;
-privacy.json; plan.json; config.yaml) and from the TensorBoard log of the run's ε and loss, which
-the release ledger (privacy/ledger.py) counts as released: the loss is computed against the noisy
-release only. Evaluations and audits, when present, are added in sections marked as NOT covered by
-the guarantee wherever they read private records (a held-out test split; every audit). Nothing
-varies between two renderings of the same files: no date, no wall time, no absolute path of its own.
+What the page shows comes from the released files, once they verify (engine/verification.py):
+the images drawn again from synthetic.pt's verified tensors (never synthetic.png's bytes, which a
+forger could replace), privacy.json, plan.json, config.yaml and the sealed TensorBoard log of the
+run's ε and loss, which the release ledger (privacy/ledger.py) counts as released: the loss is
+computed against the noisy release only. Evaluations and audits, when present, are added in
+sections marked as NOT covered by the guarantee wherever they read private records (a held-out
+test split; every audit). Nothing varies between two renderings of the same files: no date, no
+wall time, no path, not even the run folder's name (the page must not change when the folder is
+renamed or moved).
 """
 
 from __future__ import annotations
@@ -37,13 +40,13 @@ PRIVACY_FILE, PLAN_FILE, CONFIG_FILE, GRID_FILE = (
 )
 
 
-def verdict(run_dir: Path) -> tuple[bool, str]:
-    """(passed, its last line) of ``dpdc-privacy verify`` on the bundle in ``run_dir``."""
+def verdict(run_dir: Path) -> tuple[Any, str]:
+    """(the verdict, its last line) of ``dpdc-privacy verify`` on the bundle in ``run_dir``."""
+    from dpdc_lightning.engine.verification import verify_bundle
     from dpdc_lightning.privacy.verdict import format_verdict
-    from dpdc_lightning.privacy.verify import verify_run
 
-    found = verify_run(run_dir)
-    return found.ok, format_verdict(found).splitlines()[-1]
+    found = verify_bundle(run_dir)
+    return found, format_verdict(found).splitlines()[-1]
 
 
 def _course(run_dir: Path, privacy: dict[str, Any]) -> str:
@@ -83,25 +86,27 @@ def _course(run_dir: Path, privacy: dict[str, Any]) -> str:
     )
 
 
-def _images(run_dir: Path, bundle: dict[str, Any]) -> str:
+def _images(run_dir: Path, bundle: dict[str, Any], found: Any) -> str:
+    """The grid drawn from the verified tensors (engine/image_grid.py, as synthetic.png was)."""
     names = ", ".join(map(str, bundle.get("class_names") or []))
-    grid = run_dir / GRID_FILE
-    shown = (
-        image(
-            grid.read_bytes(),
+    if found.ok:
+        from dpdc_lightning.engine.image_grid import grid_png
+        from dpdc_lightning.privacy.bundle_checks import read_tensors
+
+        images, labels = read_tensors(run_dir, found.report)
+        shown = image(
+            grid_png(images.float(), labels, class_names=bundle.get("class_names")),
             alt="the synthetic images, one row per class",
             source=GRID_FILE,
             caption=text(f"{bundle.get('images_shape')} images; classes: {names}"),
         )
-        if grid.is_file()
-        else "<p>synthetic.png is missing.</p>"
-    )
+    else:
+        shown = "<p>Not shown: the bundle fails verification (see below).</p>"
     digest = sourced(bundle.get("sha256", ""), "privacy.json:bundle.sha256")
     return shown + facts([("sha256 of the tensors (synthetic.pt)", digest)])
 
 
-def _verification(run_dir: Path, epsilon: float | None) -> str:
-    passed, line = verdict(run_dir)
+def _verification(line: str, passed: bool, epsilon: float | None) -> str:
     shown = text(line)
     if epsilon is not None:  # ε as privacy.json states it (the ledger's field), not a new number
         stated = f"ε = {epsilon_text(epsilon)}"
@@ -115,17 +120,21 @@ def render_run(run_dir: Path) -> str:
     privacy = json.loads((run_dir / PRIVACY_FILE).read_text())
     config = (run_dir / CONFIG_FILE).read_text() if (run_dir / CONFIG_FILE).is_file() else ""
     private = privacy.get("epsilon") is not None
+    found, line = verdict(run_dir)
+    title = f"Release report: {privacy.get('method')} on {_dataset(config)}"
     header = (
-        f"<h1>Release report: {text(run_dir.name)}</h1><p>{text(privacy.get('method'))} on "
+        f"<h1>{text(title)}</h1><p>{text(privacy.get('method'))} on "
         f"{text(_dataset(config))}; ε = {eps_cell(privacy.get('epsilon'), 'privacy.json:epsilon')}"
         + (f", δ = {delta(privacy)}" if private else "")
         + "</p>"
     )
     sections = [
-        section("images", "The synthetic images", _images(run_dir, privacy.get("bundle", {}))),
+        section(
+            "images", "The synthetic images", _images(run_dir, privacy.get("bundle", {}), found)
+        ),
         *_selection(privacy),
         section("guarantee", "The privacy guarantee", guarantee(privacy)),
-        section("verify", "Verification", _verification(run_dir, privacy.get("epsilon"))),
+        section("verify", "Verification", _verification(line, found.ok, privacy.get("epsilon"))),
         section("coverage", "What the guarantee covers", coverage(privacy)),
         section("course", "The run", _course(run_dir, privacy)),
         *extras.sections(run_dir),
@@ -136,7 +145,7 @@ def render_run(run_dir: Path) -> str:
         f"<p>Written by dpdc_lightning {text(version)} from the files beside it: synthetic.pt, "
         "privacy.json, plan.json, config.yaml and the TensorBoard log.</p>"
     )
-    return page(f"Release report: {run_dir.name}", header=header, sections=sections, footer=footer)
+    return page(title, header=header, sections=sections, footer=footer)
 
 
 def _selection(privacy: dict[str, Any]) -> list[str]:

@@ -16,6 +16,7 @@ import csv
 import io
 import json
 import logging
+import re
 import shutil
 import warnings
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from dpdc_lightning.data import clear_dataset_cache
 from dpdc_lightning.errors import run
 
 __all__ = ["differences", "in_ledger", "run_cli", "snapshot"]
+_EVENT_NAME = re.compile(r"events\.out\.tfevents\.[^/]*$")
 
 
 class _Logs(logging.Handler):
@@ -212,6 +214,9 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             if path.name == "sweep.json":
                 tree["members"] = _table(tree["members"], "member")
             _flatten(tree, "", flat)
+            if path.name == "manifest.json":  # an event file's digest hashes its wall times:
+                # the files themselves are compared without them
+                flat = {k: v for k, v in flat.items() if not _EVENT_NAME.search(k)}
         elif path.suffix == ".yaml":
             _flatten(yaml.safe_load(path.read_text().replace(prefix, "<work>")), "", flat)
         elif path.suffix in (".pt", ".ckpt"):
