@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from toy_methods import ToyConfig, ToyMean
 from torch import Tensor
+from toy_methods import ToyConfig, ToyMean
 
 from dpdc_lightning.methods import Records
 from dpdc_lightning.privacy.noise import KeyedNoise

@@ -55,6 +55,7 @@ from dpdc_lightning.audit.neighbours.cases import Case
 from dpdc_lightning.audit.neighbours.changes import neighbour, pool_changes
 from dpdc_lightning.audit.neighbours.compare import differences
 from dpdc_lightning.audit.neighbours.coupling import MechanismTap
+from dpdc_lightning.audit.neighbours.events import event_problems, secret_problems
 from dpdc_lightning.audit.neighbours.patches import Patches, patched
 from dpdc_lightning.audit.neighbours.records import pick_record
 from dpdc_lightning.audit.neighbours.running import (
@@ -117,7 +118,7 @@ def run_case(
     if ref.exit_code != 0:  # a refused configuration reads no record: where D' trains is moot
         patches = neighbour(case, prep, split, index)
         return _refusal(verdict, ref, work, secret, patches, runner)
-    verdict.problems += [f"D: {line}" for line in noise_problems(ref.calls, ref.draws)]
+    verdict.problems += [f"D: {line}" for line in run_problems(ref)]
     if case.private and not ref.calls:
         verdict.problems.append("D: a private method released nothing through the mechanism")
     if changes:  # D' does not differ from D by the one record: no coupling to check
@@ -134,12 +135,24 @@ def run_case(
         modes = (
             ("plain",) if not case.private else ("coupled",) if never_read else ("plain", "coupled")
         )
-    run = _Neighbour(case, work, ref, secret, patches, runner, never_read)
+    owner = expected[0] if expected and not case.global_pool else None
+    run = _Neighbour(case, work, ref, secret, patches, runner, never_read, owner)
     if "plain" in modes:
         verdict.problems += run.plain()
     if "coupled" in modes:
         verdict.problems += run.coupled(removed, verdict, train=split == "train")
     return verdict
+
+
+def run_problems(run: Outcome) -> list[str]:
+    """One run's noise and accounting (:func:`.calls.noise_problems`, :mod:`.events`): keys unique,
+    drawn inside the mechanism at the declared std, keyed by the whole secret; every call's event
+    spent once and every spend a call's."""
+    return [
+        *noise_problems(run.calls, run.draws),
+        *secret_problems(run.draws, run.secret, run.spent.derived),
+        *event_problems(run.calls, run.spent.spends),
+    ]
 
 
 def _record(case: Case, prep: Prepared, first: int) -> tuple[str, int, int]:
@@ -165,6 +178,7 @@ class _Neighbour:
     patches: Callable[[Patches], None]
     runner: Runner
     never_read: bool
+    owner: int | None = None  # the changed record's class (per-class sampling)
 
     def _execute(self, tap: MechanismTap, removed: dict[int, int] | None = None) -> Outcome:
         return execute(
@@ -193,7 +207,7 @@ class _Neighbour:
         problems += [
             f"(d) same secret: {line}" for line in draw_problems(self.ref.draws, plain.draws)
         ]
-        return problems + [f"D': {line}" for line in noise_problems(plain.calls, plain.draws)]
+        return problems + [f"D': {line}" for line in run_problems(plain)]
 
     def coupled(self, removed: dict[int, int], verdict: Verdict, *, train: bool) -> list[str]:
         """(c) D's releases coupled into D': the same calls and draws, pre-noise sums within the
@@ -202,7 +216,10 @@ class _Neighbour:
         coupled = self._execute(MechanismTap(ref.calls), removed)
         bound = 0 if self.never_read else (1 if self.case.relation == "remove" else 2)
         problems = [f"(d) coupled: {line}" for line in draw_problems(ref.draws, coupled.draws)]
-        problems += [f"(c) {line}" for line in call_problems(ref.calls, coupled.calls, bound)]
+        problems += [
+            f"(c) {line}"
+            for line in call_problems(ref.calls, coupled.calls, bound, owner=self.owner)
+        ]
         problems += [
             f"(a) coupled releases: {line}" for line in differences(ref.outputs, coupled.outputs)
         ]
