@@ -2,12 +2,12 @@
 
 The accountant composes what a method SPENDS (``PrivateRelease.spend``); a release whose event is
 never spent is noise the guarantee does not count: a second noisy query of a step that was
-
-
-then matches the mechanism's calls (:mod:`.coupling`) and the spends one to one: each call's event
-spent exactly once on the call's partition after the call, each spend the event of one call. The
-class-size release is the one call accounted by the plan instead (privacy/plan.py composes the
-event it returned before the first step).
+averaged in, a query kept for a stopping rule. :class:`SpendLog` records every spend of a run
+(the event object, its partition, how many mechanism calls had been made);
+:func:`event_problems` then matches the mechanism's calls (:mod:`.coupling`) and the spends one to
+one: each call's event spent exactly once on the call's partition after the call, each spend the
+event of one call. The class-size release is the one call accounted by the plan instead
+(privacy/plan.py composes the event it returned before the first step).
 
 The same run's noise must be keyed by the WHOLE secret: :func:`secret_problems` refuses a keyed
 draw whose key is neither the run's secret nor one ``privacy.secret.derive_secret`` derived from
