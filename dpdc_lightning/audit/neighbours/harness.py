@@ -57,6 +57,7 @@ from dpdc_lightning.audit.neighbours.compare import differences
 from dpdc_lightning.audit.neighbours.coupling import MechanismTap
 from dpdc_lightning.audit.neighbours.events import event_problems, secret_problems
 from dpdc_lightning.audit.neighbours.patches import Patches, patched
+from dpdc_lightning.audit.neighbours.probe import RowProbe
 from dpdc_lightning.audit.neighbours.records import pick_record
 from dpdc_lightning.audit.neighbours.running import (
     SECRET,
@@ -141,6 +142,9 @@ def run_case(
         verdict.problems += run.plain()
     if "coupled" in modes:
         verdict.problems += run.coupled(removed, verdict, train=split == "train")
+    if case.record == "outlier" and case.private and prep.own is not None:
+        verdict.problems += run.far(prep)
+        verdict.problems += run.probe()
     return verdict
 
 
@@ -209,6 +213,25 @@ class _Neighbour:
         ]
         return problems + [f"D': {line}" for line in run_problems(plain)]
 
+    def probe(self) -> list[str]:
+        """(p) worst-case records added to D's first sample through the method's own rows
+        (:mod:`.probe`): no other row may move."""
+        probe = RowProbe(self.case.method_class)
+        probe_run = execute(  # on D's files (the far data's run wrote them back)
+            self.case.tokens(self.work),
+            work=self.work,
+            tap=MechanismTap(),
+            secret=self.secret,
+            patches=probe.install,
+            runner=self.runner,
+        )
+        if probe_run.exit_code != 0:
+            return [f"(p) the probe's run failed: {probe_run.outputs['stderr'][-300:]}"]
+        return [f"(p) rows: {line}" for line in probe.problems]
+
+    def far(self, prep: Prepared) -> list[str]:
+        return _far(self, prep)
+
     def coupled(self, removed: dict[int, int], verdict: Verdict, *, train: bool) -> list[str]:
         """(c) D's releases coupled into D': the same calls and draws, pre-noise sums within the
         sensitivity; every output then equal to D's."""
@@ -234,6 +257,26 @@ class _Neighbour:
                 "chosen to sample it"
             )
         return problems
+
+
+def _far(run: _Neighbour, prep: Prepared) -> list[str]:
+    """(f) coupled replay on other data: D's every release forced into a run on data of the same
+    public sizes whose every training record is replaced (:meth:`.records.OwnData.far`). If the
+    private data reached the outputs only through the releases, every output is D's, bit for bit;
+    a stopping rule, a hyperparameter, a step count, a loss or a line computed from private
+    records shows, whether or not one record would tip it."""
+    prep.own.far().write(prep.work, run.case.data)
+    try:
+        far = run._execute(MechanismTap(run.ref.calls))
+    finally:
+        prep.write(run.case)
+    ref = run.ref
+    problems = [f"(f) far data: {line}" for line in draw_problems(ref.draws, far.draws)]
+    problems += [f"(f) far data: {line}" for line in call_problems(ref.calls, far.calls, None)]
+    return problems + [
+        f"(f) coupled replay on other data: {line}"
+        for line in differences(ref.outputs, far.outputs)
+    ]
 
 
 def _refusal(
