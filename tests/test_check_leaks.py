@@ -1,0 +1,196 @@
+"""Issue 41: ``audit.py check`` catches what flows AROUND the release. Fast tests pin each new check
+on hand-made calls, draws, spends and rows functions; slow tests run check's first case (the outlier
+removed from a file with a test root: D, D' plain and coupled, D's releases replayed on far data,
+worst-case records probed through the rows) on the correct toy and on each plug-in of
+tests/toy_leaks.py, which main 73b1e26's check passed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+import toy_leaks
+import toy_methods
+
+from dpdc_lightning.audit.neighbours.calls import call_problems
+from dpdc_lightning.audit.neighbours.coupling import Call
+from dpdc_lightning.audit.neighbours.draws import Draw
+from dpdc_lightning.audit.neighbours.events import Spend, event_problems, secret_problems
+from dpdc_lightning.audit.neighbours.probe import probe_rows
+from dpdc_lightning.audit.neighbours.records import OwnData
+from dpdc_lightning.methods.release import Records
+from dpdc_lightning.privacy.counts import COUNT_PHASE
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+
+SECRET = 0x9E3779B97F4A7C15F39CC0605CEDC8341082276BF3A27251F86C6A11D0C18E95
+
+
+def _call(step: int, partition: int, pre: torch.Tensor, *, phase: str = "main") -> Call:
+    draw = Draw(
+        ("KeyedNoise", 1, SECRET, phase, step, partition, 0),
+        (phase, step, partition, 0),
+        "normal",
+        torch.zeros(pre.numel(), dtype=torch.float64),
+    )
+    event = PrivacyEvent(noise_multiplier=1.0, sample_rate=0.1, sensitivity=1.0)
+    return Call(pre.double(), 1.0, 1.0, 0.1, pre.float(), [draw], event)
+
+
+# --------------------------------------------------------------------------- events and draws
+
+
+def test_every_call_event_spent_once_and_every_spend_a_calls():
+    calls = [_call(0, 0, torch.zeros(3)), _call(0, 1, torch.zeros(3))]
+    spends = [Spend(calls[0].event, 0, 1), Spend(calls[1].event, 1, 2)]
+    assert event_problems(calls, spends) == []
+    unspent = event_problems(calls, spends[:1])
+    assert (
+        len(unspent) == 1
+        and "1 of 2 mechanism calls released noise whose event was never spent" in unspent[0]
+        and "partition 1" in unspent[0]
+    )
+    twice = event_problems(calls, [*spends, Spend(calls[1].event, 1, 2)])
+    assert any("spent 2 times" in line for line in twice)
+    stray = PrivacyEvent(noise_multiplier=1.0, sample_rate=0.1)
+    assert any(
+        "no mechanism call" in line for line in event_problems(calls, [*spends, Spend(stray, 0, 2)])
+    )
+    early = event_problems(calls, [Spend(calls[0].event, 0, 0), spends[1]])
+    assert any("before the call or on another partition" in line for line in early)
+    wrong = event_problems(calls, [Spend(calls[0].event, 2, 1), spends[1]])
+    assert any("another partition" in line for line in wrong)
+    # the class-size release is composed by the plan, not spent by the method
+    counts = _call(0, -1, torch.zeros(3), phase=COUNT_PHASE)
+    assert (
+        event_problems([counts, *calls], [Spend(c.event, p, 3) for p, c in enumerate(calls)]) == []
+    )
+
+
+def test_noise_keyed_by_anything_but_the_whole_secret_fails():
+    draws = [_call(0, 0, torch.zeros(2)).draws[0]]
+    assert secret_problems(draws, SECRET, set()) == []
+    assert secret_problems(draws, SECRET + 1, {SECRET}) == []  # derived from the run's secret
+    short = Draw(
+        ("KeyedNoise", 1, SECRET % 2**32, "main", 0, 0, 0),
+        ("main", 0, 0, 0),
+        "normal",
+        torch.zeros(2),
+    )
+    [line] = secret_problems([short], SECRET, set())
+    assert "keyed by a secret other than the run's (at most 32 bits)" in line
+    seeded = Draw(
+        ("SeededNoise", 1, 7, "main", 0, 0, 0), ("main", 0, 0, 0), "normal", torch.zeros(2)
+    )
+    assert secret_problems([seeded], SECRET, set()) == []  # reproducible noise: its own report
+
+
+# --------------------------------------------------------------------------- partition isolation
+
+
+def test_other_classes_sums_must_be_bit_identical():
+    mine = [_call(0, 0, torch.ones(4)), _call(0, 1, torch.ones(4))]
+    moved_own = [_call(0, 0, torch.ones(4) * 1.5), _call(0, 1, torch.ones(4))]
+    assert call_problems(mine, moved_own, 1, owner=0) == []
+    nudged = [_call(0, 0, torch.ones(4)), _call(0, 1, torch.ones(4) + 1e-7)]
+    assert call_problems(mine, nudged, 1) == []  # within the sensitivity: today's check
+    [line] = call_problems(mine, nudged, 1, owner=0)
+    assert line.startswith("partition isolation: 1 pre-noise sums of other classes changed")
+    assert "partition 1" in line
+    assert call_problems(mine, nudged, None, owner=None) == []  # far data: no bound
+
+
+# --------------------------------------------------------------------------- worst-case rows
+
+
+def _records(sizes=(3, 2)) -> Records:
+    generator = torch.Generator().manual_seed(0)
+    images = [torch.rand(n, 1, 4, 4, generator=generator) * 2 - 1 for n in sizes]
+    labels = [torch.full((n,), c) for c, n in enumerate(sizes)]
+    return Records(list(range(len(sizes))), images, labels)
+
+
+def _flat(records: Records) -> list[torch.Tensor]:
+    return [images.flatten(1) for images in records.images]
+
+
+def test_rows_of_one_record_each_pass_the_probe():
+    assert probe_rows(_flat, _records()) == []
+    assert probe_rows(_flat, _records((0, 2))) == []  # an empty sample: candidates still added
+
+
+@pytest.mark.parametrize(
+    "rows_of, where",
+    [
+        # every row scaled by the sample's largest norm
+        (lambda r: [p / p.norm(dim=1).max() if len(p) else p for p in _flat(r)], "partition 0"),
+        # the sample mirrored when its mean crosses 0.3: only a half-sample tips it
+        (
+            lambda r: [
+                (im.flip(-1) if len(im) and float(im.mean()) > 0.3 else im).flatten(1)
+                for im in r.images
+            ],
+            "one record",
+        ),
+        # class-contrastive: each row minus 1 % of the other class's mean
+        (
+            lambda r: [p - 0.01 * q.mean(0) for p, q in zip(_flat(r), _flat(r)[::-1])],
+            "rows of partition 1",
+        ),
+    ],
+)
+def test_a_batch_statistic_in_the_rows_fails_the_probe(rows_of, where):
+    problems = probe_rows(rows_of, _records())
+    assert problems and "no record may change another's row" in problems[0], problems
+    assert any(where in line for line in problems), problems
+
+
+def test_far_data_keeps_the_public_sizes_and_moves_every_statistic():
+    own = OwnData.make(outlier=True)
+    far = own.far()
+    assert torch.equal(far.labels, own.labels) and far.names == own.names
+    assert torch.equal(far.test_images, own.test_images)
+    assert far.images.shape == own.images.shape and far.images.dtype == torch.uint8
+    unit = lambda images: images.double().flatten(1) / 127.5 - 1  # noqa: E731
+    near, away = unit(own.images), unit(far.images)
+    assert near.norm(dim=1).median() > 3 * away.norm(dim=1).median()
+    assert torch.cdist(near, near).median() > 2 * torch.cdist(away, away).median()
+    assert float(away.mean().abs()) < 0.05 < float(near.mean().abs())
+
+
+# --------------------------------------------------------------------------- end to end (slow)
+
+
+@pytest.fixture
+def leaks():
+    toy_methods.register_toys()
+    toy_leaks.register_leaks()
+    yield
+    toy_leaks.unregister_leaks()
+    toy_methods.unregister_toys()
+
+
+# (plug-in, the first problem check's outlier case reports)
+CAUGHT = [
+    ("leak_unspent", r"D: \d+ of \d+ mechanism calls released noise whose event was never spent"),
+    ("leak_stop", r"\(f\) coupled replay on other data: "),
+    ("leak_scale", r"D did not run \(exit code 2, .*read a class's private images outside its "),
+    ("leak_contrast", r"\(c\) partition isolation: \d+ pre-noise sums of other classes changed"),
+    ("leak_max_norm", r"\(p\) rows: a record \(.*\) added to partition \d \(the sample"),
+    ("leak_mirror", r"\(p\) rows: a record \(.*\) added to partition \d \(one record"),
+    ("leak_short_key", r"D: \d+ noise draws keyed by a secret other than the run's \(at most 32 "),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("toy, problem", CAUGHT)
+def test_check_catches_each_leak_around_the_release(leaks, tmp_path, toy, problem):
+    """check's outlier case passes the correct toy and fails each leaky plug-in, first with the
+    problem that names its kind (nothing in the harness knows the plug-ins)."""
+    from dpdc_lightning.audit.neighbours import check_cases, run_case
+
+    for name, broken in (("toy_mean", False), (toy, True)):
+        case = check_cases(name)[0]
+        verdict = run_case(case, tmp_path / case.folder)
+        assert bool(verdict.problems) == broken, verdict.problems
+    assert re.match(problem, verdict.problems[0]), verdict.problems
