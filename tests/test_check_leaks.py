@@ -194,3 +194,56 @@ def test_check_catches_each_leak_around_the_release(leaks, tmp_path, toy, proble
         verdict = run_case(case, tmp_path / case.folder)
         assert bool(verdict.problems) == broken, verdict.problems
     assert re.match(problem, verdict.problems[0]), verdict.problems
+
+
+# --------------------------------------------------------------------------- the selection
+
+
+def test_a_public_validation_set_holding_a_private_test_record_is_refused(tmp_path):
+    import numpy as np
+
+    from dpdc_lightning.data import ImageData
+    from dpdc_lightning.engine.selection import public_validation
+    from dpdc_lightning.errors import UserError
+
+    generator = np.random.default_rng(0)
+    train, test, fresh = (
+        generator.integers(0, 256, size=(n, 1, 8, 8), dtype=np.uint8) for n in (30, 9, 12)
+    )
+
+    def data(private_test: bool) -> ImageData:
+        unit = lambda a: torch.from_numpy(a).float() / 127.5 - 1  # noqa: E731
+        return ImageData.from_tensors(
+            unit(train),
+            torch.arange(30) % 3,
+            num_classes=3,
+            test_images=unit(test),
+            test_labels=torch.arange(9) % 3,
+            test_is_private=private_test,
+        )
+
+    np.savez(
+        tmp_path / "v.npz", images=np.concatenate([fresh, test[2:3]]), labels=np.arange(13) % 3
+    )
+    assert public_validation(str(tmp_path / "v.npz"), data(False)).expected_size == 13
+    with pytest.raises(UserError, match="shares records with the private data"):
+        public_validation(str(tmp_path / "v.npz"), data(True))
+
+
+def test_a_trial_silences_lightnings_own_log_handlers():
+    import io
+    import logging
+
+    from dpdc_lightning.engine.selection import silenced
+
+    console = io.StringIO()
+    handler = logging.StreamHandler(console)  # made before the trial: holds the console stream
+    logger = logging.getLogger("lightning.pytorch")
+    logger.addHandler(handler)
+    try:
+        with silenced():
+            logger.warning("a loser's warning")
+        logger.warning("after the trial")
+    finally:
+        logger.removeHandler(handler)
+    assert console.getvalue() == "after the trial\n"
