@@ -247,3 +247,24 @@ def test_a_trial_silences_lightnings_own_log_handlers():
     finally:
         logger.removeHandler(handler)
     assert console.getvalue() == "after the trial\n"
+
+
+def test_a_public_validation_set_is_recorded_as_an_assumption():
+    from dpdc_lightning.privacy.selection import (
+        PUBLIC_VALIDATION_ASSUMPTION,
+        TrialLaw,
+        selection_section,
+    )
+    from dpdc_lightning.report.selection import selection_html
+
+    common = dict(
+        law=TrialLaw("geometric", 3), members=[["a=1"]], member_events=[[(1.0, 0.01, 10)]],
+        delta=1e-5, target_epsilon=None, winner={"member": 0, "noisy_score": 0.5},
+    )  # fmt: skip
+    public = selection_section(**common, score_noise_multiplier=None, validation="public")
+    assert public["score"]["assumption"] == PUBLIC_VALIDATION_ASSUMPTION
+    private = selection_section(**common, score_noise_multiplier=20.0, validation_fraction=0.1)
+    assert "assumption" not in private["score"]
+    page = selection_html({"selection": public})
+    assert "declared public by the owner" in page and "score.assumption" in page
+    assert "declared public" not in selection_html({"selection": private})
