@@ -145,6 +145,18 @@ def test_a_batch_statistic_in_the_rows_fails_the_probe(rows_of, where):
     assert any(where in line for line in problems), problems
 
 
+def test_the_probe_allows_float32_rounding_only():
+    """A row that moves with the sample's size by 1.5 x the allowed rounding fails; by 0.6 x,
+    passes (pins the tolerance within a factor 2)."""
+    from dpdc_lightning.audit.neighbours.calls import ROUNDING
+
+    def sized(factor: float):
+        return lambda r: [p.double() * (1 + factor * ROUNDING * len(p)) for p in _flat(r)]
+
+    assert probe_rows(sized(0.6), _records()) == []
+    assert probe_rows(sized(1.5), _records())
+
+
 def test_far_data_keeps_the_public_sizes_and_moves_every_statistic():
     own = OwnData.make(outlier=True)
     far = own.far()
