@@ -35,6 +35,18 @@ Executions of a case:
   D's. Poisson sampling is coupled too: the removed record's uniform is drawn and dropped, so any
   other record is sampled in D' iff it is in D.
 
+The outlier's case (own files with a test root) adds two executions (issue 41):
+
+- "far", D's every release forced into a run on data of the same public sizes whose every
+  training record is replaced (:meth:`.records.OwnData.far`): every output equal to D's, whatever
+  one record would or would not tip (a stopping rule or a hyperparameter read off the data);
+- "probe", D again with worst-case records added to its first sample through the method's own
+  ``release_rows`` (:mod:`.probe`): no other row of any class may move.
+
+In every execution each mechanism call's event is spent once and each spend is a call's, and every
+keyed draw uses the run's whole secret (:mod:`.events`); in the coupled run the other classes'
+pre-noise sums are bit-identical (partition isolation, :func:`.calls.call_problems`).
+
 A case with ``whole_plan`` runs the method's real number of steps (its step keys as the method and
 the overrides set them, not ``checks.tiny``'s), every step, at the tiny size: behaviour that begins
 late in a plan is compared too. A configuration that issue 19 asks to refuse (Dosser reading a
