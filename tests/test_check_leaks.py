@@ -280,3 +280,22 @@ def test_a_public_validation_set_is_recorded_as_an_assumption():
     page = selection_html({"selection": public})
     assert "declared public by the owner" in page and "score.assumption" in page
     assert "declared public" not in selection_html({"selection": private})
+
+
+def test_a_private_method_cannot_read_a_class_outside_its_release():
+    from types import SimpleNamespace
+
+    from dpdc_lightning.engine.method_module import _LightningRuntime
+    from dpdc_lightning.errors import UserError
+
+    images = torch.zeros(2, 1, 4, 4)
+    datamodule = SimpleNamespace(class_images=lambda c: images)
+    for private in (False, True):
+        method = SimpleNamespace(private=private, config=SimpleNamespace(name="mine"))
+        module = SimpleNamespace(method=method, trainer=SimpleNamespace(datamodule=datamodule))
+        runtime = _LightningRuntime(module)
+        if not private:  # a non-private baseline's real-image initialisation
+            assert runtime.class_images(0) is images
+            continue
+        with pytest.raises(UserError, match="method mine read a class's private images outside"):
+            runtime.class_images(0)
