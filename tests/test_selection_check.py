@@ -106,7 +106,7 @@ def test_check_passes_the_selection_as_built(capsys, tmp_path, monkeypatch):
     code, out, err = _audit(GRID, capsys)
     assert code == 0, out + err
     rows = [line for line in out.splitlines() if line.startswith("selection ")]
-    assert len(rows) == 2 and all(" pass " in row for row in rows), out
+    assert len(rows) == 3 and all(" pass " in row for row in rows), out
     assert "losing trials that read the record" in out and "counts moved" in out
 
 
@@ -204,6 +204,24 @@ def _worst_released(monkeypatch, module):
     monkeypatch.setattr(module, "write_winner", written)
 
 
+def _trials_printed(monkeypatch, module):
+    draw = module.draw_trials
+
+    def printed(*args, **kwargs):
+        trials = draw(*args, **kwargs)
+        print(f"selection: running {len(trials)} trials")
+        return trials
+
+    monkeypatch.setattr(module, "draw_trials", printed)
+
+
+def _trials_from_the_run_seed(monkeypatch, module):
+    """K and the members drawn from a public constant (the run seed) instead of the secret key."""
+    draw = module.draw_trials
+    monkeypatch.setattr(module, "draw_trials", lambda law, *, key, members: draw(
+        law, key=1234, members=members))  # fmt: skip
+
+
 # (the plant, the case that must see it, a fragment of the problem it reports)
 PLANTED = {
     "every score in privacy.json": (_scores_written, "validation", "privacy.json:selection.trials"),
@@ -212,6 +230,9 @@ PLANTED = {
     "a count of sensitivity 2": (_count_doubled, "validation", "more than its sensitivity 1"),
     "the score key reused": (_score_key_reused, "validation", "drawn 2 times in one run"),
     "the worst trial released": (_worst_released, "validation", "not those of trial"),
+    # issue 41: secrets that are not data
+    "K printed": (_trials_printed, "secret", "another secret: stdout: "),
+    "K from the run seed": (_trials_from_the_run_seed, "secret", "two secrets drew the same"),
 }
 
 

@@ -7,7 +7,9 @@ plug-in included, before trusting its ε.
    unique in its run and each release's noise its declared std times one keyed draw, D and D'
    drawing the same keys (a method that reads an exact count, divides by a realised sample size,
    understates its sensitivity, reuses or rescales its noise, or branches on a sample fails
-   here);
+   here); and around the release (issue 41): every event spent once and every spend a call's,
+   noise keyed by the whole secret, other classes' sums bit-identical, D's releases replayed on
+   far data with every output equal, worst-case records probed through the method's rows;
 2. the white-box audit of the method's own release at its smallest honest size (its class's
    ``checks.whitebox``, claimed ε 2 on the digits): no lower bound (Clopper-Pearson, one run, the
    model bound) may exceed the claim and the model of the stated mechanism must hold;

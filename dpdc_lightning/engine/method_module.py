@@ -15,6 +15,7 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.base import CondensationMethod, Runtime
 
 
@@ -40,6 +41,13 @@ class _LightningRuntime(Runtime):
         self.module.log(name, value, **options)
 
     def class_images(self, class_index: int) -> Tensor:
+        method = self.module.method
+        if method.private:  # by construction: a private record reaches a method in its rows only
+            raise UserError(
+                f"method {method.config.name or type(method).__name__} read a class's private "
+                "images outside its release: a private method reads records only inside "
+                "release_rows (rule of docs/privacy.md, 'Where private records may flow')"
+            )
         return self.module.trainer.datamodule.class_images(class_index)
 
 

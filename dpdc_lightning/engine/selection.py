@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import io
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,10 @@ def public_validation(path: str, data: ImageData) -> Carved:
     refuse_shared_records(
         data.train_pixels, images, root=Path(path), test_source=f"select.validation={path}"
     )
+    if data.test_is_private:  # a held-out split of the private data is private too
+        refuse_shared_records(
+            data.test_pixels, images, root=Path(path), test_source=f"select.validation={path}"
+        )
     return Carved(train=data, images=images, labels=labels, expected_size=float(len(labels)))
 
 
@@ -140,10 +145,31 @@ def plan_events(plan: PrivacyPlan) -> Events:
 
 @contextlib.contextmanager
 def silenced() -> Iterator[None]:
-    """A trial's console output (progress, losses, warnings) goes nowhere: it may be a loser's."""
+    """A trial's console output (progress, losses, warnings) goes nowhere: it may be a loser's.
+    Lightning's log handlers hold the console stream they were made with, which redirecting
+    sys.stderr does not reach: theirs are pointed at the sink too for the trial."""
     sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        yield
+    handlers = [
+        handler
+        for name in (
+            None,
+            "lightning",
+            "lightning.pytorch",
+            "lightning.fabric",
+            "pytorch_lightning",
+        )
+        for handler in logging.getLogger(name).handlers
+        if isinstance(handler, logging.StreamHandler)
+        and not isinstance(handler, logging.FileHandler)
+    ]
+    streams = [handler.setStream(sink) for handler in handlers]
+    try:
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            yield
+    finally:
+        for handler, stream in zip(handlers, streams):
+            if stream is not None:
+                handler.setStream(stream)
 
 
 def run_trial(config: RunConfig, data: ImageData, *, noise_seed: int) -> CondensedSet:

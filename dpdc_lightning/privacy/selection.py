@@ -153,6 +153,14 @@ def _unreachable(target: float, per_trial: float, why: str) -> UserError:
     )
 
 
+# What a declared-public validation set rests on: the guarantee does not cover its records.
+PUBLIC_VALIDATION_ASSUMPTION = (
+    "select.validation is declared public by the owner: its records are not covered by the "
+    "guarantee, and its score is released without noise (it was refused if it shared a record "
+    "with the private training split or a private held-out split)"
+)
+
+
 def _score(
     score_noise_multiplier: float | None,
     validation: str,
@@ -169,7 +177,9 @@ def _score(
             "validation set none"
         )
     score_rdp(orders=RDP_ORDERS, score_noise_multiplier=score_noise_multiplier)  # validates σ
+    assumed = {"assumption": PUBLIC_VALIDATION_ASSUMPTION} if validation == "public" else {}
     return {
+        **assumed,
         "mechanism": "gaussian_count" if score_noise_multiplier is not None else "none",
         "sensitivity": 1 if score_noise_multiplier is not None else 0,
         "noise_multiplier": score_noise_multiplier,

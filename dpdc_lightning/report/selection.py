@@ -105,6 +105,11 @@ def selection_html(privacy: dict[str, Any]) -> str:
             ),
         ),
         *_share(score),
+        *(
+            [("assumption", sourced(score["assumption"], SOURCE + "score.assumption"))]
+            if score.get("assumption")
+            else []
+        ),
         ("ε of the selection", sourced(epsilon_text(selection["epsilon"]), SOURCE + "epsilon")),
         *_one_trial(selection),
         ("ε of publishing every member instead (composed)", every),

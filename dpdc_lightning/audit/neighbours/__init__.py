@@ -10,7 +10,10 @@ of the Gaussian mechanism against its sensitivity (:mod:`.harness` says how).
 - :mod:`.coupling` the tap on the mechanism and the coupled Poisson sampling;
 - :mod:`.draws` every draw of the noise streams, logged;
 - :mod:`.calls` the checks on mechanism calls and noise draws (keys, std, control flow,
-  sensitivity);
+  sensitivity, partition isolation);
+- :mod:`.events` every call's event spent once, every spend a call's; noise keyed by the whole
+  secret;
+- :mod:`.probe` worst-case records added through the method's own rows (no other row may move);
 - :mod:`.outputs` every output of a run, flattened; :mod:`.compare` two runs against the ledger;
 - :mod:`.patches` temporary replacements, undone after each run;
 - :mod:`.selection` neighbouring private SELECTIONS (``audit.py check ... select=private``), their

@@ -110,12 +110,19 @@ def draw_problems(reference: list[Draw], other: list[Draw]) -> list[str]:
     ]
 
 
-def call_problems(reference: list[Call], coupled: list[Call], records: int) -> list[str]:
+def call_problems(
+    reference: list[Call], coupled: list[Call], records: int | None, *, owner: int | None = None
+) -> list[str]:
     """Each call of D' against D's: same noise key, event and sensitivity; pre-noise sums at most
-    ``records`` sensitivities apart (exactly equal for 0)."""
+    ``records`` sensitivities apart (exactly equal for 0; None: no bound, D' is not a neighbour).
+    With ``owner`` (the class of the changed record, per-class sampling), a call on any other class
+    must have the same pre-noise sum, bit for bit: the accountant composes the classes in parallel
+    (one record enters one class's release), which a row built from other classes' records breaks
+    however little it moves them."""
     problems = []
     if len(reference) != len(coupled):
         problems.append(f"D made {len(reference)} mechanism calls, D' {len(coupled)}")
+    isolation: list[str] = []
     for index, (mine, theirs) in enumerate(zip(reference, coupled)):
         where = f"call {index} {mine.where}"
         described = (mine.key, mine.sensitivity, mine.noise_multiplier, mine.sample_rate)
@@ -131,6 +138,15 @@ def call_problems(reference: list[Call], coupled: list[Call], records: int) -> l
                 "shape)"
             )
             continue
+        partition = mine.draws[0].purpose[2] if mine.draws else None
+        if (
+            owner is not None
+            and partition not in (None, -1, owner)
+            and not torch.equal(theirs.pre, mine.pre)
+        ):
+            isolation.append(f"{where}: moved by a record of class {owner}")
+        if records is None:
+            continue
         moved = float(torch.linalg.vector_norm(theirs.pre - mine.pre))
         limit = records * mine.sensitivity * (1 + ROUNDING)
         if (records == 0 and moved != 0.0) or moved > limit:
@@ -138,4 +154,9 @@ def call_problems(reference: list[Call], coupled: list[Call], records: int) -> l
                 f"{where}: the pre-noise sum moved by {moved:.6g}, more than {records} x "
                 f"sensitivity {mine.sensitivity:g}"
             )
+    if isolation:
+        problems.append(
+            f"partition isolation: {len(isolation)} pre-noise sums of other classes changed, the "
+            f"first {isolation[0]} (each record must enter its own class's release only)"
+        )
     return problems

@@ -24,6 +24,7 @@ import dpdc_lightning.engine.condense  # noqa: F401  (binds gaussian_sum through
 import dpdc_lightning.privacy.counts  # noqa: F401  (binds gaussian_sum)
 import dpdc_lightning.privacy.per_example  # noqa: F401  (binds gaussian_sum)
 from dpdc_lightning.audit.neighbours.draws import Draw, NoiseLog
+from dpdc_lightning.audit.neighbours.events import SpendLog
 from dpdc_lightning.audit.neighbours.patches import Patches
 from dpdc_lightning.config.registry import loaded_names
 from dpdc_lightning.engine import datamodule as datamodule_module
@@ -41,6 +42,7 @@ class Call:
     sample_rate: float
     released: Tensor  # what the mechanism returned (before a coupled tap replaced it)
     draws: list[Draw]  # the noise draws made inside this call
+    event: Any = None  # the event object the mechanism returned (matched to a spend: events.py)
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -60,6 +62,7 @@ class MechanismTap:
         self.reference = reference
         self.calls: list[Call] = []
         self.log = NoiseLog()
+        self.spent = SpendLog()
 
     @property
     def draws(self) -> list[Draw]:
@@ -67,6 +70,7 @@ class MechanismTap:
 
     def install(self, patch: Patches) -> None:
         self.log.install(patch)
+        self.spent.install(patch, self.calls)
         original = mechanisms.gaussian_sum
         bound = [
             (module, name)
@@ -107,6 +111,7 @@ class MechanismTap:
                     float(sample_rate),
                     released.detach().cpu().clone(),
                     drawn,
+                    event,
                 )
             )
             if self.reference is not None and index < len(self.reference):

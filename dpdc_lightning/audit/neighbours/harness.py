@@ -35,6 +35,18 @@ Executions of a case:
   D's. Poisson sampling is coupled too: the removed record's uniform is drawn and dropped, so any
   other record is sampled in D' iff it is in D.
 
+The outlier's case (own files with a test root) adds two executions (issue 41):
+
+- "far", D's every release forced into a run on data of the same public sizes whose every
+  training record is replaced (:meth:`.records.OwnData.far`): every output equal to D's, whatever
+  one record would or would not tip (a stopping rule or a hyperparameter read off the data);
+- "probe", D again with worst-case records added to its first sample through the method's own
+  ``release_rows`` (:mod:`.probe`): no other row of any class may move.
+
+In every execution each mechanism call's event is spent once and each spend is a call's, and every
+keyed draw uses the run's whole secret (:mod:`.events`); in the coupled run the other classes'
+pre-noise sums are bit-identical (partition isolation, :func:`.calls.call_problems`).
+
 A case with ``whole_plan`` runs the method's real number of steps (its step keys as the method and
 the overrides set them, not ``checks.tiny``'s), every step, at the tiny size: behaviour that begins
 late in a plan is compared too. A configuration that issue 19 asks to refuse (Dosser reading a
@@ -55,7 +67,9 @@ from dpdc_lightning.audit.neighbours.cases import Case
 from dpdc_lightning.audit.neighbours.changes import neighbour, pool_changes
 from dpdc_lightning.audit.neighbours.compare import differences
 from dpdc_lightning.audit.neighbours.coupling import MechanismTap
+from dpdc_lightning.audit.neighbours.events import event_problems, secret_problems
 from dpdc_lightning.audit.neighbours.patches import Patches, patched
+from dpdc_lightning.audit.neighbours.probe import RowProbe
 from dpdc_lightning.audit.neighbours.records import pick_record
 from dpdc_lightning.audit.neighbours.running import (
     SECRET,
@@ -117,7 +131,7 @@ def run_case(
     if ref.exit_code != 0:  # a refused configuration reads no record: where D' trains is moot
         patches = neighbour(case, prep, split, index)
         return _refusal(verdict, ref, work, secret, patches, runner)
-    verdict.problems += [f"D: {line}" for line in noise_problems(ref.calls, ref.draws)]
+    verdict.problems += [f"D: {line}" for line in run_problems(ref)]
     if case.private and not ref.calls:
         verdict.problems.append("D: a private method released nothing through the mechanism")
     if changes:  # D' does not differ from D by the one record: no coupling to check
@@ -134,12 +148,27 @@ def run_case(
         modes = (
             ("plain",) if not case.private else ("coupled",) if never_read else ("plain", "coupled")
         )
-    run = _Neighbour(case, work, ref, secret, patches, runner, never_read)
+    owner = expected[0] if expected and not case.global_pool else None
+    run = _Neighbour(case, work, ref, secret, patches, runner, never_read, owner)
     if "plain" in modes:
         verdict.problems += run.plain()
     if "coupled" in modes:
         verdict.problems += run.coupled(removed, verdict, train=split == "train")
+    if case.record == "outlier" and case.private and prep.own is not None:
+        verdict.problems += run.far(prep)
+        verdict.problems += run.probe()
     return verdict
+
+
+def run_problems(run: Outcome) -> list[str]:
+    """One run's noise and accounting (:func:`.calls.noise_problems`, :mod:`.events`): keys unique,
+    drawn inside the mechanism at the declared std, keyed by the whole secret; every call's event
+    spent once and every spend a call's."""
+    return [
+        *noise_problems(run.calls, run.draws),
+        *secret_problems(run.draws, run.secret, run.spent.derived),
+        *event_problems(run.calls, run.spent.spends),
+    ]
 
 
 def _record(case: Case, prep: Prepared, first: int) -> tuple[str, int, int]:
@@ -165,6 +194,7 @@ class _Neighbour:
     patches: Callable[[Patches], None]
     runner: Runner
     never_read: bool
+    owner: int | None = None  # the changed record's class (per-class sampling)
 
     def _execute(self, tap: MechanismTap, removed: dict[int, int] | None = None) -> Outcome:
         return execute(
@@ -193,7 +223,26 @@ class _Neighbour:
         problems += [
             f"(d) same secret: {line}" for line in draw_problems(self.ref.draws, plain.draws)
         ]
-        return problems + [f"D': {line}" for line in noise_problems(plain.calls, plain.draws)]
+        return problems + [f"D': {line}" for line in run_problems(plain)]
+
+    def probe(self) -> list[str]:
+        """(p) worst-case records added to D's first sample through the method's own rows
+        (:mod:`.probe`): no other row may move."""
+        probe = RowProbe(self.case.method_class)
+        probe_run = execute(  # on D's files (the far data's run wrote them back)
+            self.case.tokens(self.work),
+            work=self.work,
+            tap=MechanismTap(),
+            secret=self.secret,
+            patches=probe.install,
+            runner=self.runner,
+        )
+        if probe_run.exit_code != 0:
+            return [f"(p) the probe's run failed: {probe_run.outputs['stderr'][-300:]}"]
+        return [f"(p) rows: {line}" for line in probe.problems]
+
+    def far(self, prep: Prepared) -> list[str]:
+        return _far(self, prep)
 
     def coupled(self, removed: dict[int, int], verdict: Verdict, *, train: bool) -> list[str]:
         """(c) D's releases coupled into D': the same calls and draws, pre-noise sums within the
@@ -202,7 +251,10 @@ class _Neighbour:
         coupled = self._execute(MechanismTap(ref.calls), removed)
         bound = 0 if self.never_read else (1 if self.case.relation == "remove" else 2)
         problems = [f"(d) coupled: {line}" for line in draw_problems(ref.draws, coupled.draws)]
-        problems += [f"(c) {line}" for line in call_problems(ref.calls, coupled.calls, bound)]
+        problems += [
+            f"(c) {line}"
+            for line in call_problems(ref.calls, coupled.calls, bound, owner=self.owner)
+        ]
         problems += [
             f"(a) coupled releases: {line}" for line in differences(ref.outputs, coupled.outputs)
         ]
@@ -217,6 +269,26 @@ class _Neighbour:
                 "chosen to sample it"
             )
         return problems
+
+
+def _far(run: _Neighbour, prep: Prepared) -> list[str]:
+    """(f) coupled replay on other data: D's every release forced into a run on data of the same
+    public sizes whose every training record is replaced (:meth:`.records.OwnData.far`). If the
+    private data reached the outputs only through the releases, every output is D's, bit for bit;
+    a stopping rule, a hyperparameter, a step count, a loss or a line computed from private
+    records shows, whether or not one record would tip it."""
+    prep.own.far().write(prep.work, run.case.data)
+    try:
+        far = run._execute(MechanismTap(run.ref.calls))
+    finally:
+        prep.write(run.case)
+    ref = run.ref
+    problems = [f"(f) far data: {line}" for line in draw_problems(ref.draws, far.draws)]
+    problems += [f"(f) far data: {line}" for line in call_problems(ref.calls, far.calls, None)]
+    return problems + [
+        f"(f) coupled replay on other data: {line}"
+        for line in differences(ref.outputs, far.outputs)
+    ]
 
 
 def _refusal(

@@ -12,7 +12,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from torch import Tensor
 from dpdc_lightning.audit.neighbours.cases import SWEEP_AXIS, Case
 from dpdc_lightning.audit.neighbours.coupling import Call, MechanismTap, couple_sampling
 from dpdc_lightning.audit.neighbours.draws import Draw
+from dpdc_lightning.audit.neighbours.events import SpendLog
 from dpdc_lightning.audit.neighbours.outputs import run_cli
 from dpdc_lightning.audit.neighbours.patches import Patches
 from dpdc_lightning.audit.neighbours.records import (
@@ -65,6 +66,8 @@ class Outcome:
     outputs: dict[str, Any]  # every output, flattened (run_outputs.py)
     calls: list[Call]  # every mechanism call, in order
     draws: list[Draw]  # every noise draw, in order (inside a call or not)
+    spent: SpendLog = field(default_factory=SpendLog)  # every event spent, every derived secret
+    secret: int = 0  # the run's secret
 
 
 def execute(
@@ -99,7 +102,7 @@ def execute(
     except Exception as error:  # a crash (the method's or the framework's): a failed run, a row
         line = f"{type(error).__name__}: {error}".replace(str(work), "<work>")
         code, outputs = 1, {"exit_code": 1, "stderr": line, "stdout": "", "files": None}
-    return Outcome(code, outputs, tap.calls, tap.draws)
+    return Outcome(code, outputs, tap.calls, tap.draws, tap.spent, secret)
 
 
 @dataclass

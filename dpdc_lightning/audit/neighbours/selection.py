@@ -46,6 +46,7 @@ from dpdc_lightning.audit.neighbours.running import Outcome, execute
 from dpdc_lightning.audit.neighbours.selection_case import (
     SelectionCase,
     choose_key,
+    other_key,
     select_tokens,
     sides,
 )
@@ -99,8 +100,11 @@ class Selections:
         self.validation, self.training = sides(self.own, self.key, fraction)
         self.reference = self.run(None)
 
-    def run(self, index: int | None, *, reference: SelectionTap | None = None) -> _Run:
-        """The selection on D (``index`` None) or on D with record ``index`` inverted."""
+    def run(
+        self, index: int | None, *, reference: SelectionTap | None = None, key: int | None = None
+    ) -> _Run:
+        """The selection on D (``index`` None) or on D with record ``index`` inverted, under the
+        case's key (or ``key``)."""
         own = self.own
         if index is not None:
             images = own.images.clone()
@@ -111,7 +115,8 @@ class Selections:
         tap = SelectionTap(mechanism, reference)
 
         outcome = execute(
-            self.case.tokens(self.work), work=self.work, tap=mechanism, secret=self.key,
+            self.case.tokens(self.work), work=self.work, tap=mechanism,
+            secret=self.key if key is None else key,
             patches=tap.install, runner=select_tokens,
         )  # fmt: skip
         return _Run(outcome, tap)
@@ -208,12 +213,46 @@ def training_case(runs: Selections) -> Found:
     return found
 
 
+def secret_case(runs: Selections) -> Found:
+    """The same data under another secret that draws another K (every trial the winner's member):
+    every public output but the winner's released content (its condensation's releases, its noisy
+    score) must equal D's. A selection that prints K, writes a line per trial or names its members
+    fails; so does one that draws K or the members from the public run seed (the two secrets then
+    draw the same trials: the case says so)."""
+    found, ref = Found("selection: another secret (same data)"), runs.reference
+    found.problems = runs.own_problems(ref, "D")
+    if found.problems:
+        return found
+    trials, winner = ref.tap.trials or [], ref.tap.winner()
+    key = other_key(runs.case, runs.work, runs.key, trials[winner], len(trials))
+    if key is None:
+        found.detail = "no secret tried draws another K of the winner's member alone"
+        return found
+    other = runs.run(None, key=key)
+    problems = runs.own_problems(other, "another secret")
+    if other.tap.trials == ref.tap.trials:
+        problems.append(
+            f"two secrets drew the same trials {trials}: K and the members do not come from the "
+            "secret"
+        )
+    ledger = ledger_for(class_sizes="public", auxiliary_source=runs.case.base.aux)
+    problems += [
+        f"another secret: {line}"
+        for line in differences(
+            ref.outcome.outputs, other.outcome.outputs, ledger=ledger + SELECTION_LEDGER
+        )
+    ]
+    found.problems = problems
+    found.detail = f"K {len(trials)} and {len(other.tap.trials or [])}, the same outputs"
+    return found
+
+
 def check_selection(
     case: SelectionCase,
     work: Path,
     *,
     progress: Callable[[str], None] = lambda message: None,
-    cases: tuple[str, ...] = ("validation", "training"),
+    cases: tuple[str, ...] = ("validation", "training", "secret"),
 ) -> list[tuple[Found, float]]:
     """The cases of ``case`` (both unless ``cases`` names one) in ``work``, each with its seconds
     (D's run on the first)."""
@@ -223,10 +262,14 @@ def check_selection(
     progress("neighbouring selections: D")
     runs = Selections(case, work)
     found: list[tuple[Found, float]] = []
-    for name, one in (("validation", validation_case), ("training", training_case)):
+    for name, one in (
+        ("validation", validation_case),
+        ("training", training_case),
+        ("secret", secret_case),
+    ):
         if name not in cases:
             continue
-        progress(f"neighbouring selections: {name} record")
+        progress(f"neighbouring selections: {name}")
         result = one(runs)
         found.append((result, time.monotonic() - started))
         started = time.monotonic()

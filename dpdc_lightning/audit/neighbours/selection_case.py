@@ -68,6 +68,11 @@ class SelectionCase:
         return ["-m", *self.base.tokens(work), "select=private", *defaults, *self.select]
 
 
+# The draw as the package defines it, kept before any run patches the driver: the secrets are chosen
+# by the declared law, and the runs show what the driver actually drew.
+_DRAW_TRIALS = selection_run.draw_trials
+
+
 def choose_key(case: SelectionCase, work: Path) -> tuple[int, float]:
     """The harness's first secret under which the selection draws at least two trials (losers to
     leak), and the selection's validation fraction."""
@@ -82,7 +87,7 @@ def choose_key(case: SelectionCase, work: Path) -> tuple[int, float]:
     # every trial is a whole condensation, and two are enough to have a loser
     most = max(2, math.ceil(select.trials_mean))
     drawn = [
-        (key, len(selection_run.draw_trials(law, key=key, members=members)))
+        (key, len(_DRAW_TRIALS(law, key=key, members=members)))
         for key in range(SECRET, SECRET + SECRETS_TRIED)
     ]
     for fits in (lambda k: 2 <= k <= most, lambda k: k >= 2):
@@ -90,6 +95,26 @@ def choose_key(case: SelectionCase, work: Path) -> tuple[int, float]:
         if key is not None:
             return key, select.validation_fraction
     raise RuntimeError("no secret tried draws two trials")
+
+
+def other_key(case: SelectionCase, work: Path, key: int, member: int, trials: int) -> int | None:
+    """A second secret for the same data whose selection draws another number of trials than
+    ``key``'s ``trials``, every one of them the winner's ``member``: the winner's released setting
+    is then the same, and what differs between the two selections, beyond the winner's released
+    content, is what the secret decided (K, the members, the noise). None if no secret tried
+    does."""
+    from dpdc_lightning.config.selection import load_select, split_select
+    from dpdc_lightning.evaluation.selection_grid import plan_grid
+    from dpdc_lightning.privacy.selection import TrialLaw
+
+    mine, rest = split_select([t for t in case.tokens(work) if t != "-m"])
+    select, members = load_select(mine), len(plan_grid(rest).configs)
+    law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
+    for other in range(SECRET, SECRET + SECRETS_TRIED):
+        drawn = _DRAW_TRIALS(law, key=other, members=members)
+        if other != key and drawn and len(drawn) != trials and set(drawn) == {member}:
+            return other
+    return None
 
 
 def sides(own: OwnData, key: int, fraction: float) -> tuple[list[int], list[int]]:
