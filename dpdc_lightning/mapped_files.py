@@ -110,7 +110,7 @@ def map_stored(stored: Stored) -> np.ndarray:
 
 def _file_range(tensor: Tensor) -> tuple[str, int] | None:
     """(file, offset) of a contiguous tensor whose bytes all lie in one mapped array, else None."""
-    if not tensor.is_contiguous() or tensor.device.type != "cpu":
+    if not tensor.is_contiguous() or not tensor.is_cpu:
         return None
     address, length = tensor.data_ptr(), tensor.numel() * tensor.element_size()
     for base, (path, offset, size, alive) in list(_MAPPED.items()):

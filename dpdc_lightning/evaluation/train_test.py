@@ -80,6 +80,9 @@ def _task(
     )
 
 
+_NOT_PER_RUN = ("progress", "done", "on_run", "workers")
+
+
 def train_and_test(
     images: Tensor,
     labels: Tensor,
@@ -118,27 +121,14 @@ def train_and_test(
     ``engine`` (``eval.engine``) is how the runs are trained; ``compile`` (``eval.compile``) whether
     the step of the trainer-free engines runs through torch.compile (auto: when it pays back).
     """
+    # what one run depends on: the parameters of this call but progress, resumption and workers
+    arguments = {k: v for k, v in locals().items() if k not in _NOT_PER_RUN}
     check_inputs(images, labels, test_images, test_labels, num_classes)
     done = dict(done or {})
     if unknown := sorted(set(done) - set(range(protocol.runs))):
         raise ValueError(f"done names runs {unknown} outside 0..{protocol.runs - 1}")
     measured: dict[int, float] = dict(done)
     remaining = [r for r in range(protocol.runs) if r not in done]
-    arguments = dict(
-        images=images,
-        labels=labels,
-        test_images=test_images,
-        test_labels=test_labels,
-        model=model,
-        num_classes=num_classes,
-        protocol=protocol,
-        seed=seed,
-        model_options=model_options,
-        accelerator=accelerator,
-        pea=pea,
-        engine=engine,
-        compile=compile,
-    )
 
     def finished(run: int, accuracy: float) -> None:
         measured[run] = accuracy
@@ -148,22 +138,46 @@ def train_and_test(
             progress.end_run(accuracy)
 
     if workers > 1 and len(remaining) > 1:
-        from dpdc_lightning.evaluation.workers import train_in_workers
-
-        def started_and_finished(run: int, accuracy: float) -> None:
-            if progress is not None:  # a worker reports its run when it ends
-                progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
-            finished(run, accuracy)
-
-        if (device := resolve_device(accelerator)).type != "cpu":
-            raise UserError(
-                f"eval.workers={workers} trains runs in CPU processes, but the evaluation runs "
-                f"on {device.type}; use eval.workers=1 there"
-            )
-        train_in_workers(arguments, remaining, workers=workers, on_result=started_and_finished)
+        _train_in_workers(arguments, remaining, workers=workers, progress=progress, done=finished)
     else:
         _train_here(arguments, remaining, progress=progress, on_result=finished)
     return [measured[r] for r in range(protocol.runs)]
+
+
+def _train_in_workers(
+    arguments: dict,
+    runs: list[int],
+    *,
+    workers: int,
+    progress: EvalProgress | None,
+    done: Callable[[int, float], None],
+) -> None:
+    """``runs`` trained side by side in ``workers`` CPU processes (evaluation/workers.py)."""
+    from dpdc_lightning.evaluation.workers import train_in_workers
+
+    if (device := resolve_device(arguments["accelerator"])).type != "cpu":
+        raise UserError(
+            f"eval.workers={workers} trains runs in CPU processes, but the evaluation runs on "
+            f"{device.type}; use eval.workers=1 there"
+        )
+    protocol, model = arguments["protocol"], arguments["model"]
+
+    def reported(run: int, accuracy: float) -> None:
+        if progress is not None:  # a worker's run is shown when it ends
+            progress.start_run(f"{model} run {run + 1}/{protocol.runs}", protocol.train_epochs)
+        done(run, accuracy)
+
+    train_in_workers(train_one_run, arguments, runs, workers=workers, on_result=reported)
+
+
+def train_one_run(arguments: dict, run: int, threads: int) -> float:
+    """In an eval.workers process: run ``run`` of the evaluation ``arguments`` describe, on
+    ``threads`` intra-op threads (every other run counts as measured: only ``run`` is trained)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    others = {r: 0.0 for r in range(arguments["protocol"].runs) if r != run}
+    return train_and_test(**arguments, done=others)[run]
 
 
 def _train_here(

@@ -28,28 +28,18 @@ def threads_per_worker(workers: int) -> int:
     return max(1, torch.get_num_threads() // workers)
 
 
-def _train_one(arguments: dict[str, Any], run: int, threads: int) -> float:
-    """In a worker: run ``run`` of the evaluation ``arguments`` describe, on ``threads`` threads."""
-    from dpdc_lightning.evaluation.train_test import train_and_test
-
-    torch.set_num_threads(threads)
-    runs = arguments["protocol"].runs
-    # every other run counts as measured (the resume interface): only ``run`` is trained here
-    others = {r: 0.0 for r in range(runs) if r != run}
-    return train_and_test(**arguments, done=others, workers=1)[run]
-
-
 def train_in_workers(
+    train_one: Callable[[dict[str, Any], int, int], float],
     arguments: dict[str, Any],
     runs: Sequence[int],
     *,
     workers: int,
     on_result: Callable[[int, float], None],
 ) -> None:
-    """Train ``runs`` of the evaluation ``arguments`` describe (train_and_test's keyword arguments,
-    without progress, done, on_run and workers) in ``workers`` spawned processes; call
-    ``on_result(run, accuracy)`` in this process as each finishes, in the order they finish. The
-    caller has checked that the evaluation runs on the CPU."""
+    """Train ``runs`` of the evaluation ``arguments`` describe in ``workers`` spawned processes,
+    each run by ``train_one(arguments, run, threads)`` (a module-level function: the workers import
+    it by name); call ``on_result(run, accuracy)`` in this process as each finishes, in the order
+    they finish. The caller has checked that the evaluation runs on the CPU."""
     threads = threads_per_worker(workers)
     context = torch.multiprocessing.get_context("spawn")
     arguments = {
@@ -61,7 +51,7 @@ def train_in_workers(
     with concurrent.futures.ProcessPoolExecutor(
         max_workers=min(workers, len(runs)), mp_context=context
     ) as pool:
-        pending = {pool.submit(_train_one, arguments, run, threads): run for run in runs}
+        pending = {pool.submit(train_one, arguments, run, threads): run for run in runs}
         try:
             for future in concurrent.futures.as_completed(pending):
                 on_result(pending[future], future.result())
