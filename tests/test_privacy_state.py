@@ -92,7 +92,7 @@ def test_the_calculator_lists_its_verbs_and_requires_its_flags(capsys):
         main([])
     assert (
         exit_.value.code == 2
-        and "required: {epsilon,calibrate,max-steps,verify}" in capsys.readouterr().err
+        and "required: {epsilon,calibrate,max-steps,verify,sign}" in capsys.readouterr().err
     )
 
 
