@@ -40,11 +40,14 @@ test: lint
 	echo "make test: $$(( $$(date +%s) - start )) s wall on $$(nproc) cores (load $$(cut -d" " -f1 /proc/loadavg) at the end)"; exit $$status
 
 # The slow tests include the report's browser test: Debian's chromium, installed here when missing
-# (as root, with apt-get), required otherwise. One pytest process for all of them, as a notebook
-# runs many commands in one kernel: a run or a sweep leaves the interpreter's logging and streams
-# as it found them (tests/test_hydra.py).
+# (as root, with apt-get), required otherwise. SLOW_WORKERS pytest processes (2: both cores; CI has
+# 90 minutes for both suites), each taking whole test files and running many of them one after
+# another, as a notebook runs many commands in one kernel: a run or a sweep leaves the interpreter's
+# logging and streams as it found them (tests/test_hydra.py); `SLOW_WORKERS=0` runs them all in one.
+SLOW_WORKERS ?= 2
 test-slow: $(STAMP) chromium
-	$(PY) -m pytest -q -m slow -p no:cacheprovider
+	@start=$$(date +%s); $(PY) -m pytest -q -m slow -p no:cacheprovider -n $(SLOW_WORKERS) --dist loadfile --durations=15; \
+	status=$$?; echo "make test-slow: $$(( $$(date +%s) - start )) s wall on $$(nproc) cores"; exit $$status
 
 # Mutation testing of privacy/, methods/ and data/loaders/ with mutmut ([tool.mutmut] in
 # pyproject.toml), by hand, never in CI: a fixed sample of 1 mutant in MUTANTS_EVERY (all ~7000
