@@ -187,7 +187,10 @@ def _run_models(
             f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
             f"{tuple(data.test_images.shape[1:])}"
         )
+    from dpdc_lightning.engine.threads import use_threads
+
     protocol = protocol_of(config)
+    use_threads(config.threads)
     print(f"evaluating: {title}", file=sys.stderr)
     progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
     try:
