@@ -44,12 +44,11 @@ def _as_unit(path: Path, images: Tensor, key: str) -> Tensor:
 
 
 def _read_tensor_file(
-    path: Path, *, image_size: int | None, channels: int | None
+    path: Path, *, image_size: int | None, channels: int | None, key: str = "dataset.root"
 ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None, tuple[str, ...] | None]:
+    """The file ``path``, given as ``key`` (dataset.root or dataset.test_root: named in errors)."""
     if not path.is_file():
-        raise UserError(
-            f"dataset.root={path} is not a file (dataset=tensors expects FILE.pt or FILE.npz)"
-        )
+        raise UserError(f"{key}={path} is not a file (dataset=tensors expects FILE.pt or FILE.npz)")
     if path.suffix not in (".pt", ".pth", ".npz"):
         raise UserError(f"{path}: dataset=tensors reads .pt or .npz files")
     payload = load_plain(path, what="dataset file")
@@ -177,7 +176,10 @@ def load_tensors(
                 f"{root} already holds test_images; drop dataset.test_root or the file's test split"
             )
         test_images, test_labels, _, _ = _read_tensor_file(
-            Path(test_root), image_size=images.shape[-1], channels=images.shape[1]
+            Path(test_root),
+            image_size=images.shape[-1],
+            channels=images.shape[1],
+            key="dataset.test_root",
         )
         test = (test_images, test_labels)
     _check_labels(root, labels, names)
