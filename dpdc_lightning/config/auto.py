@@ -211,6 +211,8 @@ MACHINE_READS: dict[str, str] = {
     "data/load.py": "XDG_CACHE_HOME: the default dataset.cache_dir",
     "data/decode_pool.py": "the cores this process may use: how many processes decode an image "
     "folder of 2048 files or more (tests/test_decoded_cache.py runs one and two)",
+    "evaluation/engines/cost.py": "the device type: evaluate.py's duration estimate is made for "
+    "a CPU only, where the step costs were measured (tests/test_newcomer.py: cpu and cuda)",
     "engine/threads.py": "the cores of the process's CPU affinity, the 1-minute load average and "
     "OMP_NUM_THREADS: threads=auto (DECISIONS; tests/test_threads.py forces each)",
     "cli/launchers.py": "sbatch and srun on PATH: hydra/launcher=submitit_slurm",
