@@ -124,7 +124,7 @@ def exit_process(code: int) -> NoReturn:
 
 def main_entry(main: Callable[[list[str]], int | None]) -> NoReturn:
     """A script's ``if __name__ == "__main__"``: :func:`run` ``main`` on sys.argv, then exit."""
-    hold_interrupts_during_imports()
+    hold_interrupts_during_torch_import()
     exit_process(run(main))
 
 
@@ -134,7 +134,7 @@ RETRY_S = 0.05
 NATIVE_INIT = ("torch", "torchvision")
 
 
-def hold_interrupts_during_imports() -> None:
+def hold_interrupts_during_torch_import() -> None:
     """Ctrl-C while torch is being imported is held back until that import is done, then raised as
     usual (a command's process only: :func:`main_entry`).
 
