@@ -152,9 +152,18 @@ def hold_interrupts_during_torch_import() -> None:
 
 
 _held: list[bool] = []  # a Ctrl-C waits for torch's import to end
+_received: list[bool] = []  # a Ctrl-C came (a command's process only)
+
+
+def interrupt_received() -> bool:
+    """Whether this command's process was sent Ctrl-C: code that catches every exception on the
+    way (a library's start-up) can swallow the KeyboardInterrupt, and a run must not go on to
+    release after it (engine/training.py checks before the bundle is written)."""
+    return bool(_received)
 
 
 def _interrupt(signum: int, frame: object) -> None:
+    _received.append(True)
     if _native_init():
         import signal
 
