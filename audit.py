@@ -7,8 +7,16 @@
 The same command is ``python -m dpdc_lightning.audit`` and, installed, ``dpdc-audit``.
 """
 
-from dpdc_lightning.audit.command import audit_main as main
 from dpdc_lightning.errors import main_entry
+
+
+def main(argv: list[str]) -> int | None:
+    """The command, imported inside :func:`main_entry`'s run: a Ctrl-C while it loads ends as
+    any Ctrl-C does (one line, exit code 130)."""
+    from dpdc_lightning.audit.command import audit_main
+
+    return audit_main(argv)
+
 
 if __name__ == "__main__":
     main_entry(main)

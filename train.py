@@ -9,8 +9,16 @@
 The same command is installed as ``dpdc-train`` (dpdc_lightning/cli/commands.py).
 """
 
-from dpdc_lightning.cli.commands import train_main as main
 from dpdc_lightning.errors import main_entry
+
+
+def main(argv: list[str]) -> int | None:
+    """The command, imported inside :func:`main_entry`'s run: a Ctrl-C while it loads ends as
+    any Ctrl-C does (one line, exit code 130)."""
+    from dpdc_lightning.cli.commands import train_main
+
+    return train_main(argv)
+
 
 if __name__ == "__main__":
     main_entry(main)

@@ -124,4 +124,72 @@ def exit_process(code: int) -> NoReturn:
 
 def main_entry(main: Callable[[list[str]], int | None]) -> NoReturn:
     """A script's ``if __name__ == "__main__"``: :func:`run` ``main`` on sys.argv, then exit."""
+    hold_interrupts_during_torch_import()
     exit_process(run(main))
+
+
+# How often a Ctrl-C held back while torch initialises is tried again (seconds).
+RETRY_S = 0.05
+# The packages whose import runs C++ initialisers that call back into Python.
+NATIVE_INIT = ("torch", "torchvision")
+
+
+def hold_interrupts_during_torch_import() -> None:
+    """Ctrl-C while torch is being imported is held back until that import is done, then raised as
+    usual (a command's process only: :func:`main_entry`).
+
+    Importing torch runs C++ initialisers that call back into Python; a KeyboardInterrupt raised in
+    such a callback cannot cross the C++ frame and ended the process in ``std::terminate`` (exit
+    -6, "terminate called after throwing an instance of ... KeyboardInterrupt"), about one
+    Ctrl-C in 14 during start-up. Held back, it is raised in plain Python code once torch's import
+    returns (tried again every :data:`RETRY_S` by a timer signal: no thread, no lock), and ends in
+    the one "interrupted" line and exit code 130 (tests/test_interrupts.py). Any other moment
+    raises it at once, as Python does."""
+    import signal
+
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGALRM, _retry)
+
+
+_held: list[bool] = []  # a Ctrl-C waits for torch's import to end
+_received: list[bool] = []  # a Ctrl-C came (a command's process only)
+
+
+def interrupt_received() -> bool:
+    """Whether this command's process was sent Ctrl-C: code that catches every exception on the
+    way (a library's start-up) can swallow the KeyboardInterrupt, and a run must not go on to
+    release after it (engine/training.py checks before the bundle is written)."""
+    return bool(_received)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    _received.append(True)
+    if _native_init():
+        import signal
+
+        _held.append(True)
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    raise KeyboardInterrupt
+
+
+def _retry(signum: int, frame: object) -> None:
+    if not _held:
+        return
+    if _native_init():
+        import signal
+
+        signal.setitimer(signal.ITIMER_REAL, RETRY_S)
+        return
+    _held.clear()
+    raise KeyboardInterrupt
+
+
+def _native_init() -> bool:
+    """Whether torch (or torchvision, or one of their modules) is being imported right now."""
+    for name, module in list(sys.modules.items()):
+        if name.partition(".")[0] in NATIVE_INIT:
+            spec = getattr(module, "__spec__", None)
+            if spec is not None and getattr(spec, "_initializing", False):
+                return True
+    return False

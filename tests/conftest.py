@@ -53,6 +53,11 @@ def cli_env() -> dict:
     return env
 
 
+# The commands' threads=auto keeps OMP_NUM_THREADS when the environment sets it (config/auto.py):
+# so the commands a test calls in process, and those it starts, keep the tests' thread count.
+os.environ["OMP_NUM_THREADS"] = os.environ.get("DPDC_TEST_THREADS", "1")
+
+
 @pytest.fixture(scope="module", autouse=True)
 def one_torch_thread():
     """Tests use tiny tensors: one intra-op thread is faster than two spinning against other jobs

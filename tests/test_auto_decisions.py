@@ -86,6 +86,12 @@ CASES: dict[str, list[tuple[dict, str]]] = {
         (dict(autocast="auto", device_type="cpu", cuda_major=None), "none"),
         (dict(autocast="auto", device_type="mps", cuda_major=None), "none"),
     ],
+    "threads": [
+        (dict(threads="auto", cores=2, load=0.2, omp=None), "all cores"),
+        (dict(threads="auto", cores=16, load=3.0, omp=None), "the free cores"),
+        (dict(threads="auto", cores=2, load=7.9, omp=None), "the free cores"),
+        (dict(threads="auto", cores=2, load=0.0, omp="1"), "OMP_NUM_THREADS"),
+    ],
     "method.loop_sizes": [
         (dict(loop_sizes="auto", prior="generator"), "authors"),
         (dict(loop_sizes="auto", prior="none"), "table"),

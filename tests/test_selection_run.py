@@ -294,22 +294,22 @@ def test_every_trial_and_the_score_draw_from_keys_of_their_own():
     assert _trial_key(key, 0) != _trial_key(key + 1, 0)
 
 
-def test_the_default_release_folder_is_named_after_the_trials(monkeypatch, tmp_path):
-    # A start time in the folder's name beside the files' write times would tell the selection's
-    # wall time, and so roughly the hidden number of trials K.
+def test_the_default_release_folder_is_named_by_the_start(monkeypatch, tmp_path):
+    # The finish time depends on K (and on the realised samples); the start does not. The files'
+    # times are set to the start too (tests/test_selection_console.py).
+    from datetime import datetime
+
     from dpdc_lightning.cli import select as select_cli
     from dpdc_lightning.config import compose
 
-    named = []
-    monkeypatch.setattr(
-        select_cli, "stamped_folder", lambda root, stem: named.append(stem) or root / stem
-    )
     config = compose(["method=ndpdc", f"runs_root={tmp_path}"])
-    folder = select_cli.release_folder(["method=ndpdc"], config)
-    assert named == [], "the folder was named before any trial ran"
-    assert folder() == tmp_path / "select-ndpdc-digits" and named == ["select-ndpdc-digits"]
-    given = select_cli.release_folder([f"run_dir={tmp_path / 'mine'}"], config)
+    started = datetime(2026, 1, 2, 3, 4, 5)
+    folder = select_cli.release_folder(["method=ndpdc"], config, started=started)
+    assert folder() == tmp_path / "select-ndpdc-digits-20260102-030405"
+    (tmp_path / "select-ndpdc-digits-20260102-030405").mkdir()
+    assert folder() == tmp_path / "select-ndpdc-digits-20260102-030405-2"
+    given = select_cli.release_folder([f"run_dir={tmp_path / 'mine'}"], config, started=started)
     assert given() == tmp_path / "mine"
     (tmp_path / "taken").mkdir()
     with pytest.raises(UserError, match="already exists"):  # refused before any trial
-        select_cli.release_folder([f"run_dir={tmp_path / 'taken'}"], config)
+        select_cli.release_folder([f"run_dir={tmp_path / 'taken'}"], config, started=started)

@@ -108,6 +108,9 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     settings = load_settings(tokens)
     bundle = load_bundle(run_dir)
     config = run_config(run_dir)
+    from dpdc_lightning.engine.threads import use_threads
+
+    use_threads(config.threads)
     data = load_data(config)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
         raise UserError(

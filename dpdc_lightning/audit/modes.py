@@ -52,6 +52,9 @@ def whitebox_main(argv: list[str]) -> int:
         raise UserError(f"give a run directory or a configuration to audit; {WHITEBOX_USAGE}")
     config, run_dir = _run_config(arguments, WHITEBOX_USAGE)
     out = json_target(settings.out, run_dir, "audit_whitebox")
+    from dpdc_lightning.engine.threads import use_threads
+
+    use_threads(config.threads)
     from dpdc_lightning.audit.transcripts import Transcript
     from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
     from dpdc_lightning.engine.planning import load_data
@@ -108,6 +111,9 @@ def release_main(argv: list[str]) -> int:
     bundle = load_bundle(run_dir)
     config = run_config(run_dir)
     out = json_target(None, run_dir, "audit_release")
+    from dpdc_lightning.engine.threads import use_threads
+
+    use_threads(config.threads)
     from dpdc_lightning.audit.release import release_audit
     from dpdc_lightning.engine.planning import load_data
 

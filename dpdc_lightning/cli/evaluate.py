@@ -108,18 +108,26 @@ def _missing_config(path: Path) -> Any:
 def _bundles(run_dirs: list[str], tokens: list[str], models: list[Any], *, quiet: bool) -> int:
     from dpdc_lightning.cli.sweep_summary import SWEEP_FILE, refresh_summary
     from dpdc_lightning.config.composition import compose_saved
+    from dpdc_lightning.engine.bundle import load_bundle
     from dpdc_lightning.evaluation.command import evaluate_bundle
     from dpdc_lightning.evaluation.results import comparison_table
 
     bundles = _expand(run_dirs)
-    outcomes = []
+    # Every bundle verified and its config composed before any is evaluated: a bad fourth bundle
+    # refuses the command before eval.json or report.html of the first three changes.
+    checked = []
     for path in bundles:
+        loaded = load_bundle(path)
         config = (
             compose_saved(path, tokens)
             if (path / "config.yaml").is_file()
             else _missing_config(path)
         )
-        outcomes.append(evaluate_bundle(path, config, models, quiet=quiet))
+        checked.append((path, config, loaded))
+    outcomes = [
+        evaluate_bundle(path, config, models, quiet=quiet, bundle=loaded)
+        for path, config, loaded in checked
+    ]
     if len(bundles) > 1:
         print(comparison_table(outcomes))
     for name in run_dirs:  # a sweep folder's summary and plot follow its latest evaluation

@@ -7,11 +7,13 @@ from datetime import datetime
 from pathlib import Path
 
 
-def stamped_folder(root: Path, stem: str) -> Path:
-    """A new folder's path under ``root``: ``stem-<date>-<time>``, with -2, -3, ... when taken."""
-    path = root / f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+def stamped_folder(root: Path, stem: str, *, when: datetime | None = None) -> Path:
+    """A new folder's path under ``root``: ``stem-<date>-<time>`` of ``when`` (default: now), with
+    -2, -3, ... when taken."""
+    stamp = (when or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    path = root / f"{stem}-{stamp}"
     suffix = 1
     while path.exists():
         suffix += 1
-        path = path.with_name(f"{stem}-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{suffix}")
+        path = path.with_name(f"{stem}-{stamp}-{suffix}")
     return path

@@ -22,7 +22,9 @@ cli/, so that ``audit.py check ... select=private`` runs the same code on neighb
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 from dpdc_lightning.cli.folders import stamped_folder
@@ -35,13 +37,16 @@ from dpdc_lightning.evaluation.selection_grid import plan_grid
 
 def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     """The selection run; returns the exit code (0, with the winner's folder on stdout)."""
+    from dpdc_lightning.engine.threads import use_threads
     from dpdc_lightning.evaluation.selection_run import run_selection
 
+    started = datetime.now()
     grid = plan_grid(tokens)
     first = grid.configs[0]
-    folder = release_folder(tokens, first)
+    folder = release_folder(tokens, first, started=started)
+    use_threads(first.threads)
     try:
-        run_dir = run_selection(grid, select=select, run_dir=folder)
+        run_dir = run_selection(grid, select=select, run_dir=folder, estimate=True)
     except (KeyboardInterrupt, SystemExit) as err:
         # Lightning turns Ctrl-C during a fit into a graceful stop and then sys.exit(1)
         if isinstance(err, SystemExit) and err.code in (0, None):
@@ -51,16 +56,33 @@ def select_main(tokens: list[str], *, select: SelectConfig) -> int:
         return 0
     from dpdc_lightning.engine.run_folder import end_of_run_line
 
+    date_to_start(run_dir, started.timestamp())
     # No wall time: it is a function of every trial, the losers' included.
     print(end_of_run_line(run_dir))
+    print(winner_line(run_dir))
     return 0
 
 
-def release_folder(tokens: list[str], config: RunConfig) -> Callable[[], Path]:
+def winner_line(run_dir: Path) -> str:
+    """The last line: the winner's settings (its config.yaml holds them too), from privacy.json."""
+    import json
+
+    from dpdc_lightning.engine.bundle import PRIVACY_REPORT
+
+    selection = json.loads((run_dir / PRIVACY_REPORT).read_text())["selection"]
+    settings = selection["grid"][selection["winner"]["member"]]
+    return f"winner: {' '.join(settings)} (the selection's release; ε above is its guarantee)"
+
+
+def release_folder(
+    tokens: list[str], config: RunConfig, *, started: datetime
+) -> Callable[[], Path]:
     """Where the winner goes, asked for once every trial has run: run_dir (checked now, before any
     trial: a folder that exists is refused, never overwritten), or
-    <runs_root>/select-<method>-<data>-<time> named at the END, since a start time in the name
-    beside the files' write times would tell the selection's wall time, and so roughly K."""
+    <runs_root>/select-<method>-<data>-<time> named by the START time, as every other run is: the
+    finish time depends on K and on the realised samples. The files' own times are set to that
+    start as well once written (:func:`date_to_start`), so that nothing beside the name tells how
+    long the selection ran."""
     given = selected(tokens, "run_dir")
     if given is not None:
         if not given.strip():
@@ -70,4 +92,13 @@ def release_folder(tokens: list[str], config: RunConfig) -> Callable[[], Path]:
             raise UserError(f"run_dir {path} already exists; choose a new one")
         return lambda: path
     root, stem = Path(config.runs_root), f"select-{config.method.name}-{config.dataset.name}"
-    return lambda: stamped_folder(root, stem)
+    return lambda: stamped_folder(root, stem, when=started)
+
+
+def date_to_start(run_dir: Path, started: float) -> None:
+    """Every file of the release, and its folder, dated to the selection's start (``started``, in
+    seconds since the epoch): their write times would otherwise tell the selection's duration.
+    (The inode's change time cannot be set; it stays on the owner's disk, no copy carries it.)"""
+    for path in sorted(run_dir.rglob("*"), reverse=True):
+        os.utime(path, (started, started), follow_symlinks=False)
+    os.utime(run_dir, (started, started))

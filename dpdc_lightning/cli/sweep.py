@@ -164,6 +164,7 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
 
     from dpdc_lightning.config import validate
     from dpdc_lightning.engine.run_folder import end_of_run_line, read_provenance
+    from dpdc_lightning.engine.threads import use_threads
     from dpdc_lightning.engine.training import train
 
     job = HydraConfig.get()
@@ -190,6 +191,7 @@ def run_member(cfg: DictConfig) -> dict[str, Any]:
         with contextlib.suppress(OSError):
             # Hydra made it empty for the job; train() makes the run folder, never reusing one
             member.rmdir()
+        use_threads(config.threads)
         run_dir = train(config)
         # Members of one data set compose; where it lives stays private (write_summary labels it)
         row["data"], row[DATA_SOURCE] = config.dataset.name, read_provenance(run_dir)

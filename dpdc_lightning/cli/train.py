@@ -161,8 +161,10 @@ def _show_composed(tokens: list[str], *, part: str, resolve: bool) -> int:
 def _train(config: RunConfig, *, evaluate: bool) -> int:
     """One run, then its last line (and its evaluation with ``--evaluate``) on the main process."""
     from dpdc_lightning.engine.run_folder import end_of_run_line, wall_time_line
+    from dpdc_lightning.engine.threads import use_threads
     from dpdc_lightning.engine.training import train
 
+    use_threads(config.threads)
     started = time.monotonic()
     run_dir = train(config)
     if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from dpdc_lightning.errors import UserError
+
 
 def choose_device(accelerator: str, *, cuda_available: bool, mps_available: bool) -> str:
     """The device type an accelerator name computes on. ``auto`` follows Lightning's own order
@@ -81,6 +83,42 @@ def choose_loop_sizes(loop_sizes: str, *, prior: str) -> str:
 
 
 @dataclass(frozen=True)
+class ThreadChoice:
+    """How many intra-op threads torch computes with, and why (``reason``: a branch of the
+    ``threads`` entry of :data:`DECISIONS`)."""
+
+    count: int
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def choose_threads(threads: str, *, cores: int, load: float, omp: str | None) -> ThreadChoice:
+    """``threads=auto``: the cores this process may use (its CPU affinity) less the 1-minute load
+    average, rounded, at least one; ``OMP_NUM_THREADS``, the standard setting, when the
+    environment sets it. Torch's own default, every core, spins against other jobs on a shared
+    machine: the README's first run took 6x longer with it on a busy 2-core machine than with one
+    thread (benchmarks/results/threads_cpu.md). ``threads=N`` is taken as asked."""
+    if threads != "auto":
+        return ThreadChoice(_count("threads", threads), "asked")
+    if omp is not None and omp.strip():
+        return ThreadChoice(_count("OMP_NUM_THREADS", omp), "OMP_NUM_THREADS")
+    free = max(1, min(cores, int(cores - load + 0.5)))
+    return ThreadChoice(free, "all cores" if free == cores else "the free cores")
+
+
+def _count(name: str, value: str) -> int:
+    try:
+        count = int(str(value).strip())
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise UserError(f"{name}={value} must be auto or a positive whole number of threads")
+    return count
+
+
+@dataclass(frozen=True)
 class Decision:
     """One ``auto`` setting: the function that decides it (``module:name``), what of the machine or
     the run it reads, and every value it can choose."""
@@ -141,6 +179,12 @@ DECISIONS: dict[str, Decision] = {
             ("tf32", "none"),
         ),
         Decision(
+            "threads",
+            f"{_HERE}:choose_threads",
+            "the cores of the process's CPU affinity, the 1-minute load average, OMP_NUM_THREADS",
+            ("all cores", "the free cores", "OMP_NUM_THREADS"),
+        ),
+        Decision(
             "method.loop_sizes",
             f"{_HERE}:choose_loop_sizes",
             "method.prior (the config only)",
@@ -167,6 +211,10 @@ MACHINE_READS: dict[str, str] = {
     "data/load.py": "XDG_CACHE_HOME: the default dataset.cache_dir",
     "data/decode_pool.py": "the cores this process may use: how many processes decode an image "
     "folder of 2048 files or more (tests/test_decoded_cache.py runs one and two)",
+    "evaluation/engines/cost.py": "the device type: evaluate.py's duration estimate is made for "
+    "a CPU only, where the step costs were measured (tests/test_newcomer.py: cpu and cuda)",
+    "engine/threads.py": "the cores of the process's CPU affinity, the 1-minute load average and "
+    "OMP_NUM_THREADS: threads=auto (DECISIONS; tests/test_threads.py forces each)",
     "cli/launchers.py": "sbatch and srun on PATH: hydra/launcher=submitit_slurm",
     "cli/train.py": "LOCAL_RANK and NODE_RANK: only the first process prints the run's summary",
     "cli/sweep.py": "the sweep's size and evaluate flag, passed to its members in the environment",

@@ -104,6 +104,12 @@ def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[st
         lines.append(
             f"  {group:<11}{', '.join(names)}" + (f"   (default {default})" if default else "")
         )
+    lines += [
+        f"  {'select':<11}{', '.join(group_options('select'))}   (default none; private with -m "
+        "and comma lists: a private selection among the grid, select.* keys)",
+        f"  {'audit':<11}{', '.join(group_options('audit'))}   (python audit.py MODE ... "
+        "audit.key=value: the audit's settings)",
+    ]
     lines += ["", "main keys (KEY=VALUE; defaults of the selected groups):"]
     for group in ("method", "privacy", "eval"):
         lines.append(f"  {group}.* ({selected[group]}): {_keys_of(group, selected[group])}")
@@ -113,7 +119,8 @@ def help_text(command: str, *, examples: Sequence[str] = (), tokens: Sequence[st
         "  trainer.*: any lightning.Trainer argument "
         "(accelerator, devices, precision, max_steps, ...)",
         f"  top level: seed={root.seed}, run_dir=PATH, runs_root={root.runs_root}, resume=RUN_DIR, "
-        f"augment.mode={root.augment.mode}",
+        f"augment.mode={root.augment.mode}, threads={root.threads} (torch's threads: the free "
+        "cores, or OMP_NUM_THREADS)",
         "  Hydra's override grammar applies: +key=value adds a key, key=[a,b] is a list, "
         "a,b sweeps with -m",
     ]

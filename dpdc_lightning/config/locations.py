@@ -13,6 +13,7 @@ by the run's secret, privacy/digests.py): a plain digest would let anyone test a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -53,10 +54,19 @@ def config_hash(config: RunConfig) -> str:
 
 
 def data_locations(config: RunConfig) -> dict[str, str]:
-    """The data locations the config gives (key -> value), for .provenance.json."""
+    """The data locations the config gives (key -> absolute path), for .provenance.json. Resolved
+    against the working folder of the run's start: a relative ``dataset.root=data/x`` replayed from
+    another folder by evaluate, resume or an audit would read whatever that folder holds under the
+    same name (a decoy scored, a resume refused as "the data changed")."""
     node = OmegaConf.structured(config)
     found = {key: OmegaConf.select(node, key, default=None) for key in DATA_LOCATION_KEYS}
-    return {key: str(value) for key, value in found.items() if value is not None}
+    return {key: absolute(str(value)) for key, value in found.items() if value is not None}
+
+
+def absolute(location: str) -> str:
+    """A data location as an absolute path (``~`` expanded; symbolic links kept as named, since
+    a link the owner made is where they say the data lives)."""
+    return os.path.abspath(os.path.expanduser(location))
 
 
 def read_locations(run_dir: Path) -> dict[str, str]:

@@ -258,6 +258,7 @@ class RunConfig:
     run_dir: str | None = None
     runs_root: str = "runs"
     resume: str | None = None
+    threads: str = "auto"  # torch's intra-op threads: auto (the free cores) or a number
 
 
 def require_composed(config: object, *, caller: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from dpdc_lightning.config.auto import choose_threads
 from dpdc_lightning.config.registry import METHOD_SCHEMAS, auxiliary_makers, makes_dp_auxiliary
 from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS, RunConfig, check_finite, choice
 from dpdc_lightning.errors import UserError
@@ -60,6 +61,8 @@ def validate(
         raise UserError(f"invalid config: {one_line(err)}") from None
     config.trainer = _trainer_options(config.trainer)
     _refuse_empty_paths(config)
+    if config.threads != "auto":
+        choose_threads(config.threads, cores=1, load=0.0, omp=None)  # refuses a non-number now
     for section in ("method", "privacy", "eval", "model", "dataset"):
         check_finite(section, getattr(config, section))
     _check_auxiliary_maker(config.method)

@@ -47,7 +47,7 @@ from dpdc_lightning.engine.run_folder import (
     stored_plan,
     write_provenance,
 )
-from dpdc_lightning.errors import Interrupted, NumericalFault, UserError
+from dpdc_lightning.errors import Interrupted, NumericalFault, UserError, interrupt_received
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
 from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
@@ -91,6 +91,8 @@ def _train(config: RunConfig, run_dir: Path) -> Path:
             _create_folder(run_dir, config, data, plan=run.plan, seed=seed)
     with _handed_to_ddp(run_dir, hand=writes), _rollback(run, run_dir, created=writes and fresh):
         result = run.fit(checkpoint=last_checkpoint(run_dir) if config.resume else None)
+        if interrupt_received():  # a Ctrl-C something swallowed: stop, as a Ctrl-C does
+            raise KeyboardInterrupt
     if run.trainer.is_global_zero:
         _export(run_dir, result, class_names=data.class_names)
     return run_dir

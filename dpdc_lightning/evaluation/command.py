@@ -25,6 +25,9 @@ EVAL_FILE = "eval.json"
 NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknown)"
 
 
+LONG_EVALUATION_S = 60.0  # an evaluation estimated to last longer says so before it starts
+
+
 def protocol_of(config: RunConfig) -> Any:
     """The evaluation protocol of a config (``eval.*``; the DSA mode from ``augment.mode``)."""
     from dpdc_lightning.evaluation import EvalProtocol
@@ -43,14 +46,19 @@ def protocol_of(config: RunConfig) -> Any:
 
 
 def evaluate_bundle(
-    path: Path, config: RunConfig, models: Sequence[ModelConfig], *, quiet: bool = False
+    path: Path,
+    config: RunConfig,
+    models: Sequence[ModelConfig],
+    *,
+    quiet: bool = False,
+    bundle: Any = None,
 ) -> dict[str, Any]:
     """Evaluate the bundle in ``path`` with ``config`` (its config.yaml, with any evaluation
     overrides); the results are appended to its eval.json and returned (``results``: one ModelResult
-    per model)."""
+    per model). ``bundle``: the bundle as load_bundle already verified it (default: loaded here)."""
     from dpdc_lightning.engine.bundle import load_bundle, seal_reader_outputs, write_report
 
-    bundle = load_bundle(path)
+    bundle = load_bundle(path) if bundle is None else bundle
     _check_accelerator(config.eval.accelerator)
     data = _load(config)
     epsilon = bundle.report.get("epsilon")
@@ -191,8 +199,12 @@ def _run_models(
             f"synthetic images have shape {tuple(images.shape[1:])}, the test split "
             f"{tuple(data.test_images.shape[1:])}"
         )
+    from dpdc_lightning.engine.threads import use_threads
+
     protocol = protocol_of(config)
+    use_threads(config.threads)
     print(f"evaluating: {title}", file=sys.stderr)
+    _say_duration(images, data, config, models, protocol)
     progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
     try:
         results = [
@@ -229,6 +241,36 @@ def _run_models(
         progress.close()
     print(format_table(results, title=title, protocol=protocol, extra=note or None))
     return results, protocol
+
+
+def _say_duration(images: Any, data: Any, config: Any, models: list[Any], protocol: Any) -> None:
+    """Before a long protocol (over a minute by the cost model: evaluation/engines/cost.py), how
+    long it will take and how to shorten it; models without a measured cost are left out."""
+    from dpdc_lightning.evaluation import resolve_device
+    from dpdc_lightning.evaluation.engines.cost import estimate_seconds, rough_duration
+
+    device = resolve_device(config.eval.accelerator)
+    pixels = int(images.shape[-2] * images.shape[-1])
+    estimates = [
+        estimate_seconds(
+            device=device,
+            model=m.name,
+            pixels=pixels,
+            images=len(images),
+            test_images=len(data.test_labels),
+            protocol=protocol,
+        )
+        for m in models
+    ]
+    known = [(m.name, s) for m, s in zip(models, estimates) if s is not None]
+    total = sum(s for _, s in known)
+    if total >= LONG_EVALUATION_S:
+        print(
+            f"estimate: {rough_duration(total)} for {protocol.epochs} epochs x {protocol.runs} "
+            f"runs of {', '.join(n for n, _ in known)} (one CPU thread, measured ConvNet step "
+            "costs); eval=quick or eval.epochs=N eval.runs=N for less",
+            file=sys.stderr,
+        )
 
 
 def _check_accelerator(accelerator: str) -> None:

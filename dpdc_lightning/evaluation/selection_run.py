@@ -37,6 +37,8 @@ from dpdc_lightning.engine.selection import (
     write_winner,
 )
 from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.evaluation.engines.cost import rough_duration
+from dpdc_lightning.evaluation.selection_estimate import trial_seconds
 from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.display import epsilon_text
@@ -132,8 +134,12 @@ def calibrated_members(
     return chosen, [list(events) for events in members_at(per_trial)]
 
 
-def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Callable[[], Path]) -> Path | None:
-    """Carve, calibrate, draw, run the trials, release the winner; None when K = 0."""
+def run_selection(
+    grid: Grid, *, select: SelectConfig, run_dir: Callable[[], Path], estimate: bool = False
+) -> Path | None:
+    """Carve, calibrate, draw, run the trials, release the winner; None when K = 0. ``estimate``:
+    say before the trials how long one takes (measured on public stand-in data; the command line
+    asks for it, the audit's harness does not)."""
     first = grid.configs[0]
     law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
     data = load_data(first)
@@ -160,13 +166,7 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Callable[[], Pat
         validation="public" if public else "private_split",
         validation_fraction=None if public else select.validation_fraction,
     )
-    print(
-        f"selection: K ~ {law.distribution} (mean {law.mean:g}) trials among {len(configs)} "
-        "members, ε of the whole selection "
-        f"{epsilon_text(section['epsilon'])}; no progress is shown (K must stay hidden)",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(guarantee_line(section, law=law, members=len(configs)), file=sys.stderr, flush=True)
     _note_cheaper_sweep(section)
     if not trials:
         print(
@@ -175,17 +175,46 @@ def run_selection(grid: Grid, *, select: SelectConfig, run_dir: Callable[[], Pat
             file=sys.stderr,
         )
         return None
+    seconds = trial_seconds(configs[0], carved.train, score=score) if estimate else None
+    print(quiet_trials_line(seconds, mean=law.mean), file=sys.stderr, flush=True)
     best = run_trials(configs, carved, trials=trials, score=score, key=key)
     index, member, value, result = best
     section["score"].update(_score_protocol_statement(score))
     section["winner"] = {"member": member, "noisy_score": value}
     return write_winner(
-        run_dir(),  # named now, after every trial (cli/select.release_folder)
+        run_dir(),  # named by the selection's start (cli/select.release_folder)
         config=configs[member],
         data=carved.train,
         result=result,
         selection=section,
         noise_seed=_trial_key(key, index),
+    )
+
+
+def guarantee_line(section: dict[str, Any], *, law: TrialLaw, members: int) -> str:
+    """The selection's plan in one line (public values only), with the one ε that is the
+    guarantee named as such and the per-trial ε labelled as a part of it: the release records
+    both, and plan.json a trial's condensation part too."""
+    return (
+        f"selection: K ~ {law.distribution} (mean {law.mean:g}) trials among {members} members; "
+        f"the guarantee: ε = {epsilon_text(section['epsilon'])}, δ = {section['delta']:g} for the "
+        f"whole selection (privacy.target_epsilon={section['target_epsilon']:g}); a trial's ε "
+        f"{epsilon_text(section['trial_epsilon'])} is a part of it, not a guarantee"
+    )
+
+
+def quiet_trials_line(seconds: float | None, *, mean: float) -> str:
+    """Said once before the trials: why nothing follows until the last one ends, and how long one
+    takes (measured on public stand-in data: evaluation/selection_estimate.py)."""
+    line = (
+        "running the trials: nothing is shown until the last one ends, since a progress bar or a "
+        "trial's result would tell how many there are, and K must stay hidden"
+    )
+    if seconds is None:
+        return line
+    return (
+        f"{line}; one trial takes {rough_duration(seconds)} here (timed on public stand-in data), "
+        f"{mean:g} trials on average {rough_duration(seconds * mean)}"
     )
 
 

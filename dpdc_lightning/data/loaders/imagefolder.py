@@ -75,9 +75,11 @@ def _read_folder(
     channels: int | None,
     cache_dir: Path,
     workers: int | None,
+    key: str = "dataset.root",
 ) -> tuple[Path, Tensor, Tensor, tuple[str, ...]]:
-    """(cache entry, pixels memory-mapped from it, labels, class names) of the folder ``root``."""
-    classes = _class_folders(root)
+    """(cache entry, pixels memory-mapped from it, labels, class names) of the folder ``root``,
+    given as ``key`` (dataset.root or dataset.test_root: named in errors)."""
+    classes = _class_folders(root, key=key)
     files = _listing(classes)
     entry = open_decoded(
         files.paths,
@@ -152,12 +154,10 @@ def _decode(
     return {"channels": channels, "height": height, "width": width}
 
 
-def _class_folders(root: Path) -> list[Path]:
+def _class_folders(root: Path, *, key: str = "dataset.root") -> list[Path]:
     """The class sub-folders of ``root`` (at least two, and nothing else beside them)."""
     if not root.is_dir():
-        raise UserError(
-            f"dataset.root={root} is not a folder (imagefolder expects DIR/<class>/<image>)"
-        )
+        raise UserError(f"{key}={root} is not a folder (imagefolder expects DIR/<class>/<image>)")
     classes = [p for p in _visible(root) if p.is_dir()]
     strays = [p for p in _visible(root) if not p.is_dir()]
     if strays:
@@ -209,7 +209,10 @@ def load_imagefolder(
             raise UserError("dataset.test_root needs square images: set dataset.image_size=N")
         # Same channels and size as the training images, whatever the test files are.
         test_entry, test_images, test_labels, test_names = read(
-            Path(test_root), image_size=images.shape[-1], channels=images.shape[1]
+            Path(test_root),
+            image_size=images.shape[-1],
+            channels=images.shape[1],
+            key="dataset.test_root",
         )
         if test_names != names:
             raise UserError(
