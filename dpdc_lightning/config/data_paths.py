@@ -25,7 +25,7 @@ def refuse_missing_data(config: RunConfig) -> None:
         return
     for key, value in (("dataset.root", dataset.root), ("dataset.test_root", dataset.test_root)):
         if value:
-            _refuse_missing(key, Path(str(value)).expanduser(), dataset.name)
+            _refuse_missing(key, Path(str(value)).expanduser().absolute(), dataset.name)
 
 
 def _refuse_missing(key: str, path: Path, name: str) -> None:

@@ -180,6 +180,32 @@ def _notes(config: Any, data: Any) -> dict[str, str]:
     return note
 
 
+def _train_model(
+    model: Any, images: Any, labels: Any, data: Any, config: Any, *, protocol: Any, progress: Any
+) -> Any:
+    """The protocol's runs of one architecture on the synthetic set, tested on the test split."""
+    from dpdc_lightning.evaluation import ModelResult, train_and_test
+
+    accuracies = train_and_test(
+        images,
+        labels,
+        test_images=data.test_images,
+        test_labels=data.test_labels,
+        model=model.name,
+        num_classes=data.num_classes,
+        protocol=protocol,
+        seed=config.seed,
+        model_options=model.options(),
+        accelerator=config.eval.accelerator,
+        pea=config.eval.pea,
+        progress=progress,
+        engine=config.eval.engine,
+        compile=config.eval.compile,
+        workers=config.eval.workers,
+    )
+    return ModelResult(model=model.name, accuracies=accuracies)
+
+
 def _run_models(
     images: Any,
     labels: Any,
@@ -191,7 +217,7 @@ def _run_models(
     title: str,
     note: dict[str, str],
 ) -> tuple[list[Any], Any]:
-    from dpdc_lightning.evaluation import ModelResult, format_table, train_and_test
+    from dpdc_lightning.evaluation import format_table
     from dpdc_lightning.evaluation.progress import EvalProgress
 
     if images.shape[1:] != data.test_images.shape[1:]:
@@ -208,26 +234,7 @@ def _run_models(
     progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
     try:
         results = [
-            ModelResult(
-                model=m.name,
-                accuracies=train_and_test(
-                    images,
-                    labels,
-                    test_images=data.test_images,
-                    test_labels=data.test_labels,
-                    model=m.name,
-                    num_classes=data.num_classes,
-                    protocol=protocol,
-                    seed=config.seed,
-                    model_options=m.options(),
-                    accelerator=config.eval.accelerator,
-                    pea=config.eval.pea,
-                    progress=progress,
-                    engine=config.eval.engine,
-                    compile=config.eval.compile,
-                    workers=config.eval.workers,
-                ),
-            )
+            _train_model(m, images, labels, data, config, protocol=protocol, progress=progress)
             for m in models
         ]
     except (KeyboardInterrupt, SystemExit) as err:
