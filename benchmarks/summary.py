@@ -323,6 +323,15 @@ def cpu_bound_lines(results: Path) -> list[str]:
         f"work; its lower bound in time on the CPU these rows ran on ([{path.name}]({path.name})):",
         "",
         *found,
+        *(
+            [
+                "",
+                "How close the software gets, the condensation's bound and where the full-protocol "
+                "rows stand: [paper_protocol_cpu.md](paper_protocol_cpu.md).",
+            ]
+            if (results / "paper_protocol_cpu.md").is_file()
+            else []
+        ),
         "",
     ]
 
