@@ -181,7 +181,7 @@ def test_evaluate_ends(compile, bundle, tmp_path, user_env):
     "command, last_line",
     [
         (["-m", "dpdc_lightning.export", "{bundle}", "--to", "exported"], "wrote "),
-        (["-m", "dpdc_lightning.privacy", "verify", "{bundle}"], "verified: "),
+        (["-m", "dpdc_lightning.cli.privacy", "verify", "{bundle}"], "verified: "),
         (
             ["-m", "dpdc_lightning.privacy", "epsilon", "--sample-rate", "50/6000"]
             + ["--noise-multiplier", "1", "--steps", "100", "--delta", "1e-5"],
