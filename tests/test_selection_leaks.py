@@ -19,7 +19,8 @@ from test_selection_run import TINY_SELECT
 from dpdc_lightning.cli import run
 from dpdc_lightning.privacy.display import epsilon_text
 
-BUNDLE = [".provenance.json", "config.yaml", "plan.json", "privacy.json", "report.html"] + [
+BUNDLE = [".provenance.json", "config.yaml", "manifest.json", "plan.json", "privacy.json"] + [
+    "report.html",
     "synthetic.png",
     "synthetic.pt",
 ]

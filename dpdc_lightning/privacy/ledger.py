@@ -246,6 +246,12 @@ _SCORE = "selection.winner.noisy_score"
 SELECTION_LEDGER: tuple[Released, ...] = (
     Released("privacy.json", _SCORE, SELECTION, "the winner's score: a Gaussian count"),
     Released(_PAGE, f"privacy.json:{_SCORE}", SELECTION, "the winner's score as the page shows it"),
+    *_all(
+        "manifest.json",
+        ("release.privacy.json", f"release.{_PAGE}"),
+        SELECTION,
+        "the sha256 of the files that show the winner's score (privacy/manifest.py)",
+    ),
 )
 
 
