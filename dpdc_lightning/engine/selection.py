@@ -162,14 +162,24 @@ def silenced() -> Iterator[None]:
         if isinstance(handler, logging.StreamHandler)
         and not isinstance(handler, logging.FileHandler)
     ]
-    streams = [handler.setStream(sink) for handler in handlers]
+    streams = [_point(handler, sink) for handler in handlers]
     try:
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             yield
     finally:
         for handler, stream in zip(handlers, streams):
             if stream is not None:
-                handler.setStream(stream)
+                _point(handler, stream)
+
+
+def _point(handler: logging.StreamHandler, stream: Any) -> Any:
+    """``handler.setStream(stream)``, also when the handler's stream is already closed (a caller's
+    captured stream that ended: setStream would flush it and fail); returns the old stream."""
+    try:
+        return handler.setStream(stream)
+    except ValueError:
+        old, handler.stream = handler.stream, stream
+        return old
 
 
 def run_trial(config: RunConfig, data: ImageData, *, noise_seed: int) -> CondensedSet:
