@@ -26,8 +26,6 @@ ours a float64 SVD: compared on its own, then theirs is used on both sides).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 from pathlib import Path
 
@@ -59,6 +57,7 @@ from reference_code import (  # noqa: E402
     commit_of,
     fail,
     import_from,
+    machine_line,
     patched_copy,
     stub_modules,
 )
@@ -263,21 +262,12 @@ float64 SVD.
 
 
 def header(args, commit: str) -> list[str]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    load = open("/proc/loadavg").read().split()[0]
+    machine = machine_line()
     return [
         "# Dosser's free stage against the authors' code, number for number",
         "",
         f"Reference: humansensinglab/Dosser at commit {commit} (a temporary copy patched to the "
-        "CPU; none of its code is stored here). Machine: " + cpu + f", {os.cpu_count()} cores, "
-        f"load {load}, 1 thread, torch {torch.__version__}.",
+        f"CPU; none of its code is stored here). Machine: {machine}.",
         "",
         "Command: `OMP_NUM_THREADS=1 python benchmarks/dosser_free_stage_vs_reference.py CHECKOUT "
         f"--commit {commit[:7]}` (defaults: IPC {args.ipc}, I1 {args.sampling_steps}, "

@@ -27,8 +27,6 @@ plug-in: the iterations here are within one of their epochs.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 from pathlib import Path
 
@@ -44,6 +42,7 @@ from dosser_free_stage_compare import markdown, row  # noqa: E402
 from reference_code import (  # noqa: E402
     commit_of,
     import_from,
+    machine_line,
     patched_copy,
     recording,
     replaced,
@@ -244,21 +243,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def header(args, commit: str) -> list[str]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    load = open("/proc/loadavg").read().split()[0]
+    machine = machine_line()
     return [
         "# DP-MERF's Adam steps against the authors' loop, number for number",
         "",
         f"Reference: ParkLabML/DP-MERF at commit {commit}, `code_balanced/` (a temporary copy; none "
-        f"of its code is stored here). Machine: {cpu}, {os.cpu_count()} cores, load {load}, "
-        f"1 thread, torch {torch.__version__}.",
+        f"of its code is stored here). Machine: {machine}.",
         "",
         "Command: `OMP_NUM_THREADS=1 python benchmarks/dp_merf_adam_vs_reference.py "
         f"CHECKOUT/code_balanced --commit {commit[:7]}` (defaults: toy data, IPC {args.ipc}, "

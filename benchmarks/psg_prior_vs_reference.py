@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import os
-import platform
 import sys
 from pathlib import Path
 
@@ -46,7 +44,7 @@ from psg_prior_sides import (  # noqa: E402
     their_namespace,
     their_step,
 )
-from reference_code import commit_of, import_from, patched_copy  # noqa: E402
+from reference_code import commit_of, import_from, machine_line, patched_copy  # noqa: E402
 
 from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.methods.psg import PSG  # noqa: E402
@@ -180,21 +178,13 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def header(args, commit: str) -> list[str]:
-    cpu = next(
-        (
-            line.split(":", 1)[1].strip()
-            for line in open("/proc/cpuinfo")
-            if line.startswith("model name")
-        ),
-        platform.processor(),
-    )
-    load = open("/proc/loadavg").read().split()[0]
+    machine = machine_line()
     return [
         "# PSG's generator-prior loop against the authors' code, step by step",
         "",
         f"Reference: DingfanChen/Private-Set at commit {commit} (`main_prior.py`'s loop body read "
         "with ast from a temporary copy; none of its code is stored here). Machine: "
-        f"{cpu}, {os.cpu_count()} cores, load {load}, 1 thread, torch {torch.__version__}.",
+        f"{machine}.",
         "",
         "Command: `OMP_NUM_THREADS=1 python benchmarks/psg_prior_vs_reference.py CHECKOUT "
         f"--commit {commit[:7]}` (defaults: toy data, IPC {args.ipc}, T {args.outer}, "

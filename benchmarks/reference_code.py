@@ -99,3 +99,17 @@ def recording(function: Any, into: list, pick: Any = None) -> Any:
         return output
 
     return wrapper
+
+
+def machine_line() -> str:
+    """The machine a side-by-side table was measured on: CPU, cores, load, threads, torch."""
+    import os
+
+    import torch
+    from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path for every script here
+
+    load = os.getloadavg()[0]
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores, load {load:.2f}, "
+        f"{torch.get_num_threads()} thread(s), torch {torch.__version__}"
+    )
