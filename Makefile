@@ -37,7 +37,7 @@ lint: $(STAMP)
 TEST_WORKERS ?= 2
 test: lint
 	@start=$$(date +%s); $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15; status=$$?; \
-	echo "make test: $$(( $$(date +%s) - start )) s wall on $$(nproc) cores (load $$(cut -d" " -f1 /proc/loadavg) at the end)"; exit $$status
+	echo "make test: $$(( $$(date +%s) - start )) s wall on $$(nproc --all) cores (load $$(cut -d" " -f1 /proc/loadavg) at the end)"; exit $$status
 
 # The slow tests include the report's browser test: Debian's chromium, installed here when missing
 # (as root, with apt-get), required otherwise. SLOW_WORKERS pytest processes (2: both cores; CI has
@@ -47,7 +47,7 @@ test: lint
 SLOW_WORKERS ?= 2
 test-slow: $(STAMP) chromium
 	@start=$$(date +%s); $(PY) -m pytest -q -m slow -p no:cacheprovider -n $(SLOW_WORKERS) --dist loadfile --durations=15; \
-	status=$$?; echo "make test-slow: $$(( $$(date +%s) - start )) s wall on $$(nproc) cores"; exit $$status
+	status=$$?; echo "make test-slow: $$(( $$(date +%s) - start )) s wall on $$(nproc --all) cores"; exit $$status
 
 # Mutation testing of privacy/, methods/ and data/loaders/ with mutmut ([tool.mutmut] in
 # pyproject.toml), by hand, never in CI: a fixed sample of 1 mutant in MUTANTS_EVERY (all ~7000
