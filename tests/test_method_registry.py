@@ -60,6 +60,27 @@ def test_a_class_whose_schema_disagrees_with_its_registration_is_refused(toys):
         register_method(int)
 
 
+def test_an_unregistered_method_leaves_nothing_in_hydras_store():
+    """A sweep on submitit's launcher pickles Hydra's ConfigStore; a stored schema of a method
+    unregistered since would make every member import the test file that defined it."""
+    import pickle
+
+    from hydra.core.config_store import ConfigStore
+
+    from dpdc_lightning.config.store import register_schemas
+
+    toy_methods.register_toys()
+    try:
+        register_schemas()
+        assert "toy_mean_schema.yaml" in ConfigStore.instance().repo["method"]
+    finally:
+        toy_methods.unregister_toys()
+    options = ConfigStore.instance().repo["method"]
+    assert not [o for o in options if o.startswith("toy_")]
+    assert "ndpdc_schema.yaml" in options  # built-ins stay
+    assert b"toy_methods" not in pickle.dumps(ConfigStore.instance())
+
+
 # --------------------------------------------------------------------------- a toy from a test file
 
 

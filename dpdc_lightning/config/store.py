@@ -43,6 +43,17 @@ def register_schemas(methods: Iterable[str] = ()) -> None:
             _stored.add(name)
 
 
+def forget_method(name: str) -> None:
+    """Take an unregistered method's options out of Hydra's ConfigStore. A stored node keeps its
+    schema class, and a launcher that pickles the store (submitit's, for a sweep) would otherwise
+    need the module that defined a method nobody selects any more."""
+    if registry.find_method(name) is not None or _methods.pop(name, None) is None:
+        return  # a built-in or installed method stays
+    group = ConfigStore.instance().repo.get("method", {})
+    for option in (f"{name}_schema.yaml", f"{name}.yaml"):
+        group.pop(option, None)
+
+
 def selected_methods(tokens: Sequence[str]) -> list[str]:
     """The methods ``method=a`` or a sweep's ``method=a,b`` select."""
     values = [t.partition("=")[2] for t in tokens if t.partition("=")[0].lstrip("+") == "method"]

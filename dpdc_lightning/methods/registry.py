@@ -54,8 +54,11 @@ def register_method(
 
 def unregister_method(name: str) -> None:
     """Undo :func:`register_method` (a built-in or installed method stays)."""
+    from dpdc_lightning.config.store import forget_method  # imports Hydra: only when needed
+
     registry.remove_method(name)
     _classes.pop(name, None)
+    forget_method(name)
 
 
 def private_methods() -> list[str]:
