@@ -114,6 +114,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--dry-run", action="store_true", help="print the plan and estimated work; run nothing"
     )
     parser.add_argument(
+        "--table-only",
+        action="store_true",
+        help="write the table (--out) from the results cache, unfinished rows' runs included; run "
+        "nothing",
+    )
+    parser.add_argument(
         "--redraw",
         action="store_true",
         help="draw the figure again from the numbers of the written table (--out); run nothing",
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.redraw:
         return redraw(args)
-    from dpdc_repro.common import ResultCache
+    from dpdc_repro.common import ResultCache, partial_key
     from dpdc_repro.report import write_outputs
     from dpdc_repro.run import dry_run_text, fingerprint, run_row
 
@@ -214,6 +220,16 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     out = Path(args.out or default_out(dataset, scale.name))
+
+    def progress() -> dict[str, dict[int, float]]:
+        """Unfinished rows' finished evaluation runs, under this invocation's fingerprints."""
+        found = {r.key: cache.rows.get(partial_key(key(r.key))) for r in scale.rows}
+        return {
+            k: {int(i): a for i, a in f["runs"].items()}
+            for k, f in found.items()
+            if f is not None and f.get("fingerprint") == prints[k]
+        }
+
     # the command that makes the whole table (a --rows subset adds its rows to the same table)
     options = [
         ("--seed", args.seed if args.seed else None),
@@ -236,6 +252,14 @@ def main(argv: list[str] | None = None) -> int:
         command=command,
         test_size=test_size,
     )
+    if args.table_only:
+        print(write_outputs(out, list(scale.rows), results, progress=progress(), **context))
+        return 0
+
+    def save_run(row_key: str, *measured) -> None:
+        cache.put_run(key(row_key), prints[row_key], *measured)
+        write_outputs(out, list(scale.rows), results, progress=progress(), **context)
+
     for row in args.selected:
         if row.key in results:
             print(f"[{row.key}] cached, skipped", flush=True)
@@ -254,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
                 test_size=test_size,
                 partial=functools.partial(cache.resume_point, key(row.key), prints[row.key]),
                 workers=args.eval_workers,
-                save_run=functools.partial(cache.put_run, key(row.key), prints[row.key]),
+                save_run=functools.partial(save_run, row.key),
             )
         except (
             UserError
@@ -268,8 +292,8 @@ def main(argv: list[str] | None = None) -> int:
             f"condense {result['condense_s']:.0f} s, evaluate {result['eval_s']:.0f} s",
             flush=True,
         )
-        write_outputs(out, list(scale.rows), results, **context)
-    print(write_outputs(out, list(scale.rows), results, **context))
+        write_outputs(out, list(scale.rows), results, progress=progress(), **context)
+    print(write_outputs(out, list(scale.rows), results, progress=progress(), **context))
     print(f"written to {out} (+ {out.with_suffix('.png').name}); cache {cache.path}")
     return 0
 

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from dpdc_repro.published import Published, published_for  # noqa: E402
 from dpdc_repro.report import HEADER, minutes, steps_cell  # noqa: E402
+from summary_paper_rows import lines as paper_rows_lines  # noqa: E402
 
 from dpdc_lightning.privacy.display import epsilon_text  # noqa: E402
 
@@ -357,6 +358,14 @@ def page(results: Path) -> str:
         "",
         _banner(entries),
         "",
+        *paper_rows_lines(
+            entries,
+            results,
+            names={key: name for key, name in METHODS.values()},
+            published=published,
+            accuracy=_accuracy,
+            protocol=_protocol,
+        ),
         *cpu_bound_lines(results),
         "## Best number per method on a dataset the papers report",
         "",

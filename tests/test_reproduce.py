@@ -106,6 +106,10 @@ def test_published_numbers_match_dataset_ipc_and_epsilon():
         published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=None).accuracy
         == "86.90 ± 0.44"
     )
+    # two published ε within 10 % of ours: the nearest (LDPDC at σ = √d, ε 1.06, and at ε 1)
+    for epsilon, expected in ((0.999, "63.64 ± 0.76"), (1.059, "63.95 ± 0.42")):
+        found = published_for("ldpdc", dataset="fashion_mnist", ipc=50, epsilon=epsilon)
+        assert found.accuracy == expected
     # a different ε, IPC, dataset or privacy status has no published number
     assert published_for("ndpdc", dataset="fashion_mnist", ipc=10, epsilon=5.45) is None
     assert published_for("ldpdc", dataset="fashion_mnist", ipc=10, epsilon=1.0) is None
@@ -254,3 +258,48 @@ def test_an_unfinished_rows_runs_are_kept_for_the_same_bundle_only(tmp_path):
     finished = ResultCache(tmp_path)
     assert finished.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a") == {}
     assert finished.get("fm/paper/seed0/ldpdc", {"epochs": 1000})["accuracies"][1] == 0.6
+
+
+def test_an_unfinished_row_shows_its_finished_runs_apart_from_the_results(tmp_path, capsys):
+    """`--table-only` writes the table from the cache alone: a row whose evaluation stopped after
+    some runs shows them as "in progress" (and its resume is the same command), never as a result:
+    neither the figure nor the summary's record reads it."""
+    import reproduce
+    from dpdc_repro.common import ResultCache
+    from dpdc_repro.run import fingerprint
+    from summary import read_reproduce_json
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    scale = SCALES["paper"]
+    row = next(r for r in scale.rows if r.key == "ldpdc")
+    print_ = fingerprint(
+        row, dataset="digits", seed=0, protocol=EvalProtocol(epochs=1000, runs=5), test_size=None
+    )
+    cache = ResultCache(tmp_path / "work")
+    cache.put_run("digits/paper/seed0/ldpdc", print_, "digest-a", 2, 0.61, 100.0)
+    cache.put_run("digits/paper/seed0/ldpdc", print_, "digest-a", 0, 0.64, 100.0)
+    cache.put_run("digits/paper/seed0/dm", {"other": "fingerprint"}, "digest-b", 0, 0.9, 1.0)
+    out = tmp_path / "table.md"
+    argv = ["--scale", "paper", "--dataset", "digits", "--work-dir", str(tmp_path / "work")]
+    assert reproduce.main([*argv, "--out", str(out), "--table-only"]) == 0
+    lines = out.read_text().splitlines()
+    ldpdc = next(line for line in lines if line.startswith("| LDPDC | IPC 50, L 50, σ = √d"))
+    assert "(in progress)" in ldpdc and "2 runs done (runs 0, 2)" in ldpdc
+    assert "62.50 ± 1.50 so far" in ldpdc
+    dm = next(line for line in lines if line.startswith("| DM |"))
+    assert "(not run yet)" in dm  # another fingerprint's runs are not this row's
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["rows"] == [] and read_reproduce_json(out.with_suffix(".json")) == []
+    assert record["in_progress"] == [
+        {
+            "key": "ldpdc",
+            "method": "ldpdc",
+            "label": "LDPDC",
+            "setting": row.setting,
+            "planned_runs": 5,
+            "accuracies": {"0": 0.64, "2": 0.61},
+        }
+    ]
+    assert not out.with_suffix(".png").exists()  # nothing finished: nothing to draw
+    assert not list((tmp_path / "work").glob("runs*"))  # nothing ran

@@ -275,3 +275,69 @@ def test_dp_merf_rows_are_read_and_set_beside_dpdc_table_1(tmp_path):
     }
     assert "a different IPC, not comparable" in rows["DP-MERF (pixels, plug-in)"]
     assert "77.00" not in rows["NDPDC"] and "(no measurement)" in rows["NDPDC"]
+
+
+def test_rows_at_the_full_protocol_come_first_with_their_gap_and_the_unfinished_apart(tmp_path):
+    """A paper-scale table's finished rows open the page beside the published number; a gap beyond
+    the published std + 1 point points to its explanation; an unfinished row shows its runs so
+    far and is not a result anywhere else on the page."""
+    from dpdc_repro.plan import SCALES
+    from dpdc_repro.report import write_outputs
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    scale = SCALES["paper"]
+
+    def finished(accuracies: list[float], epsilon: float) -> dict:
+        return {
+            "accuracies": accuracies,
+            "epsilon": epsilon,
+            "delta": 1e-5,
+            "noise_multiplier": 1.0,
+            "data_steps": 50,
+            "free_steps": 0,
+            "ipc": 50,
+            "condense_s": 61.0,
+            "eval_s": 5000.0,
+            "device": "paper CPU",
+            "protocol": {"epochs": 1000, "runs": 5},
+        }
+
+    write_outputs(
+        tmp_path / "reproduce_fashion_mnist_paper.md",
+        list(scale.rows),
+        {
+            "ldpdc": finished([0.64, 0.645, 0.635, 0.64, 0.64], 1.059),  # 64.00: gap +0.05
+            "ldpdc_eps1": finished([0.61, 0.61, 0.61, 0.61, 0.61], 0.999),  # 61.00: gap -2.64
+        },
+        scale=scale,
+        dataset="fashion_mnist",
+        protocol=EvalProtocol(epochs=1000, runs=5),
+        seed=0,
+        accelerator="cpu",
+        command="python x",
+        test_size=None,
+        progress={"ndpdc_i2000": {0: 0.80, 1: 0.81}},
+    )
+    page = summary.page(tmp_path)
+    section = page.split("## Rows at the papers' full protocol", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| LDPDC")]
+    assert len(rows) == 2 and all("full protocol" in row for row in rows)
+    near = next(row for row in rows if "**64.00**" in row)
+    far = next(row for row in rows if "**61.00**" in row)
+    assert "| +0.05 |" in near and "63.95 ± 0.42" in near
+    assert "| -2.64 (beyond the published std + 1 point" in far and "63.64 ± 0.76" in far
+    going = next(line for line in section.splitlines() if line.startswith("| NDPDC"))
+    assert "in progress: 2 of 5 runs done, 80.50 ± 0.50 so far" in going
+    assert page.index("## Rows at the papers' full protocol") < page.index("## Best number")
+    best = page.split("## Best number per method on a dataset", 1)[1].split("\n## ", 1)[0]
+    assert not [line for line in best.splitlines() if line.startswith("| NDPDC") and "80.5" in line]
+
+
+def test_a_gap_is_explained_beyond_the_published_std_plus_one_point():
+    from summary_paper_rows import gap_needs_explaining
+
+    assert not gap_needs_explaining(64.0, "63.95 ± 0.42")
+    assert not gap_needs_explaining(62.6, "63.64 ± 0.76")  # 1.04 < 1.76
+    assert gap_needs_explaining(62.8, "63.95 ± 0.12")  # 1.15 > 1.12
+    assert gap_needs_explaining(65.1, "64.0")  # no published std: one point

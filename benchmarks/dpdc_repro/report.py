@@ -49,7 +49,17 @@ def published_cell(row: Row, *, dataset: str, ipc: int, epsilon: float | None) -
     return found.cell() if found is not None else "—"
 
 
-def table_row(row: Row, result: dict | None, *, dataset: str) -> str:
+def table_row(
+    row: Row, result: dict | None, *, dataset: str, runs_done: dict[int, float] | None = None
+) -> str:
+    if result is None and runs_done:
+        # an unfinished row (resumed by the same command): what its finished runs measured, marked
+        # so that neither the figure nor benchmarks/summary.py reads it as a result
+        return (
+            f"| {row.label} | {row.setting} | (in progress) | | {len(runs_done)} runs done "
+            f"(runs {', '.join(str(r) for r in sorted(runs_done))}) | "
+            f"{accuracy_cell([runs_done[r] for r in sorted(runs_done)])} so far | | | | |"
+        )
     if result is None:
         return f"| {row.label} | {row.setting} | (not run yet) | | | | | | | |"
     evaluation = f"{result['protocol']['epochs']} epochs x {runs_text(result['protocol']['runs'])}"
@@ -78,7 +88,10 @@ def markdown(
     command: str,
     figure: str | None,
     test_size: int | None,
+    progress: dict[str, dict[int, float]] | None = None,
 ) -> str:
+    """The table; ``progress``: the finished evaluation runs (index -> accuracy) of unfinished rows."""
+    progress = progress or {}
     done = [results[r.key] for r in rows if r.key in results]
     lines = [f"# Reproduction: every method on {dataset}, scale `{scale.name}`", ""]
     if scale.name != "paper" or protocol.is_reduced():
@@ -117,7 +130,10 @@ def markdown(
         HEADER,
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    lines += [table_row(r, results.get(r.key), dataset=dataset) for r in rows]
+    lines += [
+        table_row(r, results.get(r.key), dataset=dataset, runs_done=progress.get(r.key))
+        for r in rows
+    ]
     lines += [
         "",
         "Published DM numbers: DPDC's Table 1 (IPC 50) initialises DM randomly, as these rows do; Dosser's "
@@ -195,9 +211,12 @@ def record(
     dataset: str,
     protocol: EvalProtocol,
     test_size: int | None,
+    progress: dict[str, dict[int, float]] | None = None,
     **_,
 ) -> dict:
-    """The table's rows, machine-readable (``benchmarks/summary.py`` reads them); accuracies are fractions."""
+    """The table's rows, machine-readable (``benchmarks/summary.py`` reads them); accuracies are
+    fractions. ``in_progress``: unfinished rows' finished runs, kept apart from ``rows``."""
+    progress = progress or {}
     return {
         "dataset": dataset,
         "scale": scale.name,
@@ -214,6 +233,18 @@ def record(
             }
             for r in rows
             if r.key in results
+        ],
+        "in_progress": [
+            {
+                "key": r.key,
+                "method": r.method,
+                "label": r.label,
+                "setting": r.setting,
+                "planned_runs": protocol.runs,
+                "accuracies": {str(i): a for i, a in sorted(progress[r.key].items())},
+            }
+            for r in rows
+            if r.key not in results and progress.get(r.key)
         ],
     }
 
