@@ -48,11 +48,32 @@ def busy_machine(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(threads, "machine_cores", lambda: 2)
     monkeypatch.setattr(threads, "load_average", lambda: 7.9)
+    monkeypatch.setattr(threads, "own_load", lambda: 0.0)
     monkeypatch.setattr(threads, "_said", [])
     before = torch.get_num_threads()
     torch.set_num_threads(2)  # torch's default on two cores
     yield
     torch.set_num_threads(before)
+
+
+def test_auto_does_not_count_its_own_start_up_as_another_job(monkeypatch):
+    """A command reads the load after its own imports: on a near-idle 2-core machine (0.3 from
+    others) 20 s of its own start-up lift the average to about 0.58, and read as it is that leaves
+    one core; less this process's part (1 - exp(-20/60) = 0.28), both cores."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "machine_cores", lambda: 2)
+    monkeypatch.setattr(threads, "load_average", lambda: 0.58)
+    monkeypatch.setattr(threads.time, "process_time", lambda: 20.0)
+    monkeypatch.setattr(threads, "_said", [])
+    assert threads.own_load() == pytest.approx(0.2835, abs=1e-4)
+    before = torch.get_num_threads()
+    try:
+        assert threads.use_threads("auto").count == 2
+        monkeypatch.setattr(threads, "_said", [])
+        monkeypatch.setattr(threads, "load_average", lambda: 1.2)  # 0.9 from other jobs: one
+        assert threads.use_threads("auto").count == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_a_run_on_a_busy_machine_uses_one_thread_and_says_so_once(busy_machine, tmp_path, capsys):
@@ -61,7 +82,7 @@ def test_a_run_on_a_busy_machine_uses_one_thread_and_says_so_once(busy_machine, 
     assert torch.get_num_threads() == 1
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("threads:")]
     assert said == [
-        "threads: 1 torch thread (2 cores, 1-minute load 7.9: the free cores); "
+        "threads: 1 torch thread (2 cores, 1-minute load 7.9 besides this command: the free cores); "
         "threads=N or OMP_NUM_THREADS=N sets it"
     ]
     assert run(TRAIN, [*argv, f"run_dir={tmp_path / 'b'}"]) == 0  # once per process
