@@ -6,9 +6,9 @@ Runs ``python train.py method=ndpdc method.iterations=N`` in its own process, as
 (OMP_NUM_THREADS removed from its environment, so torch's default and threads=auto are what a
 user gets), once per setting of ``threads`` in turn, and prints one markdown row each: wall time,
 CPU time (user + system of the process), the 1-minute load average before and after, and the
-count threads=auto chose (its stderr line). ``--nice`` runs the commands at another niceness (a
-negative one, as root, lets them go before the other jobs: the machine as an idle one looks to
-them). The machine, its load and the protocol go in the results file by hand.
+count threads=auto chose (its stderr line). ``--nice`` runs the commands in their own session at
+another niceness, the session's autogroup included (a negative one, as root, lets them go before
+the other jobs: the machine as an idle one looks to them). The machine, its load and the protocol go in the results file by hand.
 """
 
 from __future__ import annotations
@@ -24,6 +24,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def prioritise(niceness: int) -> None:
+    """In the command's own session: its niceness, and its autogroup's. Where the kernel groups
+    the processes of a session (sched_autogroup_enabled), a process's niceness orders it only
+    within its session; the group's niceness is what orders it against other sessions' jobs."""
+    os.nice(niceness)
+    try:
+        Path("/proc/self/autogroup").write_text(str(niceness))
+    except OSError:
+        pass  # no autogroups (or not allowed): the process's niceness is all there is
 
 
 def one_run(setting: str, iterations: int, niceness: int) -> dict[str, object]:
@@ -47,7 +58,8 @@ def one_run(setting: str, iterations: int, niceness: int) -> dict[str, object]:
             capture_output=True,
             text=True,
             check=False,
-            preexec_fn=(lambda: os.nice(niceness)) if niceness else None,
+            start_new_session=bool(niceness),
+            preexec_fn=(lambda: prioritise(niceness)) if niceness else None,
         )
         wall = time.monotonic() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
