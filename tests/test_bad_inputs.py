@@ -685,6 +685,23 @@ def test_a_run_too_large_is_refused_before_allocating_across_a_process(tmp_path,
     assert int(done.stdout.split("GROWTH_KB")[1]) < 256 * 1024 and not (tmp_path / "big").exists()
 
 
+def test_output_that_is_not_a_terminal_is_plain_lines_in_process(tmp_path, capsys):
+    """`make demo` into a file, in this process (capsys' streams are no terminal): no carriage
+    returns, the data line on its own, a few lines in all. The fast twin of the next test."""
+    argv = ["method=ndpdc", *TINY, "method.iterations=3", f"run_dir={tmp_path / 'run'}"]
+    assert run(TRAIN, [*argv, "--evaluate", "eval.epochs=2", "eval.runs=2", "model=mlp"]) == 0
+    output = capsys.readouterr()
+    assert "\r" not in output.out + output.err and "Traceback" not in output.out + output.err
+    lines = output.err.splitlines()
+    assert "data: digits from no files (embedded data set digits)" in lines
+    assert [line for line in lines if line.startswith(("condensing:", "step 3/3"))] == [
+        "condensing: 3 steps to run",
+        next(line for line in lines if line.startswith("step 3/3")),
+    ]
+    assert len(lines) <= 10, lines  # condensing, data, a step line or two, evaluating, one per run
+
+
+@pytest.mark.slow  # a fresh interpreter (~17 CPU s); the in-process twin above is the fast check
 def test_output_that_is_not_a_terminal_is_plain_lines(tmp_path, cli_env):
     """`make demo` into a file: no carriage returns, the data line on its own, a few lines in all."""
     done = _subprocess(

@@ -8,6 +8,7 @@ import struct
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -87,6 +88,19 @@ def test_digits_split_rule_matches_sklearn():
         unit = (images.squeeze(1).double() + 1.0) / 2.0
         recovered = inverse @ unit @ inverse.T
         assert torch.allclose(recovered, originals[expected], atol=1e-4)
+
+
+def test_digits_records_are_sklearns_without_importing_it():
+    """The embedded digits are read from scikit-learn's shipped file without its import (a second
+    of every run's start): the same records, pixel for pixel and label for label."""
+    from sklearn.datasets import load_digits
+
+    from dpdc_lightning.data.loaders.embedded import digits_records
+
+    pixels, targets = digits_records()
+    bunch = load_digits()
+    assert pixels.shape == (1797, 8, 8) and np.array_equal(pixels, bunch.images)
+    assert np.array_equal(targets, bunch.target)
 
 
 def test_toy_is_deterministic_and_class_structured():

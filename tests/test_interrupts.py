@@ -65,6 +65,45 @@ def _check(code: int | None, err: str, delay: float) -> None:
 pytestmark = pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs /proc")
 
 
+def test_a_ctrl_c_during_torchs_import_is_held_until_it_ends(monkeypatch):
+    """In this process: a Ctrl-C while a torch module initialises is held (retried by a timer),
+    and raised as KeyboardInterrupt at the first retry after the import ended; one at any other
+    moment is raised at once. The handlers of the next test's fresh processes."""
+    import types
+
+    from dpdc_lightning import errors
+
+    timers = []
+    monkeypatch.setattr(signal, "setitimer", lambda which, seconds: timers.append(seconds))
+    monkeypatch.setattr(errors, "_held", [])
+    monkeypatch.setattr(errors, "_received", [])
+    loading = types.ModuleType("torch._being_imported")
+    loading.__spec__ = types.SimpleNamespace(_initializing=True)
+    monkeypatch.setitem(sys.modules, "torch._being_imported", loading)
+    _not_raised(errors._interrupt, signal.SIGINT)  # held
+    assert errors._held == [True] and errors.interrupt_received() and timers == [errors.RETRY_S]
+    _not_raised(errors._retry, signal.SIGALRM)  # still importing: tried again later
+    assert errors._held == [True] and timers == [errors.RETRY_S] * 2
+    loading.__spec__._initializing = False  # the import returned
+    with pytest.raises(KeyboardInterrupt):
+        errors._retry(signal.SIGALRM, None)
+    assert errors._held == [] and len(timers) == 2
+    _not_raised(errors._retry, signal.SIGALRM)  # a stray timer with nothing held does nothing
+    with pytest.raises(KeyboardInterrupt):
+        errors._interrupt(signal.SIGINT, None)  # no import under way: at once
+    assert errors._held == [] and len(timers) == 2
+
+
+def _not_raised(handler, signum: int) -> None:
+    """Call a signal handler; a KeyboardInterrupt from it fails the test (instead of stopping
+    pytest's session, as a KeyboardInterrupt does)."""
+    try:
+        handler(signum, None)
+    except KeyboardInterrupt:
+        pytest.fail(f"{handler.__name__} raised KeyboardInterrupt")
+
+
+@pytest.mark.slow  # two fresh interpreters (~11 CPU s); the test above covers the handlers fast
 def test_ctrl_c_during_start_up_exits_130(tmp_path, cli_env):
     for index, delay in enumerate((0.0, 0.5)):
         _check(*interrupted_start(tmp_path, cli_env, delay, index), delay)

@@ -44,6 +44,19 @@ def _last_line(text: str) -> str:
     return text.strip().splitlines()[-1]
 
 
+def test_epsilon_of_the_dpdc_default(capsys):
+    """In this process (the next test starts ``python -m``; the fast test of that entry point is
+    test_bad_argument_via_python_dash_m_is_one_stderr_line_and_exit_2)."""
+    assert main(["epsilon", *DPDC_DEFAULT]) == 0
+    out = capsys.readouterr().out
+    printed = float(_last_line(out))
+    exact = epsilon_from_history([(1.0, 50 / 6000, 10000)], delta=1e-5)
+    assert exact <= printed < exact + 1e-4  # rounded up to 4 decimals...
+    assert abs(printed - 5.4427) <= 1e-4  # ...it is the DPDC paper's ε to its printed precision
+    assert len(out.strip().splitlines()) > 1  # an explanation precedes the answer
+
+
+@pytest.mark.slow  # a fresh interpreter (~7 CPU s: Opacus' import); the test above is fast
 def test_epsilon_of_the_dpdc_default_via_python_dash_m():
     result = _run_module("epsilon", *DPDC_DEFAULT)
     assert result.returncode == 0, result.stderr

@@ -5,8 +5,11 @@ Neither reads a file, so neither takes a ``root`` (data/load.py refuses one).
 
 from __future__ import annotations
 
+import gzip
+import importlib.util
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -25,17 +28,15 @@ def load_digits(root: Path | None, download: bool, cache: Path) -> ImageData:
     giving 1438 training and 359 test records. Pixel values 0..16 are divided by 16 before the fixed
     normalisation.
     """
-    from sklearn.datasets import load_digits as sklearn_digits
-
-    bunch = sklearn_digits()
-    unit = torch.as_tensor(bunch.images, dtype=torch.float32).unsqueeze(1) / 16.0
+    pixels, targets = digits_records()
+    unit = torch.as_tensor(pixels, dtype=torch.float32).unsqueeze(1) / 16.0
     # 16x16: every network accepts it, at a quarter of MNIST's compute (the default data must run
     # on a laptop CPU).
     unit = F.interpolate(
         unit, size=(DIGITS_SIZE, DIGITS_SIZE), mode="bilinear", align_corners=False, antialias=False
     )
     images = normalise(unit.clamp(0.0, 1.0))
-    labels = torch.as_tensor(bunch.target, dtype=torch.int64)
+    labels = torch.as_tensor(targets, dtype=torch.int64)
     is_test = torch.arange(labels.numel()) % 5 == 4
     return ImageData(
         "digits",
@@ -44,8 +45,29 @@ def load_digits(root: Path | None, download: bool, cache: Path) -> ImageData:
         images[is_test].contiguous(),
         labels[is_test].contiguous(),
         10,
-        tuple(str(name) for name in bunch.target_names),
+        tuple(str(name) for name in range(10)),
     )
+
+
+def digits_records() -> tuple[np.ndarray, np.ndarray]:
+    """The 1797 records of scikit-learn's ``load_digits``: (1797, 8, 8) pixel counts 0..16 and
+    their (1797,) labels, in scikit-learn's order.
+
+    Read from the file scikit-learn ships (``sklearn/datasets/data/digits.csv.gz``, one record a
+    line: 64 pixels, then the label) without importing scikit-learn, whose import is a second of
+    a run's start; scikit-learn's own loader reads it when the file is not where it always was.
+    """
+    spec = importlib.util.find_spec("sklearn")  # locates the package, imports nothing
+    folders = spec.submodule_search_locations if spec is not None else None
+    shipped = Path(folders[0], "datasets", "data", "digits.csv.gz") if folders else None
+    if shipped is None or not shipped.is_file():
+        from sklearn.datasets import load_digits as sklearn_digits
+
+        bunch = sklearn_digits()
+        return bunch.images, bunch.target
+    with gzip.open(shipped, "rt", encoding="utf-8") as rows:
+        table = np.loadtxt(rows, delimiter=",")
+    return table[:, :-1].reshape(-1, 8, 8), table[:, -1].astype(np.int64)
 
 
 def _toy_split(per_class: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
