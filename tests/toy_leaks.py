@@ -14,7 +14,14 @@ docs/adding_a_method.md. Each release call is correct; what leaks is elsewhere:
 - ``leak_mirror``: the whole sample mirrored when its mean pixel crosses a threshold (a batch-level
   augmentation decision);
 - ``leak_short_key``: the keyed noise stream seeded with the run's 256-bit secret reduced to 32
-  bits.
+  bits;
+- ``leak_global_rng``: noise drawn from torch's global generator (seeded from the PUBLIC run seed)
+  through a noise stream of its own, handed to the package's release;
+- ``leak_own_event``: the release written by hand, noise from torch's global generator added to
+  the clipped sum and an event of its own spent (the mechanism never called).
+
+The last three are refused by the package in every run (privacy/noise_scope.py), not only by
+``check`` (tests/test_noise_scope.py).
 
 ``audit.py check`` of main 73b1e26 passes every one of them (tests/test_check_leaks.py).
 """
@@ -29,7 +36,8 @@ from torch import Tensor
 from toy_methods import ToyConfig, ToyMean
 
 from dpdc_lightning.methods import Records
-from dpdc_lightning.privacy.noise import KeyedNoise
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent, clip_rows
+from dpdc_lightning.privacy.noise import KeyedNoise, NoiseStream
 
 
 def _loss(method: ToyMean, released: dict[int, Tensor], scale: float = 1.0) -> Tensor:
@@ -190,6 +198,49 @@ class LeakShortKey(ToyMean):
         return stream
 
 
+class _GlobalNormals(NoiseStream):
+    secure = False
+
+    def _draw(self, count: int) -> Tensor:
+        return torch.randn(count, dtype=torch.float64)
+
+
+@dataclass
+class LeakGlobalRngConfig(ToyConfig):
+    name: str = "leak_global_rng"
+
+
+class LeakGlobalRng(ToyMean):
+    """BROKEN: the release's noise from torch's global generator (seeded by the public run seed)."""
+
+    config_class = LeakGlobalRngConfig
+
+    def release(self, rows, *, step, partition, noise=None):
+        return super().release(rows, step=step, partition=partition, noise=_GlobalNormals())
+
+
+@dataclass
+class LeakOwnEventConfig(ToyConfig):
+    name: str = "leak_own_event"
+
+
+class LeakOwnEvent(ToyMean):
+    """BROKEN: the release by hand: clipped sum + torch.randn noise, an event of its own."""
+
+    config_class = LeakOwnEventConfig
+
+    def release(self, rows, *, step, partition, noise=None):
+        std = self.sensitivity() * self.noise_multiplier
+        total = clip_rows(rows.double(), max_norm=self.sensitivity()).sum(0)
+        released = (total + std * torch.randn(total.shape, dtype=torch.float64)).float()
+        event = PrivacyEvent(
+            noise_multiplier=self.noise_multiplier,
+            sample_rate=self.plan.rate_of(partition),
+            sensitivity=self.sensitivity(),
+        )
+        return released / self.normaliser(), event
+
+
 LEAKS = {
     "leak_unspent": LeakUnspent,
     "leak_stop": LeakStop,
@@ -198,6 +249,8 @@ LEAKS = {
     "leak_max_norm": LeakMaxNorm,
     "leak_mirror": LeakMirror,
     "leak_short_key": LeakShortKey,
+    "leak_global_rng": LeakGlobalRng,
+    "leak_own_event": LeakOwnEvent,
 }
 
 
