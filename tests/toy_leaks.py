@@ -20,7 +20,12 @@ docs/adding_a_method.md. Each release call is correct; what leaks is elsewhere:
 - ``leak_own_event``: the release written by hand, noise from torch's global generator added to
   the clipped sum and an event of its own spent (the mechanism never called).
 
-The last three are refused by the package in every run (privacy/noise_scope.py), not only by
+- ``leak_rescale``: rows are random features of the images (a public projection); a sample
+  holding a row whose norm passes a threshold has every row scaled down to it ("outliers tamed"),
+  a threshold no record of the data and no extreme-pixel record reaches: only a record searched
+  through the rows (audit/neighbours/search.py) tips it.
+
+``leak_short_key``, ``leak_global_rng`` and ``leak_own_event`` are refused by the package in every run (privacy/noise_scope.py), not only by
 ``check`` (tests/test_noise_scope.py).
 
 ``audit.py check`` of main 73b1e26 passes every one of them (tests/test_check_leaks.py).
@@ -241,6 +246,43 @@ class LeakOwnEvent(ToyMean):
         return released / self.normaliser(), event
 
 
+@dataclass
+class LeakRescaleConfig(ToyConfig):
+    name: str = "leak_rescale"
+    features: int = 16
+    threshold: float = 6.0  # rows' norms: about 2.7 (median), 4.1 (largest, extreme pixels alike)
+
+
+class LeakRescale(ToyMean):
+    """BROKEN: feature rows; a sample with a row's norm above the threshold is scaled down whole."""
+
+    config_class = LeakRescaleConfig
+
+    def projection(self, size: int) -> Tensor:
+        generator = torch.Generator().manual_seed(41)  # public
+        return torch.randn(self.config.features, size, generator=generator) / size**0.5
+
+    def release_rows(self, records: Records, *, step: int, context: Any) -> list[Tensor]:
+        out = []
+        for images in records.images:
+            rows = images.flatten(1).float() @ self.projection(images[0].numel()).T.to(images)
+            top = rows.norm(dim=1).max() if len(rows) else 0.0
+            out.append(
+                rows * (self.config.threshold / top) if top > self.config.threshold else rows
+            )
+        return out
+
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
+        released, view = self.release_batch(batch, step), self.class_view()
+        projection = self.projection(view[0][0].numel()).to(view)
+        loss = sum(
+            ((view[c].flatten(1) @ projection.T).mean(0) - target).pow(2).sum()
+            for c, target in released.items()
+        )
+        self.optimise(loss)
+        return loss.detach()
+
+
 LEAKS = {
     "leak_unspent": LeakUnspent,
     "leak_stop": LeakStop,
@@ -251,6 +293,7 @@ LEAKS = {
     "leak_short_key": LeakShortKey,
     "leak_global_rng": LeakGlobalRng,
     "leak_own_event": LeakOwnEvent,
+    "leak_rescale": LeakRescale,
 }
 
 
