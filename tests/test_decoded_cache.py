@@ -274,3 +274,65 @@ def test_the_cached_split_is_the_in_memory_split_of_hold_out(tmp_path, monkeypat
     wanted = _split_in_memory(pixels, labels, held)
     found = (data.train_pixels, data.train_labels, data.test_pixels, data.test_labels)
     assert all(torch.equal(a, b) for a, b in zip(found, wanted))
+
+
+def _tree(folder: Path) -> dict[str, float]:
+    """Every path under ``folder`` (itself included) with its modification time."""
+    found = {".": folder.stat().st_mtime_ns}
+    for path in folder.rglob("*"):
+        found[str(path.relative_to(folder))] = path.stat().st_mtime_ns
+    return found
+
+
+def _print_config_tokens(root: Path, cache: Path) -> list[str]:
+    return [
+        "method=ndpdc",
+        "dataset=imagefolder",
+        f"dataset.root={root}",
+        f"dataset.cache_dir={cache}",
+        "dataset.image_size=8",
+        "method.group_size=2",
+    ]
+
+
+def test_the_printed_plan_of_own_data_decodes_nothing(tmp_path, decodes):
+    """Issue 44 item 2: what ``--print-config`` prints (the config, and what waits for the run)."""
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.training import planned_config_text
+
+    root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
+    (cache / STORE_FOLDER).mkdir(parents=True)
+    before = _tree(cache)
+    text = planned_config_text(compose(_print_config_tokens(root, cache)))
+    assert decodes == [] and _tree(cache) == before
+    assert text.endswith(
+        "# memory and plan: made when the run starts, from the training class sizes "
+        "(--print-config decodes none of your own data to count them)\n"
+        "# plan: σ, steps and ε are known at run time: the run writes them to RUN_DIR/plan.json "
+        "before its first step\n"
+    )
+
+
+@pytest.mark.slow
+def test_print_config_decodes_nothing_and_leaves_the_cache_untouched(tmp_path, decodes, capsys):
+    """Issue 44 item 2: ``--print-config`` runs nothing: no decoded entry written (nor written and
+    deleted), none read (a hit would mark its entry used), the folder's files not decoded."""
+    from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.train import train_main
+    from dpdc_lightning.data import clear_dataset_cache
+
+    root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
+    tokens = _print_config_tokens(root, cache)
+    (cache / STORE_FOLDER).mkdir(parents=True)
+    before = _tree(cache)
+    assert run(train_main, [*tokens, "--print-config"]) == 0
+    out = capsys.readouterr().out
+    assert decodes == [] and _tree(cache) == before
+    assert f"root: {root}" in out and "--print-config decodes none of your own data" in out
+    # An entry already there (a run decoded the folder) is not read either.
+    entry = _load(root, cache, image_size=8)
+    clear_dataset_cache()
+    decodes.clear()
+    before = _tree(cache)
+    assert run(train_main, [*tokens, "--print-config"]) == 0
+    assert decodes == [] and _tree(cache) == before and entry.cache_entries

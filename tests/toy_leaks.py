@@ -14,7 +14,19 @@ docs/adding_a_method.md. Each release call is correct; what leaks is elsewhere:
 - ``leak_mirror``: the whole sample mirrored when its mean pixel crosses a threshold (a batch-level
   augmentation decision);
 - ``leak_short_key``: the keyed noise stream seeded with the run's 256-bit secret reduced to 32
-  bits.
+  bits;
+- ``leak_global_rng``: noise drawn from torch's global generator (seeded from the PUBLIC run seed)
+  through a noise stream of its own, handed to the package's release;
+- ``leak_own_event``: the release written by hand, noise from torch's global generator added to
+  the clipped sum and an event of its own spent (the mechanism never called).
+
+- ``leak_rescale``: rows are random features of the images (a public projection); a sample
+  holding a row whose norm passes a threshold has every row scaled down to it ("outliers tamed"),
+  a threshold no record of the data and no extreme-pixel record reaches: only a record searched
+  through the rows (audit/neighbours/search.py) tips it.
+
+``leak_short_key``, ``leak_global_rng`` and ``leak_own_event`` are refused by the package in every run (privacy/noise_scope.py), not only by
+``check`` (tests/test_noise_scope.py).
 
 ``audit.py check`` of main 73b1e26 passes every one of them (tests/test_check_leaks.py).
 """
@@ -29,7 +41,8 @@ from torch import Tensor
 from toy_methods import ToyConfig, ToyMean
 
 from dpdc_lightning.methods import Records
-from dpdc_lightning.privacy.noise import KeyedNoise
+from dpdc_lightning.privacy.mechanisms import PrivacyEvent, clip_rows
+from dpdc_lightning.privacy.noise import KeyedNoise, NoiseStream
 
 
 def _loss(method: ToyMean, released: dict[int, Tensor], scale: float = 1.0) -> Tensor:
@@ -190,6 +203,86 @@ class LeakShortKey(ToyMean):
         return stream
 
 
+class _GlobalNormals(NoiseStream):
+    secure = False
+
+    def _draw(self, count: int) -> Tensor:
+        return torch.randn(count, dtype=torch.float64)
+
+
+@dataclass
+class LeakGlobalRngConfig(ToyConfig):
+    name: str = "leak_global_rng"
+
+
+class LeakGlobalRng(ToyMean):
+    """BROKEN: the release's noise from torch's global generator (seeded by the public run seed)."""
+
+    config_class = LeakGlobalRngConfig
+
+    def release(self, rows, *, step, partition, noise=None):
+        return super().release(rows, step=step, partition=partition, noise=_GlobalNormals())
+
+
+@dataclass
+class LeakOwnEventConfig(ToyConfig):
+    name: str = "leak_own_event"
+
+
+class LeakOwnEvent(ToyMean):
+    """BROKEN: the release by hand: clipped sum + torch.randn noise, an event of its own."""
+
+    config_class = LeakOwnEventConfig
+
+    def release(self, rows, *, step, partition, noise=None):
+        std = self.sensitivity() * self.noise_multiplier
+        total = clip_rows(rows.double(), max_norm=self.sensitivity()).sum(0)
+        released = (total + std * torch.randn(total.shape, dtype=torch.float64)).float()
+        event = PrivacyEvent(
+            noise_multiplier=self.noise_multiplier,
+            sample_rate=self.plan.rate_of(partition),
+            sensitivity=self.sensitivity(),
+        )
+        return released / self.normaliser(), event
+
+
+@dataclass
+class LeakRescaleConfig(ToyConfig):
+    name: str = "leak_rescale"
+    features: int = 16
+    threshold: float = 6.0  # rows' norms: about 2.7 (median), 4.1 (largest, extreme pixels alike)
+
+
+class LeakRescale(ToyMean):
+    """BROKEN: feature rows; a sample with a row's norm above the threshold is scaled down whole."""
+
+    config_class = LeakRescaleConfig
+
+    def projection(self, size: int) -> Tensor:
+        generator = torch.Generator().manual_seed(41)  # public
+        return torch.randn(self.config.features, size, generator=generator) / size**0.5
+
+    def release_rows(self, records: Records, *, step: int, context: Any) -> list[Tensor]:
+        out = []
+        for images in records.images:
+            rows = images.flatten(1).float() @ self.projection(images[0].numel()).T.to(images)
+            top = rows.norm(dim=1).max() if len(rows) else 0.0
+            out.append(
+                rows * (self.config.threshold / top) if top > self.config.threshold else rows
+            )
+        return out
+
+    def condensation_step(self, batch: dict[str, Any], step: int) -> Tensor | None:
+        released, view = self.release_batch(batch, step), self.class_view()
+        projection = self.projection(view[0][0].numel()).to(view)
+        loss = sum(
+            ((view[c].flatten(1) @ projection.T).mean(0) - target).pow(2).sum()
+            for c, target in released.items()
+        )
+        self.optimise(loss)
+        return loss.detach()
+
+
 LEAKS = {
     "leak_unspent": LeakUnspent,
     "leak_stop": LeakStop,
@@ -198,6 +291,9 @@ LEAKS = {
     "leak_max_norm": LeakMaxNorm,
     "leak_mirror": LeakMirror,
     "leak_short_key": LeakShortKey,
+    "leak_global_rng": LeakGlobalRng,
+    "leak_own_event": LeakOwnEvent,
+    "leak_rescale": LeakRescale,
 }
 
 

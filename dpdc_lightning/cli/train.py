@@ -100,15 +100,10 @@ def train_main(argv: list[str]) -> int:
     from dpdc_lightning.config.data_paths import refuse_missing_data
 
     refuse_missing_data(config)  # before torch is imported: a missing file answers at once
-    if args.print_config:
-        from dpdc_lightning.data.cache_bounds import created_count
-        from dpdc_lightning.engine.training import discard_decoded, planned_config_text
+    if args.print_config:  # runs nothing: own data is not even decoded (planned_config_text)
+        from dpdc_lightning.engine.training import planned_config_text
 
-        written = created_count()
-        try:
-            print(planned_config_text(config), end="")
-        finally:  # it runs nothing: a copy decoded for the plan's class sizes does not stay
-            discard_decoded(written)
+        print(planned_config_text(config), end="")
         return 0
     return _train(config, evaluate=args.evaluate)
 

@@ -9,7 +9,7 @@
   deletes exactly those, whatever the data folder holds now. The id is random, so the record says
   nothing about the data (the entry's name, a plain digest of the files, is not recorded).
 - Refusals leave nothing: :func:`discard_created` deletes the entries this process wrote, for a
-  run refused before its first step and for ``--print-config``.
+  run refused before its first step (``--print-config`` decodes nothing at all).
 - ``dpdc-cache list`` / ``dpdc-cache clear`` (cli/cache.py) show and delete entries.
 """
 
@@ -124,7 +124,7 @@ def created_count() -> int:
 
 def discard_created(since: int = 0) -> list[Path]:
     """Delete the entries this process wrote after the ``since``-th (a run refused before its first
-    step, or ``--print-config``: nothing they decoded stays behind)."""
+    step: nothing it decoded stays behind)."""
     removed = []
     while len(_CREATED) > since:
         entry = _CREATED.pop()

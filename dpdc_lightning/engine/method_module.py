@@ -17,6 +17,7 @@ from torch import Tensor
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.base import CondensationMethod, Runtime
+from dpdc_lightning.privacy.noise_scope import RunNoise
 
 
 class _LightningRuntime(Runtime):
@@ -57,6 +58,17 @@ class MethodModule(L.LightningModule):
         self.method = method
         self.automatic_optimization = False
         method.runtime = _LightningRuntime(self)
+        # Taken when the method is handed over, before any step of its code runs: its steps draw
+        # noise keyed by this key only, and spend only events the mechanism made in them.
+        self._noise = (
+            RunNoise(
+                method._noise_seed,
+                reproducible=method._reproducible_noise,
+                method=method.config.name or type(method).__name__,
+            )
+            if method.private
+            else None
+        )
 
     # ---- what the engine's callbacks and data stream read --------------------------------------
     @property
@@ -72,7 +84,10 @@ class MethodModule(L.LightningModule):
         return self.method.completed_steps
 
     def pop_events(self) -> list:
-        return self.method.pop_events()
+        events = self.method.pop_events()
+        if self._noise is not None:
+            self._noise.claim(events)
+        return events
 
     def synthetic_set(self) -> tuple[Tensor, Tensor]:
         return self.method.synthetic_set()
@@ -106,7 +121,11 @@ class MethodModule(L.LightningModule):
         return -1 if int(batch["step"]) >= self.method.plan.total_steps else None
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> None:
-        loss = self.method.run_step(batch)
+        if self._noise is None:
+            loss = self.method.run_step(batch)
+        else:
+            with self._noise.active():
+                loss = self.method.run_step(batch)
         if not self.method.optimised:
             self._idle_optimiser_step()
         if loss is not None:

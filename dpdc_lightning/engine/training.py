@@ -22,6 +22,7 @@ import lightning as L
 from dpdc_lightning.config import RunConfig, released_yaml, require_composed, to_yaml
 from dpdc_lightning.data import ImageData, clear_dataset_cache
 from dpdc_lightning.data.cache_bounds import created_count, discard_created
+from dpdc_lightning.data.registry import OWN_DATA
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
@@ -251,9 +252,22 @@ def _diverged(fault: NumericalFault, run_dir: Path, *, created: bool) -> str:
     )
 
 
+OWN_DATA_PLAN = (
+    "# memory and plan: made when the run starts, from the training class sizes "
+    "(--print-config decodes none of your own data to count them)\n"
+    "# plan: σ, steps and ε are known at run time: the run writes them to RUN_DIR/plan.json "
+    "before its first step\n"
+)
+
+
 def planned_config_text(config: RunConfig) -> str:
     """``--print-config``: the config and, as comments, the memory estimate and the plan's σ, steps
-    and ε (nothing written; the plan is what plan.json will hold)."""
+    and ε (nothing written; the plan is what plan.json will hold). Own data (an image folder, a
+    tensor file) is not read: its training class sizes are known only once its records are
+    decoded into the private cache (the held-out split is decided record by record), which a run
+    does and ``forget`` undoes; --print-config runs nothing, so it says what waits for the run."""
+    if config.dataset.name in OWN_DATA:
+        return to_yaml(config) + OWN_DATA_PLAN
     data = load_data(config)
     spec = DataSpec.of(data)
     if config.privacy.class_sizes == "private":

@@ -37,6 +37,7 @@ from torch import Tensor
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.noise import NoiseStream
+from dpdc_lightning.privacy.noise_scope import issued, refuse_foreign_noise
 
 
 def _positive_finite(value: float, *, name: str) -> float:
@@ -155,6 +156,7 @@ def gaussian_noise_like(value: Tensor, *, std: float, noise: NoiseStream) -> Ten
         raise TypeError(
             f"noise must be a NoiseStream (privacy.noise.noise_source), got {type(noise).__name__}"
         )
+    refuse_foreign_noise(noise)  # inside a run's step: the run's own keyed stream only
     return noise.standard_normal(tuple(value.shape)) * std
 
 
@@ -204,6 +206,7 @@ def gaussian_sum(
     # which waits for the values), the float64 total is rounded to float32 ONCE, on the CPU, and the
     # float32 release goes back without blocking (the host tensor is fresh; CUDA stages it at once).
     released = (clipped_sum.to(device="cpu", dtype=torch.float64) + values).to(torch.float32)
+    issued(event)  # inside a run's step: the one event the run may spend for this release
     return released.to(clipped_sum.device, non_blocking=True), event
 
 

@@ -86,6 +86,7 @@ class NoiseStream:
     """
 
     secure: ClassVar[bool]
+    key: int | None = None  # the seed it is keyed by (privacy/noise_scope.py compares it)
 
     def __init__(self) -> None:
         self.values_drawn = 0
@@ -112,6 +113,7 @@ class KeyedNoise(NoiseStream):
         super().__init__()
         if int(secret) < 0:
             raise ValueError("the noise secret must be a non-negative integer")
+        self.key = int(secret)
         self._prefix = b"".join(
             [
                 _field(_DOMAIN),
@@ -161,6 +163,7 @@ class SeededNoise(NoiseStream):
 
     def __init__(self, seed: int, *, phase: str, step: int, partition: int) -> None:
         super().__init__()
+        self.key = int(seed)
         self._generator = derive_generator(seed, "noise", phase, step, partition)
 
     def _draw(self, count: int) -> Tensor:

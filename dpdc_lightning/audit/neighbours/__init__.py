@@ -14,6 +14,7 @@ of the Gaussian mechanism against its sensitivity (:mod:`.harness` says how).
 - :mod:`.events` every call's event spent once, every spend a call's; noise keyed by the whole
   secret;
 - :mod:`.probe` worst-case records added through the method's own rows (no other row may move);
+  :mod:`.search` the one of them searched by gradient ascent through the rows;
 - :mod:`.outputs` every output of a run, flattened; :mod:`.compare` two runs against the ledger;
 - :mod:`.patches` temporary replacements, undone after each run;
 - :mod:`.selection` neighbouring private SELECTIONS (``audit.py check ... select=private``), their

@@ -9,7 +9,9 @@ tries the records that move such statistics most, where one record weighs most:
 
 - the candidates: every pixel at the top of the range, every pixel at the bottom, all zero, the
   sampled record's negation, a checkerboard of the two extremes (the largest norm, the extreme
-  means, a record with no mean, the record opposite to the sample, the largest spread);
+  means, a record with no mean, the record opposite to the sample, the largest spread); and, for
+  each partition's whole sample, the record that moves the row sums most, searched by gradient
+  ascent through the rows within a stated time budget (:mod:`.search`);
 - the samples: the step's whole sample, and the sample cut down to one record of the class, where
   the added record is half of the sample;
 - each candidate added to each partition in turn: every other row of EVERY partition must be the
@@ -30,6 +32,7 @@ from torch import Tensor
 
 from dpdc_lightning.audit.neighbours.calls import ROUNDING
 from dpdc_lightning.audit.neighbours.patches import Patches
+from dpdc_lightning.audit.neighbours.search import searched_record
 from dpdc_lightning.methods.release import Records
 
 STEPS = 1  # data steps probed per run
@@ -87,7 +90,10 @@ def probe_rows(rows_of: Callable[[Records], list[Tensor]], records: Records) -> 
             samples["one record"] = _with(records, k, images[:1], labels[:1])
         for sample_name, sample in samples.items():
             before = rows_of(sample)
-            for name, record in candidates(first).items():
+            tried = candidates(first)
+            if sample_name == "the sample" and first.is_floating_point():
+                tried["searched by gradient ascent"] = searched_record(rows_of, sample, k)[0]
+            for name, record in tried.items():
                 added = _with(
                     sample,
                     k,
