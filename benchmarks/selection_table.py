@@ -143,7 +143,7 @@ def per_member_epsilon(total: float, *, delta: float) -> float:
 
     members, _ = expand([*base_tokens(), *grid_tokens(GRID), f"privacy.target_epsilon={total}"])
     configs = [compose(m) for m in members]
-    spec = DataSpec.of(load_data(configs[0]))  # public class sizes: no record is read
+    spec = DataSpec.of(load_data(configs[0].dataset))  # public class sizes: no record is read
 
     def cost(t: float) -> float:
         events = [plan_events(member_plan(at_target(c, t), spec)) for c in configs]

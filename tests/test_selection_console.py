@@ -68,7 +68,7 @@ def test_the_trial_estimate_is_a_step_time_times_the_steps_plus_set_up_and_score
     )
     from dpdc_lightning.config.selection import load_select
 
-    carved = carve_validation(load_data(config), fraction=0.1, key=0)
+    carved = carve_validation(load_data(config.dataset), fraction=0.1, key=0)
     score = score_protocol(load_select(["select=private"]), config, carved)
     seconds = selection_estimate.trial_seconds(config, carved.train, score=score)
     assert seconds == pytest.approx(3 + 2 * 300 + 4)

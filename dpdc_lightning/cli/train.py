@@ -101,12 +101,15 @@ def train_main(argv: list[str]) -> int:
 
     refuse_missing_data(config)  # before torch is imported: a missing file answers at once
     if args.print_config:
+        from dpdc_lightning.config import to_yaml
         from dpdc_lightning.data.cache_bounds import created_count
+        from dpdc_lightning.engine.resolved import resolve_run
         from dpdc_lightning.engine.training import discard_decoded, planned_config_text
 
         written = created_count()
         try:
-            print(planned_config_text(config), end="")
+            text = planned_config_text(resolve_run(config), config_text=to_yaml(config))
+            print(text, end="")
         finally:  # it runs nothing: a copy decoded for the plan's class sizes does not stay
             discard_decoded(written)
         return 0

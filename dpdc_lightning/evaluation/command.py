@@ -302,4 +302,4 @@ def _check_accelerator(accelerator: str) -> None:
 def _load(config: RunConfig) -> Any:
     from dpdc_lightning.engine.planning import load_data
 
-    return load_data(config)
+    return load_data(config.dataset)

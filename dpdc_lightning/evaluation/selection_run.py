@@ -23,6 +23,7 @@ from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.selection import SCORE_NOISE_NOTE_POINTS, Grid, SelectConfig
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.planning import load_data, noise_seed_for
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.engine.selection import (
     Carved,
     Events,
@@ -142,8 +143,10 @@ def run_selection(
     asks for it, the audit's harness does not)."""
     first = grid.configs[0]
     law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
-    data = load_data(first)
-    key = noise_seed_for(first)  # the run's secret (OS entropy), or its public seed if reproducible
+    data = load_data(first.dataset)
+    key = noise_seed_for(
+        resolve_run(first)
+    )  # the run's secret (OS entropy), or its public seed if reproducible
     carved = (  # first of all: the trials never see the validation records
         carve_validation(data, fraction=select.validation_fraction, key=key)
         if select.validation is None
