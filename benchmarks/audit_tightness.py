@@ -85,7 +85,7 @@ def run_row(row: str, cache: dict) -> None:
     from dpdc_lightning.engine.planning import load_data
 
     config = compose([*ROWS[row], "trainer.enable_progress_bar=false"])
-    data = load_data(config)
+    data = load_data(config.dataset)
     entry = cache.setdefault(row, {"configuration": ROWS[row]})
     if "whitebox" not in entry and not row.startswith("dm-"):
         say(f"{row}: white-box")
@@ -224,7 +224,7 @@ def run_whitebox_row(row: str, cache: dict, *, trials: int = 48) -> None:
     config = compose([*WHITEBOX_ROWS[row], "trainer.enable_progress_bar=false"])
     started, cpu = time.monotonic(), time.process_time()
     [report] = whitebox_audit(
-        Transcript(config, load_data(config), others=16, seed=0),
+        Transcript(config, load_data(config.dataset), others=16, seed=0),
         WhiteboxConfig(trials=trials),
         progress=say,
     )

@@ -27,6 +27,7 @@ if str(ROOT) not in sys.path:  # run as a script: this checkout's package, not a
 from dpdc_lightning.config import compose  # noqa: E402
 from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.engine.condense import Condensation, plan_run  # noqa: E402
+from dpdc_lightning.engine.resolved import resolve_run  # noqa: E402
 from dpdc_lightning.methods import DataSpec  # noqa: E402
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod  # noqa: E402
 
@@ -62,7 +63,8 @@ def main() -> None:
             "trainer.enable_progress_bar=false",
         ]
     )
-    run = Condensation(config, data, plan=plan_run(config, DataSpec.of(data)), noise_seed=0)
+    resolved = resolve_run(config)
+    run = Condensation(resolved, data, plan=plan_run(resolved, DataSpec.of(data)), noise_seed=0)
     method = run.method
     FeatureMatchingMethod.on_fit_start(method)  # extractor and DSA, as the Trainer would build them
     bank = method.bank

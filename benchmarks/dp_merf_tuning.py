@@ -33,6 +33,7 @@ def run(out: Path, eps: float, seed: int, epochs: int, runs: int, overrides: lis
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.evaluation import EvalProtocol, train_and_test
     from dpdc_lightning.methods import DataSpec, method_class
 
@@ -46,7 +47,7 @@ def run(out: Path, eps: float, seed: int, epochs: int, runs: int, overrides: lis
         *overrides,
     ]
     config = compose(tokens)
-    plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
+    plan = plan_run(resolve_run(config), DataSpec.of(data), noise_seed=seed)
     spec = DataSpec.of(data, plan=plan)
     method = method_class("dp_merf")(
         config.method, data=spec, plan=plan, seed=seed, noise_seed=seed, reproducible_noise=True

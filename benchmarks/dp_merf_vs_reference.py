@@ -53,11 +53,12 @@ def embedding(dataset: str, work: Path) -> dict:
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.methods import DataSpec
 
     data = load_dataset(dataset)
     config = compose(["method=dp_merf", f"dataset={dataset}", "privacy.noise_multiplier=4.0625"])
-    plan = plan_run(config, DataSpec.of(data), noise_seed=1)
+    plan = plan_run(resolve_run(config), DataSpec.of(data), noise_seed=1)
     spec = DataSpec.of(data, plan=plan)
     ours = DPMERF(config.method, data=spec, plan=plan, seed=0, noise_seed=1)
     classes = list(range(data.num_classes))

@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     bundle = load_bundle(args.run_dir)
     config = validate(OmegaConf.load(Path(args.run_dir) / CONFIG_FILE))
-    data = load_data(config)
+    data = load_data(config.dataset)
     images, labels = bundle.images.detach().float(), bundle.labels.detach().long()
     protocol = EvalProtocol(epochs=args.epochs, runs=args.runs, dsa_mode=config.augment.mode)
     seed = config.seed

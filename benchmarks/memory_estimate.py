@@ -55,10 +55,12 @@ from dpdc_lightning.engine.planning import load_data, memory_needs, plan_run
 from dpdc_lightning.config import compose
 from dpdc_lightning.methods.memory import total_bytes
 from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.engine.resolved import resolve_run
 config = compose({tokens!r})
-data = load_data(config)
+data = load_data(config.dataset)
 spec = DataSpec.of(data)
-needs = memory_needs(config, spec, plan_run(config, spec, noise_seed=0))
+run = resolve_run(config)
+needs = memory_needs(run.method, spec, plan_run(run, spec, noise_seed=0), trainer=run.trainer)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 condense(config, data, noise_seed=0)
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

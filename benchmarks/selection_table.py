@@ -136,17 +136,18 @@ def per_member_epsilon(total: float, *, delta: float) -> float:
     from dpdc_lightning.cli.sweep import expand
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
-    from dpdc_lightning.engine.selection import at_target, member_plan, plan_events
+    from dpdc_lightning.engine.resolved import resolve_run
+    from dpdc_lightning.engine.selection import member_plan, plan_events
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.privacy.analysis import RDP_ORDERS
     from dpdc_lightning.privacy.selection import composed_rdp, epsilon_at
 
     members, _ = expand([*base_tokens(), *grid_tokens(GRID), f"privacy.target_epsilon={total}"])
     configs = [compose(m) for m in members]
-    spec = DataSpec.of(load_data(configs[0]))  # public class sizes: no record is read
+    spec = DataSpec.of(load_data(configs[0].dataset))  # public class sizes: no record is read
 
     def cost(t: float) -> float:
-        events = [plan_events(member_plan(at_target(c, t), spec)) for c in configs]
+        events = [plan_events(member_plan(resolve_run(c), spec, target_epsilon=t)) for c in configs]
         rdp = composed_rdp(orders=RDP_ORDERS, members=events, score_noise_multiplier=None)
         return float(epsilon_at(orders=RDP_ORDERS, rdp=rdp, delta=delta))
 

@@ -281,11 +281,12 @@ def test_the_memory_estimate_counts_the_forward_the_extractor_will_run():
     estimate counts that forward, not a batched one of every class."""
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data, plan_run
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.methods import METHODS, DataSpec
 
     config = compose(["method=dm", "dataset=toy", "model.width=8", "model.depth=2"])
-    data = load_data(config)
-    plan = plan_run(config, DataSpec.of(data), noise_seed=0)
+    data = load_data(config.dataset)
+    plan = plan_run(resolve_run(config), DataSpec.of(data), noise_seed=0)
     spec = DataSpec.of(data, plan=plan)
 
     def real_forward(device: torch.device, *, forward: str = "auto", norm: str = "instancenorm"):

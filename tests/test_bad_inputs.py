@@ -16,6 +16,7 @@ import torch
 from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.cli import run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.privacy.digests import plan_digest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,7 +113,7 @@ def _non_private_plan() -> dict:
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import plan_on_sizes
 
-    return plan_on_sizes(compose([]), (300.0,) * 4, count_event=None).to_dict()
+    return plan_on_sizes(resolve_run(compose([])), (300.0,) * 4, count_event=None).to_dict()
 
 
 def _made(path: Path) -> Path:
@@ -634,15 +635,25 @@ def test_the_memory_estimate_passes_default_runs_and_refuses_an_absurd_one():
 
     for method in METHODS:
         config = compose([f"method={method}"])
-        spec = DataSpec.of(load_data(config))
-        needs = memory_needs(config, spec, plan_run(config, spec, noise_seed=0))
+        spec = DataSpec.of(load_data(config.dataset))
+        needs = memory_needs(
+            resolve_run(config).method,
+            spec,
+            plan_run(resolve_run(config), spec, noise_seed=0),
+            trainer=resolve_run(config).trainer,
+        )
         assert 0 < total_bytes(needs) < 2**30, (
             method
         )  # the digits defaults fit any machine that runs the suite
         check_fits(needs, method=method, device=torch.device("cpu"))
     absurd = compose(["method=ndpdc", "method.ipc=100000"])
-    spec = DataSpec.of(load_data(absurd))
-    needs = memory_needs(absurd, spec, plan_run(absurd, spec, noise_seed=0))
+    spec = DataSpec.of(load_data(absurd.dataset))
+    needs = memory_needs(
+        resolve_run(absurd).method,
+        spec,
+        plan_run(resolve_run(absurd), spec, noise_seed=0),
+        trainer=resolve_run(absurd).trainer,
+    )
     assert total_bytes(needs) > 100 * 2**30  # 10^6 synthetic images through the extractor at once
     with pytest.raises(UserError, match=r"GiB are available .*lower method.ipc"):
         check_fits(needs, method="ndpdc", device=torch.device("cpu"))

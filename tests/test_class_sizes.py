@@ -12,6 +12,7 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
@@ -68,7 +69,7 @@ def test_the_plan_counts_the_release_and_stays_within_the_target():
             "privacy.count_epsilon=0.5",
         ]
     )
-    plan = plan_run(config, SPEC, noise_seed=11)
+    plan = plan_run(resolve_run(config), SPEC, noise_seed=11)
     assert plan.released_class_sizes is not None and plan.released_class_sizes != SPEC.class_sizes
     # The rates come from the released sizes only.
     assert plan.sample_rates == tuple(4 / n for n in plan.released_class_sizes)
@@ -80,7 +81,9 @@ def test_the_plan_counts_the_release_and_stays_within_the_target():
     )
     assert total == pytest.approx(plan.planned_epsilon, rel=1e-12) and 2.9 < total <= 3.0
     # The same target with public sizes needs less noise: the release's share is real.
-    public = plan_run(compose([*SMALL, "method.iterations=30", "privacy.target_epsilon=3"]), SPEC)
+    public = plan_run(
+        resolve_run(compose([*SMALL, "method.iterations=30", "privacy.target_epsilon=3"])), SPEC
+    )
     assert public.noise_multiplier < plan.noise_multiplier
 
 
@@ -140,7 +143,7 @@ def test_bad_class_size_settings_are_one_line_errors(tokens, message):
 def test_a_share_too_small_for_any_release_names_count_epsilon():
     config = compose([*SMALL, "privacy.class_sizes=private", "privacy.count_epsilon=0.05"])
     with pytest.raises(UserError, match="count_epsilon=0.05 cannot pay"):
-        plan_run(config, SPEC, noise_seed=0)
+        plan_run(resolve_run(config), SPEC, noise_seed=0)
 
 
 def test_a_non_private_method_refuses_private_sizes():
@@ -148,4 +151,4 @@ def test_a_non_private_method_refuses_private_sizes():
         ["method=dm", "dataset=toy", "privacy.class_sizes=private", "privacy.count_epsilon=0.1"]
     )
     with pytest.raises(UserError, match="not private"):
-        plan_run(config, SPEC, noise_seed=0)
+        plan_run(resolve_run(config), SPEC, noise_seed=0)

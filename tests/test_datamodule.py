@@ -23,6 +23,7 @@ from dpdc_lightning.engine.datamodule import (
     record_share,
 )
 from dpdc_lightning.engine.planning import noise_seed_for
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import StepSchedule
 from dpdc_lightning.privacy.planner import make_plan
@@ -151,13 +152,15 @@ def test_secure_mode_draws_from_os_entropy(toy):
         compose(["method=ndpdc", "privacy.reproducible_noise=true"]),
     )
     assert (
-        noise_seed_for(reproducible) == reproducible.seed == noise_seed_for(compose(["method=dm"]))
+        noise_seed_for(resolve_run(reproducible))
+        == reproducible.seed
+        == noise_seed_for(resolve_run(compose(["method=dm"])))
     )
-    seeds = {noise_seed_for(secure) for _ in range(3)}
+    seeds = {noise_seed_for(resolve_run(secure)) for _ in range(3)}
     assert len(seeds) == 3 and secure.seed not in seeds
-    a = _module(toy, sample_size=24.0, seed=noise_seed_for(secure))
-    b = _module(toy, sample_size=24.0, seed=noise_seed_for(secure))
-    reproducible = _module(toy, sample_size=24.0, seed=noise_seed_for(reproducible))
+    a = _module(toy, sample_size=24.0, seed=noise_seed_for(resolve_run(secure)))
+    b = _module(toy, sample_size=24.0, seed=noise_seed_for(resolve_run(secure)))
+    reproducible = _module(toy, sample_size=24.0, seed=noise_seed_for(resolve_run(reproducible)))
     batch_a, batch_b = a.sample(0, _classes(toy))["images"], b.sample(0, _classes(toy))["images"]
     batch_r = reproducible.sample(0, _classes(toy))["images"]
 

@@ -22,6 +22,7 @@ from dpdc_lightning.data import load_dataset
 from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
 from dpdc_lightning.engine.condense import Condensation, condense
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet
@@ -202,8 +203,8 @@ def test_free_steps_draw_no_noise_spend_nothing_and_never_read_private_data(toy,
             f"method.pea={str(pea).lower()}",
         ]
     )
-    plan = plan_run(config, DataSpec.of(toy))
-    run = Condensation(config, toy, plan=plan, noise_seed=0)
+    plan = plan_run(resolve_run(config), DataSpec.of(toy))
+    run = Condensation(resolve_run(config), toy, plan=plan, noise_seed=0)
     poison = _PoisonAfterSampling(run.datamodule, plan.data_steps)
     run.trainer.callbacks.append(poison)
     result = run.fit()
@@ -359,7 +360,7 @@ def test_the_paper_preset_plans_epsilon_one_in_total_with_the_auxiliary_share():
     """experiment=dosser_paper on FashionMNIST's shape: NDPDC makes the auxiliary set on ε 0.2 alone,
     the sampling stage gets the rest, and the two phases composed cost at most 1 (no data read)."""
     spec = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
-    plan = plan_run(compose(["experiment=dosser_paper"]), spec)
+    plan = plan_run(resolve_run(compose(["experiment=dosser_paper"])), spec)
     aux = plan.auxiliary
     assert (plan.data_steps, plan.free_steps, aux.data_steps) == (10000, 200000, 10000)
     alone = epsilon_from_history([(aux.noise_multiplier, aux.sample_rate, 10000)], delta=1e-5)

@@ -22,6 +22,7 @@ from dpdc_lightning.config.schema import PLAN_TRAINER_KEYS
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
@@ -200,7 +201,7 @@ def test_condense_on_a_chosen_subset_plans_from_the_subsets_class_sizes(toy):
     subset = toy.subset(keep)
     assert sum(subset.class_sizes) == len(keep) and subset.test_images is toy.test_images
     config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "method.iterations=2"])
-    plan = plan_run(config, DataSpec.of(subset))
+    plan = plan_run(resolve_run(config), DataSpec.of(subset))
     assert plan.sample_rates == tuple(4 / n for n in subset.class_sizes)
     assert condense(config, subset).report["sample_rate"] == max(plan.sample_rates)
 
@@ -327,7 +328,7 @@ def test_free_steps_follow_the_private_ones_and_spend_nothing(toy, monkeypatch):
 def test_carried_state_is_saved_and_restored_in_either_order():
     spec = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48,) * 4)
     config = NDPDCConfig(ipc=2, group_size=4)
-    plan = plan_run(compose(["method=ndpdc", *SMALL, "method.group_size=4"]), spec)
+    plan = plan_run(resolve_run(compose(["method=ndpdc", *SMALL, "method.group_size=4"])), spec)
     first = _TwoStage(config, data=spec, plan=plan, seed=0, noise_seed=0)
     first.counter.value = 7
     checkpoint: dict = {}
@@ -349,7 +350,7 @@ def test_carried_state_is_saved_and_restored_in_either_order():
 def test_a_method_is_built_with_its_final_plan():
     spec = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48,) * 4)
     config = compose(["method=ndpdc", *SMALL, "method.group_size=4", "privacy.target_epsilon=3"])
-    plan = plan_run(config, spec)
+    plan = plan_run(resolve_run(config), spec)
     method = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=1)
     assert method.noise_multiplier == plan.noise_multiplier > 0 and method.plan is plan
     with pytest.raises(AttributeError):

@@ -38,6 +38,7 @@ from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.datamodule import PrivateDataModule
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.evaluation import EvalProtocol
 from dpdc_lightning.evaluation.engines.base import EvalTask
 from dpdc_lightning.evaluation.train_test import make_engine
@@ -305,7 +306,12 @@ def test_memory_estimate_bounds_the_cuda_peak(toy, accelerator):
     config = compose(tokens)
     data = load_dataset("digits")
     spec = DataSpec.of(data)
-    needs = memory_needs(config, spec, plan_run(config, spec, noise_seed=0))
+    needs = memory_needs(
+        resolve_run(config).method,
+        spec,
+        plan_run(resolve_run(config), spec, noise_seed=0),
+        trainer=resolve_run(config).trainer,
+    )
     estimate = total_bytes(n for n in needs if not n.host)
     if accelerator == "cpu":
         condense(config, data, noise_seed=0)  # the code path; the peak means something on CUDA only

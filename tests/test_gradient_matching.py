@@ -19,6 +19,7 @@ from dpdc_lightning.config.methods import DCConfig, NDPDCConfig, PSGConfig, loop
 from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.dc import DC
@@ -476,7 +477,7 @@ def test_psg_presets_calibrate_sigma_for_r_t_k_steps_at_q_b_over_n(experiment, t
     from dpdc_lightning.engine.planning import plan_run
 
     fashion = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
-    plan = plan_run(compose([f"experiment={experiment}"]), fashion)
+    plan = plan_run(resolve_run(compose([f"experiment={experiment}"])), fashion)
     assert plan.data_steps == steps and plan.sample_rate == pytest.approx(256 / 60000)
     epsilon = epsilon_from_history([(plan.noise_multiplier, 256 / 60000, steps)], delta=1e-5)
     assert plan.planned_epsilon == epsilon and 0.99 * target < epsilon <= target

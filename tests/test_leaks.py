@@ -23,6 +23,7 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.engine.condense import Condensation, condense
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
@@ -103,7 +104,9 @@ def test_psg_given_the_same_released_sizes_neighbours_publish_identical_reports(
     assert runs[0].report == runs[1].report  # old: expected_batch_size was q x 192 against q x 191
     assert runs[0].plan == runs[1].plan and runs[0].plan.class_sizes == released
     assert runs[0].report["expected_batch_size"] == pytest.approx(16.0)
-    spec = Condensation(config, neighbour, plan=runs[1].plan, noise_seed=11).method.data
+    spec = Condensation(
+        resolve_run(config), neighbour, plan=runs[1].plan, noise_seed=11
+    ).method.data
     assert (
         spec.class_sizes == released
     )  # what a method sees: the plan's sizes, never the exact ones
@@ -111,7 +114,7 @@ def test_psg_given_the_same_released_sizes_neighbours_publish_identical_reports(
 
 def test_public_sizes_keep_the_exact_normaliser(toy):
     """With public sizes (the default) the plan holds the exact sizes: nothing changes for them."""
-    plan = plan_run(compose(PSG), DataSpec.of(toy))
+    plan = plan_run(resolve_run(compose(PSG)), DataSpec.of(toy))
     assert plan.class_sizes == tuple(float(n) for n in toy.class_sizes)
     assert plan.expected_sample_size(-1) == pytest.approx(16.0, rel=1e-12)
 
@@ -195,7 +198,7 @@ def test_a_sampled_record_with_non_finite_features_never_stops_the_run(toy, meth
         DOSSER if method == "dosser" else (PSG if method == "psg" else [f"method={method}", *TINY])
     )
     config = compose([*base, *group, *extra, "method.log_images_every=1000"])
-    plan = plan_run(config, DataSpec.of(data), noise_seed=0)
+    plan = plan_run(resolve_run(config), DataSpec.of(data), noise_seed=0)
     assert plan.sample_rate == 1.0  # every record, the bad one included, is sampled at every step
     for secret in (1, 2, 3):
         result = condense(config, data, noise_seed=secret)

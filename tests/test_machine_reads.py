@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dpdc_lightning.config.auto import MACHINE_READS
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dpdc_lightning"
@@ -120,10 +121,10 @@ def test_the_progress_is_a_bar_on_a_terminal_and_lines_elsewhere(monkeypatch):
     assert interactive(Terminal()) and not interactive(io.StringIO())
     assert not interactive(Closed()) and not interactive(object())
     config = compose(["method=dm", "dataset=toy", "model.width=8", "model.depth=2"])
-    plan = plan_run(config, DataSpec.of(load_data(config)), noise_seed=0)
+    plan = plan_run(resolve_run(config), DataSpec.of(load_data(config.dataset)), noise_seed=0)
     for stream, kind in ((Terminal(), CondensationProgressBar), (io.StringIO(), ProgressLines)):
         monkeypatch.setattr("sys.stdout", stream)
-        trainer = build_trainer(config, plan=plan, run_dir=None, callbacks=[])
+        trainer = build_trainer(resolve_run(config).trainer, plan=plan, run_dir=None, callbacks=[])
         ours = [
             c for c in trainer.callbacks if isinstance(c, (CondensationProgressBar, ProgressLines))
         ]

@@ -88,6 +88,7 @@ def test_a_toy_method_registered_from_a_test_file_is_usable_everywhere(toys, tmp
     from dpdc_lightning import condense
     from dpdc_lightning.config.help import help_text
     from dpdc_lightning.engine.planning import load_data, memory_needs, plan_run
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.methods import DataSpec
 
     assert "toy_mean" in METHODS and "toy_mean" in private_methods()
@@ -98,9 +99,10 @@ def test_a_toy_method_registered_from_a_test_file_is_usable_everywhere(toys, tmp
         compose(["method=toy_mean", "method.nope=1"])
     page = help_text("x", tokens=["method=toy_mean"])
     assert "toy_mean" in page.splitlines()[3] and "group_size=8.0, clip_norm=4.0" in page
-    data = load_data(config)
-    plan = plan_run(config, DataSpec.of(data), noise_seed=1)
-    needs = memory_needs(config, DataSpec.of(data, plan=plan), plan)
+    data = load_data(config.dataset)
+    plan = plan_run(resolve_run(config), DataSpec.of(data), noise_seed=1)
+    run = resolve_run(config)
+    needs = memory_needs(run.method, DataSpec.of(data, plan=plan), plan, trainer=run.trainer)
     assert needs and needs[0].what.startswith("synthetic set")
     result = condense(config, data, noise_seed=1)
     assert result.report["epsilon"] > 0 and result.images.shape[0] == 2 * data.num_classes

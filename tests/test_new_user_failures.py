@@ -16,6 +16,7 @@ from script_entries import EVALUATE, TRAIN
 from dpdc_lightning.audit.command import audit_main
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.export import export_main
+from dpdc_lightning.engine.resolved import resolve_run
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -221,7 +222,7 @@ def test_a_huge_phase_epsilon_is_vacuous_too():
     from dpdc_lightning.privacy.vacuous import vacuous_guarantee
 
     config = compose(["method=ndpdc"])
-    plan = plan_run(config, DataSpec.of(load_data(config)), noise_seed=0)
+    plan = plan_run(resolve_run(config), DataSpec.of(load_data(config.dataset)), noise_seed=0)
     assert vacuous_guarantee(plan) == []
     assert vacuous_guarantee(replace(plan, planned_epsilon=11.6))  # ln(1e5) = 11.51
     assert vacuous_guarantee(replace(plan, planned_epsilon=11.4)) == []
@@ -350,19 +351,26 @@ def test_dosser_subspace_is_lowered_to_what_the_auxiliary_set_allows(capsys):
     config = compose(["method=dosser", "model.width=8", "model.depth=2", "method.aux.source=dp"])
     spec = DataSpec(num_classes=3, image_shape=(1, 8, 8), class_sizes=(16.0, 16.0, 16.0))
     aux = AuxiliarySet(torch.zeros(10, 1, 8, 8), None, "ten public images")
-    assert fit_subspace(config, spec, aux).subspace_dim == 9  # 10 images - 1 < 32 features
+    assert (
+        fit_subspace(resolve_run(config).method, spec, aux).subspace_dim == 9
+    )  # 10 images - 1 < 32 features
     assert "method.subspace_dim=100 lowered to 9, the auxiliary set's 10 images minus one" in (
         capsys.readouterr().err
     )
     big = AuxiliarySet(torch.zeros(200, 1, 8, 8), None, "200 public images")
-    assert fit_subspace(config, spec, big).subspace_dim == 32  # 8 channels x 2 x 2 features
+    assert (
+        fit_subspace(resolve_run(config).method, spec, big).subspace_dim == 32
+    )  # 8 channels x 2 x 2 features
     assert "the extractor's feature dimension" in capsys.readouterr().err
     small = compose(["method=dosser", "method.subspace_dim=5", "method.aux.source=dp"])
-    assert fit_subspace(small, spec, aux) is small.method and capsys.readouterr().err == ""
-    assert fit_subspace(config, spec, None) is config.method
+    assert (
+        fit_subspace(resolve_run(small).method, spec, aux) is small.method
+        and capsys.readouterr().err == ""
+    )
+    assert fit_subspace(resolve_run(config).method, spec, None) is config.method
     given = compose(["method=dosser", "model.width=8", "model.depth=2"])  # the public split
     assert (
-        fit_subspace(given, spec, aux) is given.method
+        fit_subspace(resolve_run(given).method, spec, aux) is given.method
     )  # a set the user gives: the method refuses
 
 

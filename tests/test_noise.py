@@ -16,6 +16,7 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.privacy.mechanisms import gaussian_sum
@@ -283,7 +284,7 @@ def test_a_secure_run_is_determined_by_its_secret_and_reports_its_noise(toy):
 def test_a_method_hands_out_keyed_streams_unless_noise_is_reproducible(toy):
     config = compose(SMALL)
     spec = DataSpec.of(toy)
-    plan = plan_run(config, spec)
+    plan = plan_run(resolve_run(config), spec)
     secure = NDPDC(
         config.method, data=spec, plan=plan, seed=0, noise_seed=SECRET, model=config.model
     )

@@ -7,6 +7,7 @@ import pytest
 
 from dpdc_lightning.config import compose
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.analysis import epsilon_from_history
 
@@ -15,7 +16,7 @@ FASHION_MNIST = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6
 
 def _planned_epsilon(experiment: str) -> tuple[float, float, int]:
     config = compose([f"experiment={experiment}"])
-    plan = plan_run(config, FASHION_MNIST)
+    plan = plan_run(resolve_run(config), FASHION_MNIST)
     epsilon = epsilon_from_history(
         [(plan.noise_multiplier, plan.sample_rate, plan.data_steps)], delta=config.privacy.delta
     )

@@ -160,13 +160,14 @@ def test_a_stored_plan_must_state_the_sensitivity_the_method_declares():
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.condense import declared_sensitivity
     from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.errors import UserError
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.methods.ndpdc import NDPDC
 
     spec = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48,) * 4)
     config = compose(["method=ndpdc", "method.clip_norm=0.75", "method.group_size=4"])
-    plan = plan_run(config, spec)
+    plan = plan_run(resolve_run(config), spec)
     method = NDPDC(config.method, data=spec, plan=plan, seed=0, noise_seed=1)
     fixed = declared_sensitivity(plan, method)
     assert fixed.sensitivity == 0.75 and method.plan is fixed and plan.sensitivity is None

@@ -17,6 +17,7 @@ from script_entries import TRAIN
 from test_selection_run import TINY_SELECT
 
 from dpdc_lightning.cli import run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.evaluation.selection_run import guarantee_line, quiet_trials_line
 from dpdc_lightning.privacy.selection import TrialLaw
 
@@ -58,8 +59,8 @@ def test_the_trial_estimate_is_a_step_time_times_the_steps_plus_set_up_and_score
     monkeypatch.setattr(
         selection_estimate,
         "run_trial",
-        lambda config, data, noise_seed: (
-            probes.append((config.trainer["max_steps"], data)) or _Result()
+        lambda member, data, noise_seed: (
+            probes.append((member.trainer.max_steps, data)) or _Result()
         ),
     )
     monkeypatch.setattr(selection_estimate, "correct_count", lambda *a, **k: 0)
@@ -68,9 +69,10 @@ def test_the_trial_estimate_is_a_step_time_times_the_steps_plus_set_up_and_score
     )
     from dpdc_lightning.config.selection import load_select
 
-    carved = carve_validation(load_data(config), fraction=0.1, key=0)
+    carved = carve_validation(load_data(config.dataset), fraction=0.1, key=0)
     score = score_protocol(load_select(["select=private"]), config, carved)
-    seconds = selection_estimate.trial_seconds(config, carved.train, score=score)
+    member = resolve_run(config)
+    seconds = selection_estimate.trial_seconds(member, carved.train, score=score)
     assert seconds == pytest.approx(3 + 2 * 300 + 4)
     assert [cap for cap, _ in probes] == [1, 3]
     stand_in = probes[0][1]

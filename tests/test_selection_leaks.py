@@ -56,9 +56,9 @@ def _run(monkeypatch, capsys, tmp_path: Path, plant=None) -> tuple[int, Recorded
     recorded = Recorded()
     real_trial, real_score = select_run.run_trial, select_run.noisy_score
 
-    def trial(config, data, *, noise_seed):
-        result = real_trial(config, data, noise_seed=noise_seed)
-        recorded.results.append((config.method.ipc, result.images.clone()))
+    def trial(member, data, *, noise_seed):
+        result = real_trial(member, data, noise_seed=noise_seed)
+        recorded.results.append((member.method.config.ipc, result.images.clone()))
         return result
 
     def score(count, **kwargs):

@@ -12,6 +12,7 @@ import torch
 from method_helpers import stream
 
 from dpdc_lightning.data import ImageData, load_dataset
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, private_set_need, total_bytes
 
@@ -84,8 +85,13 @@ def test_print_config_estimate_includes_the_stored_set(tmp_path):
     levels, labels = _levels(3000, side=8)  # 8 x 8: the smallest the default convnet takes
     np.savez(tmp_path / "own.npz", images=levels, labels=labels)
     config = compose(["method=ndpdc", "dataset=tensors", f"dataset.root={tmp_path / 'own.npz'}"])
-    spec = DataSpec.of(load_data(config))
-    needs = memory_needs(config, spec, plan_run(config, spec, noise_seed=0))
+    spec = DataSpec.of(load_data(config.dataset))
+    needs = memory_needs(
+        resolve_run(config).method,
+        spec,
+        plan_run(resolve_run(config), spec, noise_seed=0),
+        trainer=resolve_run(config).trainer,
+    )
     stored = [n for n in needs if n.what.startswith("private set")]
     assert len(stored) == 1 and "8-bit" in stored[0].what
     assert stored[0].bytes == math.ceil(sum(spec.public_class_sizes)) * 3 * 8 * 8

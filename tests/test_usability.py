@@ -384,7 +384,7 @@ def test_register_dataset_from_python(tmp_path):
         config = compose(["dataset=mine", "method=ndpdc"])
         from dpdc_lightning.engine.planning import load_data
 
-        assert load_data(config).name == "mine"
+        assert load_data(config.dataset).name == "mine"
         with pytest.raises(UserError, match="built in"):
             register_dataset("digits", mine)
         # A second registration of the name is refused, naming the first; replace=True replaces.

@@ -15,6 +15,7 @@ from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import load_bundle
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_repro.common import condense_run, device_name
@@ -136,7 +137,7 @@ def run_row(
 def planned(row: Row, *, dataset: str, seed: int, data: ImageData) -> dict:
     """The row's privacy plan, made as the run makes it (no record read): steps, σ and planned ε."""
     config = compose([*row_tokens(row, dataset=dataset, seed=seed), "run_dir=/nonexistent/dry-run"])
-    plan = plan_run(config, DataSpec.of(data))
+    plan = plan_run(resolve_run(config), DataSpec.of(data))
     return {
         "data_steps": plan.data_steps,
         "free_steps": plan.free_steps,

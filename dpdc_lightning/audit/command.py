@@ -111,7 +111,7 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     from dpdc_lightning.engine.threads import use_threads
 
     use_threads(config.threads)
-    data = load_data(config)
+    data = load_data(config.dataset)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
         raise UserError(
             f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "

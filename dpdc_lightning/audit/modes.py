@@ -61,7 +61,7 @@ def whitebox_main(argv: list[str]) -> int:
 
     plan, stated = _verified_plan(run_dir) if run_dir is not None else (None, None)
     transcript = Transcript(
-        config, load_data(config), others=settings.others, seed=settings.seed, plan=plan
+        config, load_data(config.dataset), others=settings.others, seed=settings.seed, plan=plan
     )
     if stated is not None:
         _same_mechanism(transcript, stated)
@@ -117,7 +117,7 @@ def release_main(argv: list[str]) -> int:
     from dpdc_lightning.audit.release import release_audit
     from dpdc_lightning.engine.planning import load_data
 
-    data = load_data(config)
+    data = load_data(config.dataset)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
         raise UserError(
             f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "

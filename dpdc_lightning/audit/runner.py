@@ -64,7 +64,9 @@ def run_audit(
     # only, no ε bound, never compared with the accounted ε: they take no share of the confidence.
     checks = settings.targets * len(ATTACKS_TARGET) + settings.targets + (settings.canaries > 0)
     bounds = Bounds(delta, 1 - (1 - settings.confidence) / checks, seed=settings.seed)
-    protocol = dataclasses.replace(protocol_of(config), epochs=settings.epochs, runs=1)
+    protocol = dataclasses.replace(
+        protocol_of(config.eval, augment_mode=config.augment.mode), epochs=settings.epochs, runs=1
+    )
     scored = _scored_records(len(data.train_labels), settings)
     plan = ShadowPlan(
         config=config,

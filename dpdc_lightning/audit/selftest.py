@@ -80,7 +80,7 @@ def run_selftest(
         config = compose(tokens)
         started = time.monotonic()
         transcript = Transcript(
-            config, load_data(config), others=settings.others, seed=settings.seed
+            config, load_data(config.dataset), others=settings.others, seed=settings.seed
         )
         for report in whitebox_audit(transcript, settings, releases=releases(), progress=progress):
             report["configuration"] = [*configuration(method), *(overrides or [])]

@@ -36,6 +36,7 @@ from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.condense import resolve_auxiliary
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec, Records, method_class, private_methods
 from dpdc_lightning.methods.base import CondensationMethod
@@ -156,11 +157,12 @@ class Transcript:
                 "`audit.py release RUN_DIR`"
             )
         self.name, self.config, self.data = name, config, data
+        resolved = resolve_run(config)
         self.plan = plan or plan_run(
-            config, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan")
+            resolved, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan")
         )
         self._auxiliary = resolve_auxiliary(
-            config, data, plan=self.plan, noise_seed=derive_seed(seed, "whitebox", "aux")
+            resolved, data, plan=self.plan, noise_seed=derive_seed(seed, "whitebox", "aux")
         )
         self.method = self._build(noise_seed=derive_seed(seed, "whitebox", "method"))
         self.partitions = (

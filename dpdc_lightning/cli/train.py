@@ -101,9 +101,11 @@ def train_main(argv: list[str]) -> int:
 
     refuse_missing_data(config)  # before torch is imported: a missing file answers at once
     if args.print_config:  # runs nothing: own data is not even decoded (planned_config_text)
+        from dpdc_lightning.config import to_yaml
+        from dpdc_lightning.engine.resolved import resolve_run
         from dpdc_lightning.engine.training import planned_config_text
 
-        print(planned_config_text(config), end="")
+        print(planned_config_text(resolve_run(config), config_text=to_yaml(config)), end="")
         return 0
     return _train(config, evaluate=args.evaluate)
 

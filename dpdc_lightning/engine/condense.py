@@ -21,23 +21,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.config import RunConfig, config_hash, require_composed
+from dpdc_lightning.config import RunConfig, require_composed
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.datamodule import PrivateDataModule, owned_classes
 from dpdc_lightning.engine.method_module import MethodModule
-from dpdc_lightning.engine.planning import (
-    auxiliary_config,
-    auxiliary_run_config,
-    check_memory,
-    load_data,
-    noise_seed_for,
-    plan_run,
-)
+from dpdc_lightning.engine.planning import check_memory, load_data, noise_seed_for, plan_run
 from dpdc_lightning.engine.privacy_callback import PrivacyCallback
+from dpdc_lightning.engine.resolved import ResolvedMethod, ResolvedRun, resolve_run
 from dpdc_lightning.engine.subspace_fit import fit_subspace
 from dpdc_lightning.engine.trainer import build_trainer, quiet_libraries
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.budget import report_mechanism
@@ -60,7 +54,7 @@ class CondensedSet:
 
 
 def resolve_auxiliary(
-    config: RunConfig,
+    run: ResolvedRun,
     data: ImageData,
     *,
     plan: PrivacyPlan,
@@ -70,7 +64,7 @@ def resolve_auxiliary(
     """The auxiliary set of a method that takes one: a public file, the declared-public test split,
     or (``dp``) the output of the auxiliary run the plan paid for, made here unless ``run_dir``
     already holds it (a resumed run reuses the release, it never makes a second one)."""
-    aux = auxiliary_config(config)
+    aux = run.method.auxiliary
     if aux is None:
         return None
     if aux.source == "file":
@@ -95,7 +89,7 @@ def resolve_auxiliary(
         # Its own 256-bit secret, derived from the run's: samples and noise
         # independent of the main stage's.
         made = Condensation(
-            auxiliary_run_config(config),
+            run.auxiliary,
             data,
             plan=plan.auxiliary,
             noise_seed=derive_secret(noise_seed, "auxiliary"),
@@ -109,7 +103,7 @@ def resolve_auxiliary(
         print(
             f"auxiliary set: {len(made.images)} images made by {found.description}", file=sys.stderr
         )
-    return check_shape(found, DataSpec.of(data).image_shape).limited(aux.size, seed=config.seed)
+    return check_shape(found, DataSpec.of(data).image_shape).limited(aux.size, seed=run.seed)
 
 
 def save_auxiliary(run_dir: Path, auxiliary: AuxiliarySet) -> None:
@@ -134,7 +128,7 @@ class Condensation:
 
     def __init__(
         self,
-        config: RunConfig,
+        run: ResolvedRun,
         data: ImageData,
         *,
         plan: PrivacyPlan,
@@ -142,31 +136,41 @@ class Condensation:
         run_dir: Path | None = None,
     ) -> None:
         spec = DataSpec.of(data, plan=plan)  # the plan's class sizes: never exact private counts
-        self.config, self.plan, self.run_dir = config, plan, run_dir
-        check_memory(config, spec, plan)  # before anything is built (the auxiliary run included)
+        self.run, self.plan, self.run_dir = run, plan, run_dir
+        method = run.method
+        # before anything is built (the auxiliary run included)
+        check_memory(method, spec, plan, trainer=run.trainer)
         self.auxiliary = resolve_auxiliary(
-            config, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir
+            run, data, plan=plan, noise_seed=noise_seed, run_dir=run_dir
         )
-        self.method: CondensationMethod = METHODS[config.method.name](
-            fit_subspace(config, spec, self.auxiliary),
+        self.method: CondensationMethod = method.cls(
+            fit_subspace(method, spec, self.auxiliary),
             data=spec,
             plan=plan,
-            seed=config.seed,
+            seed=run.seed,
             noise_seed=noise_seed,
-            model=config.model,
-            augment_mode=config.augment.mode,
-            reproducible_noise=config.privacy.reproducible_noise,
+            model=method.model,
+            augment_mode=method.augment_mode,
+            reproducible_noise=run.privacy.reproducible_noise,
             auxiliary=self.auxiliary,
         )
         self.plan = plan = declared_sensitivity(plan, self.method)
-        self.inputs = _release_inputs(config, data, plan=plan, auxiliary=self.auxiliary)
+        self.inputs = _release_inputs(
+            method,
+            data,
+            plan=plan,
+            auxiliary=self.auxiliary,
+            reproducible_noise=run.privacy.reproducible_noise,
+        )
         self.datamodule = PrivateDataModule(data, plan=plan, sampling_seed=noise_seed)
         self.privacy = PrivacyCallback(plan)
         self.module = MethodModule(self.method)
         self.trainer = build_trainer(
-            config,
+            run.trainer,
             plan=plan,
             run_dir=run_dir,
+            method=method.config,
+            released_tree=run.output.released_tree,
             callbacks=[self.privacy],
             class_names=data.class_names,
         )
@@ -188,16 +192,16 @@ class Condensation:
         with quiet_libraries():
             self.trainer.fit(self.module, datamodule=self.datamodule, ckpt_path=checkpoint)
         images, labels = self.method.synthetic_set()
-        privacy = self.config.privacy
+        privacy = self.run.privacy
         report = build_report(
-            method=self.config.method.name,
+            method=self.run.method.name,
             mechanism=report_mechanism(self.privacy.budget),
             accountant=self.privacy.accountant if self.plan.private else None,
             delta=privacy.delta,
             plan=self.plan,
             reproducible_noise=privacy.reproducible_noise,
             noise_values=self._noise_values(),
-            config_hash=config_hash(self.config),
+            config_hash=self.run.output.config_hash,
             inputs=self.inputs,
         )
         return CondensedSet(images=images, labels=labels, report=report, plan=self.plan)
@@ -230,10 +234,15 @@ def declared_sensitivity(plan: PrivacyPlan, method: CondensationMethod) -> Priva
 
 
 def _release_inputs(
-    config: RunConfig, data: ImageData, *, plan: PrivacyPlan, auxiliary: AuxiliarySet | None
+    method: ResolvedMethod,
+    data: ImageData,
+    *,
+    plan: PrivacyPlan,
+    auxiliary: AuxiliarySet | None,
+    reproducible_noise: bool,
 ) -> list[dict[str, Any]]:
     """Every input of the release with its status, for privacy.json (privacy/inputs.py)."""
-    method_cls, aux = METHODS[config.method.name], auxiliary_config(config)
+    method_cls, aux = method.cls, method.auxiliary
     test_split = (
         "held out"
         if data.test_is_private
@@ -244,12 +253,12 @@ def _release_inputs(
     return release_inputs(
         dataset=data.name,
         private=method_cls.private,
-        init=config.method.init,
+        init=method.config.init,
         class_sizes_released=plan.count_noise_multiplier is not None,
         network=method_cls.uses_network,
         test_split=test_split,
         auxiliary=(aux.source, auxiliary.description) if auxiliary is not None else None,
-        reproducible_noise=config.privacy.reproducible_noise,
+        reproducible_noise=reproducible_noise,
         count_phase=COUNT_PHASE,
     )
 
@@ -259,10 +268,11 @@ def condense(
 ) -> CondensedSet:
     """Condense ``data`` (default: the config's dataset) in process; writes nothing to disk."""
     require_composed(config, caller="condense")
-    data = load_data(config) if data is None else data
-    seed = noise_seed_for(config) if noise_seed is None else noise_seed
-    plan = plan_run(config, DataSpec.of(data), noise_seed=seed)
-    run = Condensation(config, data, plan=plan, noise_seed=seed)
+    resolved = resolve_run(config)
+    data = load_data(resolved.dataset) if data is None else data
+    seed = noise_seed_for(resolved) if noise_seed is None else noise_seed
+    plan = plan_run(resolved, DataSpec.of(data), noise_seed=seed)
+    run = Condensation(resolved, data, plan=plan, noise_seed=seed)
     if run.trainer.world_size > 1:
         # Lightning would re-run the calling script in each new process, and each would draw its own
         # secret: the processes must share one plan and seed, which train() hands over on disk.

@@ -1,23 +1,23 @@
 """The plan of a run, made before anything is built: the privacy plan (with the class-size release
 and a DP auxiliary run when the config asks for them), the secret, the memory estimate.
 
-``config`` (the user's input) goes in; a :class:`~dpdc_lightning.privacy.plan.PrivacyPlan` comes out
-and is never written back into the config. ``noise_multiplier`` takes this path: the config's
-``privacy.noise_multiplier`` (or the method schema's ``default_noise_multiplier``) and target ε go
-to ``privacy.planner.make_plan``, which fixes the plan's noise multiplier once; the method reads it
-from the plan and hands it to the mechanism, whose event the privacy budget composes.
+The run's resolved parts (engine/resolved.py) go in; a
+:class:`~dpdc_lightning.privacy.plan.PrivacyPlan` comes out and is never written back into them.
+``noise_multiplier`` takes this path: the config's ``privacy.noise_multiplier`` (or the method
+schema's ``default_noise_multiplier``) and target ε go to ``privacy.planner.make_plan``, which fixes
+the plan's noise multiplier once; the method reads it from the plan and hands it to the mechanism,
+whose event the privacy budget composes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any
 
-from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.schema import DatasetConfig, PrivacyConfig
 from dpdc_lightning.data import ImageData, load_dataset
+from dpdc_lightning.engine.resolved import ResolvedMethod, ResolvedRun, TrainerSettings
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, private_set_need, run_device
 from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
 from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
@@ -26,11 +26,9 @@ from dpdc_lightning.privacy.noise import noise_source
 from dpdc_lightning.privacy.plan import PrivacyPlan
 from dpdc_lightning.privacy.planner import make_plan
 from dpdc_lightning.privacy.secret import new_secret
-from dpdc_lightning.seeding import derive_seed
 
 
-def load_data(config: RunConfig) -> ImageData:
-    dataset = config.dataset
+def load_data(dataset: DatasetConfig) -> ImageData:
     return load_dataset(
         dataset.name,
         root=dataset.root,
@@ -41,52 +39,53 @@ def load_data(config: RunConfig) -> ImageData:
     )
 
 
-def plan_run(config: RunConfig, data: DataSpec, *, noise_seed: int | None = None) -> PrivacyPlan:
-    """The privacy plan of a config on data of this shape; ``trainer.max_steps`` caps the steps.
+def plan_run(run: ResolvedRun, data: DataSpec, *, noise_seed: int | None = None) -> PrivacyPlan:
+    """The privacy plan of a run on data of this shape; ``trainer.max_steps`` caps the steps.
 
     With public class sizes (the default) no record is read. With ``privacy.class_sizes=private``
     the sizes are first released by the Gaussian mechanism at the noise multiplier that costs
     ``privacy.count_epsilon`` alone (noise keyed by ``noise_seed``), and the plan is made from the
     released sizes, with that release counted towards the target."""
-    privacy = config.privacy
     # Public sizes: the data's declared ones (the exact ones for built-in data). Private: the exact
     # training sizes, read only by the Gaussian release below.
     class_sizes, count_event = data.public_class_sizes or data.class_sizes, None
-    if privacy.class_sizes == "private":
-        class_sizes, count_event = _released_class_sizes(config, data, noise_seed=noise_seed)
-    refuse_step_cap(config)
+    if run.privacy.class_sizes == "private":
+        class_sizes, count_event = _released_class_sizes(
+            run.method, run.privacy, data, noise_seed=noise_seed
+        )
+    refuse_step_cap(run.method, max_steps=run.trainer.max_steps)
     if count_event is None:
-        refuse_sample_above_class(config, data)
-    return plan_on_sizes(config, class_sizes, count_event=count_event)
+        refuse_sample_above_class(run.method, data, test_fraction=run.dataset.test_fraction)
+    return plan_on_sizes(run, class_sizes, count_event=count_event)
 
 
 def plan_on_sizes(
-    config: RunConfig, class_sizes: tuple[float, ...], *, count_event: PrivacyEvent | None
+    run: ResolvedRun, class_sizes: tuple[float, ...], *, count_event: PrivacyEvent | None
 ) -> PrivacyPlan:
-    """The planner's plan of ``config`` on these class sizes (released with ``count_event``):
+    """The planner's plan of a run on these class sizes (released with ``count_event``):
     :func:`plan_run` for a run, and ``dpdc-privacy verify`` re-deriving a run's plan.json from its
     config.yaml on the sizes it records (engine/verification.py)."""
-    privacy, method_cls = config.privacy, METHODS[config.method.name]
-    auxiliary = auxiliary_plan(config, class_sizes=class_sizes)
+    privacy, method = run.privacy, run.method
+    auxiliary = auxiliary_plan(run, class_sizes=class_sizes)
     return make_plan(
-        method_cls.schedule(config.method),
+        method.cls.schedule(method.config),
         class_sizes=class_sizes,
-        method=config.method.name,
+        method=method.name,
         noise_multiplier=privacy.noise_multiplier,
         target_epsilon=privacy.target_epsilon,
         delta=privacy.delta,
         calibrate=privacy.calibrate,
         accountant=privacy.accountant,
-        step_cap=config.trainer.get("max_steps"),
+        step_cap=run.trainer.max_steps,
         count_event=count_event,
         allow_large_delta=privacy.allow_large_delta,
         auxiliary=auxiliary,
-        auxiliary_method=config.method.aux.method if auxiliary is not None else None,
+        auxiliary_method=method.config.aux.method if auxiliary is not None else None,
     )
 
 
 def _released_class_sizes(
-    config: RunConfig, data: DataSpec, *, noise_seed: int | None
+    method: ResolvedMethod, privacy: PrivacyConfig, data: DataSpec, *, noise_seed: int | None
 ) -> tuple[tuple[float, ...], PrivacyEvent]:
     """``privacy.class_sizes=private``: the exact training sizes released by the Gaussian mechanism
     at the noise multiplier that costs ``privacy.count_epsilon`` alone (noise keyed by
@@ -95,25 +94,23 @@ def _released_class_sizes(
         raise ValueError("releasing private class sizes needs the run's noise seed")
     return release_class_sizes(
         data.class_sizes,
-        noise_multiplier=count_noise_multiplier(config),
+        noise_multiplier=count_noise_multiplier(method, privacy),
         noise=noise_source(
             noise_seed,
             phase=COUNT_PHASE,
             step=0,
             partition=-1,
-            reproducible=config.privacy.reproducible_noise,
+            reproducible=privacy.reproducible_noise,
         ),
     )
 
 
-def count_noise_multiplier(config: RunConfig) -> float:
+def count_noise_multiplier(method: ResolvedMethod, privacy: PrivacyConfig) -> float:
     """The noise multiplier of the class-size release: the one that costs
     ``privacy.count_epsilon`` alone (a public function of the config)."""
-    privacy = config.privacy
-    if not METHODS[config.method.name].private:
+    if not method.private:
         raise UserError(
-            f"method {config.method.name} is not private: "
-            "privacy.class_sizes=private does not apply"
+            f"method {method.name} is not private: privacy.class_sizes=private does not apply"
         )
     try:
         count_sigma = calibrate_noise_multiplier(
@@ -131,17 +128,19 @@ def count_noise_multiplier(config: RunConfig) -> float:
     return count_sigma
 
 
-def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
+def refuse_sample_above_class(
+    resolved: ResolvedMethod, data: DataSpec, *, test_fraction: float
+) -> None:
     """The expected per-class sample L above a class's planned size, said with the class's count as
     the owner knows it: a held-out split plans (1 - dataset.test_fraction) x the file's count,
     which is not a number of records (0.8 for a class of one image)."""
-    method = METHODS[config.method.name]
+    method = resolved.cls
     sizes = data.public_class_sizes or data.class_sizes
-    size = method.sample_size(config.method)
+    size = method.sample_size(resolved.config)
     if method.sampling != "per_class_poisson" or size is None or size <= min(sizes):
         return
     smallest = min(range(len(sizes)), key=lambda c: sizes[c])
-    planned, fraction = sizes[smallest], config.dataset.test_fraction
+    planned, fraction = sizes[smallest], test_fraction
     names = data.class_names
     named = f"class {smallest}"
     if len(names) == len(sizes) and names[smallest] != str(smallest):
@@ -169,13 +168,13 @@ def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
     )
 
 
-def refuse_step_cap(config: RunConfig) -> None:
+def refuse_step_cap(resolved: ResolvedMethod, *, max_steps: int | None) -> None:
     """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/planner.py):
     for a method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the
     run, so it is refused, naming the keys that set those steps."""
-    if config.trainer.get("max_steps") is None:
+    if max_steps is None:
         return
-    method, schema = METHODS[config.method.name], config.method
+    method, schema = resolved.cls, resolved.config
     keys = " and ".join(schema.step_keys)
     if method.free_steps(schema):
         why = (
@@ -191,64 +190,21 @@ def refuse_step_cap(config: RunConfig) -> None:
     )
 
 
-def auxiliary_config(config: RunConfig) -> Any | None:
-    """``method.aux`` of a method that takes an auxiliary set, or None."""
-    aux = getattr(config.method, "aux", None)
-    return (
-        aux
-        if METHODS[config.method.name].uses_auxiliary and aux is not None and aux.source != "none"
-        else None
-    )
-
-
-def auxiliary_run_config(config: RunConfig) -> RunConfig:
-    """The config of the private run that makes a DP auxiliary set (``method.aux.source=dp``)."""
-    aux = config.method.aux
-    method = METHODS[aux.method].config_class(
-        ipc=aux.ipc,
-        iterations=aux.iterations,
-        group_size=aux.group_size,
-        log_images_every=aux.iterations,
-        checkpoint_every=aux.iterations,
-    )
-    privacy = dataclasses.replace(
-        config.privacy,
-        target_epsilon=aux.epsilon,
-        noise_multiplier=None,
-        class_sizes="public",
-        count_epsilon=None,
-        calibrate="sigma",
-    )
-    # One process: a multi-process main run makes it before its processes start (rank 0, which keeps
-    # it in the run directory for the others); a trainer of its own would launch processes again.
-    trainer = {**config.trainer, "devices": 1, "num_nodes": 1, "strategy": "auto"}
-    return dataclasses.replace(
-        config,
-        method=method,
-        privacy=privacy,
-        seed=derive_seed(config.seed, "auxiliary"),
-        run_dir=None,
-        resume=None,
-        trainer=trainer,
-    )
-
-
-def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> PrivacyPlan | None:
+def auxiliary_plan(run: ResolvedRun, *, class_sizes: tuple[float, ...]) -> PrivacyPlan | None:
     """The plan of the DP auxiliary run (``method.aux.source=dp``): the noise that costs
     ``method.aux.epsilon`` alone over its steps, at the run's δ and on the same class sizes."""
-    aux = auxiliary_config(config)
-    if aux is None or aux.source != "dp":
+    if run.auxiliary is None:
         return None
-    target = config.privacy.target_epsilon
+    aux = run.method.auxiliary
+    target = run.privacy.target_epsilon
     if target is not None and not aux.epsilon < target:
         raise UserError(
             f"method.aux.epsilon={aux.epsilon} must be below privacy.target_epsilon={target}: "
             "the main stage needs the rest"
         )
-    run = auxiliary_run_config(config)
-    privacy = run.privacy
+    method, privacy = run.auxiliary.method, run.auxiliary.privacy
     return make_plan(
-        METHODS[aux.method].schedule(run.method),
+        method.cls.schedule(method.config),
         class_sizes=class_sizes,
         method=aux.method,
         noise_multiplier=None,
@@ -260,33 +216,36 @@ def auxiliary_plan(config: RunConfig, *, class_sizes: tuple[float, ...]) -> Priv
     )
 
 
-def needs_secret(config: RunConfig) -> bool:
-    """A private method without reproducible noise samples and noises from a secret seed."""
-    return METHODS[config.method.name].private and not config.privacy.reproducible_noise
+def noise_seed_for(run: ResolvedRun) -> int:
+    """The seed of sampling and noise: a fresh OS-entropy secret when the run needs a secret, else
+    the public run seed (with privacy.reproducible_noise=true the output is then NOT private)."""
+    return new_secret() if run.needs_secret else run.seed
 
 
-def noise_seed_for(config: RunConfig) -> int:
-    """The seed of sampling and noise: a fresh OS-entropy secret when :func:`needs_secret`, else the
-    public run seed (with privacy.reproducible_noise=true the output is then NOT private)."""
-    return new_secret() if needs_secret(config) else config.seed
-
-
-def memory_needs(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> list[Need]:
+def memory_needs(
+    method: ResolvedMethod, data: DataSpec, plan: PrivacyPlan, *, trainer: TrainerSettings
+) -> list[Need]:
     """What the run will hold in memory (methods/memory.py says what is counted): the method's
     needs and the private set as stored, whatever the method (a plug-in's included)."""
-    needs = METHODS[config.method.name].memory_needs(
-        config.method, data=data, plan=plan, model=config.model, device=run_device(config.trainer)
+    needs = method.cls.memory_needs(
+        method.config,
+        data=data,
+        plan=plan,
+        model=method.model,
+        device=run_device(trainer.options),
     )
     return [*needs, private_set_need(data)]
 
 
-def check_memory(config: RunConfig, data: DataSpec, plan: PrivacyPlan) -> None:
+def check_memory(
+    method: ResolvedMethod, data: DataSpec, plan: PrivacyPlan, *, trainer: TrainerSettings
+) -> None:
     """Refuse, before any allocation, a run whose estimated memory exceeds what is available."""
     try:
-        needs = memory_needs(config, data, plan)
+        needs = memory_needs(method, data, plan, trainer=trainer)
     except (
         RuntimeError,
         ValueError,
     ):  # a network that cannot take these images: the run itself says so
         return
-    check_fits(needs, method=config.method.name, device=run_device(config.trainer))
+    check_fits(needs, method=method.name, device=run_device(trainer.options))

@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
-from dpdc_lightning.config import RunConfig
-from dpdc_lightning.config.locations import PROVENANCE_FILE, data_locations
+from dpdc_lightning.config.locations import PROVENANCE_FILE
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.cache_bounds import entry_ids
 from dpdc_lightning.engine.bundle import (
@@ -28,8 +28,9 @@ from dpdc_lightning.engine.bundle import (
     new_run_dir,
 )
 from dpdc_lightning.engine.forget import forget_decoded
+from dpdc_lightning.engine.resolved import OutputSettings, ResolvedMethod
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods import METHODS, DataSpec
+from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
 from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.plan import PrivacyPlan
@@ -60,12 +61,14 @@ def keyed_data_digest(data: ImageData, *, seed: int) -> str:
     return data_digest(tensors, key=derive_secret(seed, DATA_DIGEST_PURPOSE))
 
 
-def write_provenance(run_dir: Path, data: ImageData, config: RunConfig, *, seed: int) -> None:
+def write_provenance(
+    run_dir: Path, data: ImageData, *, locations: Mapping[str, str], seed: int
+) -> None:
     """The folder the data was read from and the config's data locations (left out of config.yaml;
     resume, evaluate and the audits read them back here), readable by the owner only (like the
     secret), and the data's keyed digest, kept with the secret until the run ends."""
     path = Path(run_dir) / PROVENANCE_FILE
-    record = {"data": data_provenance(data), "locations": data_locations(config)}
+    record = {"data": data_provenance(data), "locations": dict(locations)}
     if data.cache_entries:  # forget deletes exactly these (engine/forget.py), by their random ids
         record["decoded"] = {
             "cache": os.fspath(Path(data.cache_entries[0]).parent),
@@ -219,7 +222,7 @@ def forget_run(path: Path) -> str:
     ) + decoded
 
 
-def stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan:
+def stored_plan(run_dir: Path, method: ResolvedMethod, data: DataSpec) -> PrivacyPlan:
     """The plan the run was started with. The data must still give the same sample rates."""
     path = run_dir / PLAN_FILE
     if not path.is_file():
@@ -234,7 +237,7 @@ def stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan
     if (
         plan.released_class_sizes is None
         and sample_rates(
-            METHODS[config.method.name].schedule(config.method),
+            method.cls.schedule(method.config),
             data.public_class_sizes or data.class_sizes,
         )
         != plan.sample_rates
@@ -245,15 +248,14 @@ def stored_plan(run_dir: Path, config: RunConfig, data: DataSpec) -> PrivacyPlan
     return plan
 
 
-def run_dir_of(config: RunConfig) -> Path:
+def run_dir_of(output: OutputSettings) -> Path:
     if os.environ.get(RUN_DIR_ENV):  # a DDP process launched by rank 0
         return Path(os.environ[RUN_DIR_ENV])
-    if config.resume is not None:
-        return Path(config.resume)
-    if int(os.environ.get("NODE_RANK", "0")) > 0 and config.run_dir is None:
+    if output.resume is not None:
+        return Path(output.resume)
+    if int(os.environ.get("NODE_RANK", "0")) > 0 and output.run_dir is None:
         raise UserError("multi-node runs need run_dir=PATH on a filesystem every node shares")
-    label = f"{config.method.name}-{config.dataset.name}"
-    return new_run_dir(run_dir=config.run_dir, runs_root=config.runs_root, label=label)
+    return new_run_dir(run_dir=output.run_dir, runs_root=output.runs_root, label=output.label)
 
 
 def last_checkpoint(run_dir: Path) -> Path | None:

@@ -20,13 +20,14 @@ from typing import Any
 
 from torch import Tensor
 
-from dpdc_lightning.config import RunConfig, released_yaml
+from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.loaders.own import hold_out
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
 from dpdc_lightning.engine.planning import plan_run
+from dpdc_lightning.engine.resolved import ResolvedRun
 from dpdc_lightning.engine.run_folder import PLAN_FILE, create, discard, write_provenance
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
@@ -114,21 +115,25 @@ def at_target(config: RunConfig, target_epsilon: float) -> RunConfig:
     )
 
 
-def member_plan(config: RunConfig, spec: DataSpec) -> PrivacyPlan:
-    """The member's privacy plan on the carved data's public shape (its σ calibrated to the
-    config's target). Public class sizes only: no record is read."""
-    return plan_run(config, spec)
+def member_plan(
+    member: ResolvedRun, spec: DataSpec, *, target_epsilon: float | None = None
+) -> PrivacyPlan:
+    """The member's privacy plan on the carved data's public shape (its σ calibrated to
+    ``target_epsilon``, default the member's own target). Public class sizes only: no record is
+    read."""
+    if target_epsilon is not None:
+        privacy = dataclasses.replace(member.privacy, target_epsilon=float(target_epsilon))
+        member = dataclasses.replace(member, privacy=privacy)
+    return plan_run(member, spec)
 
 
-def plan_inputs(config: RunConfig) -> str:
+def plan_inputs(member: ResolvedRun) -> str:
     """Everything a member's plan is made from (its step schedule, the privacy settings, the step
     cap, an auxiliary run): members equal here (a swept lr_img) share one plan, made once."""
-    from dpdc_lightning.engine.planning import auxiliary_config
-    from dpdc_lightning.methods import METHODS
-
-    schedule = METHODS[config.method.name].schedule(config.method)
-    step_cap = config.trainer.get("max_steps")
-    return repr((config.method.name, schedule, config.privacy, step_cap, auxiliary_config(config)))
+    method = member.method
+    schedule = method.cls.schedule(method.config)
+    step_cap = member.trainer.max_steps
+    return repr((method.name, schedule, member.privacy, step_cap, method.auxiliary))
 
 
 def plan_events(plan: PrivacyPlan) -> Events:
@@ -182,11 +187,11 @@ def _point(handler: logging.StreamHandler, stream: Any) -> Any:
         return old
 
 
-def run_trial(config: RunConfig, data: ImageData, *, noise_seed: int) -> CondensedSet:
+def run_trial(member: ResolvedRun, data: ImageData, *, noise_seed: int) -> CondensedSet:
     """One trial: the member's whole private condensation in process; nothing written or shown."""
-    plan = member_plan(config, DataSpec.of(data))
+    plan = member_plan(member, DataSpec.of(data))
     with silenced():
-        run = Condensation(config, data, plan=plan, noise_seed=noise_seed)
+        run = Condensation(member, data, plan=plan, noise_seed=noise_seed)
         if run.trainer.world_size > 1:
             raise UserError("a selection runs its trials in one process; set trainer.devices=1")
         return run.fit()
@@ -195,7 +200,7 @@ def run_trial(config: RunConfig, data: ImageData, *, noise_seed: int) -> Condens
 def write_winner(
     run_dir: Path,
     *,
-    config: RunConfig,
+    member: ResolvedRun,
     data: ImageData,
     result: CondensedSet,
     selection: dict[str, Any],
@@ -205,9 +210,10 @@ def write_winner(
     and the selection's ε as the release's ε (its own per-trial ε is not the guarantee)."""
     create(run_dir)
     try:
-        atomic_write_text(run_dir / CONFIG_FILE, released_yaml(config))
+        atomic_write_text(run_dir / CONFIG_FILE, member.output.released_yaml)
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(result.plan.to_dict(), indent=2) + "\n")
-        write_provenance(run_dir, data, config, seed=noise_seed)
+        locations = member.output.data_locations
+        write_provenance(run_dir, data, locations=locations, seed=noise_seed)
         report = {**result.report, "epsilon": selection["epsilon"], "selection": selection}
         save_bundle(
             run_dir,

@@ -7,25 +7,26 @@ import dataclasses
 import sys
 from typing import Any
 
-from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.schema import ModelConfig
+from dpdc_lightning.engine.resolved import ResolvedMethod
 from dpdc_lightning.methods import DataSpec
 
 
-def fit_subspace(config: RunConfig, data: DataSpec, auxiliary: Any | None) -> Any:
+def fit_subspace(resolved: ResolvedMethod, data: DataSpec, auxiliary: Any | None) -> Any:
     """The method config, Dosser's ``subspace_dim`` lowered (announced) to what SER allows: at most
     the auxiliary set's images minus one, and the extractor's feature dimension. Only for the set
     the run makes itself (``method.aux.source=dp``: aux.ipc images per class, fewer than the
     default 100 on a small data set of one's own); a set the user gives (a file, the public split)
     that is too small is refused by the method, naming both limits. A function of public sizes
     only (the set's length, the model), so a resumed run lowers it alike."""
-    method = config.method
+    method = resolved.config
     dim = getattr(method, "subspace_dim", None)
     source = getattr(getattr(method, "aux", None), "source", None)
     if auxiliary is None or dim is None or source != "dp" or len(auxiliary.images) < 2:
         return method
     limits = {
         f"the auxiliary set's {len(auxiliary.images)} images minus one": len(auxiliary.images) - 1,
-        "the extractor's feature dimension": _feature_dim(config, data),
+        "the extractor's feature dimension": _feature_dim(resolved.model, data),
     }
     why, limit = min(limits.items(), key=lambda item: item[1])
     if dim <= limit:
@@ -38,7 +39,7 @@ def fit_subspace(config: RunConfig, data: DataSpec, auxiliary: Any | None) -> An
     return dataclasses.replace(method, subspace_dim=limit)
 
 
-def _feature_dim(config: RunConfig, data: DataSpec) -> int:
+def _feature_dim(model: ModelConfig, data: DataSpec) -> int:
     """The extractor's feature width, from a network built on the meta device (no memory)."""
     import torch
 
@@ -46,7 +47,7 @@ def _feature_dim(config: RunConfig, data: DataSpec) -> int:
 
     channels, height, width = data.image_shape
     with torch.device("meta"):
-        network = NETWORKS[config.model.name].factory(
-            channels, data.num_classes, (height, width), **config.model.options()
+        network = NETWORKS[model.name].factory(
+            channels, data.num_classes, (height, width), **model.options()
         )
         return int(network.embed(torch.zeros(1, channels, height, width)).shape[1])

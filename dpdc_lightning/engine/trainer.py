@@ -4,18 +4,19 @@ framework's callbacks, loggers and checkpointing, and the precision check."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import logging
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import lightning as L
 
-from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS
+from dpdc_lightning.engine.resolved import TrainerSettings
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.plan import PrivacyPlan
 
@@ -81,17 +82,21 @@ def check_trainer_options(options: dict[str, Any]) -> None:
 
 
 def build_trainer(
-    config: RunConfig,
+    trainer: TrainerSettings,
     *,
     plan: PrivacyPlan,
     run_dir: Path | None,
     callbacks: list[L.Callback],
     class_names: tuple[str, ...] | None = None,
+    method: Any = None,
+    released_tree: Mapping[str, Any] | None = None,
 ) -> L.Trainer:
     """The trainer of one condensation: on disk (checkpoints, TensorBoard with the config and the
-    plan's outcome as hparams, image grids) when ``run_dir`` is given, else nothing written."""
-    check_trainer_options(config.trainer)
-    options = {k: v for k, v in config.trainer.items() if k != "max_steps"}  # the plan caps steps
+    plan's outcome as hparams, image grids) when ``run_dir`` is given, else nothing written. On
+    disk it needs the ``method``'s schema (how often it logs and checkpoints) and the config's
+    ``released_tree`` (the hparams)."""
+    check_trainer_options(dict(trainer.options))
+    options = {k: v for k, v in trainer.options.items() if k != "max_steps"}  # the plan caps steps
     settings = {
         "log_every_n_steps": 1,
         "accelerator": "auto",
@@ -114,8 +119,10 @@ def build_trainer(
     if run_dir is None:
         disk: dict[str, Any] = {"logger": False, "enable_checkpointing": False}
     else:
-        callbacks = [*callbacks, *_disk_callbacks(config, run_dir, class_names=class_names)]
-        disk = _disk_settings(config, run_dir, plan=plan)
+        if method is None or released_tree is None:
+            raise ValueError("a trainer on disk needs the method's schema and the released tree")
+        callbacks = [*callbacks, *_disk_callbacks(method, run_dir, class_names=class_names)]
+        disk = _disk_settings(released_tree, run_dir, plan=plan)
     try:
         with quiet_libraries():
             trainer = L.Trainer(
@@ -133,7 +140,7 @@ def build_trainer(
 
 
 def _disk_callbacks(
-    config: RunConfig, run_dir: Path, *, class_names: tuple[str, ...] | None
+    method: Any, run_dir: Path, *, class_names: tuple[str, ...] | None
 ) -> list[L.Callback]:
     """Image grids every ``method.log_images_every`` steps, the last checkpoint every
     ``method.checkpoint_every``."""
@@ -141,7 +148,6 @@ def _disk_callbacks(
 
     from dpdc_lightning.engine.image_grid import ImageGridLogger
 
-    method = config.method
     return [
         ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
         ModelCheckpoint(
@@ -153,14 +159,16 @@ def _disk_callbacks(
     ]
 
 
-def _disk_settings(config: RunConfig, run_dir: Path, *, plan: PrivacyPlan) -> dict[str, Any]:
+def _disk_settings(
+    released_tree: Mapping[str, Any], run_dir: Path, *, plan: PrivacyPlan
+) -> dict[str, Any]:
     """TensorBoard (the config and the plan's outcome as hparams) and the pickle-free checkpoint
     IO, under ``run_dir``."""
-    from dpdc_lightning.config.locations import released_tree
     from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO
     from dpdc_lightning.engine.tensorboard import RunLogger, flat_hparams
 
-    settings_tree = released_tree(config)  # config.yaml's: no data location (a released file)
+    # config.yaml's tree (no data location: a released file), a copy: the hparams add the plan
+    settings_tree = copy.deepcopy(dict(released_tree))
     for key in ("run_dir", "runs_root", "resume"):
         settings_tree.pop(key, None)
     # What the plan fixed, beside what was asked (the plan's outcome never goes into the config).

@@ -19,21 +19,16 @@ from pathlib import Path
 
 import lightning as L
 
-from dpdc_lightning.config import RunConfig, released_yaml, require_composed, to_yaml
+from dpdc_lightning.config import RunConfig, require_composed
 from dpdc_lightning.data import ImageData, clear_dataset_cache
 from dpdc_lightning.data.cache_bounds import created_count, discard_created
 from dpdc_lightning.data.registry import OWN_DATA
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
-from dpdc_lightning.engine.planning import (
-    load_data,
-    memory_needs,
-    needs_secret,
-    noise_seed_for,
-    plan_run,
-)
+from dpdc_lightning.engine.planning import load_data, memory_needs, noise_seed_for, plan_run
 from dpdc_lightning.engine.progress import say
+from dpdc_lightning.engine.resolved import ResolvedRun, resolve_run
 from dpdc_lightning.engine.run_folder import (
     PLAN_FILE,
     RUN_DIR_ENV,
@@ -62,10 +57,11 @@ def train(config: RunConfig) -> Path:
     directory. A run that leaves no folder (refused, or stopped before anything was kept) leaves
     no decoded copy of the data either (data/cache_bounds.py)."""
     require_composed(config, caller="train")
-    run_dir = run_dir_of(config)
+    run = resolve_run(config)  # the parts each layer takes; the config goes no further
+    run_dir = run_dir_of(run.output)
     written = created_count()
     try:
-        return _train(config, run_dir)
+        return _train(run, run_dir)
     except BaseException:
         if not Path(run_dir).exists():
             discard_decoded(written)
@@ -79,19 +75,24 @@ def discard_decoded(since: int) -> None:
         clear_dataset_cache()
 
 
-def _train(config: RunConfig, run_dir: Path) -> Path:
-    data = load_data(config)
+def _train(resolved: ResolvedRun, run_dir: Path) -> Path:
+    data = load_data(resolved.dataset)
     launched = bool(os.environ.get(RUN_DIR_ENV))  # a DDP process started by rank 0
-    fresh = config.resume is None and not launched
-    plan, seed = _new_plan(config, data) if fresh else _stored_plan(config, run_dir, data)
-    run = Condensation(config, data, plan=plan, noise_seed=seed, run_dir=run_dir)
+    resumed = resolved.output.resume is not None
+    fresh = not resumed and not launched
+    if fresh:
+        seed = noise_seed_for(resolved)
+        plan = plan_run(resolved, DataSpec.of(data), noise_seed=seed)
+    else:
+        plan, seed = _stored_plan(resolved, run_dir, data)
+    run = Condensation(resolved, data, plan=plan, noise_seed=seed, run_dir=run_dir)
     writes = run.trainer.is_global_zero and not launched  # only the launching process writes
     if writes:
-        _announce(run, config, data, plan=plan)
+        _announce(run, data, plan=plan, method=resolved.method.name, dataset=resolved.dataset.name)
         if fresh:
-            _create_folder(run_dir, config, data, plan=run.plan, seed=seed)
+            _create_folder(run_dir, resolved, data, plan=run.plan, seed=seed)
     with _handed_to_ddp(run_dir, hand=writes), _rollback(run, run_dir, created=writes and fresh):
-        result = run.fit(checkpoint=last_checkpoint(run_dir) if config.resume else None)
+        result = run.fit(checkpoint=last_checkpoint(run_dir) if resumed else None)
         if interrupt_received():  # a Ctrl-C something swallowed: stop, as a Ctrl-C does
             raise KeyboardInterrupt
     if run.trainer.is_global_zero:
@@ -99,29 +100,22 @@ def _train(config: RunConfig, run_dir: Path) -> Path:
     return run_dir
 
 
-def not_private_warning(config: RunConfig) -> str:
+def not_private_warning(method: str) -> str:
     """The first line of a non-private run (DM, the default method, is one)."""
     return (
-        f"warning: method={config.method.name} is NOT private (ε = ∞): its bundle carries no "
+        f"warning: method={method} is NOT private (ε = ∞): its bundle carries no "
         "privacy guarantee; for one choose a private method, e.g. method=ndpdc"
     )
 
 
-def _new_plan(config: RunConfig, data: ImageData) -> tuple[PrivacyPlan, int]:
-    """A fresh run fixes its secret (or public seed) and its privacy plan before anything is
-    written."""
-    seed = noise_seed_for(config)
-    return plan_run(config, DataSpec.of(data), noise_seed=seed), seed
-
-
-def _stored_plan(config: RunConfig, run_dir: Path, data: ImageData) -> tuple[PrivacyPlan, int]:
+def _stored_plan(run: ResolvedRun, run_dir: Path, data: ImageData) -> tuple[PrivacyPlan, int]:
     """A resumed run (or a DDP process started by rank 0) reads its plan and secret back and never
     replans; it must start from a readable checkpoint and read the data its first steps read."""
-    if config.resume is not None:
+    if run.output.resume is not None:
         check_checkpoint(run_dir)
-    seed = read_secret(run_dir) if needs_secret(config) else config.seed
+    seed = read_secret(run_dir) if run.needs_secret else run.seed
     check_data_digest(run_dir, data, seed=seed)  # the data it started on (keyed digest)
-    plan = stored_plan(run_dir, config, DataSpec.of(data))
+    plan = stored_plan(run_dir, run.method, DataSpec.of(data))
     if seed is None:
         raise UserError(
             f"{run_dir} has no {SECRET_FILE} (deleted by forget=, or never stored): without it a "
@@ -132,12 +126,14 @@ def _stored_plan(config: RunConfig, run_dir: Path, data: ImageData) -> tuple[Pri
     return plan, seed
 
 
-def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: PrivacyPlan) -> None:
+def _announce(
+    run: Condensation, data: ImageData, *, plan: PrivacyPlan, method: str, dataset: str
+) -> None:
     """Where the data came from, settings whose guarantee promises nothing, and whether the test
     split is private: printed once the run starts (a failure before stays one line), before the
     progress starts."""
-    lines = [] if plan.private else [not_private_warning(config)]  # first, not only at the end
-    lines += [f"data: {config.dataset.name} from {data_provenance(data)}"]
+    lines = [] if plan.private else [not_private_warning(method)]  # first, not only at the end
+    lines += [f"data: {dataset} from {data_provenance(data)}"]
     lines += [f"warning: {warning}" for warning in vacuous_guarantee(plan)]
     if data.cache_entries:
         lines.append(
@@ -154,17 +150,17 @@ def _announce(run: Condensation, config: RunConfig, data: ImageData, *, plan: Pr
 
 
 def _create_folder(
-    run_dir: Path, config: RunConfig, data: ImageData, *, plan: PrivacyPlan, seed: int
+    run_dir: Path, run: ResolvedRun, data: ImageData, *, plan: PrivacyPlan, seed: int
 ) -> None:
     """A fresh run's folder: config.yaml (the config as given, less where the data lives),
     plan.json, the data's provenance (with where it lives, owner-only) and the secret (a private
     run's); a write that fails removes the folder again."""
     create(run_dir)
     try:
-        atomic_write_text(run_dir / CONFIG_FILE, released_yaml(config))
+        atomic_write_text(run_dir / CONFIG_FILE, run.output.released_yaml)
         atomic_write_text(run_dir / PLAN_FILE, json.dumps(plan.to_dict(), indent=2) + "\n")
-        write_provenance(run_dir, data, config, seed=seed)
-        if needs_secret(config):
+        write_provenance(run_dir, data, locations=run.output.data_locations, seed=seed)
+        if run.needs_secret:
             store_secret(run_dir, seed)
     except OSError as err:
         discard(run_dir)
@@ -260,28 +256,31 @@ OWN_DATA_PLAN = (
 )
 
 
-def planned_config_text(config: RunConfig) -> str:
-    """``--print-config``: the config and, as comments, the memory estimate and the plan's σ, steps
-    and ε (nothing written; the plan is what plan.json will hold). Own data (an image folder, a
-    tensor file) is not read: its training class sizes are known only once its records are
-    decoded into the private cache (the held-out split is decided record by record), which a run
-    does and ``forget`` undoes; --print-config runs nothing, so it says what waits for the run."""
-    if config.dataset.name in OWN_DATA:
-        return to_yaml(config) + OWN_DATA_PLAN
-    data = load_data(config)
+def planned_config_text(run: ResolvedRun, *, config_text: str) -> str:
+    """``--print-config``: the config (``config_text``, its YAML) and, as comments, the memory
+    estimate and the plan's σ, steps and ε (nothing written; the plan is what plan.json will
+    hold). Own data (an image folder, a tensor file) is not read: its training class sizes are
+    known only once its records are decoded into the private cache (the held-out split is decided
+    record by record), which a run does and ``forget`` undoes; --print-config runs nothing, so it
+    says what waits for the run."""
+    if run.dataset.name in OWN_DATA:
+        return config_text + OWN_DATA_PLAN
+    data = load_data(run.dataset)
     spec = DataSpec.of(data)
-    if config.privacy.class_sizes == "private":
-        text = to_yaml(config)
-        return text + "# plan: made after the private class-size release, when the run starts\n"
-    plan = plan_run(config, spec, noise_seed=config.seed)
+    if run.privacy.class_sizes == "private":
+        return (
+            config_text + "# plan: made after the private class-size release, when the run starts\n"
+        )
+    plan = plan_run(run, spec, noise_seed=run.seed)
     for warning in vacuous_guarantee(plan):
         print(f"warning: {warning}", file=sys.stderr)
-    text = to_yaml(config) + (
-        f"# memory: about {format_bytes(total_bytes(memory_needs(config, spec, plan)))} "
+    needs = memory_needs(run.method, spec, plan, trainer=run.trainer)
+    text = config_text + (
+        f"# memory: about {format_bytes(total_bytes(needs))} "
         "estimated before the run (what it counts: docs/methods.md)\n"
     )
     if not plan.private:
-        print(not_private_warning(config), file=sys.stderr)
+        print(not_private_warning(run.method.name), file=sys.stderr)
         return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
     phases = [(name, runs) for name, _, runs in plan.prior_events()]
     steps = consuming_steps_text([*phases, ("main", plan.data_steps)])

@@ -29,16 +29,17 @@ def plan_from_config(run_dir: Path, recorded: PrivacyPlan) -> PrivacyPlan:
         plan_on_sizes,
         refuse_step_cap,
     )
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.privacy.counts import COUNT_MECHANISM, COUNT_SENSITIVITY
 
-    config = compose_saved(Path(run_dir), [])
-    refuse_step_cap(config)
+    run = resolve_run(compose_saved(Path(run_dir), []))
+    refuse_step_cap(run.method, max_steps=run.trainer.max_steps)
     count_event = None
-    if config.privacy.class_sizes == "private":
+    if run.privacy.class_sizes == "private":
         if recorded.released_class_sizes is None:
             raise UserError("config.yaml releases the class sizes, plan.json records none")
         count_event = PrivacyEvent(
-            noise_multiplier=count_noise_multiplier(config),
+            noise_multiplier=count_noise_multiplier(run.method, run.privacy),
             sample_rate=1.0,
             mechanism=COUNT_MECHANISM,
             sensitivity=COUNT_SENSITIVITY,
@@ -46,7 +47,7 @@ def plan_from_config(run_dir: Path, recorded: PrivacyPlan) -> PrivacyPlan:
     sizes = recorded.released_class_sizes or recorded.class_sizes
     if not sizes:
         raise UserError("plan.json records no class sizes")
-    derived = plan_on_sizes(config, tuple(sizes), count_event=count_event)
+    derived = plan_on_sizes(run, tuple(sizes), count_event=count_event)
     return dataclasses.replace(derived, sensitivity=recorded.sensitivity)
 
 

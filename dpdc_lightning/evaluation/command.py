@@ -12,10 +12,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.config import ModelConfig, RunConfig
+from dpdc_lightning.config.schema import DatasetConfig, EvalConfig
 from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.evaluation.image_file import fresh_eval_path, load_image_file, write_new
 from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json
@@ -28,11 +30,10 @@ NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknow
 LONG_EVALUATION_S = 60.0  # an evaluation estimated to last longer says so before it starts
 
 
-def protocol_of(config: RunConfig) -> Any:
-    """The evaluation protocol of a config (``eval.*``; the DSA mode from ``augment.mode``)."""
+def protocol_of(e: EvalConfig, *, augment_mode: str) -> Any:
+    """The evaluation protocol of ``eval.*`` (the DSA mode from ``augment.mode``)."""
     from dpdc_lightning.evaluation import EvalProtocol
 
-    e = config.eval
     return EvalProtocol(
         epochs=e.epochs,
         runs=e.runs,
@@ -41,7 +42,7 @@ def protocol_of(config: RunConfig) -> Any:
         weight_decay=e.weight_decay,
         batch_size=e.batch_size,
         dsa=e.dsa,
-        dsa_mode=config.augment.mode,
+        dsa_mode=augment_mode,
     )
 
 
@@ -60,15 +61,16 @@ def evaluate_bundle(
 
     bundle = load_bundle(path) if bundle is None else bundle
     _check_accelerator(config.eval.accelerator)
-    data = _load(config)
+    data = _load(config.dataset)
     epsilon = bundle.report.get("epsilon")
     title = (
         f"{config.method.name} on {config.dataset.name}, "
         f"ε = {epsilon_text(epsilon, none='∞ (not private)')}"
     )
-    note = _notes(config, data)
+    note = _notes(config.eval, data)
+    settings = EvaluationSettings(config.eval, config.seed, config.threads, config.augment.mode)
     results, protocol = _run_models(
-        bundle.images, bundle.labels, data, config, models, quiet=quiet, title=title, note=note
+        bundle.images, bundle.labels, data, models, settings, quiet=quiet, title=title, note=note
     )
     eval_path = path / EVAL_FILE
     append_eval_json(
@@ -116,8 +118,8 @@ def evaluate_other(
     from dpdc_lightning.evaluation import results_to_json
 
     _check_accelerator(config.eval.accelerator)
-    data = _load(config)
-    note = _notes(config, data)
+    data = _load(config.dataset)
+    note = _notes(config.eval, data)
     if image_file is not None:
         path = Path(image_file)
         images, labels = load_image_file(path, data)
@@ -139,8 +141,9 @@ def evaluate_other(
             label=f"random-real-{config.dataset.name}-ipc{config.method.ipc}",
         )
         eval_path = out_dir / EVAL_FILE
+    settings = EvaluationSettings(config.eval, config.seed, config.threads, config.augment.mode)
     results, protocol = _run_models(
-        images, labels, data, config, models, quiet=quiet, title=title, note=note
+        images, labels, data, models, settings, quiet=quiet, title=title, note=note
     )
     payload = {
         "title": title,
@@ -161,7 +164,7 @@ def evaluate_other(
     return 0
 
 
-def _notes(config: Any, data: Any) -> dict[str, str]:
+def _notes(settings: EvalConfig, data: Any) -> dict[str, str]:
     """What a reader of the results must know besides the protocol: a test split held out from the
     private data, the engine that trained the networks, and eval.pea (training on the PEA
     expansion, 4 images per synthetic image)."""
@@ -170,18 +173,25 @@ def _notes(config: Any, data: Any) -> dict[str, str]:
     note = {"privacy": PRIVATE_TEST_NOTE} if data.test_is_private else {}
     # Engines share the protocol and every run's draws, but a compiled step rounds differently:
     # say which one produced the numbers.
-    device = resolve_device(config.eval.accelerator)
+    device = resolve_device(settings.accelerator)
     note["engine"] = (
-        f"{resolve_engine(config.eval.engine, device)} on {device.type} "
-        f"(eval.engine={config.eval.engine}, eval.compile={config.eval.compile})"
+        f"{resolve_engine(settings.engine, device)} on {device.type} "
+        f"(eval.engine={settings.engine}, eval.compile={settings.compile})"
     )
-    if config.eval.pea:
+    if settings.pea:
         note["pea"] = "on: each image split into 2x2 quadrants, each upsampled x2"
     return note
 
 
 def _train_model(
-    model: Any, images: Any, labels: Any, data: Any, config: Any, *, protocol: Any, progress: Any
+    model: Any,
+    images: Any,
+    labels: Any,
+    data: Any,
+    *,
+    settings: EvaluationSettings,
+    protocol: Any,
+    progress: Any,
 ) -> Any:
     """The protocol's runs of one architecture on the synthetic set, tested on the test split."""
     from dpdc_lightning.evaluation import ModelResult, train_and_test
@@ -194,14 +204,14 @@ def _train_model(
         model=model.name,
         num_classes=data.num_classes,
         protocol=protocol,
-        seed=config.seed,
+        seed=settings.seed,
         model_options=model.options(),
-        accelerator=config.eval.accelerator,
-        pea=config.eval.pea,
+        accelerator=settings.eval.accelerator,
+        pea=settings.eval.pea,
         progress=progress,
-        engine=config.eval.engine,
-        compile=config.eval.compile,
-        workers=config.eval.workers,
+        engine=settings.eval.engine,
+        compile=settings.eval.compile,
+        workers=settings.eval.workers,
     )
     return ModelResult(model=model.name, accuracies=accuracies)
 
@@ -210,8 +220,8 @@ def _run_models(
     images: Any,
     labels: Any,
     data: Any,
-    config: Any,
-    models: list[Any],
+    models: Sequence[Any],
+    settings: EvaluationSettings,
     *,
     quiet: bool,
     title: str,
@@ -227,14 +237,16 @@ def _run_models(
         )
     from dpdc_lightning.engine.threads import use_threads
 
-    protocol = protocol_of(config)
-    use_threads(config.threads)
+    protocol = protocol_of(settings.eval, augment_mode=settings.augment_mode)
+    use_threads(settings.threads)
     print(f"evaluating: {title}", file=sys.stderr)
-    _say_duration(images, data, config, models, protocol)
+    _say_duration(images, data, settings.eval, models, protocol)
     progress = EvalProgress(total_runs=len(models) * protocol.runs, enabled=not quiet)
     try:
         results = [
-            _train_model(m, images, labels, data, config, protocol=protocol, progress=progress)
+            _train_model(
+                m, images, labels, data, settings=settings, protocol=protocol, progress=progress
+            )
             for m in models
         ]
     except (KeyboardInterrupt, SystemExit) as err:
@@ -250,13 +262,15 @@ def _run_models(
     return results, protocol
 
 
-def _say_duration(images: Any, data: Any, config: Any, models: list[Any], protocol: Any) -> None:
+def _say_duration(
+    images: Any, data: Any, settings: EvalConfig, models: Sequence[Any], protocol: Any
+) -> None:
     """Before a long protocol (over a minute by the cost model: evaluation/engines/cost.py), how
     long it will take and how to shorten it; models without a measured cost are left out."""
     from dpdc_lightning.evaluation import resolve_device
     from dpdc_lightning.evaluation.engines.cost import estimate_seconds, rough_duration
 
-    device = resolve_device(config.eval.accelerator)
+    device = resolve_device(settings.accelerator)
     pixels = int(images.shape[-2] * images.shape[-1])
     estimates = [
         estimate_seconds(
@@ -299,7 +313,18 @@ def _check_accelerator(accelerator: str) -> None:
         )
 
 
-def _load(config: RunConfig) -> Any:
+def _load(dataset: DatasetConfig) -> Any:
     from dpdc_lightning.engine.planning import load_data
 
-    return load_data(config)
+    return load_data(dataset)
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """What training the evaluation networks takes from the config: ``eval.*``, the seed of the
+    runs, torch's threads and the DSA mode (``augment.mode``)."""
+
+    eval: EvalConfig
+    seed: int
+    threads: str
+    augment_mode: str

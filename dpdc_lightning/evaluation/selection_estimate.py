@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from types import MappingProxyType
 
 import torch
 
-from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.image_data import normalised
+from dpdc_lightning.engine.resolved import ResolvedRun, TrainerSettings
 from dpdc_lightning.engine.selection import run_trial, silenced
 from dpdc_lightning.errors import NumericalFault, UserError
 from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count
-from dpdc_lightning.methods import METHODS
 
 clock = time.monotonic  # the estimate's clock (a test replaces it with one it controls)
 PROBE_STEPS = (1, 3)
@@ -49,17 +49,20 @@ def stand_in(data: ImageData) -> ImageData:
     )
 
 
-def trial_seconds(config: RunConfig, data: ImageData, *, score: ScoreProtocol) -> float | None:
-    """The seconds one trial of ``config`` takes here, from stand-in trials of one and three steps
+def trial_seconds(member: ResolvedRun, data: ImageData, *, score: ScoreProtocol) -> float | None:
+    """The seconds one trial of ``member`` takes here, from stand-in trials of one and three steps
     and one stand-in score; None when the probe cannot run (a method whose steps cannot be
     capped), so the console says it is unknown rather than guessing."""
-    schedule = METHODS[config.method.name].schedule(config.method)
+    schedule = member.method.cls.schedule(member.method.config)
     steps = schedule.data_steps + schedule.free_steps
     public = stand_in(data)
     timings = []
     try:
         for cap in PROBE_STEPS:
-            capped = dataclasses.replace(config, trainer={**config.trainer, "max_steps": cap})
+            trainer = TrainerSettings(
+                MappingProxyType({**member.trainer.options, "max_steps": cap})
+            )
+            capped = dataclasses.replace(member, trainer=trainer)
             started = clock()
             result = run_trial(capped, public, noise_seed=0)
             timings.append(clock() - started)

@@ -23,6 +23,7 @@ from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.selection import SCORE_NOISE_NOTE_POINTS, Grid, SelectConfig
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.planning import load_data, noise_seed_for
+from dpdc_lightning.engine.resolved import ResolvedRun, resolve_run
 from dpdc_lightning.engine.selection import (
     Carved,
     Events,
@@ -105,21 +106,24 @@ def _note_weak_score(noise: float, *, denominator: float) -> None:
 
 def calibrated_members(
     configs: Sequence[RunConfig], spec: DataSpec, *, law: TrialLaw, score: ScoreProtocol
-) -> tuple[list[RunConfig], list[Events]]:
-    """Every member at the one per-trial target that makes the whole selection meet the target."""
+) -> tuple[list[ResolvedRun], list[Events]]:
+    """Every member at the one per-trial target that makes the whole selection meet the target,
+    resolved (engine/resolved.py) with that target."""
     privacy = configs[0].privacy
+    members = [resolve_run(config) for config in configs]
 
     @functools.cache
     def events_of(inputs: str, index: int, per_trial: float) -> tuple[tuple[float, float, int]]:
         # keyed by the plan's inputs: members that differ elsewhere share one calibration
-        return tuple(plan_events(member_plan(at_target(configs[index], per_trial), spec)))
+        plan = member_plan(members[index], spec, target_epsilon=per_trial)
+        return tuple(plan_events(plan))
 
+    keys = [plan_inputs(member) for member in members]
     firsts = {}
-    for index, config in enumerate(configs):
-        firsts.setdefault(plan_inputs(config), index)
+    for index, key in enumerate(keys):
+        firsts.setdefault(key, index)
 
     def members_at(per_trial: float) -> list[tuple[tuple[float, float, int], ...]]:
-        keys = [plan_inputs(c) for c in configs]
         return [events_of(key, firsts[key], per_trial) for key in keys]
 
     per_trial = calibrate_selection(
@@ -130,7 +134,7 @@ def calibrated_members(
         score_noise_multiplier=score.noise_multiplier,
         tolerance=CALIBRATION_TOLERANCE,
     )
-    chosen = [at_target(c, per_trial) for c in configs]
+    chosen = [resolve_run(at_target(config, per_trial)) for config in configs]
     return chosen, [list(events) for events in members_at(per_trial)]
 
 
@@ -142,18 +146,20 @@ def run_selection(
     asks for it, the audit's harness does not)."""
     first = grid.configs[0]
     law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
-    data = load_data(first)
-    key = noise_seed_for(first)  # the run's secret (OS entropy), or its public seed if reproducible
+    data = load_data(first.dataset)
+    key = noise_seed_for(
+        resolve_run(first)
+    )  # the run's secret (OS entropy), or its public seed if reproducible
     carved = (  # first of all: the trials never see the validation records
         carve_validation(data, fraction=select.validation_fraction, key=key)
         if select.validation is None
         else public_validation(select.validation, data)
     )
     score = score_protocol(select, first, carved)
-    configs, events = calibrated_members(
+    members, events = calibrated_members(
         grid.configs, DataSpec.of(carved.train), law=law, score=score
     )
-    trials = draw_trials(law, key=key, members=len(configs))
+    trials = draw_trials(law, key=key, members=len(members))
     public = select.validation is not None
     section = selection_section(  # raises, before any trial, if the plan misses the target
         law=law,
@@ -166,7 +172,7 @@ def run_selection(
         validation="public" if public else "private_split",
         validation_fraction=None if public else select.validation_fraction,
     )
-    print(guarantee_line(section, law=law, members=len(configs)), file=sys.stderr, flush=True)
+    print(guarantee_line(section, law=law, members=len(members)), file=sys.stderr, flush=True)
     _note_cheaper_sweep(section)
     if not trials:
         print(
@@ -175,15 +181,15 @@ def run_selection(
             file=sys.stderr,
         )
         return None
-    seconds = trial_seconds(configs[0], carved.train, score=score) if estimate else None
+    seconds = trial_seconds(members[0], carved.train, score=score) if estimate else None
     print(quiet_trials_line(seconds, mean=law.mean), file=sys.stderr, flush=True)
-    best = run_trials(configs, carved, trials=trials, score=score, key=key)
+    best = run_trials(members, carved, trials=trials, score=score, key=key)
     index, member, value, result = best
     section["score"].update(_score_protocol_statement(score))
     section["winner"] = {"member": member, "noisy_score": value}
     return write_winner(
         run_dir(),  # named by the selection's start (cli/select.release_folder)
-        config=configs[member],
+        member=members[member],
         data=carved.train,
         result=result,
         selection=section,
@@ -219,7 +225,7 @@ def quiet_trials_line(seconds: float | None, *, mean: float) -> str:
 
 
 def run_trials(
-    configs: Sequence[RunConfig],
+    members: Sequence[ResolvedRun],
     carved: Carved,
     *,
     trials: Sequence[int],
@@ -235,11 +241,11 @@ def run_trials(
     released (the selection's ⊥), in words that do not count the trials. Any other error is a
     problem of the public settings and ends the selection."""
     validation = normalised(carved.images)
-    reproducible = configs[0].privacy.reproducible_noise
+    reproducible = members[0].privacy.reproducible_noise
     best: tuple[int, int, float, Any] | None = None
     for index, member in enumerate(trials):
         try:
-            result = run_trial(configs[member], carved.train, noise_seed=_trial_key(key, index))
+            result = run_trial(members[member], carved.train, noise_seed=_trial_key(key, index))
             with silenced():
                 count = correct_count(
                     result.images,

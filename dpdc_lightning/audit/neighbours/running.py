@@ -219,11 +219,13 @@ def _samples(
 def _plan(case: Case, prep: Prepared, secret: int) -> Any:
     """D's plan under ``secret`` (its rates: the class sizes may be released with noise)."""
     from dpdc_lightning.engine.planning import plan_run
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.methods import DataSpec
 
     # The rates do not depend on the noise, the target or the auxiliary set: plan without them.
     plain = dataclasses.replace(case, aux=None, target=False, sweep=False)
-    return plan_run(_config(plain.tokens(prep.work)), DataSpec.of(prep.data), noise_seed=secret)
+    run = resolve_run(_config(plain.tokens(prep.work)))
+    return plan_run(run, DataSpec.of(prep.data), noise_seed=secret)
 
 
 _CONFIGS: dict[tuple[str, ...], Any] = {}
@@ -244,6 +246,6 @@ def _load(case: Case, work: Path) -> ImageData:
 
     clear_dataset_cache()
     try:
-        return load_data(_config(case.tokens(work)))
+        return load_data(_config(case.tokens(work)).dataset)
     finally:
         clear_dataset_cache()
