@@ -297,13 +297,15 @@ def _print_config_tokens(root: Path, cache: Path) -> list[str]:
 
 def test_the_printed_plan_of_own_data_decodes_nothing(tmp_path, decodes):
     """Issue 44 item 2: what ``--print-config`` prints (the config, and what waits for the run)."""
-    from dpdc_lightning.config import compose
+    from dpdc_lightning.config import compose, to_yaml
+    from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.engine.training import planned_config_text
 
     root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
     (cache / STORE_FOLDER).mkdir(parents=True)
     before = _tree(cache)
-    text = planned_config_text(compose(_print_config_tokens(root, cache)))
+    config = compose(_print_config_tokens(root, cache))
+    text = planned_config_text(resolve_run(config), config_text=to_yaml(config))
     assert decodes == [] and _tree(cache) == before
     assert text.endswith(
         "# memory and plan: made when the run starts, from the training class sizes "
