@@ -218,7 +218,7 @@ def test_a_huge_phase_epsilon_is_vacuous_too():
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data, plan_run
     from dpdc_lightning.methods import DataSpec
-    from dpdc_lightning.privacy.vacuous import vacuous_guarantee
+    from dpdc_lightning.privacy.planning.vacuous import vacuous_guarantee
 
     config = compose(["method=ndpdc"])
     plan = plan_run(config, DataSpec.of(load_data(config)), noise_seed=0)
@@ -485,7 +485,7 @@ def test_opacus_warnings_never_reach_the_user_on_a_vacuous_guarantee(cli_env):
     """The verification of a run with a vacuous ε used to print Opacus' 'Optimal order is the
     smallest alpha' UserWarning with a path inside the virtual environment."""
     code = (
-        "from dpdc_lightning.privacy.crosscheck import integer_order_epsilons\n"
+        "from dpdc_lightning.privacy.accounting.crosscheck import integer_order_epsilons\n"
         "print(integer_order_epsilons([(1e-9, 0.04, 300)], delta=1e-5)[0] > 1e6)\n"
     )
     done = subprocess.run(

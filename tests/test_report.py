@@ -357,7 +357,7 @@ def test_the_sweep_page_composes_members_of_the_same_data_sequentially(tmp_path)
     (tmp_path / "000-seed=0" / REPORT_PAGE).write_text("member page")
     page = render_sweep(tmp_path, ["-m", "seed=0,1,2"], rows)
     shown = _page_text(page)
-    from dpdc_lightning.privacy.composition import composed_epsilon
+    from dpdc_lightning.privacy.accounting.composition import composed_epsilon
 
     total = composed_epsilon([phases, phases], delta=1e-5)
     assert total < 1.6 and f"costs ε = {epsilon_text(total)} at δ = 1e-05" in shown

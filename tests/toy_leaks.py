@@ -29,7 +29,7 @@ from torch import Tensor
 from toy_methods import ToyConfig, ToyMean
 
 from dpdc_lightning.methods import Records
-from dpdc_lightning.privacy.noise import KeyedNoise
+from dpdc_lightning.privacy.mechanisms.noise import KeyedNoise
 
 
 def _loss(method: ToyMean, released: dict[int, Tensor], scale: float = 1.0) -> Tensor:

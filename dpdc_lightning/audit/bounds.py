@@ -39,7 +39,7 @@ from dpdc_lightning.audit.metrics import (
     clopper_pearson_lower_many,
     clopper_pearson_upper_many,
 )
-from dpdc_lightning.privacy.analysis import drop_opacus_root_handler
+from dpdc_lightning.privacy.accounting.analysis import drop_opacus_root_handler
 
 drop_opacus_root_handler()  # Opacus' import above configures the root logger
 

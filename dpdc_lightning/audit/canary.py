@@ -38,7 +38,7 @@ from torch import Tensor
 
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.sampling import poisson_sample
+from dpdc_lightning.privacy.mechanisms.sampling import poisson_sample
 from dpdc_lightning.seeding import derive_generator
 
 if TYPE_CHECKING:

@@ -36,7 +36,9 @@ def _run_config(arguments: list[str], usage: str) -> tuple[Any, Path | None]:
         refuse_missing_paths(arguments, what="run directory", argv=arguments)
         from dpdc_lightning.engine.bundle import load_bundle
 
-        load_bundle(Path(arguments[0]))  # verified first (privacy/verify.py), else refused
+        load_bundle(
+            Path(arguments[0])
+        )  # verified first (privacy/verification/verify.py), else refused
         return run_config(Path(arguments[0])), Path(arguments[0])
     if any("=" not in a for a in arguments):
         folders = [a for a in arguments if "=" not in a]
@@ -77,8 +79,8 @@ def _verified_plan(run_dir: Path) -> tuple[Any, dict[str, Any]]:
     from config.yaml. Read after :func:`_run_config` verified the bundle."""
     import json
 
-    from dpdc_lightning.privacy.digests import PLAN_FILE, PRIVACY_REPORT
-    from dpdc_lightning.privacy.plan import PrivacyPlan
+    from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+    from dpdc_lightning.privacy.receipts.digests import PLAN_FILE, PRIVACY_REPORT
 
     plan = PrivacyPlan.from_dict(json.loads((run_dir / PLAN_FILE).read_text()))
     return plan, json.loads((run_dir / PRIVACY_REPORT).read_text())

@@ -39,7 +39,7 @@ from scipy.optimize import brentq
 from scipy.stats import chi2, norm
 from torch import Tensor
 
-from dpdc_lightning.privacy.analysis import drop_opacus_root_handler
+from dpdc_lightning.privacy.accounting.analysis import drop_opacus_root_handler
 
 drop_opacus_root_handler()  # Opacus' import above configures the root logger
 

@@ -33,8 +33,8 @@ from dpdc_lightning.audit.transcripts import (
     in_sum_units,
     trial_noise,
 )
-from dpdc_lightning.privacy.mechanisms import gaussian_sum
-from dpdc_lightning.privacy.noise import NoiseStream
+from dpdc_lightning.privacy.mechanisms.gaussian import gaussian_sum
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream
 
 
 class _Quiet(NoiseStream):

@@ -14,9 +14,9 @@ step t calls
   from the method's own keyed stream, under the trial's secret as the run's secret.
 
 :func:`correct_release` is that last call; the mechanism's sensitivity, noise multiplier and
-normaliser are those of the :class:`~dpdc_lightning.privacy.mechanisms.PrivacyEvent` the method's
-own first step spends (what privacy.json states). The release is returned "in sum units" (times
-that normaliser), where one record moves it by at most the sensitivity.
+normaliser are those of the :class:`~dpdc_lightning.privacy.mechanisms.gaussian.PrivacyEvent` the
+method's own first step spends (what privacy.json states). The release is returned "in sum units"
+(times that normaliser), where one record moves it by at most the sensitivity.
 
 θ_t is fixed by the run seed, not by the trial: the guarantee holds for every sequence of public
 θ (and the method draws it from public seeds), so every trial reuses the rows computed once per
@@ -39,10 +39,10 @@ from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec, Records, method_class, private_methods
 from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.noise import NoiseStream, noise_source
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 

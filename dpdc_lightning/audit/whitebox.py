@@ -44,7 +44,7 @@ from dpdc_lightning.audit.noise_model import Model, NoiseTally, model_bound
 from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.audit.transcripts import Release, StepView, Transcript, correct_release
 from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.mechanisms import clip_rows
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 STATISTICS = ("llr", "spread")

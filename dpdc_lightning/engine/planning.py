@@ -1,11 +1,12 @@
 """The plan of a run, made before anything is built: the privacy plan (with the class-size release
 and a DP auxiliary run when the config asks for them), the secret, the memory estimate.
 
-``config`` (the user's input) goes in; a :class:`~dpdc_lightning.privacy.plan.PrivacyPlan` comes out
-and is never written back into the config. ``noise_multiplier`` takes this path: the config's
-``privacy.noise_multiplier`` (or the method schema's ``default_noise_multiplier``) and target ε go
-to ``privacy.planner.make_plan``, which fixes the plan's noise multiplier once; the method reads it
-from the plan and hands it to the mechanism, whose event the privacy budget composes.
+``config`` (the user's input) goes in; a :class:`~dpdc_lightning.privacy.planning.plan.PrivacyPlan`
+comes out and is never written back into the config. ``noise_multiplier`` takes this path: the
+config's ``privacy.noise_multiplier`` (or the method schema's ``default_noise_multiplier``) and
+target ε go to ``privacy.planner.make_plan``, which fixes the plan's noise multiplier once; the
+method reads it from the plan and hands it to the mechanism, whose event the privacy budget
+composes.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from dpdc_lightning.data import ImageData, load_dataset
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, private_set_need, run_device
-from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
-from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.planner import make_plan
-from dpdc_lightning.privacy.secret import new_secret
+from dpdc_lightning.privacy.accounting.calibration import calibrate_noise_multiplier
+from dpdc_lightning.privacy.mechanisms.counts import COUNT_PHASE, release_class_sizes
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.secret import new_secret
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.planner import make_plan
 from dpdc_lightning.seeding import derive_seed
 
 
@@ -170,9 +171,9 @@ def refuse_sample_above_class(config: RunConfig, data: DataSpec) -> None:
 
 
 def refuse_step_cap(config: RunConfig) -> None:
-    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/planner.py):
-    for a method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the
-    run, so it is refused, naming the keys that set those steps."""
+    """``trainer.max_steps`` caps the data steps first, then the free ones
+    (privacy/planning/planner.py): for a method with free steps (Dosser) or a fixed step count
+    (LDPDC) that silently breaks the run, so it is refused, naming the keys that set those steps."""
     if config.trainer.get("max_steps") is None:
         return
     method, schema = METHODS[config.method.name], config.method

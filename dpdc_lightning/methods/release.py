@@ -24,8 +24,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, noisy_clipped_mean, noisy_clipped_sum
-from dpdc_lightning.privacy.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.mechanisms.gaussian import (
+    PrivacyEvent,
+    noisy_clipped_mean,
+    noisy_clipped_sum,
+)
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream, noise_source
 
 
 def rows_to_host(rows: list[Tensor], *, device_type: str) -> list[Tensor]:

@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace) -> None:
 
 
 def _add_selection(sub: argparse.ArgumentParser) -> None:
-    from dpdc_lightning.privacy.trial_law import TRIAL_LAWS
+    from dpdc_lightning.privacy.selection.trial_law import TRIAL_LAWS
 
     group = sub.add_argument_group(
         "private selection (Papernot & Steinke 2022): K ~ law trials of this run, the best released"
@@ -160,7 +160,7 @@ def _add_selection(sub: argparse.ArgumentParser) -> None:
 
 
 def _selection(args: argparse.Namespace, accountant: str) -> None:
-    from dpdc_lightning.privacy.selection import TrialLaw, selection_costs
+    from dpdc_lightning.privacy.selection.budget import TrialLaw, selection_costs
 
     if args.select_mean is None or args.accountant != "rdp":
         raise UserError("--select-law needs --select-mean and the rdp accountant")
@@ -188,8 +188,8 @@ def _selection(args: argparse.Namespace, accountant: str) -> None:
 
 # Opacus (and torch) load only once the arguments parsed: argument errors answer at once.
 def _epsilon(args: argparse.Namespace, accountant: str) -> None:
-    from dpdc_lightning.privacy.analysis import epsilon_from_history
-    from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
+    from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+    from dpdc_lightning.privacy.receipts.report import CLAMP_NOTE, nonnegative_epsilon
 
     selection = (args.select_mean, args.select_eta, args.select_score_noise)
     if args.select_law is not None:
@@ -215,9 +215,9 @@ def _epsilon(args: argparse.Namespace, accountant: str) -> None:
 
 
 def _calibrate(args: argparse.Namespace, accountant: str) -> None:
-    from dpdc_lightning.privacy.analysis import epsilon_from_history
-    from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
-    from dpdc_lightning.privacy.report import CLAMP_NOTE, nonnegative_epsilon
+    from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+    from dpdc_lightning.privacy.accounting.calibration import calibrate_noise_multiplier
+    from dpdc_lightning.privacy.receipts.report import CLAMP_NOTE, nonnegative_epsilon
 
     sigma = calibrate_noise_multiplier(
         target_epsilon=args.target_epsilon,
@@ -244,7 +244,7 @@ def _calibrate(args: argparse.Namespace, accountant: str) -> None:
 
 
 def _max_steps(args: argparse.Namespace, accountant: str) -> None:
-    from dpdc_lightning.privacy.calibration import max_steps
+    from dpdc_lightning.privacy.accounting.calibration import max_steps
 
     steps = max_steps(
         target_epsilon=args.target_epsilon,

@@ -21,15 +21,15 @@ import torch
 from torch import Tensor
 
 import dpdc_lightning.engine.condense  # noqa: F401  (binds gaussian_sum through its imports)
-import dpdc_lightning.privacy.counts  # noqa: F401  (binds gaussian_sum)
-import dpdc_lightning.privacy.per_example  # noqa: F401  (binds gaussian_sum)
+import dpdc_lightning.privacy.mechanisms.counts  # noqa: F401  (binds gaussian_sum)
+import dpdc_lightning.privacy.mechanisms.per_example  # noqa: F401  (binds gaussian_sum)
 from dpdc_lightning.audit.neighbours.draws import Draw, NoiseLog
 from dpdc_lightning.audit.neighbours.events import SpendLog
 from dpdc_lightning.audit.neighbours.patches import Patches
 from dpdc_lightning.config.registry import loaded_names
 from dpdc_lightning.engine import datamodule as datamodule_module
 from dpdc_lightning.methods import method_class
-from dpdc_lightning.privacy import mechanisms
+from dpdc_lightning.privacy.mechanisms import gaussian as mechanisms
 
 
 @dataclass

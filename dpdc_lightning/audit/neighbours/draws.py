@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from dpdc_lightning.audit.neighbours.patches import Patches
-from dpdc_lightning.privacy.noise import KeyedNoise, SeededNoise
+from dpdc_lightning.privacy.mechanisms.noise import KeyedNoise, SeededNoise
 
 
 @dataclass

@@ -26,8 +26,8 @@ Executions of a case:
   execution: no noise key drawn twice, no noise drawn outside a call, and each call adds exactly
   its declared std times one draw of its stream (:func:`.calls.noise_problems`);
 - "plain", D' with the same secret as is: the same noise draws in the same order (no control flow
-  on the data); every output outside the release ledger (privacy/ledger.py) equal to D's once times
-  are removed; where nothing accounted reads the record, every output equal;
+  on the data); every output outside the release ledger (privacy/receipts/ledger.py) equal to D's
+  once times are removed; where nothing accounted reads the record, every output equal;
 - "coupled", D' whose every mechanism call releases D's value of the same call (the noise shifted
   by the difference of the pre-noise sums, the coupling of the DP argument): each call the same
   (noise key, event, sensitivity), its pre-noise sum moved by at most k sensitivities (k = 1
@@ -84,7 +84,7 @@ from dpdc_lightning.audit.neighbours.running import (
     sole_record,
     train_tokens,
 )
-from dpdc_lightning.privacy.ledger import ledger_for
+from dpdc_lightning.privacy.receipts.ledger import ledger_for
 
 
 @dataclass
