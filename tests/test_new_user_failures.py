@@ -541,7 +541,7 @@ def test_no_package_line_shortens_an_accounted_epsilon_by_itself():
 
 def test_canaries_that_do_not_split_over_the_classes_are_refused():
     from dpdc_lightning.audit.settings import WhiteboxConfig
-    from dpdc_lightning.audit.whitebox import per_partition
+    from dpdc_lightning.audit.whitebox.audit import per_partition
     from dpdc_lightning.errors import UserError
 
     with pytest.raises(UserError, match=r"audit.canaries=32 .* 10 partitions .* e.g. 30 or 40"):

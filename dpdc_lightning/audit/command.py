@@ -123,7 +123,7 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
             "the canaries are made from"
         )
     names = _fresh_names(run_dir)
-    from dpdc_lightning.audit.runner import run_audit
+    from dpdc_lightning.audit.blackbox.runner import run_audit
 
     output = run_audit(bundle, config, data, settings)
     output.report["files"] = {key: path.name for key, path in names.items()}
@@ -232,7 +232,7 @@ def _print_summary(report: dict, path: Path) -> None:
 
 
 def metrics_main(argv: list[str]) -> int:
-    from dpdc_lightning.audit import metrics
+    from dpdc_lightning.audit.metrics import roc as metrics
 
     options = {"--scores": None, "--members": None, "--delta": "1e-5", "--confidence": "0.95"}
     args = iter(argv)

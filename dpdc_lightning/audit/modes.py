@@ -57,8 +57,8 @@ def whitebox_main(argv: list[str]) -> int:
     from dpdc_lightning.engine.threads import use_threads
 
     use_threads(config.threads)
-    from dpdc_lightning.audit.transcripts import Transcript
-    from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
+    from dpdc_lightning.audit.whitebox.audit import summary_line, whitebox_audit
+    from dpdc_lightning.audit.whitebox.transcripts import Transcript
     from dpdc_lightning.engine.planning import load_data
 
     plan, stated = _verified_plan(run_dir) if run_dir is not None else (None, None)
@@ -116,7 +116,7 @@ def release_main(argv: list[str]) -> int:
     from dpdc_lightning.engine.threads import use_threads
 
     use_threads(config.threads)
-    from dpdc_lightning.audit.release import release_audit
+    from dpdc_lightning.audit.blackbox.release import release_audit
     from dpdc_lightning.engine.planning import load_data
 
     data = load_data(config)
@@ -155,7 +155,7 @@ def release_main(argv: list[str]) -> int:
 def selftest_main(argv: list[str]) -> int:
     tokens, arguments = audit_tokens(argv)
     settings = load_settings(tokens, WhiteboxConfig)
-    from dpdc_lightning.audit.selftest import passed, print_table, run_selftest
+    from dpdc_lightning.audit.whitebox.selftest import passed, print_table, run_selftest
     from dpdc_lightning.methods import private_methods
 
     private = private_methods()

@@ -1,5 +1,6 @@
 """A private method's release, written once: what its data step releases and what the white-box
-audit (``audit/transcripts.py``) runs many times with canaries are the same three functions.
+audit (``audit/whitebox/transcripts.py``) runs many times with canaries are the same three
+functions.
 
 - :meth:`PrivateRelease.release_context` prepares the public randomness of a data step (a random
   extractor θ_t, a network of round t, a subspace); called once per data step, in step order;

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dpdc_lightning.audit.planted import MIN_STEPS, releases
 from dpdc_lightning.audit.settings import WhiteboxConfig
-from dpdc_lightning.audit.transcripts import Transcript
-from dpdc_lightning.audit.whitebox import whitebox_audit
+from dpdc_lightning.audit.whitebox.audit import whitebox_audit
+from dpdc_lightning.audit.whitebox.planted import MIN_STEPS, releases
+from dpdc_lightning.audit.whitebox.transcripts import Transcript
 
 CLAIMED_EPSILON = 2.0
 

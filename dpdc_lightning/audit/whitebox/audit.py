@@ -38,11 +38,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdc_lightning.audit.bounds import Samples, certify
-from dpdc_lightning.audit.canary import Canaries, per_partition, sample_pool
-from dpdc_lightning.audit.noise_model import Model, NoiseTally, model_bound
+from dpdc_lightning.audit.metrics.bounds import Samples, certify
+from dpdc_lightning.audit.metrics.canary import Canaries, per_partition, sample_pool
 from dpdc_lightning.audit.settings import WhiteboxConfig
-from dpdc_lightning.audit.transcripts import Release, StepView, Transcript, correct_release
+from dpdc_lightning.audit.whitebox.noise_model import Model, NoiseTally, model_bound
+from dpdc_lightning.audit.whitebox.transcripts import Release, StepView, Transcript, correct_release
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows
 from dpdc_lightning.seeding import derive_generator, derive_seed

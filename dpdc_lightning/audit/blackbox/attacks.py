@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdc_lightning.audit.metrics import advantage, best_threshold, split_halves
+from dpdc_lightning.audit.metrics.roc import advantage, best_threshold, split_halves
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from dpdc_lightning.privacy.mechanisms.sampling import poisson_sample
 from dpdc_lightning.seeding import derive_generator
 
 if TYPE_CHECKING:
-    from dpdc_lightning.audit.transcripts import StepView, Transcript
+    from dpdc_lightning.audit.whitebox.transcripts import StepView, Transcript
 
 
 def one_run_p_value(*, m: int, r: int, v: int, epsilon: float, delta: float) -> float:

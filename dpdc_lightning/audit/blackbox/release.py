@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from dpdc_lightning.audit import canary, metrics
+from dpdc_lightning.audit.metrics import canary
+from dpdc_lightning.audit.metrics import roc as metrics
 from dpdc_lightning.audit.settings import ReleaseConfig
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData

@@ -32,9 +32,9 @@ import numpy as np
 from opacus.accountants.analysis.gdp import delta_eps_mu, eps_from_mu
 from scipy.stats import norm
 
-from dpdc_lightning.audit.canary import guess, one_run_epsilon_bound
-from dpdc_lightning.audit.figures import score_histogram
-from dpdc_lightning.audit.metrics import (
+from dpdc_lightning.audit.metrics.canary import guess, one_run_epsilon_bound
+from dpdc_lightning.audit.metrics.figures import score_histogram
+from dpdc_lightning.audit.metrics.roc import (
     certified_epsilon_many,
     clopper_pearson_lower_many,
     clopper_pearson_upper_many,

@@ -26,7 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from dpdc_lightning.audit.transcripts import (
+from dpdc_lightning.audit.whitebox.transcripts import (
     Release,
     Transcript,
     correct_release,

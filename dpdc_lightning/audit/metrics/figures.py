@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from dpdc_lightning.audit.metrics import FPR_POINTS, tpr_at
+from dpdc_lightning.audit.metrics.roc import FPR_POINTS, tpr_at
 from dpdc_lightning.plots.canvas import colour_name
 from dpdc_lightning.plots.roc import Curve, roc_curves_png
 

@@ -13,11 +13,12 @@ from typing import Any
 
 import torch
 
-from dpdc_lightning.audit import analysis, canary, visual
-from dpdc_lightning.audit.figures import roc_png
-from dpdc_lightning.audit.membership import Bounds, bundle_entry, target_entries
+from dpdc_lightning.audit.blackbox import analysis, visual
+from dpdc_lightning.audit.blackbox.membership import Bounds, bundle_entry, target_entries
+from dpdc_lightning.audit.blackbox.shadows import ShadowPlan, ShadowResult, run_shadows
+from dpdc_lightning.audit.metrics import canary
+from dpdc_lightning.audit.metrics.figures import roc_png
 from dpdc_lightning.audit.settings import AuditConfig
-from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, run_shadows
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.methods import DMConfig
 from dpdc_lightning.data import ImageData

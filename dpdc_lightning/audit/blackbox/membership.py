@@ -13,9 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from dpdc_lightning.audit import attacks, canary, metrics
+from dpdc_lightning.audit.blackbox import attacks
+from dpdc_lightning.audit.blackbox.shadows import ShadowPlan, ShadowResult, keep_matrix
+from dpdc_lightning.audit.metrics import canary
+from dpdc_lightning.audit.metrics import roc as metrics
 from dpdc_lightning.audit.settings import AuditConfig
-from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult, keep_matrix
 from dpdc_lightning.engine.bundle import Bundle
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.seeding import derive_generator, derive_seed

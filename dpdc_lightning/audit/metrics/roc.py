@@ -21,7 +21,7 @@ certifies it (:func:`epsilon_lower_bound`), or every candidate threshold pays a 
 Caveat: Clopper–Pearson treats the examples as independent trials. That holds across independently
 trained targets; records scored against ONE target model share it, which is the common practice of
 Dong et al. and Carlini et al. but not a theorem. The one-run bound of Steinke, Nasr & Jagielski
-(:mod:`dpdc_lightning.audit.canary`) is the rigorous one within a single run.
+(:mod:`dpdc_lightning.audit.metrics.canary`) is the rigorous one within a single run.
 """
 
 from __future__ import annotations
