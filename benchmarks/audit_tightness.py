@@ -64,7 +64,7 @@ def load(path: Path = CACHE) -> dict:
 
 
 def save(cache: dict, path: Path = CACHE) -> None:
-    from dpdc_lightning.audit.command import finite
+    from dpdc_lightning.cli.audit import finite
 
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(finite(cache), indent=1, default=float) + "\n")

@@ -116,6 +116,8 @@ class Graph:
     @staticmethod
     def room(module: str) -> str:
         parts = module.split(".")
+        if parts[-1] == "__main__":  # ``python -m PACKAGE``: a command, whichever folder holds it
+            return "cli"
         return parts[1] if len(parts) > 1 else PACKAGE
 
     def rooms(self) -> set[str]:

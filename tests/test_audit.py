@@ -340,8 +340,8 @@ def test_metrics_cli_prints_the_five_lines(tmp_path, cli_env, repo_root):
     ],
 )
 def test_metrics_cli_refuses_bad_input(tmp_path, capsys, args):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     scores, _ = random_scores(0)
     np.save(tmp_path / "s.npy", scores)
@@ -355,8 +355,8 @@ def test_metrics_cli_refuses_bad_input(tmp_path, capsys, args):
 
 
 def test_audit_cli_refuses_bad_run_dirs(tmp_path, capsys):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     (tmp_path / "half").mkdir()
     for args in (
@@ -374,7 +374,7 @@ def test_audit_cli_refuses_bad_run_dirs(tmp_path, capsys):
 
 def test_an_audit_never_overwrites_an_earlier_one(tmp_path):
     from dpdc_lightning.audit.blackbox.runner import AuditOutput
-    from dpdc_lightning.audit.command import _fresh_names, _write_outputs
+    from dpdc_lightning.cli.audit import _fresh_names, _write_outputs
 
     output = AuditOutput(
         report={"x": math.inf}, roc_png=b"roc", neighbours_png=b"nn", violations=[]
@@ -401,8 +401,8 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(
     """The command around the experiment: files next to the bundle, a second audit beside the first,
     exit code 1 and a loud message when a bound exceeds the accounted ε (the experiment is faked)."""
     from dpdc_lightning.audit.blackbox import runner
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.training import train
 

@@ -238,7 +238,7 @@ def test_planted_bugs_cannot_be_reached_from_a_run(repo_root):
 
     package = repo_root / "dpdc_lightning"
     imports = re.compile(
-        r"(\bplanted\s+import|import\s+[\w.]*planted|audit\.planted|audit\s+import\s+.*\bplanted\b)"
+        r"(\bplanted\s+import|import\s+[\w.]*planted|\.planted\b|audit\S*\s+import\s+.*\bplanted\b)"
     )
     users = sorted(
         str(p.relative_to(repo_root))
@@ -252,12 +252,12 @@ def test_planted_bugs_cannot_be_reached_from_a_run(repo_root):
         WhiteboxConfig.__dataclass_fields__
     )
     # `audit.py whitebox` passes no releases: whitebox_audit then audits the correct call only
-    assert "releases=" not in (package / "audit" / "modes.py").read_text()
+    assert "releases=" not in (package / "cli" / "audit_modes.py").read_text()
 
 
 def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
     code = (
-        "import sys; from dpdc_lightning.audit.command import audit_main; code = audit_main(['--help']); "
+        "import sys; from dpdc_lightning.cli.audit import audit_main; code = audit_main(['--help']); "
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)"
     )
     out = subprocess.run(
@@ -294,8 +294,8 @@ def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
     ],
 )
 def test_bad_audit_arguments_fail_in_one_line(args, capsys, tmp_path, monkeypatch):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     monkeypatch.chdir(tmp_path)
     assert run(audit_main, args) == 2
@@ -387,8 +387,8 @@ def test_whitebox_run_verifies_first_and_audits_the_bundles_own_plan(tmp_path, c
 
     import yaml
 
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
     from dpdc_lightning.cli.commands import train_main
 
     generator = torch.Generator().manual_seed(33)

@@ -109,8 +109,8 @@ def test_a_toy_method_registered_from_a_test_file_is_usable_everywhere(toys, tmp
 
 
 def _check(args: list[str], capsys) -> tuple[int, str]:
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     code = run(audit_main, ["check", *args])
     return code, capsys.readouterr().out
@@ -215,8 +215,8 @@ def test_check_passes_only_when_every_row_passes():
     ],
 )
 def test_check_refuses_bad_input_in_one_line(args, message, capsys, tmp_path, monkeypatch):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     monkeypatch.chdir(tmp_path)
     assert run(audit_main, ["check", *args]) == 2

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from script_entries import EVALUATE, TRAIN
 
-from dpdc_lightning.audit.command import audit_main
 from dpdc_lightning.cli import run
+from dpdc_lightning.cli.audit import audit_main
 from dpdc_lightning.cli.export import export_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,7 +241,7 @@ def test_path_errors_are_answered_before_torch_loads(tmp_path, cli_env):
         "from dpdc_lightning.errors import run\n"
         "from dpdc_lightning.cli.evaluate import evaluate_main\n"
         "from dpdc_lightning.cli.export import export_main\n"
-        "from dpdc_lightning.audit.command import audit_main\n"
+        "from dpdc_lightning.cli.audit import audit_main\n"
         "codes = [run(evaluate_main, ['runs/does-not-exist']), run(audit_main, ['runs/nope']),\n"
         "         run(audit_main, ['release', 'runs/nope']), run(audit_main, ['whitebx']),\n"
         "         run(export_main, ['runs/nope', '--to', 'x'])]\n"

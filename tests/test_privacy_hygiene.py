@@ -206,7 +206,7 @@ def test_reported_epsilon_is_never_negative_and_says_why(capsys):
 
 
 def test_calculator_never_prints_a_negative_epsilon(capsys):
-    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.cli.privacy_calculator import main
 
     args = ["--sample-rate", "0.01", "--noise-multiplier", "5", "--steps", "10", "--delta", "0.5"]
     assert main(["epsilon", *args]) == 0

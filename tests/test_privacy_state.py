@@ -76,7 +76,7 @@ def test_a_pure_dp_fixed_cost_phase_composes():
 
 
 def test_the_calculator_lists_its_verbs_and_requires_its_flags(capsys):
-    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.cli.privacy_calculator import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])

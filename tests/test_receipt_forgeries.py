@@ -173,7 +173,7 @@ def test_a_halved_sample_rate_with_its_epsilon_recomputed_fails(copy):
 
 
 def test_a_config_that_contradicts_the_plan_fails_and_whitebox_names_the_files(copy, capsys):
-    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli.audit import audit_main
 
     tree = yaml.safe_load((copy / "config.yaml").read_text())
     tree["method"]["group_size"] = 2.0  # q = 2 / 48, plan.json keeps 4 / 48

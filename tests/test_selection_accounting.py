@@ -287,7 +287,7 @@ def test_section_records_the_accounting_inputs_and_no_trial_count():
 
 
 def test_the_calculator_prints_a_selections_epsilon_last(capsys):
-    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.cli.privacy_calculator import main
     from dpdc_lightning.privacy.display import epsilon_text
     from dpdc_lightning.privacy.selection.budget import selection_costs
 

@@ -239,7 +239,7 @@ def test_a_swapped_tensor_fails(copy_of):
 
 
 def test_a_bundle_that_fails_is_refused_by_every_command_that_reads_bundles(copy_of, capsys):
-    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli.audit import audit_main
     from dpdc_lightning.cli.export import export_main
 
     run_dir = copy_of("ndpdc")

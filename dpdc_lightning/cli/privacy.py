@@ -1,5 +1,5 @@
 """``dpdc-privacy`` (``python -m dpdc_lightning.cli.privacy``): the privacy calculator of
-privacy/__main__.py, and the two verbs that read a run folder:
+cli/privacy_calculator.py, and the two verbs that read a run folder:
 
     verify RUN [--key FILE]   every check of engine/verification.py: the files against
                               manifest.json, the receipt against plan.json, plan.json against
@@ -27,7 +27,7 @@ USAGE = "usage: dpdc-privacy verify RUN [--key FILE] | dpdc-privacy sign RUN --k
 def privacy_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in VERBS:
-        from dpdc_lightning.privacy.__main__ import main
+        from dpdc_lightning.cli.privacy_calculator import main
 
         return main(argv)
     try:

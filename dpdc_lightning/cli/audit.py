@@ -81,7 +81,7 @@ def audit_main(argv: list[str]) -> int:
     if flags:
         raise UserError(f"unknown flag {flags[0]}; {USAGE}")
     if mode in ("whitebox", "release", "selftest", "check"):
-        from dpdc_lightning.audit import modes
+        from dpdc_lightning.cli import audit_modes as modes
 
         return getattr(modes, f"{mode}_main")(rest)
     if mode == "mia":
