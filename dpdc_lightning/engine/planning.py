@@ -4,8 +4,8 @@ and a DP auxiliary run when the config asks for them), the secret, the memory es
 ``config`` (the user's input) goes in; a :class:`~dpdc_lightning.privacy.planning.plan.PrivacyPlan`
 comes out and is never written back into the config. ``noise_multiplier`` takes this path: the
 config's ``privacy.noise_multiplier`` (or the method schema's ``default_noise_multiplier``) and
-target ε go to ``privacy.planner.make_plan``, which fixes the plan's noise multiplier once; the
-method reads it from the plan and hands it to the mechanism, whose event the privacy budget
+target ε go to ``privacy.planning.planner.make_plan``, which fixes the plan's noise multiplier once;
+the method reads it from the plan and hands it to the mechanism, whose event the privacy budget
 composes.
 """
 

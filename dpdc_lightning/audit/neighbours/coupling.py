@@ -1,7 +1,7 @@
 """Observing and coupling the Gaussian mechanism for the neighbouring-run harness.
 
-:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian_sum`` wherever a dpdc_lightning module,
-or the module of a registered method (a plug-in), binds it (mechanisms.noisy_clipped_sum,
+:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian.gaussian_sum`` wherever a dpdc_lightning
+module, or the module of a registered method (a plug-in), binds it (mechanisms.noisy_clipped_sum,
 per_example.noisy_gradient_mean, counts.release_class_sizes, ...): every call's pre-noise sum,
 sensitivity and event are recorded with the noise draws made inside it (:mod:`.draws`: every
 draw of the run is logged, inside a call or not), and a tap given D's calls makes call i release

@@ -10,8 +10,8 @@ event of one call. The class-size release is the one call accounted by the plan 
 (privacy/planning/plan.py composes the event it returned before the first step).
 
 The same run's noise must be keyed by the WHOLE secret: :func:`secret_problems` refuses a keyed
-draw whose key is neither the run's secret nor one ``privacy.secret.derive_secret`` derived from
-it (a secret reduced to 32 or 64 bits can be searched: the noise is then known).
+draw whose key is neither the run's secret nor one ``privacy.mechanisms.secret.derive_secret``
+derived from it (a secret reduced to 32 or 64 bits can be searched: the noise is then known).
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ and the record that moves a batch statistic most), the only record of its class 
 samples (the class's sample in D' is then empty at that step), or one of the test split.
 Executions of a case:
 
-- D, recorded: every mechanism call (``privacy.mechanisms.gaussian_sum``, wherever it is bound)
+- D, recorded: every mechanism call (``privacy.mechanisms.gaussian.gaussian_sum``, wherever it is
+bound)
   with its pre-noise sum, sensitivity, event and the noise draws made inside it; every draw of the
   noise streams; every output flattened to ``output:field`` keys. The secret is chosen so that D's
   Poisson samples include the record (else the comparison would be vacuous). In D, as in every

@@ -1,9 +1,9 @@
 """Planted privacy bugs: wrong versions of a method's release, for the audit's self-test ONLY.
 
 Each is the method's own release (:func:`.transcripts.correct_release`: ``method.release``, which
-calls ``privacy.mechanisms`` with the keyed noise of ``privacy.noise``) with one thing broken,
-while the accountant is still told the correct noise multiplier, sample rate and sensitivity, so
-the claimed ε is unchanged. Each works on any registered private method:
+calls ``privacy.mechanisms`` with the keyed noise of ``privacy.mechanisms.noise``) with one thing
+broken, while the accountant is still told the correct noise multiplier, sample rate and
+sensitivity, so the claimed ε is unchanged. Each works on any registered private method:
 
 - ``noise_x0.1`` and ``noise_x0.5``: the noise std is a tenth (half) of what the accountant
   assumes (the method's release with a noise stream whose values are scaled by 0.1 or 0.5: half is

@@ -153,7 +153,8 @@ def gaussian_noise_like(value: Tensor, *, std: float, noise: NoiseStream) -> Ten
     if not isinstance(noise, NoiseStream):
         # A torch.Generator here would be the old float32 Mersenne-Twister path: refuse it loudly.
         raise TypeError(
-            f"noise must be a NoiseStream (privacy.noise.noise_source), got {type(noise).__name__}"
+            "noise must be a NoiseStream (privacy.mechanisms.noise.noise_source), "
+            f"got {type(noise).__name__}"
         )
     return noise.standard_normal(tuple(value.shape)) * std
 
