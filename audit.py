@@ -13,7 +13,7 @@ from dpdc_lightning.errors import main_entry
 def main(argv: list[str]) -> int | None:
     """The command, imported inside :func:`main_entry`'s run: a Ctrl-C while it loads ends as
     any Ctrl-C does (one line, exit code 130)."""
-    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli.audit import audit_main
 
     return audit_main(argv)
 

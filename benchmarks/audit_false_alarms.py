@@ -1,4 +1,4 @@
-"""How often does the white-box model bound (audit/noise_model.py) flag a CORRECT mechanism?
+"""How often does the white-box model bound (audit/whitebox/noise_model.py) flag a CORRECT mechanism?
 
     OMP_NUM_THREADS=1 python benchmarks/audit_false_alarms.py --reps 200 --out results.json
 
@@ -35,7 +35,7 @@ Q, Z, STEPS, DELTA, CONFIDENCE = 5 / 127, 1.259765625, 100, 1e-5, 1 - 0.05 / 4
 
 
 def repetition(seed: int, entries: int) -> dict:
-    from dpdc_lightning.audit.noise_model import Model, NoiseTally, model_bound
+    from dpdc_lightning.audit.whitebox.noise_model import Model, NoiseTally, model_bound
 
     g = torch.Generator().manual_seed(seed)
     tally = NoiseTally(1, STEPS)
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=4000)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    import dpdc_lightning.audit.noise_model as noise_model
+    import dpdc_lightning.audit.whitebox.noise_model as noise_model
 
     # The accountant is not needed for the count (module docstring): "epsilon" is then the
     # smallest per-step upper bound on the noise multiplier.

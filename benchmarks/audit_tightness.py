@@ -64,7 +64,7 @@ def load(path: Path = CACHE) -> dict:
 
 
 def save(cache: dict, path: Path = CACHE) -> None:
-    from dpdc_lightning.audit.command import finite
+    from dpdc_lightning.cli.audit import finite
 
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(finite(cache), indent=1, default=float) + "\n")
@@ -76,10 +76,10 @@ def say(message: str) -> None:
 
 
 def run_row(row: str, cache: dict) -> None:
-    from dpdc_lightning.audit.release import release_audit
+    from dpdc_lightning.audit.blackbox.release import release_audit
     from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig
-    from dpdc_lightning.audit.transcripts import Transcript
-    from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
+    from dpdc_lightning.audit.whitebox.audit import summary_line, whitebox_audit
+    from dpdc_lightning.audit.whitebox.transcripts import Transcript
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.condense import condense
     from dpdc_lightning.engine.planning import load_data
@@ -111,9 +111,9 @@ def run_row(row: str, cache: dict) -> None:
 
 
 def run_selftest(cache: dict) -> None:
-    from dpdc_lightning.audit.selftest import default_methods
-    from dpdc_lightning.audit.selftest import run_selftest as selftest
     from dpdc_lightning.audit.settings import WhiteboxConfig
+    from dpdc_lightning.audit.whitebox.selftest import default_methods
+    from dpdc_lightning.audit.whitebox.selftest import run_selftest as selftest
 
     for method in default_methods():
         if f"selftest-{method}" not in cache:
@@ -213,8 +213,8 @@ def write_table(cache: dict, path: Path = TABLE, render=tables) -> None:
 def run_whitebox_row(row: str, cache: dict, *, trials: int = 48) -> None:
     """The white-box audit alone, with the CPU time of this process (building the method included)."""
     from dpdc_lightning.audit.settings import WhiteboxConfig
-    from dpdc_lightning.audit.transcripts import Transcript
-    from dpdc_lightning.audit.whitebox import summary_line, whitebox_audit
+    from dpdc_lightning.audit.whitebox.audit import summary_line, whitebox_audit
+    from dpdc_lightning.audit.whitebox.transcripts import Transcript
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
 

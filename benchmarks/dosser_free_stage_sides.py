@@ -16,7 +16,7 @@ from dpdc_lightning.methods.auxiliary import AuxiliarySet
 from dpdc_lightning.methods.dosser import Dosser
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.subspace import SubspaceCache
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.planning.planner import make_plan
 from dpdc_lightning.seeding import derive_generator
 
 STRATEGY = "color_crop_cutout_flip_scale_rotate"

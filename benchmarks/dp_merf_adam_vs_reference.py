@@ -51,7 +51,7 @@ from reference_code import (  # noqa: E402
 
 from dpdc_lightning.data import load_dataset  # noqa: E402
 from dpdc_lightning.methods import DataSpec  # noqa: E402
-from dpdc_lightning.privacy.planner import make_plan  # noqa: E402
+from dpdc_lightning.privacy.planning.planner import make_plan  # noqa: E402
 
 # Their aux.py imports matplotlib with a non-interactive backend: nothing to patch for the CPU;
 # every function compared takes its device as an argument ('cpu' here).

@@ -49,7 +49,7 @@ def embedding(dataset: str, work: Path) -> dict:
     from dp_merf.method import DPMERF, random_fourier_features
     from rff_mmd_approx import noisy_dataset_embedding, rff_param_tuple  # theirs
 
-    import dpdc_lightning.privacy.mechanisms as mechanisms
+    import dpdc_lightning.privacy.mechanisms.gaussian as mechanisms
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.planning import plan_run
@@ -177,7 +177,7 @@ def generator(
 
 
 def _epsilon(noise_multiplier: float) -> float:
-    from dpdc_lightning.privacy.analysis import epsilon_from_history
+    from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 
     return epsilon_from_history([(noise_multiplier, 1.0, 1)], delta=1e-5, accountant="rdp")
 

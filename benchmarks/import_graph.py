@@ -89,16 +89,16 @@ NOISE_MULTIPLIER_PATHS = {
         "conf/privacy/default.yaml",
         "config/schema.py",
         "engine/planning.py",
-        "privacy/planner.py",
-        "privacy/plan.py",
+        "privacy/planning/planner.py",
+        "privacy/planning/plan.py",
         "methods/base.py",
         "methods/ndpdc.py",
-        "privacy/mechanisms.py",
+        "privacy/mechanisms/gaussian.py",
         "methods/base.py",
         "engine/method_module.py",
         "engine/privacy_callback.py",
-        "privacy/budget.py",
-        "privacy/accounting.py",
+        "privacy/accounting/budget.py",
+        "privacy/accounting/accountant.py",
     ],
 }
 
@@ -116,6 +116,8 @@ class Graph:
     @staticmethod
     def room(module: str) -> str:
         parts = module.split(".")
+        if parts[-1] == "__main__":  # ``python -m PACKAGE``: a command, whichever folder holds it
+            return "cli"
         return parts[1] if len(parts) > 1 else PACKAGE
 
     def rooms(self) -> set[str]:

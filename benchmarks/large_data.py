@@ -105,8 +105,8 @@ def methods(data, *, group_size: float, steps: int):
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.methods.dosser import Dosser
     from dpdc_lightning.methods.ndpdc import NDPDC
-    from dpdc_lightning.privacy.plan import StepSchedule
-    from dpdc_lightning.privacy.planner import make_plan
+    from dpdc_lightning.privacy.planning.plan import StepSchedule
+    from dpdc_lightning.privacy.planning.planner import make_plan
 
     spec = DataSpec.of(data)
     model = ModelConfig(width=32)  # the default depth 3; width 32 keeps a row in minutes

@@ -23,8 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dpdc_lightning.audit import attacks, metrics  # noqa: E402
-from dpdc_lightning.audit.shadows import keep_matrix  # noqa: E402
+from dpdc_lightning.audit.blackbox import attacks
+from dpdc_lightning.audit.blackbox.shadows import keep_matrix  # noqa: E402
+from dpdc_lightning.audit.metrics import roc as metrics  # noqa: E402
 
 WANTED = ("sweep", "generate_ours", "generate_ours_offline", "generate_global")
 

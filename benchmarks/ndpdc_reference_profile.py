@@ -35,7 +35,7 @@ def gradient_accuracy() -> None:
     each compared with float64 eager: what the compiled kernels change beyond float32 rounding."""
     from dpdc_lightning.config.schema import ModelConfig  # noqa: PLC0415
     from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: PLC0415
-    from dpdc_lightning.privacy.mechanisms import clip_rows  # noqa: PLC0415
+    from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows  # noqa: PLC0415
 
     model = ModelConfig(name="convnet", width=128, depth=3, norm="instancenorm")
     x = torch.randn(50, 1, 28, 28, generator=torch.Generator().manual_seed(1))

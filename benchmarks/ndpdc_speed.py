@@ -41,8 +41,8 @@ from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC  # noqa: E402
 from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
-from dpdc_lightning.privacy.planner import make_plan  # noqa: E402
-from dpdc_lightning.privacy.sampling import poisson_sample  # noqa: E402
+from dpdc_lightning.privacy.mechanisms.sampling import poisson_sample  # noqa: E402
+from dpdc_lightning.privacy.planning.planner import make_plan  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 
 NUM_CLASSES, IMAGE_SHAPE, CLASS_SIZE = 10, (1, 28, 28), 6000

@@ -52,8 +52,8 @@ from dpdc_lightning.engine.datamodule import PrivateDataModule  # noqa: E402
 from dpdc_lightning.methods.extractor import RandomExtractor  # noqa: E402
 from dpdc_lightning.methods.ndpdc import NDPDC  # noqa: E402
 from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
-from dpdc_lightning.privacy.accounting import PrivacyAccountant  # noqa: E402
-from dpdc_lightning.privacy.planner import make_plan  # noqa: E402
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant  # noqa: E402
+from dpdc_lightning.privacy.planning.planner import make_plan  # noqa: E402
 
 # name -> NDPDCConfig speed options; "no_grad real" swaps inference mode back for torch.no_grad.
 VARIANTS = {

@@ -38,8 +38,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum  # noqa: E402
-from dpdc_lightning.privacy.noise import KeyedNoise, SeededNoise  # noqa: E402
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows, noisy_clipped_sum  # noqa: E402
+from dpdc_lightning.privacy.mechanisms.noise import KeyedNoise, SeededNoise  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 
 CLASSES, FEATURES, SAMPLE = 10, 2048, 50

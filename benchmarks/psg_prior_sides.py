@@ -19,7 +19,7 @@ from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.psg import PSG
 from dpdc_lightning.methods.synthetic import GeneratedImages
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.planning.planner import make_plan
 
 
 def their_loop_code(folder: Path) -> tuple[types.CodeType, types.CodeType]:

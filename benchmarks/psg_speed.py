@@ -38,7 +38,7 @@ from dpdc_lightning.config.methods import PSGConfig  # noqa: E402
 from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
 from dpdc_lightning.methods.psg import PSG  # noqa: E402
 from dpdc_lightning.methods.spec import DataSpec  # noqa: E402
-from dpdc_lightning.privacy.planner import make_plan  # noqa: E402
+from dpdc_lightning.privacy.planning.planner import make_plan  # noqa: E402
 from dpdc_lightning.seeding import derive_generator  # noqa: E402
 
 NUM_CLASSES, IMAGE_SHAPE, RECORDS, BATCH = 10, (1, 28, 28), 60000, 256

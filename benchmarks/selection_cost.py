@@ -7,17 +7,17 @@ plus a score of noise multiplier 20), of releasing and composing as many trials 
 a selection under each law of the number of trials. Table 2: the noise multiplier a run needs for a
 total ε of 2 or 4: one run alone, each of 8 runs released and composed, and each trial of a
 selection of mean 8 (its per-trial ε / noise multiplier), every trial calibrated with
-privacy/calibration.py and the selection with calibrate_selection. Table 3: the score's share
-(privacy/score_share.py): for an NDPDC digits member (q 0.0394 = 5/127, 300 steps) the per-trial ε
+privacy/accounting/calibration.py and the selection with calibrate_selection. Table 3: the score's share
+(privacy/selection/score_share.py): for an NDPDC digits member (q 0.0394 = 5/127, 300 steps) the per-trial ε
 a selection of mean 4 leaves at total ε 4 and 1 with the score at each share, against a free score
 (the numbers behind the default share, docs/privacy.md). ~3 min on one core.
 """
 
 from __future__ import annotations
 
-from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
-from dpdc_lightning.privacy.score_share import score_noise_for_share
-from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_costs
+from dpdc_lightning.privacy.accounting.calibration import calibrate_noise_multiplier
+from dpdc_lightning.privacy.selection.budget import TrialLaw, calibrate_selection, selection_costs
+from dpdc_lightning.privacy.selection.score_share import score_noise_for_share
 
 Q, STEPS, DELTA, SCORE = 0.01, 1000, 1e-5, 20.0
 LAWS = {

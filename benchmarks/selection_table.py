@@ -139,8 +139,8 @@ def per_member_epsilon(total: float, *, delta: float) -> float:
     from dpdc_lightning.engine.resolved import resolve_run
     from dpdc_lightning.engine.selection import member_plan, plan_events
     from dpdc_lightning.methods import DataSpec
-    from dpdc_lightning.privacy.analysis import RDP_ORDERS
-    from dpdc_lightning.privacy.selection import composed_rdp, epsilon_at
+    from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
+    from dpdc_lightning.privacy.selection.budget import composed_rdp, epsilon_at
 
     members, _ = expand([*base_tokens(), *grid_tokens(GRID), f"privacy.target_epsilon={total}"])
     configs = [compose(m) for m in members]
@@ -163,8 +163,8 @@ def per_member_epsilon(total: float, *, delta: float) -> float:
 
 def composed_of(run_dirs: list[Path], *, delta: float) -> float:
     """ε of the released members composed, recomputed from their privacy.json histories."""
-    from dpdc_lightning.privacy.analysis import RDP_ORDERS
-    from dpdc_lightning.privacy.selection import epsilon_at, history_rdp
+    from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
+    from dpdc_lightning.privacy.selection.budget import epsilon_at, history_rdp
 
     total = np.zeros(len(RDP_ORDERS))
     for run_dir in run_dirs:

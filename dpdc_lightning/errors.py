@@ -34,7 +34,7 @@ class NumericalFault(UserError):
     ``CondensationMethod.training_step`` adds the step and the likely cause, and ``training.train``
     what became of the run folder. Only public quantities (the synthetic set, and losses against
     noisy releases) are checked: whether a run stops never depends on a private record. The
-    mechanisms turn a private row that is not finite into a zero row (privacy/mechanisms.py
+    mechanisms turn a private row that is not finite into a zero row (privacy/mechanisms/gaussian.py
     ``finite_rows``), so a noisy release is always finite."""
 
     def __init__(

@@ -8,8 +8,8 @@ from dpdc_lightning.engine.datamodule import PrivateDataModule
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.methods.extractor import RandomExtractor
-from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan, StepSchedule
+from dpdc_lightning.privacy.planning.planner import make_plan
 
 
 def plan_for(

@@ -14,9 +14,11 @@ from scipy.stats import beta, norm
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from dpdc_lightning.audit import attacks, canary, metrics
-from dpdc_lightning.audit.analysis import bai_saranadasa, closed_form_dm
-from dpdc_lightning.audit.shadows import keep_matrix, logit_confidence
+from dpdc_lightning.audit.blackbox import attacks
+from dpdc_lightning.audit.blackbox.analysis import bai_saranadasa, closed_form_dm
+from dpdc_lightning.audit.blackbox.shadows import keep_matrix, logit_confidence
+from dpdc_lightning.audit.metrics import canary
+from dpdc_lightning.audit.metrics import roc as metrics
 from dpdc_lightning.errors import UserError
 
 
@@ -271,7 +273,7 @@ def test_closed_form_dm_matches_eq8_and_bai_saranadasa_calibration():
 def test_dm_initialisation_is_redrawn_exactly():
     from method_helpers import build
 
-    from dpdc_lightning.audit.analysis import dm_noise_initialisation
+    from dpdc_lightning.audit.blackbox.analysis import dm_noise_initialisation
     from dpdc_lightning.config.methods import DMConfig
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.methods.dm import DM
@@ -338,8 +340,8 @@ def test_metrics_cli_prints_the_five_lines(tmp_path, cli_env, repo_root):
     ],
 )
 def test_metrics_cli_refuses_bad_input(tmp_path, capsys, args):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     scores, _ = random_scores(0)
     np.save(tmp_path / "s.npy", scores)
@@ -353,8 +355,8 @@ def test_metrics_cli_refuses_bad_input(tmp_path, capsys, args):
 
 
 def test_audit_cli_refuses_bad_run_dirs(tmp_path, capsys):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     (tmp_path / "half").mkdir()
     for args in (
@@ -371,8 +373,8 @@ def test_audit_cli_refuses_bad_run_dirs(tmp_path, capsys):
 
 
 def test_an_audit_never_overwrites_an_earlier_one(tmp_path):
-    from dpdc_lightning.audit.command import _fresh_names, _write_outputs
-    from dpdc_lightning.audit.runner import AuditOutput
+    from dpdc_lightning.audit.blackbox.runner import AuditOutput
+    from dpdc_lightning.cli.audit import _fresh_names, _write_outputs
 
     output = AuditOutput(
         report={"x": math.inf}, roc_png=b"roc", neighbours_png=b"nn", violations=[]
@@ -398,9 +400,9 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(
 ):
     """The command around the experiment: files next to the bundle, a second audit beside the first,
     exit code 1 and a loud message when a bound exceeds the accounted ε (the experiment is faked)."""
-    from dpdc_lightning.audit import runner
-    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.audit.blackbox import runner
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.training import train
 
@@ -451,9 +453,9 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(
 def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     """Training vs test records of the release are different records: even a perfect separation (which a
     mechanism of true ε 0 can show, by the sets alone) yields AUC 1 and no bound, no violation, no exit 1."""
-    from dpdc_lightning.audit import runner
+    from dpdc_lightning.audit.blackbox import runner
+    from dpdc_lightning.audit.blackbox.shadows import ShadowPlan, ShadowResult
     from dpdc_lightning.audit.settings import AuditConfig
-    from dpdc_lightning.audit.shadows import ShadowPlan, ShadowResult
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.bundle import Bundle

@@ -1,4 +1,4 @@
-"""The model bound of the white-box audit (audit/noise_model.py) on the exact one-dimensional model
+"""The model bound of the white-box audit (audit/whitebox/noise_model.py) on the exact one-dimensional model
 of a canary's coordinates: it stays below the true ε of a correct mechanism, comes close to it,
 and exceeds the claim for the bugs researchers write (half the noise, a doubled record, noise
 reused across steps, a contribution that depends on the batch, non-Gaussian noise)."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpdc_lightning.audit.noise_model import (
+from dpdc_lightning.audit.whitebox.noise_model import (
     Model,
     NoiseTally,
     composed_epsilon,

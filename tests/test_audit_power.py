@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from dpdc_lightning.audit import attacks, canary, metrics
-from dpdc_lightning.audit.shadows import ShadowPlan, run_shadows
+from dpdc_lightning.audit.blackbox import attacks
+from dpdc_lightning.audit.blackbox.shadows import ShadowPlan, run_shadows
+from dpdc_lightning.audit.metrics import canary
+from dpdc_lightning.audit.metrics import roc as metrics
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.evaluation import EvalProtocol

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from dpdc_lightning.audit import bounds
+from dpdc_lightning.audit.metrics import bounds
 from dpdc_lightning.audit.settings import WhiteboxConfig
-from dpdc_lightning.audit.transcripts import Transcript, correct_release
+from dpdc_lightning.audit.whitebox.transcripts import Transcript, correct_release
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
 from dpdc_lightning.seeding import derive_seed
@@ -107,7 +107,7 @@ def test_the_audited_release_is_the_methods_own_release(name, monkeypatch):
 
 
 def test_the_auditors_sample_is_the_datamodules():
-    from dpdc_lightning.audit.canary import sample_pool
+    from dpdc_lightning.audit.metrics.canary import sample_pool
     from dpdc_lightning.engine.datamodule import PrivateDataModule
 
     transcript = tiny_transcript("ndpdc")
@@ -174,8 +174,8 @@ def test_bounds_are_sound_and_the_gdp_estimate_finds_mu():
 def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     """End to end on the digits preset (10 steps): the correct call stays below its claim, a call whose
     noise is a tenth of the claim's is caught by a wide margin."""
-    from dpdc_lightning.audit.planted import PLANTED
-    from dpdc_lightning.audit.whitebox import whitebox_audit
+    from dpdc_lightning.audit.whitebox.audit import whitebox_audit
+    from dpdc_lightning.audit.whitebox.planted import PLANTED
 
     config = compose(["method=ldpdc", "privacy.target_epsilon=2"])
     transcript = Transcript(config, load_dataset("digits"), others=8, seed=0)
@@ -215,8 +215,8 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
 def test_image_canaries_are_real_images_through_the_methods_maths(name):
     """One public test image per partition, its row computed like every record's: it reaches the clip
     norm at every step, and the audit runs end to end with one canary per partition."""
-    from dpdc_lightning.audit.canary import Canaries
-    from dpdc_lightning.audit.whitebox import whitebox_audit
+    from dpdc_lightning.audit.metrics.canary import Canaries
+    from dpdc_lightning.audit.whitebox.audit import whitebox_audit
 
     transcript = tiny_transcript(name)
     canaries = Canaries(transcript, kind="image", per_partition=1)
@@ -238,26 +238,26 @@ def test_planted_bugs_cannot_be_reached_from_a_run(repo_root):
 
     package = repo_root / "dpdc_lightning"
     imports = re.compile(
-        r"(\bplanted\s+import|import\s+[\w.]*planted|audit\.planted|audit\s+import\s+.*\bplanted\b)"
+        r"(\bplanted\s+import|import\s+[\w.]*planted|audit\.whitebox\.planted\b|audit\S*\s+import\s+.*\bplanted\b)"
     )
     users = sorted(
         str(p.relative_to(repo_root))
         for p in package.rglob("*.py")
         if imports.search(p.read_text()) and p.name != "planted.py"
     )
-    assert users == ["dpdc_lightning/audit/selftest.py"], users
+    assert users == ["dpdc_lightning/audit/whitebox/selftest.py"], users
     for path in [*package.rglob("*.yaml"), repo_root / "train.py", repo_root / "audit.py"]:
         assert "planted" not in path.read_text() and "noise_reused" not in path.read_text(), path
     assert not {"release", "releases", "bug", "planted", "variant"} & set(
         WhiteboxConfig.__dataclass_fields__
     )
     # `audit.py whitebox` passes no releases: whitebox_audit then audits the correct call only
-    assert "releases=" not in (package / "audit" / "modes.py").read_text()
+    assert "releases=" not in (package / "cli" / "audit_modes.py").read_text()
 
 
 def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
     code = (
-        "import sys; from dpdc_lightning.audit.command import audit_main; code = audit_main(['--help']); "
+        "import sys; from dpdc_lightning.cli.audit import audit_main; code = audit_main(['--help']); "
         "print('TORCH' if 'torch' in sys.modules else 'NO-TORCH', code)"
     )
     out = subprocess.run(
@@ -294,8 +294,8 @@ def test_help_lists_the_modes_without_loading_torch(repo_root, cli_env):
     ],
 )
 def test_bad_audit_arguments_fail_in_one_line(args, capsys, tmp_path, monkeypatch):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     monkeypatch.chdir(tmp_path)
     assert run(audit_main, args) == 2
@@ -306,8 +306,8 @@ def test_bad_audit_arguments_fail_in_one_line(args, capsys, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_selftest_catches_every_planted_bug_and_passes_the_correct_mechanisms():
-    from dpdc_lightning.audit.planted import PLANTED
-    from dpdc_lightning.audit.selftest import default_methods, passed, run_selftest
+    from dpdc_lightning.audit.whitebox.planted import PLANTED
+    from dpdc_lightning.audit.whitebox.selftest import default_methods, passed, run_selftest
 
     reports = run_selftest(WhiteboxConfig())
     # every self-test method: its correct release and each planted bug (2 x 6 with noise_x0.5)
@@ -320,7 +320,7 @@ def test_selftest_catches_every_planted_bug_and_passes_the_correct_mechanisms():
 def test_release_audit_finds_the_records_dm_init_real_copies():
     """DM with init=real starts from ipc records per class and moves them little in one step: the
     nearest-release attack finds them, and the one-run bound on a target condensation is positive."""
-    from dpdc_lightning.audit.release import release_audit
+    from dpdc_lightning.audit.blackbox.release import release_audit
     from dpdc_lightning.audit.settings import ReleaseConfig
     from dpdc_lightning.engine.condense import condense
 
@@ -352,7 +352,7 @@ def test_a_planted_bug_that_needs_more_data_steps_is_not_applicable():
     """Noise reused across steps cannot exist in a one-step release (DP-MERF): n/a, which passes,
     not MISSED; with two steps the same bound is MISSED; the other bugs and the correct release
     are judged at any number of steps."""
-    from dpdc_lightning.audit.selftest import passed, verdict
+    from dpdc_lightning.audit.whitebox.selftest import passed, verdict
 
     def report(release: str, steps: int, bound: float) -> dict:
         return {
@@ -387,8 +387,8 @@ def test_whitebox_run_verifies_first_and_audits_the_bundles_own_plan(tmp_path, c
 
     import yaml
 
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
     from dpdc_lightning.cli.commands import train_main
 
     generator = torch.Generator().manual_seed(33)
@@ -435,7 +435,7 @@ def test_the_audit_draws_the_methods_own_noise_and_catches_a_constant_noise_key(
     """The audited release draws its noise through the method's own stream (no stream handed in):
     a method whose stream ignores the step (the same noise at every step, which a harness that hands
     in its own noise never sees) fails the model's lag check; the method as written passes it."""
-    from dpdc_lightning.audit.whitebox import whitebox_audit
+    from dpdc_lightning.audit.whitebox.audit import whitebox_audit
 
     settings = WhiteboxConfig(trials=6, canaries=64)
     transcript = tiny_transcript("ldpdc")

@@ -17,7 +17,7 @@ from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.engine.resolved import resolve_run
-from dpdc_lightning.privacy.digests import plan_digest
+from dpdc_lightning.privacy.receipts.digests import plan_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 

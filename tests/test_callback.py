@@ -19,12 +19,12 @@ from dpdc_lightning.engine import datamodule as datamodule_module
 from dpdc_lightning.engine.method_module import MethodModule
 from dpdc_lightning.engine.privacy_callback import PrivacyCallback
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.calibration import max_steps
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.accounting.calibration import max_steps
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan, StepSchedule
+from dpdc_lightning.privacy.planning.planner import make_plan
 
 DELTA = 1e-5
 RATE = 4 / 48  # group size 4 over the toy's 48 records per class

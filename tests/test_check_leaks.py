@@ -20,8 +20,8 @@ from dpdc_lightning.audit.neighbours.events import Spend, event_problems, secret
 from dpdc_lightning.audit.neighbours.probe import probe_rows
 from dpdc_lightning.audit.neighbours.records import OwnData
 from dpdc_lightning.methods.release import Records
-from dpdc_lightning.privacy.counts import COUNT_PHASE
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.counts import COUNT_PHASE
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
 
 SECRET = 0x9E3779B97F4A7C15F39CC0605CEDC8341082276BF3A27251F86C6A11D0C18E95
 
@@ -190,7 +190,7 @@ CAUGHT = [
     ("leak_contrast", r"\(c\) partition isolation: \d+ pre-noise sums of other classes changed"),
     ("leak_max_norm", r"\(p\) rows: a record \(.*\) added to partition \d \(the sample"),
     ("leak_mirror", r"\(p\) rows: a record \(.*\) added to partition \d \(one record"),
-    # refused by the package since (privacy/noise_scope.py): D stops at its first release
+    # refused by the package since (privacy/mechanisms/noise_scope.py): D stops at its first release
     (
         "leak_short_key",
         r"D did not run \(exit code 2, \d+ mechanism calls made\): error: method leak_short_key "
@@ -267,7 +267,7 @@ def test_a_trial_silences_lightnings_own_log_handlers():
 
 
 def test_a_public_validation_set_is_recorded_as_an_assumption():
-    from dpdc_lightning.privacy.selection import (
+    from dpdc_lightning.privacy.selection.budget import (
         PUBLIC_VALIDATION_ASSUMPTION,
         TrialLaw,
         selection_section,

@@ -16,9 +16,9 @@ from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.counts import release_class_sizes
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.mechanisms.counts import release_class_sizes
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
 
 SMALL = [
     "method=ndpdc",

@@ -25,8 +25,8 @@ from dpdc_lightning.engine.datamodule import (
 from dpdc_lightning.engine.planning import noise_seed_for
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.plan import StepSchedule
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.planning.plan import StepSchedule
+from dpdc_lightning.privacy.planning.planner import make_plan
 
 
 @pytest.fixture(scope="module")

@@ -37,9 +37,9 @@ from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.methods.psg import PSG
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.models import build_network
-from dpdc_lightning.privacy.mechanisms import gaussian_sum
-from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.privacy.per_example import private_gradient
+from dpdc_lightning.privacy.mechanisms.gaussian import gaussian_sum
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.per_example import private_gradient
 from dpdc_lightning.seeding import derive_generator
 
 ROOT = Path(__file__).resolve().parent.parent

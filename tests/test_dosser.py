@@ -30,8 +30,8 @@ from dpdc_lightning.methods.dosser import Dosser
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, principal_subspace, project
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.mechanisms import clip_rows
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows
 
 SMALL = [
     "method=dosser",

@@ -21,7 +21,7 @@ from dpdc_lightning.methods.auxiliary import AuxiliarySet
 from dpdc_lightning.methods.dosser import Dosser
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.planning.planner import make_plan
 from dpdc_lightning.seeding import derive_generator
 
 

@@ -17,7 +17,7 @@ from dp_merf.config import DPMERFConfig
 from dp_merf.method import DPMERF, random_fourier_features
 from method_helpers import build
 
-import dpdc_lightning.privacy.mechanisms as mechanisms
+import dpdc_lightning.privacy.mechanisms.gaussian as mechanisms
 from dpdc_lightning.config import compose
 from dpdc_lightning.config.registry import ENTRY_POINT_GROUP, method_entry
 from dpdc_lightning.data import load_dataset

@@ -12,7 +12,7 @@ from dp_merf.config import DPMERFConfig
 from dp_merf.method import DPMERF
 
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.planner import make_plan
+from dpdc_lightning.privacy.planning.planner import make_plan
 
 EPS32 = torch.finfo(torch.float32).eps
 OMEGA = [1.0, -2.0, 0.5, 0.25]

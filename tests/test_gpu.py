@@ -46,8 +46,8 @@ from dpdc_lightning.methods import METHODS
 from dpdc_lightning.methods.extractor import RandomExtractor
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.methods.spec import DataSpec
-from dpdc_lightning.privacy.mechanisms import gaussian_sum, noisy_clipped_sum
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.gaussian import gaussian_sum, noisy_clipped_sum
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
 from dpdc_lightning.seeding import derive_generator
 from tests.method_helpers import build
 
@@ -333,7 +333,7 @@ def test_memory_estimate_bounds_the_cuda_peak(toy, accelerator):
 
 @pytest.mark.parametrize("reproducible", [True, False])
 def test_release_of_device_rows_is_the_cpu_release_bit_for_bit(device, reproducible):
-    """The keyed noise is drawn on the CPU in float64 and meets the device in privacy/mechanisms.py:
+    """The keyed noise is drawn on the CPU in float64 and meets the device in privacy/mechanisms/gaussian.py:
     the rows come to the CPU, are clipped, summed and noised in float64 there, and the sum is
     rounded to float32 once; the release then goes to the rows' device. So the release of rows on
     the GPU is the CPU's release, bit for bit, and comes back on the rows' device in float32."""

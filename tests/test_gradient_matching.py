@@ -27,9 +27,9 @@ from dpdc_lightning.methods.gradient_matching import InnerNetwork, layerwise_dis
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.methods.psg import PSG
 from dpdc_lightning.models import build_network
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.noise import SeededNoise
-from dpdc_lightning.privacy.per_example import (
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.mechanisms.noise import SeededNoise
+from dpdc_lightning.privacy.mechanisms.per_example import (
     clipped_gradient_sum,
     noisy_gradient_mean,
     per_example_gradients,

@@ -41,7 +41,7 @@ from dpdc_lightning.methods.ldpdc import LDPDC
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.methods.psg import PSG
 from dpdc_lightning.models import build_network, init_weights_
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 SEED = 0  # build()'s run seed and noise seed

@@ -1,7 +1,7 @@
 """Who is sampled and who is held out, checked against the rule written out here (issue 28).
 
 The data stream must sample every class at its OWN rate q_c = L / N_c (unequal class sizes, so a
-rate taken from the wrong class shows), each class by the Poisson sampler of privacy/sampling.py
+rate taken from the wrong class shows), each class by the Poisson sampler of privacy/mechanisms/sampling.py
 (whose law tests/test_poisson.py checks) drawing from the generator keyed by (secret, step, class). Own data's held-out split must hold out each record with probability
 ``dataset.test_fraction``, decided by a hash keyed with ``dataset.split_seed`` of the record alone
 (two split seeds, a record removed). Each rule is computed independently here (hashlib, torch.rand
@@ -64,8 +64,8 @@ def test_a_class_sample_is_the_keyed_poisson_draw_of_its_own_records():
 
 def test_a_global_sample_draws_every_record_at_rate_b_over_n():
     from dpdc_lightning.engine.datamodule import PrivateDataModule
-    from dpdc_lightning.privacy.plan import StepSchedule
-    from dpdc_lightning.privacy.planner import make_plan
+    from dpdc_lightning.privacy.planning.plan import StepSchedule
+    from dpdc_lightning.privacy.planning.planner import make_plan
 
     data = _data()
     schedule = StepSchedule(

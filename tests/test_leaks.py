@@ -26,12 +26,12 @@ from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.composition import Release, composed_epsilon, cost_by_data
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.accounting.composition import Release, composed_epsilon, cost_by_data
 from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.inputs import STATUSES
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.secret import derive_secret
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.secret import derive_secret
+from dpdc_lightning.privacy.receipts.inputs import STATUSES
 
 TINY = [
     "dataset=toy",
@@ -395,7 +395,7 @@ def test_removing_one_record_moves_no_other_record_between_the_splits(tmp_path):
 def test_only_finished_members_on_named_data_count_as_published():
     """A failed member published nothing, and a member with no data name composes with nothing:
     both stay out of the publishing cost (the sweep summary and report.html share this rule)."""
-    from dpdc_lightning.privacy.composition import finished_releases
+    from dpdc_lightning.privacy.accounting.composition import finished_releases
 
     phases = [{"name": "main", "kind": "rdp", "history": [[1.0, 0.1, 10]], "delta": 1e-5}]
     member = {"member": "000", "data": "digits", "epsilon": 1.0, "delta": 1e-5, "phases": phases}

@@ -41,8 +41,8 @@ def test_rows_from_an_accelerator_reach_the_mechanism_as_rows_on_the_cpu_do():
     CPU rows: the same values, partition by partition, and the same release bit for bit (the
     mechanism clips and sums in float64 either way)."""
     from dpdc_lightning.methods.release import rows_to_host
-    from dpdc_lightning.privacy.mechanisms import noisy_clipped_sum
-    from dpdc_lightning.privacy.noise import noise_source
+    from dpdc_lightning.privacy.mechanisms.gaussian import noisy_clipped_sum
+    from dpdc_lightning.privacy.mechanisms.noise import noise_source
 
     generator = torch.Generator().manual_seed(3)
     rows = [torch.randn(n, 5, generator=generator) for n in (3, 0, 4)]

@@ -111,8 +111,8 @@ def test_a_toy_method_registered_from_a_test_file_is_usable_everywhere(toys, tmp
 
 
 def _check(args: list[str], capsys) -> tuple[int, str]:
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     code = run(audit_main, ["check", *args])
     return code, capsys.readouterr().out
@@ -157,7 +157,7 @@ PLANTED = [
     # an empty sample skipped: the record alone in its class's sample at a step, removed
     ("toy_skip_empty", 1, r"\(d\) coupled: control flow depends on the data"),
     # noise x0.1 from step 50 (a stream wrapping the run's): the whole plan's D is refused at
-    # step 50 by the package (privacy/noise_scope.py)
+    # step 50 by the package (privacy/mechanisms/noise_scope.py)
     (
         "toy_late_quiet",
         1,
@@ -219,8 +219,8 @@ def test_check_passes_only_when_every_row_passes():
     ],
 )
 def test_check_refuses_bad_input_in_one_line(args, message, capsys, tmp_path, monkeypatch):
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     monkeypatch.chdir(tmp_path)
     assert run(audit_main, ["check", *args]) == 2

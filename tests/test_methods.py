@@ -17,7 +17,7 @@ from method_helpers import build, stream
 from rounding import assert_close_normwise, float32_rounding
 
 import dpdc_lightning.methods.release as release_module  # NDPDC's release calls the sum here
-import dpdc_lightning.privacy.mechanisms as mechanisms_module  # LDPDC's noisy mean calls it here
+import dpdc_lightning.privacy.mechanisms.gaussian as mechanisms_module  # LDPDC's noisy mean calls it here
 from dpdc_lightning.config import ModelConfig, compose
 from dpdc_lightning.config.methods import DMConfig, LDPDCConfig, NDPDCConfig
 from dpdc_lightning.data import load_dataset
@@ -28,7 +28,7 @@ from dpdc_lightning.methods.dm import DM
 from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.ldpdc import LDPDC
 from dpdc_lightning.methods.ndpdc import NDPDC
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
 
 SHAPE = (1, 28, 28)
 D = math.prod(SHAPE)
@@ -395,7 +395,7 @@ def test_ldpdc_runs_exactly_ipc_steps_and_writes_every_row(tmp_path):
 def test_clip_gradient_detached_keeps_values_and_changes_only_the_radial_gradient():
     """``detached`` equals the DPDC authors' code (norm treated as a constant); ``exact`` removes the
     component of the gradient along each clipped row. Rows inside the ball get identical gradients."""
-    from dpdc_lightning.privacy.mechanisms import clip_rows
+    from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows
 
     g = torch.Generator().manual_seed(0)
     rows = torch.randn(6, 5, generator=g, dtype=torch.float64)

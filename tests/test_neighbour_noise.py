@@ -11,8 +11,8 @@ import torch
 from dpdc_lightning.audit.neighbours.calls import call_problems, draw_problems, noise_problems
 from dpdc_lightning.audit.neighbours.coupling import MechanismTap
 from dpdc_lightning.audit.neighbours.patches import patched
-from dpdc_lightning.privacy import mechanisms
-from dpdc_lightning.privacy.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.mechanisms import gaussian as mechanisms
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream, noise_source
 
 SECRET = 12345
 CLIP, SIGMA = 4.0, 1.5

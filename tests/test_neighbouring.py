@@ -2,7 +2,7 @@
 dpdc_lightning/audit/neighbours/).
 
 Each case runs D and D' (one record removed, or replaced where the class sizes are declared public)
-and asserts (a) every output outside privacy/ledger.py is identical, (b) a record nothing accounted
+and asserts (a) every output outside privacy/receipts/ledger.py is identical, (b) a record nothing accounted
 reads leaves every output bit-identical, (c) each mechanism call's pre-noise sum moves by at most
 the sensitivity that scales its noise, on the same state (releases coupled to D's).
 
@@ -27,7 +27,7 @@ from dpdc_lightning.audit.neighbours.compare import in_ledger
 from dpdc_lightning.cli.commands import train_main
 from dpdc_lightning.config.registry import method_entry
 from dpdc_lightning.methods import METHODS
-from dpdc_lightning.privacy.ledger import LEDGER, TEXT_OUTPUTS
+from dpdc_lightning.privacy.receipts.ledger import LEDGER, TEXT_OUTPUTS
 
 AUX_SOURCES = ("public_split", "file", "dp", "none")
 DATA = (
@@ -207,7 +207,7 @@ def test_harness_catches_a_report_field_computed_from_exact_counts(work_root, mo
 
 def test_harness_catches_noise_scaled_to_an_understated_sensitivity(work_root, monkeypatch):
     """Rows clipped to 3G while the noise is scaled to G: a removed record moves the sum by more than G."""
-    from dpdc_lightning.privacy import mechanisms
+    from dpdc_lightning.privacy.mechanisms import gaussian as mechanisms
 
     original = mechanisms.clip_rows
     case = Case("ndpdc", "tensors", "largest", sizes="private", test_root=True, planted="clip-3g")

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from script_entries import EVALUATE, TRAIN
 
-from dpdc_lightning.audit.command import audit_main
 from dpdc_lightning.cli import run
+from dpdc_lightning.cli.audit import audit_main
 from dpdc_lightning.cli.export import export_main
 from dpdc_lightning.engine.resolved import resolve_run
 
@@ -219,7 +219,7 @@ def test_a_huge_phase_epsilon_is_vacuous_too():
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data, plan_run
     from dpdc_lightning.methods import DataSpec
-    from dpdc_lightning.privacy.vacuous import vacuous_guarantee
+    from dpdc_lightning.privacy.planning.vacuous import vacuous_guarantee
 
     config = compose(["method=ndpdc"])
     plan = plan_run(resolve_run(config), DataSpec.of(load_data(config.dataset)), noise_seed=0)
@@ -242,7 +242,7 @@ def test_path_errors_are_answered_before_torch_loads(tmp_path, cli_env):
         "from dpdc_lightning.errors import run\n"
         "from dpdc_lightning.cli.evaluate import evaluate_main\n"
         "from dpdc_lightning.cli.export import export_main\n"
-        "from dpdc_lightning.audit.command import audit_main\n"
+        "from dpdc_lightning.cli.audit import audit_main\n"
         "codes = [run(evaluate_main, ['runs/does-not-exist']), run(audit_main, ['runs/nope']),\n"
         "         run(audit_main, ['release', 'runs/nope']), run(audit_main, ['whitebx']),\n"
         "         run(export_main, ['runs/nope', '--to', 'x'])]\n"
@@ -495,7 +495,7 @@ def test_opacus_warnings_are_silenced_on_a_vacuous_guarantee_in_process(capfd):
     warning and writes nothing."""
     import warnings
 
-    from dpdc_lightning.privacy.crosscheck import integer_order_epsilons
+    from dpdc_lightning.privacy.accounting.crosscheck import integer_order_epsilons
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -509,7 +509,7 @@ def test_opacus_warnings_never_reach_the_user_on_a_vacuous_guarantee(cli_env):
     """The verification of a run with a vacuous ε used to print Opacus' 'Optimal order is the
     smallest alpha' UserWarning with a path inside the virtual environment."""
     code = (
-        "from dpdc_lightning.privacy.crosscheck import integer_order_epsilons\n"
+        "from dpdc_lightning.privacy.accounting.crosscheck import integer_order_epsilons\n"
         "print(integer_order_epsilons([(1e-9, 0.04, 300)], delta=1e-5)[0] > 1e6)\n"
     )
     done = subprocess.run(
@@ -565,7 +565,7 @@ def test_no_package_line_shortens_an_accounted_epsilon_by_itself():
 
 def test_canaries_that_do_not_split_over_the_classes_are_refused():
     from dpdc_lightning.audit.settings import WhiteboxConfig
-    from dpdc_lightning.audit.whitebox import per_partition
+    from dpdc_lightning.audit.whitebox.audit import per_partition
     from dpdc_lightning.errors import UserError
 
     with pytest.raises(UserError, match=r"audit.canaries=32 .* 10 partitions .* e.g. 30 or 40"):

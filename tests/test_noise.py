@@ -1,4 +1,4 @@
-"""The noise source (privacy/noise.py): a keyed SHAKE-256 stream, 53-bit uniforms (106 bits for the
+"""The noise source (privacy/mechanisms/noise.py): a keyed SHAKE-256 stream, 53-bit uniforms (106 bits for the
 Box-Muller radius), Box-Muller in float64, added in float64. These tests attack what the accountant assumes of the noise: that it is
 an (almost exactly) untruncated Gaussian, unpredictable without the secret, and the same on resume."""
 
@@ -19,8 +19,8 @@ from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.ndpdc import NDPDC
-from dpdc_lightning.privacy.mechanisms import gaussian_sum
-from dpdc_lightning.privacy.noise import (
+from dpdc_lightning.privacy.mechanisms.gaussian import gaussian_sum
+from dpdc_lightning.privacy.mechanisms.noise import (
     FLOAT32_RANDN_BOUND,
     PAIR_TAIL_MASS,
     TRUNCATION_RADIUS,
@@ -29,7 +29,7 @@ from dpdc_lightning.privacy.noise import (
     describe,
     noise_source,
 )
-from dpdc_lightning.privacy.secret import new_secret
+from dpdc_lightning.privacy.mechanisms.secret import new_secret
 
 KEY = dict(phase="main", step=3, partition=1)
 SECRET = 271828182845904523536028747135266249775  # a 128-bit test secret

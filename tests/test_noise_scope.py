@@ -1,5 +1,5 @@
 """Issue 41 item 5: noise only from the package's stream keyed by the run's whole secret, by
-construction (privacy/noise_scope.py). Inside a run's step the mechanism refuses any other stream
+construction (privacy/mechanisms/noise_scope.py). Inside a run's step the mechanism refuses any other stream
 and the engine any event the mechanism did not make; the plug-ins of tests/toy_leaks.py that did
 otherwise are refused in one ``error:`` line naming the rule."""
 
@@ -11,9 +11,9 @@ import toy_leaks
 import toy_methods
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, noisy_clipped_sum
-from dpdc_lightning.privacy.noise import KeyedNoise, SeededNoise, noise_source
-from dpdc_lightning.privacy.noise_scope import RULE, RunNoise
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent, noisy_clipped_sum
+from dpdc_lightning.privacy.mechanisms.noise import KeyedNoise, SeededNoise, noise_source
+from dpdc_lightning.privacy.mechanisms.noise_scope import RULE, RunNoise
 
 KEY = 0x9E3779B97F4A7C15F39CC0605CEDC8341082276BF3A27251F86C6A11D0C18E95
 ROWS = torch.arange(12.0).reshape(3, 4)

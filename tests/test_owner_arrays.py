@@ -256,7 +256,7 @@ def test_zip_members_compressed_are_not_mapped(tmp_path):
 
 
 def test_the_keyed_digest_of_a_mapped_set_is_the_digest_of_its_values(tmp_path):
-    from dpdc_lightning.privacy.digests import data_digest
+    from dpdc_lightning.privacy.receipts.digests import data_digest
 
     arrays, root = _arrays(), tmp_path / "set.npz"
     np.savez(root, labels=arrays["labels"], images=arrays["images"])  # images not first

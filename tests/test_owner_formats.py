@@ -17,7 +17,7 @@ from dpdc_lightning.data.loaders import tensor_cache
 from dpdc_lightning.data.loaders.tensors import load_tensors
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.mapped_files import is_mapped
-from dpdc_lightning.privacy.digests import data_digest
+from dpdc_lightning.privacy.receipts.digests import data_digest
 
 FIELDS = ("train_pixels", "train_labels", "test_pixels", "test_labels")
 

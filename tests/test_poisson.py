@@ -126,7 +126,7 @@ def test_sample_without_replacement_is_fixed_size_distinct_and_uniform():
 
 # --------------------------------------------------------------------------- the law, in full
 #
-# poisson_sample draws the size K ~ Binomial(N, q) and then a uniform K-subset (privacy/sampling.py
+# poisson_sample draws the size K ~ Binomial(N, q) and then a uniform K-subset (privacy/mechanisms/sampling.py
 # proves that this is the law of N independent Bernoulli(q) inclusions). The check below tests that
 # law directly on DRAWS independent samples, each statistic against its exact null distribution:
 # a record's inclusion count, a pair's joint count, the count of samples of size k, and the total

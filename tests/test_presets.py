@@ -9,7 +9,7 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 
 FASHION_MNIST = DataSpec(num_classes=10, image_shape=(1, 28, 28), class_sizes=(6000,) * 10)
 

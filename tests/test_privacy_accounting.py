@@ -12,10 +12,14 @@ from opacus.accountants import utils as opacus_utils
 from opacus.accountants.analysis import rdp as opacus_rdp
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.analysis import epsilon_from_history, epsilon_from_rdp, rdp_vector
-from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier, max_steps
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
+from dpdc_lightning.privacy.accounting.analysis import (
+    epsilon_from_history,
+    epsilon_from_rdp,
+    rdp_vector,
+)
+from dpdc_lightning.privacy.accounting.calibration import calibrate_noise_multiplier, max_steps
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
 
 DELTA = 1e-5
 # The reference values below are printed to 4 decimals (rounded, or truncated as 1.0999 for 1.09997),
@@ -370,8 +374,8 @@ def test_importing_opacus_through_us_leaves_the_root_logger_as_the_user_had_it()
 
     import opacus.utils.module_utils as module_utils
 
-    from dpdc_lightning.privacy import analysis
-    from dpdc_lightning.privacy.analysis import drop_opacus_root_handler
+    from dpdc_lightning.privacy.accounting import analysis
+    from dpdc_lightning.privacy.accounting.analysis import drop_opacus_root_handler
 
     root = logging.getLogger()
     saved = list(root.handlers)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from dpdc_lightning.privacy.__main__ import main
-from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.cli.privacy_calculator import main
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 
 REPO = Path(__file__).resolve().parents[1]
 DPDC_DEFAULT = [

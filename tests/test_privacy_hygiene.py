@@ -21,15 +21,15 @@ from dpdc_lightning.engine.bundle import load_bundle, save_bundle
 from dpdc_lightning.engine.condense import condense
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.analysis import epsilon_from_history
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.mechanisms import clip_rows, noisy_clipped_sum
-from dpdc_lightning.privacy.noise import noise_source
-from dpdc_lightning.privacy.plan import StepSchedule
-from dpdc_lightning.privacy.planner import make_plan
-from dpdc_lightning.privacy.report import build_report
-from dpdc_lightning.privacy.secret import SECRET_FILE
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows, noisy_clipped_sum
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.secret import SECRET_FILE
+from dpdc_lightning.privacy.planning.plan import StepSchedule
+from dpdc_lightning.privacy.planning.planner import make_plan
+from dpdc_lightning.privacy.receipts.report import build_report
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [
@@ -206,7 +206,7 @@ def test_reported_epsilon_is_never_negative_and_says_why(capsys):
 
 
 def test_calculator_never_prints_a_negative_epsilon(capsys):
-    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.cli.privacy_calculator import main
 
     args = ["--sample-rate", "0.01", "--noise-multiplier", "5", "--steps", "10", "--delta", "0.5"]
     assert main(["epsilon", *args]) == 0

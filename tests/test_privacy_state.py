@@ -9,9 +9,9 @@ import pytest
 from method_helpers import stream
 
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.budget import PrivacyBudget, report_mechanism
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
+from dpdc_lightning.privacy.accounting.budget import PrivacyBudget, report_mechanism
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
 
 
 def _plan():
@@ -76,7 +76,7 @@ def test_a_pure_dp_fixed_cost_phase_composes():
 
 
 def test_the_calculator_lists_its_verbs_and_requires_its_flags(capsys):
-    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.cli.privacy_calculator import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
@@ -99,7 +99,7 @@ def test_the_calculator_lists_its_verbs_and_requires_its_flags(capsys):
 def test_every_draw_of_a_stream_is_fresh_not_only_the_second():
     """Draw k of a (phase, step, partition) stream is its own: four draws pairwise different, and a
     new stream of the same key repeats them in order (a counter that stops at 1 repeats draw 1)."""
-    from dpdc_lightning.privacy.noise import noise_source
+    from dpdc_lightning.privacy.mechanisms.noise import noise_source
 
     def draws(reproducible: bool) -> list:
         stream = noise_source(9, phase="main", step=2, partition=1, reproducible=reproducible)
@@ -112,7 +112,7 @@ def test_every_draw_of_a_stream_is_fresh_not_only_the_second():
 
 
 def test_reproducible_noise_is_keyed_by_every_part_of_its_key():
-    from dpdc_lightning.privacy.noise import noise_source
+    from dpdc_lightning.privacy.mechanisms.noise import noise_source
 
     def values(**key) -> object:
         full = {"phase": "main", "step": 3, "partition": 0, **key}
@@ -126,7 +126,7 @@ def test_reproducible_noise_is_keyed_by_every_part_of_its_key():
 def test_composing_releases_keeps_fixed_cost_phases():
     """Two releases, each a mechanism phase and a fixed (ε, 0) phase: the total composes the
     mechanisms in RDP and adds both fixed costs."""
-    from dpdc_lightning.privacy.composition import composed_epsilon
+    from dpdc_lightning.privacy.accounting.composition import composed_epsilon
 
     release = [
         {"name": "main", "kind": "mechanism", "history": [[1.0, 0.05, 100]]},

@@ -56,10 +56,10 @@ def _tokens(method: str, data: Path, run_dir: Path) -> list[str]:
 
 
 def _released(run_dir: Path) -> dict:
-    """Every released file of the run folder (privacy/run_files.py) as the harness reads it; the
+    """Every released file of the run folder (privacy/receipts/run_files.py) as the harness reads it; the
     owner-only files (the provenance, checkpoints) left out, and manifest.json, which names the
     TensorBoard log by its file name (start time, host, process id: the harness drops them)."""
-    from dpdc_lightning.privacy.run_files import RELEASE, UNLISTED, kinds_of
+    from dpdc_lightning.privacy.receipts.run_files import RELEASE, UNLISTED, kinds_of
 
     outputs = snapshot(run_dir, prefix="\0")  # nothing replaced: a path must show as a difference
     outputs["files"] = [f for f in outputs["files"] if RELEASE in kinds_of(f) and f not in UNLISTED]

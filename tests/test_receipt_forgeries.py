@@ -24,9 +24,9 @@ from dpdc_lightning.cli.privacy import privacy_main
 from dpdc_lightning.engine.bundle import load_bundle, seal_release, write_report
 from dpdc_lightning.engine.verification import verify_bundle
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.analysis import epsilon_from_history
-from dpdc_lightning.privacy.digests import config_digest, plan_digest
-from dpdc_lightning.privacy.noise import describe
+from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
+from dpdc_lightning.privacy.mechanisms.noise import describe
+from dpdc_lightning.privacy.receipts.digests import config_digest, plan_digest
 
 OLD_CHECKS = {"synthetic.pt", "plan.json", "events", "config.yaml", "secrets", "budget"}
 OLD_CHECKS |= {"statements", "phase main", "total"}
@@ -173,7 +173,7 @@ def test_a_halved_sample_rate_with_its_epsilon_recomputed_fails(copy):
 
 
 def test_a_config_that_contradicts_the_plan_fails_and_whitebox_names_the_files(copy, capsys):
-    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli.audit import audit_main
 
     tree = yaml.safe_load((copy / "config.yaml").read_text())
     tree["method"]["group_size"] = 2.0  # q = 2 / 48, plan.json keeps 4 / 48
@@ -229,7 +229,7 @@ def test_a_signed_release_detects_what_an_unsigned_one_cannot(copy, key, tmp_pat
 
 
 def _digest(payload: dict) -> str:
-    from dpdc_lightning.privacy.digests import tensors_digest
+    from dpdc_lightning.privacy.receipts.digests import tensors_digest
 
     return tensors_digest(payload["images"].flip(0), payload["labels"])
 

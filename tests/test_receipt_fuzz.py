@@ -16,8 +16,8 @@ from tiny_runs import TINY_NDPDC
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.engine.bundle import seal_release
-from dpdc_lightning.privacy.verdict import format_verdict
-from dpdc_lightning.privacy.verify import verify_run
+from dpdc_lightning.privacy.verification.verdict import format_verdict
+from dpdc_lightning.privacy.verification.verify import verify_run
 
 MUTANTS = 240
 # Every field verify computes with, as a path into privacy.json.

@@ -107,7 +107,7 @@ def fresh_process() -> subprocess.CompletedProcess:
     code = (
         "import sys\nimport dpdc_lightning.plots.accuracy, dpdc_lightning.plots.roc\n"
         "import dpdc_lightning.report.run, dpdc_lightning.report.sweep\n"
-        "import dpdc_lightning.audit.figures\n"
+        "import dpdc_lightning.audit.metrics.figures\n"
         "import dpdc_lightning.evaluation.plot, dpdc_lightning.cli.sweep_summary\n"
         "print('LOADED', 'matplotlib' in sys.modules)\n"
         "import hashlib; sys.path.insert(0, 'tests'); from test_report import _figures\n"
@@ -163,7 +163,8 @@ def test_every_plot_is_drawn_by_matplotlib_in_plots(repo_root):
 def test_roc_png_marks_the_audits_tpr_at_low_fpr(monkeypatch):
     """The ROC figure's legend and markers carry the audit's own numbers: its AUC and its
     TPR-at-FPR rule on the curve (hand-counted scores of test_audit: AUC 17/24, TPR 1/4 at both)."""
-    from dpdc_lightning.audit import figures, metrics
+    from dpdc_lightning.audit.metrics import figures
+    from dpdc_lightning.audit.metrics import roc as metrics
 
     scores = [0.9, 0.8, 0.7, 0.7, 0.7, 0.3, 0.2, 0.2, 0.2, 0.1]
     members = [1, 0, 1, 1, 0, 0, 0, 1, 0, 0]
@@ -180,7 +181,7 @@ def test_roc_png_marks_the_audits_tpr_at_low_fpr(monkeypatch):
 def test_the_canary_histogram_counts_every_score_once():
     """Shared bins from the 0.5th to the 99.5th percentile and the threshold; scores beyond them
     are counted in the end bins (``clipped``), a non-finite score is counted apart."""
-    from dpdc_lightning.audit.figures import score_histogram
+    from dpdc_lightning.audit.metrics.figures import score_histogram
 
     scores = np.array([0.0, 1.0, 2.0, 50.0, np.inf, 3.0])
     histogram = score_histogram(scores, np.array([0, 0, 1, 1, 1, 0]), threshold=-1.0, bins=4)
@@ -282,8 +283,8 @@ def test_evaluations_are_shown_with_their_protocol_and_marked_when_not_covered(c
 
 
 def test_audits_are_shown_as_not_covered_without_the_private_neighbours_picture(copy_of):
-    from dpdc_lightning.audit.figures import score_histogram
     from dpdc_lightning.audit.files import write_json
+    from dpdc_lightning.audit.metrics.figures import score_histogram
 
     rng = np.random.default_rng(0)
     members = rng.random(400) < 0.5
@@ -357,7 +358,7 @@ def test_the_sweep_page_composes_members_of_the_same_data_sequentially(tmp_path)
     (tmp_path / "000-seed=0" / REPORT_PAGE).write_text("member page")
     page = render_sweep(tmp_path, ["-m", "seed=0,1,2"], rows)
     shown = _page_text(page)
-    from dpdc_lightning.privacy.composition import composed_epsilon
+    from dpdc_lightning.privacy.accounting.composition import composed_epsilon
 
     total = composed_epsilon([phases, phases], delta=1e-5)
     assert total < 1.6 and f"costs ε = {epsilon_text(total)} at δ = 1e-05" in shown

@@ -1,4 +1,4 @@
-"""Private hyperparameter selection's accounting (privacy/selection.py): the RDP of
+"""Private hyperparameter selection's accounting (privacy/selection/budget.py): the RDP of
 repeat-and-select against dp-accounting's RepeatAndSelectDpEvent, its cost against composing every
 trial, the per-trial calibration, and the law of the number K of trials."""
 
@@ -13,9 +13,9 @@ from dp_accounting.rdp import rdp_privacy_accountant
 from scipy import stats
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.analysis import RDP_ORDERS
-from dpdc_lightning.privacy.crosscheck import INTEGER_ORDERS
-from dpdc_lightning.privacy.selection import (
+from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
+from dpdc_lightning.privacy.accounting.crosscheck import INTEGER_ORDERS
+from dpdc_lightning.privacy.selection.budget import (
     MAX_MEAN,
     TrialLaw,
     calibrate_selection,
@@ -287,9 +287,9 @@ def test_section_records_the_accounting_inputs_and_no_trial_count():
 
 
 def test_the_calculator_prints_a_selections_epsilon_last(capsys):
-    from dpdc_lightning.privacy.__main__ import main
+    from dpdc_lightning.cli.privacy_calculator import main
     from dpdc_lightning.privacy.display import epsilon_text
-    from dpdc_lightning.privacy.selection import selection_costs
+    from dpdc_lightning.privacy.selection.budget import selection_costs
 
     run = ["epsilon", "--noise-multiplier", "1", "--sample-rate", "0.01", "--steps", "100"]
     run += ["--delta", "1e-5"]

@@ -26,8 +26,8 @@ GRID = ["method=ndpdc", "select=private", "method.lr_img=0.5,2"]
 
 
 def _audit(args: list[str], capsys) -> tuple[int, str, str]:
-    from dpdc_lightning.audit.command import audit_main
     from dpdc_lightning.cli import run
+    from dpdc_lightning.cli.audit import audit_main
 
     code = run(audit_main, ["check", *args])
     captured = capsys.readouterr()

@@ -19,7 +19,7 @@ from test_selection_run import TINY_SELECT
 from dpdc_lightning.cli import run
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.evaluation.selection_run import guarantee_line, quiet_trials_line
-from dpdc_lightning.privacy.selection import TrialLaw
+from dpdc_lightning.privacy.selection.budget import TrialLaw
 
 SECTION = {"epsilon": 1.99251, "delta": 1e-5, "target_epsilon": 2.0, "trial_epsilon": 1.30251}
 

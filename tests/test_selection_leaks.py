@@ -41,7 +41,7 @@ class Recorded:
 def _key(members: int) -> int:
     """A key that draws at least two trials of different members (else there is no loser)."""
     from dpdc_lightning.evaluation.selection_run import draw_trials
-    from dpdc_lightning.privacy.selection import TrialLaw
+    from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     law = TrialLaw(distribution="geometric", mean=4.0)
     return next(k for k in range(100) if len(set(draw_trials(law, key=k, members=members))) >= 2)

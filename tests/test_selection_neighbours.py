@@ -18,13 +18,13 @@ import torch
 from script_entries import TRAIN
 
 from dpdc_lightning.cli import run
-from dpdc_lightning.privacy.ledger import SELECTION_LEDGER
+from dpdc_lightning.privacy.receipts.ledger import SELECTION_LEDGER
 
 
 def _key() -> int:
     """A key that runs at least three trials (so that there are losers to leak)."""
     from dpdc_lightning.evaluation.selection_run import draw_trials
-    from dpdc_lightning.privacy.selection import TrialLaw
+    from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     law = TrialLaw(distribution="geometric", mean=3.0)
     return next(
@@ -78,7 +78,7 @@ def _neighbour(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
     class sizes are public, as the neighbouring-run harness replaces records): a record the key
     holds out for validation in both forms, so every other record keeps its side."""
     from dpdc_lightning.data.loaders.own import hold_out
-    from dpdc_lightning.privacy.secret import derive_secret
+    from dpdc_lightning.privacy.mechanisms.secret import derive_secret
 
     seed = derive_secret(KEY, "selection-validation")
     inverted = 255 - images

@@ -69,7 +69,7 @@ def test_the_denominator_is_public_not_the_realised_size():
 
 def test_k_and_the_members_reproduce_from_the_key():
     from dpdc_lightning.evaluation.selection_run import draw_trials
-    from dpdc_lightning.privacy.selection import TrialLaw
+    from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     law = TrialLaw(distribution="geometric", mean=8.0)
     first = draw_trials(law, key=7, members=4)
@@ -159,7 +159,7 @@ def _selection(member_events: list) -> dict:
 
 
 def test_the_report_shows_the_selection_and_what_every_member_would_cost():
-    from dpdc_lightning.privacy.composition import composed_epsilon
+    from dpdc_lightning.privacy.accounting.composition import composed_epsilon
     from dpdc_lightning.report.selection import every_member_epsilon, selection_html
 
     events = [[[1.5, 0.05, 100]], [[1.2, 0.05, 50]], [[2.0, 0.1, 80]]]
@@ -190,7 +190,7 @@ def _tiny(tmp_path, monkeypatch, *extra: str) -> list[str]:
 
 def test_k_zero_runs_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
     import dpdc_lightning.evaluation.selection_run as select_run
-    from dpdc_lightning.privacy.selection import TrialLaw
+    from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     law = TrialLaw(distribution="poisson", mean=1.0)
     key = next(k for k in range(100) if not select_run.draw_trials(law, key=k, members=2))

@@ -1,4 +1,4 @@
-"""The selection score's noise as a share of the target (privacy/score_share.py): its meaning (the
+"""The selection score's noise as a share of the target (privacy/selection/score_share.py): its meaning (the
 share of a whole-target Gaussian's RDP curve), the default share meeting targets 1 and 4 where the
 old fixed σ_s 5 was refused at 1, the refusal of a share and a multiplier together, the run's score
 protocol, and ``dpdc-privacy verify`` recomputing σ_s from the recorded share."""
@@ -14,16 +14,16 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.config.selection import DEFAULT_SCORE_SHARE, SelectConfig, load_select
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.selection_run import score_protocol
-from dpdc_lightning.privacy.analysis import RDP_ORDERS
-from dpdc_lightning.privacy.score_share import gaussian_epsilon, score_noise_for_share
-from dpdc_lightning.privacy.selection import (
+from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
+from dpdc_lightning.privacy.selection.budget import (
     TrialLaw,
     calibrate_selection,
     score_rdp,
     selection_costs,
     selection_section,
 )
-from dpdc_lightning.privacy.selection_verify import selection_checks
+from dpdc_lightning.privacy.selection.score_share import gaussian_epsilon, score_noise_for_share
+from dpdc_lightning.privacy.selection.verify import selection_checks
 
 DELTA = 1e-5
 LAW = TrialLaw("geometric", 4)

@@ -1,5 +1,5 @@
 """``dpdc-privacy verify`` of a release chosen by a private selection: privacy.json's "selection"
-section is recomputed (privacy/selection_verify.py); an altered ε, law, member's events or winner
+section is recomputed (privacy/selection/verify.py); an altered ε, law, member's events or winner
 fails the row that names it; a bundle without the section verifies as before (tests/test_verify.py)."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ import pytest
 from dp_accounting import dp_event
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpdc_lightning.privacy import noise
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.crosscheck import INTEGER_ORDERS
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.selection import TrialLaw, selection_section
-from dpdc_lightning.privacy.selection_verify import dp_accounting_epsilon, selection_checks
-from dpdc_lightning.privacy.verify import accounting_checks
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
+from dpdc_lightning.privacy.accounting.crosscheck import INTEGER_ORDERS
+from dpdc_lightning.privacy.mechanisms import noise
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.selection.budget import TrialLaw, selection_section
+from dpdc_lightning.privacy.selection.verify import dp_accounting_epsilon, selection_checks
+from dpdc_lightning.privacy.verification.verify import accounting_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 DELTA = 1e-5

@@ -123,7 +123,7 @@ def _ndpdc() -> NDPDC:
 
 
 def test_noise_and_step_do_not_depend_on_any_torch_generator():
-    # The noise comes from the keyed stream (privacy/noise.py), never from torch's global (or a
+    # The noise comes from the keyed stream (privacy/mechanisms/noise.py), never from torch's global (or a
     # CUDA) generator: the step must neither read nor advance the global generator, and its
     # losses and image gradients must be the same whatever the global seed is.
     batch = stream(load_dataset("toy")).sample(3, [0, 1, 2, 3])

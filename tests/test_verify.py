@@ -19,10 +19,10 @@ from dpdc_lightning.cli.privacy import privacy_main
 from dpdc_lightning.engine.bundle import seal_release
 from dpdc_lightning.engine.verification import verify_bundle as verify_run
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy import analysis, crosscheck
-from dpdc_lightning.privacy.accounting import PrivacyAccountant
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.verify import _budget_check, _row, accounting_checks
+from dpdc_lightning.privacy.accounting import analysis, crosscheck
+from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.verification.verify import _budget_check, _row, accounting_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMON = ["dataset=toy", "model.width=4", "model.depth=1", "trainer.enable_progress_bar=false"]
@@ -239,7 +239,7 @@ def test_a_swapped_tensor_fails(copy_of):
 
 
 def test_a_bundle_that_fails_is_refused_by_every_command_that_reads_bundles(copy_of, capsys):
-    from dpdc_lightning.audit.command import audit_main
+    from dpdc_lightning.cli.audit import audit_main
     from dpdc_lightning.cli.export import export_main
 
     run_dir = copy_of("ndpdc")
@@ -341,7 +341,7 @@ def test_a_fixed_cost_phase_composes_by_adding():
         "noise": {},
         "noise_mode": "reproducible",
     }
-    from dpdc_lightning.privacy import noise
+    from dpdc_lightning.privacy.mechanisms import noise
 
     report["noise"] = noise.describe(reproducible=True, values_drawn=None, epsilon=1, delta=1)
     checks = {c.name: c for c in accounting_checks(report)}

@@ -25,7 +25,7 @@ docs/adding_a_method.md. Each release call is correct; what leaks is elsewhere:
   a threshold no record of the data and no extreme-pixel record reaches: only a record searched
   through the rows (audit/neighbours/search.py) tips it.
 
-``leak_short_key``, ``leak_global_rng`` and ``leak_own_event`` are refused by the package in every run (privacy/noise_scope.py), not only by
+``leak_short_key``, ``leak_global_rng`` and ``leak_own_event`` are refused by the package in every run (privacy/mechanisms/noise_scope.py), not only by
 ``check`` (tests/test_noise_scope.py).
 
 ``audit.py check`` of main 73b1e26 passes every one of them (tests/test_check_leaks.py).
@@ -41,8 +41,8 @@ from torch import Tensor
 from toy_methods import ToyConfig, ToyMean
 
 from dpdc_lightning.methods import Records
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, clip_rows
-from dpdc_lightning.privacy.noise import KeyedNoise, NoiseStream
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent, clip_rows
+from dpdc_lightning.privacy.mechanisms.noise import KeyedNoise, NoiseStream
 
 
 def _loss(method: ToyMean, released: dict[int, Tensor], scale: float = 1.0) -> Tensor:

@@ -34,8 +34,8 @@ from torch import Tensor
 from dpdc_lightning.config.methods import MethodConfig
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import CheckSizes, CondensationMethod, Records
-from dpdc_lightning.privacy.mechanisms import clip_rows, finite_rows, gaussian_sum
-from dpdc_lightning.privacy.noise import NoiseStream
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows, finite_rows, gaussian_sum
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream
 
 TOYS = (
     "toy_mean",

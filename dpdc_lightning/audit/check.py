@@ -179,7 +179,7 @@ def whitebox_rows(
     progress: Callable[[str], None],
 ) -> list[Row]:
     """The white-box audit of the correct release and of every planted bug (one transcript)."""
-    from dpdc_lightning.audit.selftest import run_selftest
+    from dpdc_lightning.audit.whitebox.selftest import run_selftest
 
     rows = []
     reports = run_selftest(settings, methods=[method], overrides=overrides, progress=progress)

@@ -34,7 +34,7 @@ def export_entry() -> None:
 
 
 def privacy_entry() -> None:
-    """``dpdc-privacy``: the calculator of privacy/__main__.py, verify and sign (cli/privacy.py)."""
+    """``dpdc-privacy``: the calculator (cli/privacy_calculator.py), verify and sign."""
     from dpdc_lightning.cli.privacy import privacy_main
 
     main_entry(privacy_main)
@@ -48,7 +48,7 @@ def cache_entry() -> None:
 
 
 def audit_entry() -> None:
-    """``dpdc-audit``: see dpdc_lightning/audit/command.py."""
-    from dpdc_lightning.audit.command import audit_main
+    """``dpdc-audit``: see dpdc_lightning/cli/audit.py."""
+    from dpdc_lightning.cli.audit import audit_main
 
     main_entry(audit_main)

@@ -1,5 +1,5 @@
 """``dpdc-privacy`` (``python -m dpdc_lightning.cli.privacy``): the privacy calculator of
-privacy/__main__.py, and the two verbs that read a run folder:
+cli/privacy_calculator.py, and the two verbs that read a run folder:
 
     verify RUN [--key FILE]   every check of engine/verification.py: the files against
                               manifest.json, the receipt against plan.json, plan.json against
@@ -27,7 +27,7 @@ USAGE = "usage: dpdc-privacy verify RUN [--key FILE] | dpdc-privacy sign RUN --k
 def privacy_main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in VERBS:
-        from dpdc_lightning.privacy.__main__ import main
+        from dpdc_lightning.cli.privacy_calculator import main
 
         return main(argv)
     try:
@@ -56,8 +56,8 @@ def _arguments(argv: list[str]) -> tuple[Path, str | None]:
 
 def _verify(run_dir: Path, key_file: str | None) -> int:
     from dpdc_lightning.engine.verification import verify_bundle
-    from dpdc_lightning.privacy.signature import read_key
-    from dpdc_lightning.privacy.verdict import format_verdict
+    from dpdc_lightning.privacy.receipts.signature import read_key
+    from dpdc_lightning.privacy.verification.verdict import format_verdict
 
     key = None if key_file is None else read_key(key_file)
     verdict = verify_bundle(run_dir, key=key)
@@ -75,9 +75,9 @@ def _verify(run_dir: Path, key_file: str | None) -> int:
 def _sign(run_dir: Path, key_file: str) -> int:
     from dpdc_lightning.engine.bundle import atomic_write_text
     from dpdc_lightning.engine.verification import refusal, verify_bundle
-    from dpdc_lightning.privacy.manifest import read_manifest, release_digest
-    from dpdc_lightning.privacy.run_files import SIGNATURE_FILE
-    from dpdc_lightning.privacy.signature import read_key, signature_text
+    from dpdc_lightning.privacy.receipts.manifest import read_manifest, release_digest
+    from dpdc_lightning.privacy.receipts.run_files import SIGNATURE_FILE
+    from dpdc_lightning.privacy.receipts.signature import read_key, signature_text
 
     key = read_key(key_file, run_dir=run_dir)
     verdict = verify_bundle(run_dir)

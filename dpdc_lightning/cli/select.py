@@ -8,7 +8,7 @@ The plan is fixed first, from public inputs only: the grid (the cartesian produc
 lists, as a sweep expands it), the law of the number K of trials, and one per-trial target ε at
 which every member's σ is calibrated so that the WHOLE selection (repeat-and-select over the
 trials, each a member's condensation plus its score) meets ``privacy.target_epsilon``
-(privacy/selection.py). Then, in order: the validation split is carved from the private data
+(privacy/selection/budget.py). Then, in order: the validation split is carved from the private data
 (keyed, per record: engine/selection.py); K and each trial's member are drawn from the run's key;
 each trial condenses in process (nothing written, nothing shown: not even K) and is scored
 by a noisy count of correct predictions (evaluation/selection_score.py); only the trial with the

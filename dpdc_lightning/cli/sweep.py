@@ -12,7 +12,7 @@ sweep folder, member ``NNN-<swept values>``; a member that fails is recorded and
 Each member leaves its row in the folder, and at the end of the multirun a Hydra callback
 (:class:`~dpdc_lightning.cli.sweep_summary.SweepSummary`) writes ``summary.md``, ``summary.csv``,
 ``sweep.png`` and ``sweep.json``: summary.md ends with the composed ε of the members that read the
-same data (privacy/composition.py).
+same data (privacy/accounting/composition.py).
 """
 
 from __future__ import annotations

@@ -238,8 +238,9 @@ def _table_row(r: dict[str, Any], models: list[str]) -> str:
 
 def publishing_cost_lines(rows: list[dict[str, Any]]) -> list[str]:
     """What publishing one or several finished members costs, per private data set they read: the
-    accountant's composition of every member's events (privacy/composition.py), not a sum of ε."""
-    from dpdc_lightning.privacy.composition import cost_by_data, finished_releases
+    accountant's composition of every member's events (privacy/accounting/composition.py), not a sum
+    of ε."""
+    from dpdc_lightning.privacy.accounting.composition import cost_by_data, finished_releases
 
     releases = finished_releases(rows)
     lines = [

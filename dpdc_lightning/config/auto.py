@@ -221,7 +221,7 @@ MACHINE_READS: dict[str, str] = {
     "engine/training.py": "DPDC_RUN_DIR: a DDP process started by rank 0 (tests/test_ddp.py)",
     "engine/run_folder.py": "DPDC_RUN_DIR and NODE_RANK: the run folder of a DDP process "
     "(tests/test_ddp.py)",
-    "privacy/report.py": "the Python version, recorded in privacy.json (no branch)",
+    "privacy/receipts/report.py": "the Python version, recorded in privacy.json (no branch)",
     "evaluation/train_test.py": "the evaluation's device type: eval.workers > 1 is refused off the "
     "CPU (tests/test_evaluation.py forces a GPU)",
     "evaluation/workers.py": "this process's intra-op threads: shared out between the eval.workers "

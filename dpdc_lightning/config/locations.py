@@ -7,7 +7,8 @@ records. A run folder keeps them in the owner-only ``.provenance.json`` (mode 06
 the bundle); whatever reads the run back (resume, evaluate, the audits) takes them from there,
 or from the user's own ``dataset.root=DIR`` on its command line. The released files name the data
 set by ``dataset.name`` and its public shape; the data's content digest stays private too (keyed
-by the run's secret, privacy/digests.py): a plain digest would let anyone test a guessed data set.
+by the run's secret, privacy/receipts/digests.py): a plain digest would let anyone test a guessed
+data set.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from omegaconf import OmegaConf
 
 from dpdc_lightning.config.schema import RunConfig
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.digests import RUN_LOCATION_KEYS, config_digest
+from dpdc_lightning.privacy.receipts.digests import RUN_LOCATION_KEYS, config_digest
 
 PROVENANCE_FILE = ".provenance.json"
 DATA_LOCATION_KEYS = ("dataset.root", "dataset.test_root", "dataset.cache_dir", "method.aux.path")
@@ -48,8 +49,8 @@ def released_yaml(config: RunConfig) -> str:
 
 
 def config_hash(config: RunConfig) -> str:
-    """privacy.json's ``config_sha256``: the digest of config.yaml's content (privacy/digests.py),
-    which ``dpdc-privacy verify`` recomputes from the file."""
+    """privacy.json's ``config_sha256``: the digest of config.yaml's content
+    (privacy/receipts/digests.py), which ``dpdc-privacy verify`` recomputes from the file."""
     return config_digest(released_tree(config))
 
 

@@ -135,7 +135,7 @@ class PrivacyConfig:
     reproducible_noise: bool = False
     # public: class sizes are assumed public (Zheng & Li's DPDC); private: release them with the
     # Gaussian mechanism at a budget share count_epsilon, composed into the total
-    # (privacy/counts.py)
+    # (privacy/mechanisms/counts.py)
     class_sizes: str = "public"
     count_epsilon: float | None = None
     allow_large_delta: bool = False  # accept δ >= 1/N (N private records), with a warning

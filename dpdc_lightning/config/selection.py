@@ -21,13 +21,14 @@ from dpdc_lightning.errors import UserError
 
 SELECT_DIR = CONF_DIR / "select"
 SELECTIONS = ("none", "private")
-# The score's default share of the target (privacy/score_share.py defines it: the score gets this
-# share of the RDP curve of a Gaussian mechanism that alone costs the whole target, σ_s = σ_G/√s).
-# Measured (docs/privacy.md, "The score's share"; NDPDC digits member, q 0.039, 300 steps): against
-# a free score, s = 0.1 costs each trial 15 % of its ε at total ε 4 and 19 % at ε 1 (geometric law,
-# mean 4; 0.05: 7 % and 9 %; 0.2: 32 % and 44 %), while σ_s (3.7 at ε 4, 12.8 at ε 1) is 0.7 and
-# 2.6 accuracy points of a 500-record validation split. The std falls as 1/√s and the trial's loss
-# grows about linearly in s, so 0.1 is where doubling the share starts to cost more than it buys.
+# The score's default share of the target (privacy/selection/score_share.py defines it: the score
+# gets this share of the RDP curve of a Gaussian mechanism that alone costs the whole target, σ_s =
+# σ_G/√s). Measured (docs/privacy.md, "The score's share"; NDPDC digits member, q 0.039, 300 steps):
+# against a free score, s = 0.1 costs each trial 15 % of its ε at total ε 4 and 19 % at ε 1
+# (geometric law, mean 4; 0.05: 7 % and 9 %; 0.2: 32 % and 44 %), while σ_s (3.7 at ε 4, 12.8 at ε
+# 1) is 0.7 and 2.6 accuracy points of a 500-record validation split. The std falls as 1/√s and the
+# trial's loss grows about linearly in s, so 0.1 is where doubling the share starts to cost more
+# than it buys.
 DEFAULT_SCORE_SHARE = 0.1
 # above this many accuracy points of score noise std the score cannot separate members (a note)
 SCORE_NOISE_NOTE_POINTS = 5.0

@@ -1,5 +1,5 @@
 """Run directories and bundles: synthetic.pt + privacy.json + config.yaml + synthetic.png, sealed
-by manifest.json (privacy/run_files.py lists every file a run folder holds).
+by manifest.json (privacy/receipts/run_files.py lists every file a run folder holds).
 
 Every file is written to a temporary name in the same folder and renamed into place, so a crash
 never leaves a truncated file under a final name. ``privacy.json`` marks a finished run (its secret
@@ -26,15 +26,15 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy import manifest
-from dpdc_lightning.privacy.digests import (
+from dpdc_lightning.privacy.mechanisms.secret import SECRET_FILE, forget_secret
+from dpdc_lightning.privacy.receipts import manifest
+from dpdc_lightning.privacy.receipts.digests import (
     BUNDLE_TENSORS,
     CONFIG_FILE,
     PRIVACY_REPORT,
     tensors_digest,
 )
-from dpdc_lightning.privacy.run_files import GRID_IMAGE, REPORT_PAGE, released_names
-from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret
+from dpdc_lightning.privacy.receipts.run_files import GRID_IMAGE, REPORT_PAGE, released_names
 
 __all__ = ["CONFIG_FILE", "GRID_IMAGE", "REPORT_PAGE"]
 LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
@@ -150,7 +150,7 @@ def save_bundle(
 
 
 def seal_release(run_dir: Path) -> None:
-    """manifest.json of the released files now in ``run_dir`` (privacy/run_files.py)."""
+    """manifest.json of the released files now in ``run_dir`` (privacy/receipts/run_files.py)."""
     names = released_names(manifest.folder_files(run_dir))
     manifest.write_manifest(run_dir, names, write=atomic_write_text)
 
@@ -199,7 +199,7 @@ def load_bundle(run_dir: str | Path) -> Bundle:
     """Load a verified bundle (engine/verification.py: every file sealed, the tensors exactly as
     declared, the plan re-derived, ε recomputed); anything else is one :class:`UserError` line."""
     from dpdc_lightning.engine.verification import require_verified
-    from dpdc_lightning.privacy.bundle_checks import read_tensors
+    from dpdc_lightning.privacy.verification.bundle_checks import read_tensors
 
     path = Path(run_dir)
     if not path.is_dir():

@@ -34,14 +34,14 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.auxiliary import AuxiliarySet, check_shape, load_file, public_split
 from dpdc_lightning.methods.base import CondensationMethod
-from dpdc_lightning.privacy.budget import report_mechanism
-from dpdc_lightning.privacy.counts import COUNT_PHASE
+from dpdc_lightning.privacy.accounting.budget import report_mechanism
 from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.inputs import release_inputs
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.report import build_report
-from dpdc_lightning.privacy.run_files import AUXILIARY_FILE
-from dpdc_lightning.privacy.secret import derive_secret
+from dpdc_lightning.privacy.mechanisms.counts import COUNT_PHASE
+from dpdc_lightning.privacy.mechanisms.secret import derive_secret
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.receipts.inputs import release_inputs
+from dpdc_lightning.privacy.receipts.report import build_report
+from dpdc_lightning.privacy.receipts.run_files import AUXILIARY_FILE
 from dpdc_lightning.tensor_files import load_plain
 
 
@@ -241,7 +241,7 @@ def _release_inputs(
     auxiliary: AuxiliarySet | None,
     reproducible_noise: bool,
 ) -> list[dict[str, Any]]:
-    """Every input of the release with its status, for privacy.json (privacy/inputs.py)."""
+    """Every input of the release with its status, for privacy.json (privacy/receipts/inputs.py)."""
     method_cls, aux = method.cls, method.auxiliary
     test_split = (
         "held out"

@@ -1,8 +1,8 @@
 """PrivateDataModule: the private training tensors per class and the stream of sampled batches.
 
 Privacy-critical. Every rate and the number of steps come from the run's PrivacyPlan
-(privacy/plan.py), never from here. Per data step it yields, for the classes this process owns,
-a Poisson sample of each class (each record included independently with probability
+(privacy/planning/plan.py), never from here. Per data step it yields, for the classes this process
+owns, a Poisson sample of each class (each record included independently with probability
 q_c = plan.rate_of(c); Zheng & Li, "Differentially Private Dataset Condensation", Alg. 1-2), or a
 Poisson sample of the whole set (q = B / N), or, for non-private baselines only, a fixed-size
 sample without replacement. Under DDP, per-class sampling gives each process its own classes; the
@@ -27,8 +27,8 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from dpdc_lightning.data import ImageData, normalised
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.sampling import poisson_sample, sample_without_replacement
+from dpdc_lightning.privacy.mechanisms.sampling import poisson_sample, sample_without_replacement
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
 

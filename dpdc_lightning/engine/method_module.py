@@ -17,7 +17,7 @@ from torch import Tensor
 
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods.base import CondensationMethod, Runtime
-from dpdc_lightning.privacy.noise_scope import RunNoise
+from dpdc_lightning.privacy.mechanisms.noise_scope import RunNoise
 
 
 class _LightningRuntime(Runtime):

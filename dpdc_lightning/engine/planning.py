@@ -19,13 +19,13 @@ from dpdc_lightning.engine.resolved import ResolvedMethod, ResolvedRun, TrainerS
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import Need, check_fits, private_set_need, run_device
-from dpdc_lightning.privacy.calibration import calibrate_noise_multiplier
-from dpdc_lightning.privacy.counts import COUNT_PHASE, release_class_sizes
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.accounting.calibration import calibrate_noise_multiplier
+from dpdc_lightning.privacy.mechanisms.counts import COUNT_PHASE, release_class_sizes
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.secret import new_secret
 from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.planner import make_plan
-from dpdc_lightning.privacy.secret import new_secret
+from dpdc_lightning.privacy.planning.planner import make_plan
 
 
 def load_data(dataset: DatasetConfig) -> ImageData:
@@ -169,9 +169,9 @@ def refuse_sample_above_class(
 
 
 def refuse_step_cap(resolved: ResolvedMethod, *, max_steps: int | None) -> None:
-    """``trainer.max_steps`` caps the data steps first, then the free ones (privacy/planner.py):
-    for a method with free steps (Dosser) or a fixed step count (LDPDC) that silently breaks the
-    run, so it is refused, naming the keys that set those steps."""
+    """``trainer.max_steps`` caps the data steps first, then the free ones
+    (privacy/planning/planner.py): for a method with free steps (Dosser) or a fixed step count
+    (LDPDC) that silently breaks the run, so it is refused, naming the keys that set those steps."""
     if max_steps is None:
         return
     method, schema = resolved.cls, resolved.config

@@ -1,9 +1,9 @@
 """PrivacyCallback: the trainer's hooks around the run's
-:class:`~dpdc_lightning.privacy.budget.PrivacyBudget`.
+:class:`~dpdc_lightning.privacy.accounting.budget.PrivacyBudget`.
 
-The budget (pure, privacy/budget.py) enforces the plan and composes the events each step spent;
-this adapter hands it the steps and the events, asks the trainer to stop after the plan's last
-step, logs ε, and keeps the budget's state in every checkpoint.
+The budget (pure, privacy/accounting/budget.py) enforces the plan and composes the events each step
+spent; this adapter hands it the steps and the events, asks the trainer to stop after the plan's
+last step, logs ε, and keeps the budget's state in every checkpoint.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 import lightning as L
 
-from dpdc_lightning.privacy.budget import PrivacyBudget
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.accounting.budget import PrivacyBudget
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 
 
 class PrivacyCallback(L.Callback):

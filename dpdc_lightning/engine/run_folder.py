@@ -5,8 +5,8 @@ less where the data lives: config/locations.py), ``plan.json`` (the privacy plan
 TensorBoard logs and owner-only files (mode 0600, never part of the bundle): ``.provenance.json``,
 the folder the private data was read from and every data location of the config, and,
 while the run is unfinished, ``.private_seed``, the secret of its noise, and ``.data_digest``, the
-data's digest keyed by that secret (privacy/digests.py). A resumed run must read the same folder
-and the same data. ``forget=RUN_DIR`` deletes the secret of a run that is abandoned.
+data's digest keyed by that secret (privacy/receipts/digests.py). A resumed run must read the same
+folder and the same data. ``forget=RUN_DIR`` deletes the secret of a run that is abandoned.
 """
 
 from __future__ import annotations
@@ -31,11 +31,8 @@ from dpdc_lightning.engine.forget import forget_decoded
 from dpdc_lightning.engine.resolved import OutputSettings, ResolvedMethod
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
 from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.planner import sample_rates
-from dpdc_lightning.privacy.secret import (
+from dpdc_lightning.privacy.mechanisms.secret import (
     DIGEST_FILE,
     SECRET_FILE,
     derive_secret,
@@ -43,6 +40,9 @@ from dpdc_lightning.privacy.secret import (
     read_data_digest,
     store_data_digest,
 )
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.planner import sample_rates
+from dpdc_lightning.privacy.receipts.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
 from dpdc_lightning.tensor_files import load_plain
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches

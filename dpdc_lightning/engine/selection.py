@@ -31,8 +31,8 @@ from dpdc_lightning.engine.resolved import ResolvedRun
 from dpdc_lightning.engine.run_folder import PLAN_FILE, create, discard, write_provenance
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.secret import derive_secret
+from dpdc_lightning.privacy.mechanisms.secret import derive_secret
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 
 Events = list[tuple[float, float, int]]  # (noise multiplier, sample rate, steps) of one member
 

@@ -70,10 +70,10 @@ class RunLogger(TensorBoardLogger):
 def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protocol: str) -> None:
     """Evaluation accuracies (percent) into the run's TensorBoard folder: one scalar per run and
     the mean, under ``eval/<protocol>/<model>``, in a folder of their own (a reader's output, sealed
-    apart from the training log: privacy/run_files.py)."""
+    apart from the training log: privacy/receipts/run_files.py)."""
     from torch.utils.tensorboard import SummaryWriter
 
-    from dpdc_lightning.privacy.run_files import EVAL_TENSORBOARD_DIR
+    from dpdc_lightning.privacy.receipts.run_files import EVAL_TENSORBOARD_DIR
 
     writer = SummaryWriter(log_dir=str(Path(run_dir) / EVAL_TENSORBOARD_DIR))
     try:

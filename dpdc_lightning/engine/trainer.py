@@ -18,7 +18,7 @@ import lightning as L
 from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS
 from dpdc_lightning.engine.resolved import TrainerSettings
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 
 # Messages of Lightning (and of the libraries it calls) that bury the few lines a user needs, each
 # with the reason it says nothing the user can act on.

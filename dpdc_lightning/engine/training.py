@@ -47,9 +47,14 @@ from dpdc_lightning.errors import Interrupted, NumericalFault, UserError, interr
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
 from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.secret import SECRET_FILE, forget_secret, read_secret, store_secret
-from dpdc_lightning.privacy.vacuous import vacuous_guarantee
+from dpdc_lightning.privacy.mechanisms.secret import (
+    SECRET_FILE,
+    forget_secret,
+    read_secret,
+    store_secret,
+)
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.vacuous import vacuous_guarantee
 
 
 def train(config: RunConfig) -> Path:

@@ -1,7 +1,8 @@
-"""The whole verification of a bundle: privacy/verify.py's checks plus plan.json re-derived from
-config.yaml by the project's own planner (engine/planning.py), which needs the method's schedule
-and so lives above privacy/. ``dpdc-privacy verify``, report.html and every reader (evaluate,
-export, the audits, :func:`~dpdc_lightning.engine.bundle.load_bundle`) verify through here.
+"""The whole verification of a bundle: privacy/verification/verify.py's checks plus plan.json
+re-derived from config.yaml by the project's own planner (engine/planning.py), which needs the
+method's schedule and so lives above privacy/. ``dpdc-privacy verify``, report.html and every reader
+(evaluate, export, the audits, :func:`~dpdc_lightning.engine.bundle.load_bundle`) verify through
+here.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import dataclasses
 from pathlib import Path
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.plan import PrivacyPlan
-from dpdc_lightning.privacy.verdict import Verdict
-from dpdc_lightning.privacy.verify import verify_run
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.verification.verdict import Verdict
+from dpdc_lightning.privacy.verification.verify import verify_run
 
 
 def plan_from_config(run_dir: Path, recorded: PrivacyPlan) -> PrivacyPlan:
@@ -30,7 +31,7 @@ def plan_from_config(run_dir: Path, recorded: PrivacyPlan) -> PrivacyPlan:
         refuse_step_cap,
     )
     from dpdc_lightning.engine.resolved import resolve_run
-    from dpdc_lightning.privacy.counts import COUNT_MECHANISM, COUNT_SENSITIVITY
+    from dpdc_lightning.privacy.mechanisms.counts import COUNT_MECHANISM, COUNT_SENSITIVITY
 
     run = resolve_run(compose_saved(Path(run_dir), []))
     refuse_step_cap(run.method, max_steps=run.trainer.max_steps)

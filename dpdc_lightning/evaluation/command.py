@@ -86,7 +86,7 @@ def evaluate_bundle(
         )
     except OSError:
         pass  # TensorBoard is a convenience; eval.json holds the results
-    from dpdc_lightning.privacy.run_files import EVAL_TENSORBOARD_DIR
+    from dpdc_lightning.privacy.receipts.run_files import EVAL_TENSORBOARD_DIR
 
     written = [eval_path, *sorted((path / EVAL_TENSORBOARD_DIR).glob("*"))]
     seal_reader_outputs(path, written)  # manifest.json: a reader's outputs, never the release's

@@ -43,9 +43,9 @@ from dpdc_lightning.evaluation.selection_estimate import trial_seconds
 from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.score_share import score_noise_for_share
-from dpdc_lightning.privacy.secret import derive_secret
-from dpdc_lightning.privacy.selection import TrialLaw, calibrate_selection, selection_section
+from dpdc_lightning.privacy.mechanisms.secret import derive_secret
+from dpdc_lightning.privacy.selection.budget import TrialLaw, calibrate_selection, selection_section
+from dpdc_lightning.privacy.selection.score_share import score_noise_for_share
 
 # The per-trial target is found to 1 % (relative): the bisection returns the lower end, so the
 # selection always meets the target; a finer bracket costs more member calibrations than it gains.
@@ -62,8 +62,8 @@ def draw_trials(law: TrialLaw, *, key: int, members: int) -> list[int]:
 
 def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> ScoreProtocol:
     """How every trial is scored, fixed before the first one (public): σ_s from the share of the
-    target (privacy/score_share.py), or as given; a public validation set holds no private record,
-    so its count is released as it is."""
+    target (privacy/selection/score_share.py), or as given; a public validation set holds no private
+    record, so its count is released as it is."""
     share = select.share if select.validation is None else None
     noise = None if select.validation is not None else select.score_noise_multiplier
     if share is not None:
@@ -293,7 +293,8 @@ def _trial_key(key: int, index: int) -> int:
 
 
 def _score_protocol_statement(score: ScoreProtocol) -> dict[str, Any]:
-    """How each trial was scored (public), beside the mechanism privacy/selection.py states."""
+    """How each trial was scored (public), beside the mechanism privacy/selection/budget.py
+    states."""
     return {
         "denominator": score.denominator,
         "model": score.model,

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from dpdc_lightning.evaluation.protocol import EvalProtocol
 from dpdc_lightning.evaluation.train_test import train_and_test
-from dpdc_lightning.privacy.noise import noise_source
+from dpdc_lightning.privacy.mechanisms.noise import noise_source
 
 SCORE_PHASE = "selection-score"
 

@@ -42,10 +42,10 @@ from dpdc_lightning.methods.runtime import Runtime
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.methods.synthetic import PixelImages, SyntheticSet
 from dpdc_lightning.models import NETWORKS
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.noise import NoiseStream
-from dpdc_lightning.privacy.per_example import refuse_batch_norm
-from dpdc_lightning.privacy.plan import PrivacyPlan, StepSchedule
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream
+from dpdc_lightning.privacy.mechanisms.per_example import refuse_batch_norm
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan, StepSchedule
 from dpdc_lightning.seeding import derive_generator
 
 

@@ -47,7 +47,7 @@ from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.methods.subspace import Subspace, SubspaceCache, principal_subspace, project
 from dpdc_lightning.models import build_network, init_weights_
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 _AUX_CHUNK = 512  # auxiliary images per forward (per-sample normalisation: chunking is exact)

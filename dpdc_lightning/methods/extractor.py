@@ -40,7 +40,7 @@ def resolve_autocast(autocast: str, device: torch.device) -> str:
     """The precision an ``autocast`` value means on ``device`` ("auto": config/auto.py's
     choose_autocast with this machine's GPU, TF32 on CUDA GPUs of compute capability 8.0 or more,
     float32 elsewhere). TF32 runs the extractor's convolutions on tensor cores, while clipping and
-    noise stay float32/float64 (privacy/mechanisms.py)."""
+    noise stay float32/float64 (privacy/mechanisms/gaussian.py)."""
     if autocast not in AUTOCAST_MODES:
         raise ValueError(f"autocast must be one of {AUTOCAST_MODES}, got {autocast!r}")
     cuda = device.type == "cuda" and torch.cuda.is_available()

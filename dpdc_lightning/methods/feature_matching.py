@@ -19,15 +19,16 @@ from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.methods.extractor import RandomExtractor, per_sample_norm
 from dpdc_lightning.methods.memory import FLOAT, Need, network_cost, poisson_high
 from dpdc_lightning.methods.spec import DataSpec
-from dpdc_lightning.privacy.mechanisms import clip_rows
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
 
 class FeatureMatchingMethod(CondensationMethod):
     def __init__(self, config: FeatureMatchingConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        # A private method with batch norm is refused by the base (privacy/per_example.py).
+        # A private method with batch norm is refused by the base
+        # (privacy/mechanisms/per_example.py).
         if "norm" in self.model_config.options() and self.model_config.norm == "batchnorm":
             if config.forward == "batched":
                 raise UserError(

@@ -24,7 +24,7 @@ from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.methods.memory import FLOAT, Need, NetworkCost, network_cost
 from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.models import build_network, init_weights_
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator
 
 DISTANCE_EPS = 1e-6  # added to the product of norms, as the reference distance does

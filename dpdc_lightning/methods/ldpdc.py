@@ -22,7 +22,7 @@ from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.methods.memory import FLOAT, Need, poisson_high
 from dpdc_lightning.methods.release import CheckSizes, Records
 from dpdc_lightning.methods.spec import DataSpec
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 
 
 class LDPDC(CondensationMethod):

@@ -6,7 +6,7 @@ R rounds (``method.iterations``), each from a fresh network θ (keyed by round);
 round, K batches (``method.batches``) per outer step. One data step is one batch: a Poisson sample
 of the WHOLE data set (q = B/N), the private gradient
 
-    g̃ = (Σ_i clip_C(∇_θ CE(x_i, y_i)) + N(0, (σC)² I)) / B       (privacy/per_example.py)
+    g̃ = (Σ_i clip_C(∇_θ CE(x_i, y_i)) + N(0, (σC)² I)) / B       (privacy/mechanisms/per_example.py)
 
 with per-example gradients flattened over all parameters, sensitivity C, noise std σC, and B the
 EXPECTED batch size (the public code divides by the realised Poisson size, which is
@@ -15,12 +15,12 @@ synthetic set; S (or, with ``method.prior=generator``, the generator's weights �
 on the layer-wise distance. After the K batches of every outer step but the last, θ trains J
 epochs on S (SGD lr_net, batch 256, no augmentation: the paper uses none). Privacy-consuming
 steps: R·T·K, each one sampled Gaussian mechanism at (σ, q); σ is calibrated to
-``privacy.target_epsilon`` for all of them up front (privacy/plan.py).
+``privacy.target_epsilon`` for all of them up front (privacy/planning/plan.py).
 
 Over several processes (``trainer.devices``>1) the one Poisson sample of a step is drawn identically
 on every process and shared out (engine/datamodule.py); each process clips its records' gradients,
 the clipped sums are all-reduced and the noise is added once to the total from the keyed stream
-(privacy/per_example.py), so every process holds the same g̃; θ, S and its optimiser are
+(privacy/mechanisms/per_example.py), so every process holds the same g̃; θ, S and its optimiser are
 replicated.
 
 Loop sizes (T, J) follow the authors' code (DingfanChen/Private-Set, 8277ee2) unless set: pixels
@@ -46,9 +46,9 @@ from dpdc_lightning.methods.gradient_matching import GradientMatchingMethod, lay
 from dpdc_lightning.methods.memory import FLOAT, NetworkCost, poisson_high
 from dpdc_lightning.methods.release import CheckSizes, Records
 from dpdc_lightning.methods.synthetic import SyntheticSet
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent
-from dpdc_lightning.privacy.noise import NoiseStream
-from dpdc_lightning.privacy.per_example import (
+from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream
+from dpdc_lightning.privacy.mechanisms.per_example import (
     noisy_gradient_mean,
     per_example_rows,
     unflatten_like,
@@ -158,8 +158,8 @@ class PSG(GradientMatchingMethod):
     def release(
         self, rows: Tensor, *, step: int, partition: int, noise: NoiseStream | None = None
     ) -> tuple[Tensor, PrivacyEvent]:
-        """Clipped and summed on the method's device (privacy/per_example.py), the shares of the
-        processes summed, then noised once: every process holds the same release."""
+        """Clipped and summed on the method's device (privacy/mechanisms/per_example.py), the shares
+        of the processes summed, then noised once: every process holds the same release."""
         return noisy_gradient_mean(
             rows,
             max_norm=self.config.clip_norm,

@@ -1,5 +1,6 @@
 """A private method's release, written once: what its data step releases and what the white-box
-audit (``audit/transcripts.py``) runs many times with canaries are the same three functions.
+audit (``audit/whitebox/transcripts.py``) runs many times with canaries are the same three
+functions.
 
 - :meth:`PrivateRelease.release_context` prepares the public randomness of a data step (a random
   extractor θ_t, a network of round t, a subspace); called once per data step, in step order;
@@ -24,8 +25,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.privacy.mechanisms import PrivacyEvent, noisy_clipped_mean, noisy_clipped_sum
-from dpdc_lightning.privacy.noise import NoiseStream, noise_source
+from dpdc_lightning.privacy.mechanisms.gaussian import (
+    PrivacyEvent,
+    noisy_clipped_mean,
+    noisy_clipped_sum,
+)
+from dpdc_lightning.privacy.mechanisms.noise import NoiseStream, noise_source
 
 
 def rows_to_host(rows: list[Tensor], *, device_type: str) -> list[Tensor]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 
 
 @dataclass(frozen=True)
@@ -31,9 +31,9 @@ class DataSpec:
     @classmethod
     def of(cls, data: Any, *, plan: PrivacyPlan | None = None) -> DataSpec:
         """The spec of an ``ImageData``. Without ``plan``: its exact class sizes, the input of the
-        plan (privacy/plan.py) and of nothing else. With it: the plan's sizes (public, or released
-        under DP with ``privacy.class_sizes=private``), what every method is built with, so that no
-        method can compute anything from exact private counts."""
+        plan (privacy/planning/plan.py) and of nothing else. With it: the plan's sizes (public, or
+        released under DP with ``privacy.class_sizes=private``), what every method is built with, so
+        that no method can compute anything from exact private counts."""
         # A plan stored before plans held their sizes had public ones (from_dict restores released
         # ones).
         public = tuple(getattr(data, "public_class_sizes", data.class_sizes))

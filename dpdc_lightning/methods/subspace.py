@@ -4,7 +4,7 @@ Zheng et al., "Improving Noise Efficiency in Privacy-preserving Dataset Distilla
 §3.3: features f are replaced by P^T (f - m), with m the auxiliary features' mean and P their top-d
 principal directions. The computation reads public (or already paid-for) images only, so P costs no
 privacy; the private features are projected BEFORE they are clipped, so the clipped rows still have
-norm <= K whatever P is (the sensitivity argument lives in privacy/mechanisms.py).
+norm <= K whatever P is (the sensitivity argument lives in privacy/mechanisms/gaussian.py).
 
 P must be the same matrix when a bank entry is made and every time it is reused, so it comes from a
 deterministic SVD (torch.pca_lowrank draws a random sketch from the global generator), in float64,

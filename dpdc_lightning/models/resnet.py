@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from dpdc_lightning.models.convnet import NORMS, check_choice, make_norm
+from dpdc_lightning.models.convnet import make_norm
+from dpdc_lightning.models.normed import NormedClassifier
 
 
 class BasicBlock(nn.Module):
@@ -40,19 +41,10 @@ class BasicBlock(nn.Module):
         return self.relu(out + self.shortcut(x))
 
 
-class ResNet18(nn.Module):
+class ResNet18(NormedClassifier):
     """Benchmark ResNet18; ``embed`` gives the 512 globally pooled features."""
 
-    def __init__(
-        self,
-        channels: int,
-        num_classes: int,
-        image_size: tuple[int, int],
-        *,
-        norm: str = "instancenorm",
-    ) -> None:
-        super().__init__()
-        check_choice("norm", norm, NORMS)
+    def build_features(self, channels: int, image_size: tuple[int, int], norm: str) -> int:
         # Any image_size works: stride-2 3x3 convs with padding 1 never shrink a side below 1,
         # and the global pooling removes the spatial dimensions.
         del image_size
@@ -69,12 +61,8 @@ class ResNet18(nn.Module):
             in_planes = planes
         self.stages = nn.Sequential(*stages)
         self.pool = nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(1))
-        self.feature_dim: int = in_planes
-        self.classifier = nn.Linear(in_planes, num_classes)
+        return in_planes
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Globally pooled features ``[N, 512]`` (the classifier's input)."""
         return self.pool(self.stages(self.stem(x)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.embed(x))

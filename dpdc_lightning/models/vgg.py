@@ -13,24 +13,16 @@ import torch
 from torch import nn
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.models.convnet import NORMS, check_choice, make_norm, pads_mnist_to_32
+from dpdc_lightning.models.convnet import make_norm, pads_mnist_to_32
+from dpdc_lightning.models.normed import NormedClassifier
 
 _VGG11: tuple[int | str, ...] = (64, "M", 128, "M", 256, 256, "M", 512, 512, "M", 512, 512, "M")
 
 
-class VGG11(nn.Module):
+class VGG11(NormedClassifier):
     """Benchmark VGG11; ``embed`` gives the flattened conv features."""
 
-    def __init__(
-        self,
-        channels: int,
-        num_classes: int,
-        image_size: tuple[int, int],
-        *,
-        norm: str = "instancenorm",
-    ) -> None:
-        super().__init__()
-        check_choice("norm", norm, NORMS)
+    def build_features(self, channels: int, image_size: tuple[int, int], norm: str) -> int:
         first_padding = 3 if pads_mnist_to_32(channels, image_size) else 1
         height, breadth = image_size
         layers: list[nn.Module] = []
@@ -58,12 +50,8 @@ class VGG11(nn.Module):
             )
         layers.append(nn.Flatten(1))
         self.features = nn.Sequential(*layers)
-        self.feature_dim: int = in_channels * height * breadth
-        self.classifier = nn.Linear(self.feature_dim, num_classes)
+        return in_channels * height * breadth
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """Flattened conv features ``[N, feature_dim]`` (the classifier's input)."""
         return self.features(x)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.embed(x))

@@ -3,8 +3,8 @@
 What the page shows comes from the released files, once they verify (engine/verification.py):
 the images drawn again from synthetic.pt's verified tensors (never synthetic.png's bytes, which a
 forger could replace), privacy.json, plan.json, config.yaml and the sealed TensorBoard log of the
-run's ε and loss, which the release ledger (privacy/ledger.py) counts as released: the loss is
-computed against the noisy release only. Evaluations and audits, when present, are added in
+run's ε and loss, which the release ledger (privacy/receipts/ledger.py) counts as released: the loss
+is computed against the noisy release only. Evaluations and audits, when present, are added in
 sections marked as NOT covered by the guarantee wherever they read private records (a held-out
 test split; every audit). Nothing varies between two renderings of the same files: no date, no
 wall time, no path, not even the run folder's name (the page must not change when the folder is
@@ -43,7 +43,7 @@ PRIVACY_FILE, PLAN_FILE, CONFIG_FILE, GRID_FILE = (
 def verdict(run_dir: Path) -> tuple[Any, str]:
     """(the verdict, its last line) of ``dpdc-privacy verify`` on the bundle in ``run_dir``."""
     from dpdc_lightning.engine.verification import verify_bundle
-    from dpdc_lightning.privacy.verdict import format_verdict
+    from dpdc_lightning.privacy.verification.verdict import format_verdict
 
     found = verify_bundle(run_dir)
     return found, format_verdict(found).splitlines()[-1]
@@ -91,7 +91,7 @@ def _images(run_dir: Path, bundle: dict[str, Any], found: Any) -> str:
     names = ", ".join(map(str, bundle.get("class_names") or []))
     if found.ok:
         from dpdc_lightning.engine.image_grid import grid_png
-        from dpdc_lightning.privacy.bundle_checks import read_tensors
+        from dpdc_lightning.privacy.verification.bundle_checks import read_tensors
 
         images, labels = read_tensors(run_dir, found.report)
         shown = image(

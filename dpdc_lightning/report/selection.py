@@ -2,7 +2,8 @@
 ``selection``, written by evaluation/selection_run.py): the grid, the law of the number of
 trials, the winner's settings and noisy score, and the selection's ε beside what publishing every
 member of the grid would cost (their composition: privacy.json's ``composed_epsilon``, each
-member with its score, or else the members' events composed here, privacy/composition.py).
+member with its score, or else the members' events composed here,
+privacy/accounting/composition.py).
 
 Only what privacy.json states is shown: the grid and the law are public, the winner's noisy score
 is released; K, the number of trials that ran, is not (the repeat-and-select guarantee holds while
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dpdc_lightning.privacy.composition import composed_epsilon
+from dpdc_lightning.privacy.accounting.composition import composed_epsilon
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report.html import box, facts, number, sourced, table, text
 

@@ -2,9 +2,9 @@
 
 Members that condensed the same private data compose sequentially: publishing several of them, or
 one chosen by comparing them (the best accuracy, the nicest picture), costs the composition of all
-their privacy-consuming events, which privacy/composition.py computes in one accountant run (as
-summary.md states it); publishing one member chosen without looking at the others costs its own ε.
-The page reads the members' rows (sweep.json) and the figure sweep.png; wall times stay out.
+their privacy-consuming events, which privacy/accounting/composition.py computes in one accountant
+run (as summary.md states it); publishing one member chosen without looking at the others costs its
+own ε. The page reads the members' rows (sweep.json) and the figure sweep.png; wall times stay out.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from dpdc_lightning.privacy.composition import cost_by_data, finished_releases
+from dpdc_lightning.privacy.accounting.composition import cost_by_data, finished_releases
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.report.html import box, image, number, page, section, sourced, table, text
 
@@ -90,7 +90,7 @@ def _composition(rows: list[dict[str, Any]]) -> str:
         "<p>Members that read the same private data compose <strong>sequentially</strong>: "
         "publishing several, or one chosen by comparing them (e.g. by accuracy), costs the "
         "composition of all their privacy-consuming events (one accountant run over every "
-        "member's phases, privacy/composition.py). Publishing one member chosen without "
+        "member's phases, privacy/accounting/composition.py). Publishing one member chosen without "
         "looking at the others costs its own ε (table).</p><ul>" + "".join(items) + "</ul>"
     )
 

@@ -1,7 +1,7 @@
 """The comparison of two runs' outputs (:mod:`.outputs`) against the release ledger
-(privacy/ledger.py): a field the ledger names may differ between D and D' (an accounted release or
-what is computed from releases alone); any other field, file, printed line (times removed), warning,
-log record or exit code must be equal."""
+(privacy/receipts/ledger.py): a field the ledger names may differ between D and D' (an accounted
+release or what is computed from releases alone); any other field, file, printed line (times
+removed), warning, log record or exit code must be equal."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from dpdc_lightning.privacy.ledger import TEXT_OUTPUTS, Released
+from dpdc_lightning.privacy.receipts.ledger import TEXT_OUTPUTS, Released
 
 TIME = re.compile(r"\b\d+(\.\d+)? s\b|\b\d+ min \d+ s\b|\b\d+ h \d+ min\b")
 

@@ -1,7 +1,7 @@
 """Observing and coupling the Gaussian mechanism for the neighbouring-run harness.
 
-:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian_sum`` wherever a dpdc_lightning module,
-or the module of a registered method (a plug-in), binds it (mechanisms.noisy_clipped_sum,
+:class:`MechanismTap` wraps ``privacy.mechanisms.gaussian.gaussian_sum`` wherever a dpdc_lightning
+module, or the module of a registered method (a plug-in), binds it (mechanisms.noisy_clipped_sum,
 per_example.noisy_gradient_mean, counts.release_class_sizes, ...): every call's pre-noise sum,
 sensitivity and event are recorded with the noise draws made inside it (:mod:`.draws`: every
 draw of the run is logged, inside a call or not), and a tap given D's calls makes call i release
@@ -21,15 +21,15 @@ import torch
 from torch import Tensor
 
 import dpdc_lightning.engine.condense  # noqa: F401  (binds gaussian_sum through its imports)
-import dpdc_lightning.privacy.counts  # noqa: F401  (binds gaussian_sum)
-import dpdc_lightning.privacy.per_example  # noqa: F401  (binds gaussian_sum)
+import dpdc_lightning.privacy.mechanisms.counts  # noqa: F401  (binds gaussian_sum)
+import dpdc_lightning.privacy.mechanisms.per_example  # noqa: F401  (binds gaussian_sum)
 from dpdc_lightning.audit.neighbours.draws import Draw, NoiseLog
 from dpdc_lightning.audit.neighbours.events import SpendLog
 from dpdc_lightning.audit.neighbours.patches import Patches
 from dpdc_lightning.config.registry import loaded_names
 from dpdc_lightning.engine import datamodule as datamodule_module
 from dpdc_lightning.methods import method_class
-from dpdc_lightning.privacy import mechanisms
+from dpdc_lightning.privacy.mechanisms import gaussian as mechanisms
 
 
 @dataclass

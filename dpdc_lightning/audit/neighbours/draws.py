@@ -1,8 +1,8 @@
 """Every draw of the privacy noise streams in one run, for the neighbouring-run harness.
 
-:class:`NoiseLog` wraps the two concrete streams of ``privacy.noise`` (the keyed stream and the
-seeded one of ``privacy.reproducible_noise``) at class level, so a draw is logged however the
-stream was made: ``CondensationMethod.noise_stream``, ``noise_source`` or a plug-in's own
+:class:`NoiseLog` wraps the two concrete streams of ``privacy.mechanisms.noise`` (the keyed stream
+and the seeded one of ``privacy.reproducible_noise``) at class level, so a draw is logged however
+the stream was made: ``CondensationMethod.noise_stream``, ``noise_source`` or a plug-in's own
 construction, and through any wrapper stream a plug-in puts around it. Each draw is logged with
 its key (the stream's identity and purpose: phase, step, partition, and the draw's index in the
 stream) and the values it returned. The harness then checks, with no knowledge of the method,
@@ -18,7 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from dpdc_lightning.audit.neighbours.patches import Patches
-from dpdc_lightning.privacy.noise import KeyedNoise, SeededNoise
+from dpdc_lightning.privacy.mechanisms.noise import KeyedNoise, SeededNoise
 
 
 @dataclass

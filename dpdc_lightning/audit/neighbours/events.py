@@ -7,11 +7,11 @@ averaged in, a query kept for a stopping rule. :class:`SpendLog` records every s
 :func:`event_problems` then matches the mechanism's calls (:mod:`.coupling`) and the spends one to
 one: each call's event spent exactly once on the call's partition after the call, each spend the
 event of one call. The class-size release is the one call accounted by the plan instead
-(privacy/plan.py composes the event it returned before the first step).
+(privacy/planning/plan.py composes the event it returned before the first step).
 
 The same run's noise must be keyed by the WHOLE secret: :func:`secret_problems` refuses a keyed
-draw whose key is neither the run's secret nor one ``privacy.secret.derive_secret`` derived from
-it (a secret reduced to 32 or 64 bits can be searched: the noise is then known).
+draw whose key is neither the run's secret nor one ``privacy.mechanisms.secret.derive_secret``
+derived from it (a secret reduced to 32 or 64 bits can be searched: the noise is then known).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpdc_lightning.audit.neighbours.patches import Patches
-from dpdc_lightning.privacy import secret as secret_module
-from dpdc_lightning.privacy.counts import COUNT_PHASE
+from dpdc_lightning.privacy.mechanisms import secret as secret_module
+from dpdc_lightning.privacy.mechanisms.counts import COUNT_PHASE
 
 SHOWN = 3  # problems of one kind shown per run
 

@@ -19,15 +19,16 @@ and the record that moves a batch statistic most), the only record of its class 
 samples (the class's sample in D' is then empty at that step), or one of the test split.
 Executions of a case:
 
-- D, recorded: every mechanism call (``privacy.mechanisms.gaussian_sum``, wherever it is bound)
+- D, recorded: every mechanism call (``privacy.mechanisms.gaussian.gaussian_sum``, wherever it is
+bound)
   with its pre-noise sum, sensitivity, event and the noise draws made inside it; every draw of the
   noise streams; every output flattened to ``output:field`` keys. The secret is chosen so that D's
   Poisson samples include the record (else the comparison would be vacuous). In D, as in every
   execution: no noise key drawn twice, no noise drawn outside a call, and each call adds exactly
   its declared std times one draw of its stream (:func:`.calls.noise_problems`);
 - "plain", D' with the same secret as is: the same noise draws in the same order (no control flow
-  on the data); every output outside the release ledger (privacy/ledger.py) equal to D's once times
-  are removed; where nothing accounted reads the record, every output equal;
+  on the data); every output outside the release ledger (privacy/receipts/ledger.py) equal to D's
+  once times are removed; where nothing accounted reads the record, every output equal;
 - "coupled", D' whose every mechanism call releases D's value of the same call (the noise shifted
   by the difference of the pre-noise sums, the coupling of the DP argument): each call the same
   (noise key, event, sensitivity), its pre-noise sum moved by at most k sensitivities (k = 1
@@ -84,7 +85,7 @@ from dpdc_lightning.audit.neighbours.running import (
     sole_record,
     train_tokens,
 )
-from dpdc_lightning.privacy.ledger import ledger_for
+from dpdc_lightning.privacy.receipts.ledger import ledger_for
 
 
 @dataclass

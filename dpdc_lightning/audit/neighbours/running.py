@@ -168,7 +168,8 @@ def reference(
 def choose_secret(case: Case, prep: Prepared, split: str, index: int, first: int = SECRET) -> int:
     """The first secret (``first``, ``first`` + 1, ...) whose Poisson samples in D include the
     record, so that (c) is never vacuous; found with the run's own plan and data stream
-    (privacy/plan.py, engine/datamodule.py). Any secret does for a record no mechanism samples."""
+    (privacy/planning/plan.py, engine/datamodule.py). Any secret does for a record no mechanism
+    samples."""
     if split == "test" or not case.private:
         mine = (case.config_key, str(prep.work))
         made = [s for config, folder, s in _REFERENCES if (config, folder) == mine and s >= first]

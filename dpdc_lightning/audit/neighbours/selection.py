@@ -18,8 +18,8 @@ record replaced by its pixel inversion (same label: the class sizes are public):
 - **training record**: a record the trials condense in both forms, the score releases of D'
   coupled to D's (the noise shifted by the count's move: the coupling of the DP argument). Each
   condensation call may move by two sensitivities; some call of a LOSING trial must move; every
-  output must equal D's except what the winner's condensation released (privacy/ledger.py). A
-  winner chosen by anything but the released scores, or a loser's images written, fails here.
+  output must equal D's except what the winner's condensation released (privacy/receipts/ledger.py).
+  A winner chosen by anything but the released scores, or a loser's images written, fails here.
 
 In every run: each score is its trial's count plus the declared std times one draw of its own
 keyed stream (:mod:`.selection_taps`), no noise key is drawn twice, every condensation call adds its
@@ -56,7 +56,7 @@ from dpdc_lightning.audit.neighbours.selection_taps import (
     score_problems,
     trial_problems,
 )
-from dpdc_lightning.privacy.ledger import SELECTION_LEDGER, ledger_for
+from dpdc_lightning.privacy.receipts.ledger import SELECTION_LEDGER, ledger_for
 
 RECORDS_TRIED = 4  # per case: the next record when one leaves the comparison vacuous
 SCORE = "privacy.json:selection.winner.noisy_score"

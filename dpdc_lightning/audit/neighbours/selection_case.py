@@ -78,7 +78,7 @@ def choose_key(case: SelectionCase, work: Path) -> tuple[int, float]:
     leak), and the selection's validation fraction."""
     from dpdc_lightning.config.selection import load_select, split_select
     from dpdc_lightning.evaluation.selection_grid import plan_grid
-    from dpdc_lightning.privacy.selection import TrialLaw
+    from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     mine, rest = split_select([t for t in case.tokens(work) if t != "-m"])
     select, members = load_select(mine), len(plan_grid(rest).configs)
@@ -105,7 +105,7 @@ def other_key(case: SelectionCase, work: Path, key: int, member: int, trials: in
     does."""
     from dpdc_lightning.config.selection import load_select, split_select
     from dpdc_lightning.evaluation.selection_grid import plan_grid
-    from dpdc_lightning.privacy.selection import TrialLaw
+    from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     mine, rest = split_select([t for t in case.tokens(work) if t != "-m"])
     select, members = load_select(mine), len(plan_grid(rest).configs)
@@ -122,7 +122,7 @@ def sides(own: OwnData, key: int, fraction: float) -> tuple[list[int], list[int]
     split of engine/selection.py under ``key``: replacing one by its inversion moves no record
     between the parts."""
     from dpdc_lightning.data.loaders.own import hold_out
-    from dpdc_lightning.privacy.secret import derive_secret
+    from dpdc_lightning.privacy.mechanisms.secret import derive_secret
 
     seed = derive_secret(key, "selection-validation")
     held = hold_out(own.images, own.labels, fraction=fraction, seed=seed)

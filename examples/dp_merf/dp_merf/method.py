@@ -50,7 +50,7 @@ from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.methods import CheckSizes, CondensationMethod, DataSpec, Records
 from dpdc_lightning.methods.memory import FLOAT, Need
 from dpdc_lightning.methods.signal_bank import SignalBank
-from dpdc_lightning.privacy.plan import PrivacyPlan
+from dpdc_lightning.privacy import PrivacyPlan
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
 RELEASE_STEP = 0  # the only data step
