@@ -31,7 +31,7 @@ from dpdc_lightning.methods.feature_matching import FeatureMatchingMethod
 from dpdc_lightning.methods.signal_bank import SignalBank
 from dpdc_lightning.methods.subspace import SubspaceCache, principal_subspace, project
 from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
-from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows
+from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows, gaussian_sum
 
 SMALL = [
     "method=dosser",
@@ -224,7 +224,15 @@ def test_a_free_step_that_spends_is_refused(toy, monkeypatch):
     original = Dosser.free_step
 
     def spending(self, step):
-        self.spend(self.plan.event(), partition=0)
+        # a genuine mechanism call (an event made by hand is refused earlier, by the noise scope)
+        _, event = gaussian_sum(
+            torch.zeros(3),
+            sensitivity=1.0,
+            noise_multiplier=self.noise_multiplier,
+            sample_rate=self.plan.rate_of(0),
+            noise=self.noise_stream(step, 0),
+        )
+        self.spend(event, partition=0)
         return original(self, step)
 
     monkeypatch.setattr(Dosser, "free_step", spending)
