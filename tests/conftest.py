@@ -67,3 +67,18 @@ def one_torch_thread():
     torch.set_num_threads(int(os.environ.get("DPDC_TEST_THREADS", "1")))
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def leaks():
+    """The toy plug-ins of tests/toy_methods.py and the planted leaks of tests/toy_leaks.py,
+    registered for one test and unregistered after it (a registration left behind leaks into
+    later tests of the same worker: Hydra's store once made submitit's sweep import a test file)."""
+    import toy_leaks
+    import toy_methods
+
+    toy_methods.register_toys()
+    toy_leaks.register_leaks()
+    yield
+    toy_leaks.unregister_leaks()
+    toy_methods.unregister_toys()

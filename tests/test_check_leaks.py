@@ -10,8 +10,6 @@ import re
 
 import pytest
 import torch
-import toy_leaks
-import toy_methods
 
 from dpdc_lightning.audit.neighbours.calls import call_problems
 from dpdc_lightning.audit.neighbours.coupling import Call
@@ -171,15 +169,6 @@ def test_far_data_keeps_the_public_sizes_and_moves_every_statistic():
 
 
 # --------------------------------------------------------------------------- end to end (slow)
-
-
-@pytest.fixture
-def leaks():
-    toy_methods.register_toys()
-    toy_leaks.register_leaks()
-    yield
-    toy_leaks.unregister_leaks()
-    toy_methods.unregister_toys()
 
 
 # (plug-in, the first problem check's outlier case reports)

@@ -83,15 +83,6 @@ def test_an_event_no_mechanism_made_is_refused():
         run.claim([(0, outside)])
 
 
-@pytest.fixture
-def leaks():
-    toy_methods.register_toys()
-    toy_leaks.register_leaks()
-    yield
-    toy_leaks.unregister_leaks()
-    toy_methods.unregister_toys()
-
-
 TINY = ["method.ipc=1", "method.iterations=2", "method.group_size=6"]
 
 

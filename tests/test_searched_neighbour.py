@@ -11,7 +11,6 @@ import types
 import pytest
 import torch
 import toy_leaks
-import toy_methods
 
 from dpdc_lightning.audit.neighbours import probe, search
 from dpdc_lightning.audit.neighbours.probe import candidates, probe_rows
@@ -106,15 +105,6 @@ def test_the_search_keeps_to_its_time_budget():
     record, value = search.searched_record(rows_of, sample, 0, seconds=0.0)
     assert torch.equal(record, sample.images[0][0])  # no step taken: the start, its value
     assert value == pytest.approx(float(search.sum_change(rows_of, sample, 0, record)))
-
-
-@pytest.fixture
-def leaks():
-    toy_methods.register_toys()
-    toy_leaks.register_leaks()
-    yield
-    toy_leaks.unregister_leaks()
-    toy_methods.unregister_toys()
 
 
 @pytest.mark.slow
