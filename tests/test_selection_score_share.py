@@ -11,9 +11,7 @@ import numpy as np
 import pytest
 
 from dpdc_lightning.config import compose
-from dpdc_lightning.config.selection import DEFAULT_SCORE_SHARE, SelectConfig, load_select
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.evaluation.selection_run import score_protocol
 from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
 from dpdc_lightning.privacy.selection.budget import (
     TrialLaw,
@@ -24,6 +22,8 @@ from dpdc_lightning.privacy.selection.budget import (
 )
 from dpdc_lightning.privacy.selection.score_share import gaussian_epsilon, score_noise_for_share
 from dpdc_lightning.privacy.selection.verify import selection_checks
+from dpdc_lightning.selection.run import score_protocol
+from dpdc_lightning.selection.settings import DEFAULT_SCORE_SHARE, SelectConfig, load_select
 
 DELTA = 1e-5
 LAW = TrialLaw("geometric", 4)

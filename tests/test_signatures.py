@@ -39,10 +39,10 @@ NOT_YET = {
     "runner.py::_canary_audit",
     "runner.py::_analyses",
     "transcripts.py::Transcript.__init__",
-    "selection.py::at_target",
-    "selection_grid.py::refuse_member",
-    "selection_run.py::score_protocol",
-    "selection_run.py::calibrated_members",
+    "trials.py::at_target",
+    "grid.py::refuse_member",
+    "run.py::score_protocol",
+    "run.py::calibrated_members",
 }
 
 

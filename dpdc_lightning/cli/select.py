@@ -30,15 +30,15 @@ from pathlib import Path
 from dpdc_lightning.cli.folders import stamped_folder
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.composition import selected
-from dpdc_lightning.config.selection import SelectConfig
 from dpdc_lightning.errors import Interrupted, UserError
-from dpdc_lightning.evaluation.selection_grid import plan_grid
+from dpdc_lightning.selection.grid import plan_grid
+from dpdc_lightning.selection.settings import SelectConfig
 
 
 def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     """The selection run; returns the exit code (0, with the winner's folder on stdout)."""
     from dpdc_lightning.engine.threads import use_threads
-    from dpdc_lightning.evaluation.selection_run import run_selection
+    from dpdc_lightning.selection.run import run_selection
 
     started = datetime.now()
     grid = plan_grid(tokens)

@@ -23,7 +23,7 @@ from dpdc_lightning.audit.neighbours.draws import Draw
 from dpdc_lightning.audit.neighbours.patches import Patches
 
 # the module whose names the selection calls (its driver, below cli/)
-selection_run = importlib.import_module("dpdc_lightning.evaluation.selection_run")
+selection_run = importlib.import_module("dpdc_lightning.selection.run")
 
 # the score is count / denominator in float64: the noise equals its declared std times the draw
 # to a few float64 ulps of the count

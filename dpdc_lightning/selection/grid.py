@@ -9,8 +9,8 @@ from dpdc_lightning.config import RunConfig, compose
 from dpdc_lightning.config.composition import refuse_retired
 from dpdc_lightning.config.grid import expand
 from dpdc_lightning.config.locations import hide_locations, refuse_swept_locations
-from dpdc_lightning.config.selection import Grid
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.selection.settings import Grid
 
 # Keys every member must share: the data, where the release goes, and the selection's own budget.
 NOT_SWEPT = ("run_dir", "runs_root", "resume", "forget", "privacy.target_epsilon", "privacy.delta")

@@ -20,11 +20,20 @@ from typing import Any
 import numpy as np
 
 from dpdc_lightning.config import RunConfig
-from dpdc_lightning.config.selection import SCORE_NOISE_NOTE_POINTS, Grid, SelectConfig
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.planning import load_data, noise_seed_for
 from dpdc_lightning.engine.resolved import ResolvedRun, resolve_run
-from dpdc_lightning.engine.selection import (
+from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.evaluation.engines.cost import rough_duration
+from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.mechanisms.secret import derive_secret
+from dpdc_lightning.privacy.selection.budget import TrialLaw, calibrate_selection, selection_section
+from dpdc_lightning.privacy.selection.score_share import score_noise_for_share
+from dpdc_lightning.selection.estimate import trial_seconds
+from dpdc_lightning.selection.score import ScoreProtocol, correct_count, noisy_score
+from dpdc_lightning.selection.settings import SCORE_NOISE_NOTE_POINTS, Grid, SelectConfig
+from dpdc_lightning.selection.trials import (
     Carved,
     Events,
     at_target,
@@ -37,15 +46,6 @@ from dpdc_lightning.engine.selection import (
     silenced,
     write_winner,
 )
-from dpdc_lightning.errors import NumericalFault, UserError
-from dpdc_lightning.evaluation.engines.cost import rough_duration
-from dpdc_lightning.evaluation.selection_estimate import trial_seconds
-from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
-from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.mechanisms.secret import derive_secret
-from dpdc_lightning.privacy.selection.budget import TrialLaw, calibrate_selection, selection_section
-from dpdc_lightning.privacy.selection.score_share import score_noise_for_share
 
 # The per-trial target is found to 1 % (relative): the bisection returns the lower end, so the
 # selection always meets the target; a finer bracket costs more member calibrations than it gains.
