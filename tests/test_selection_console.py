@@ -70,8 +70,8 @@ def test_the_trial_estimate_is_a_step_time_times_the_steps_plus_set_up_and_score
     from dpdc_lightning.selection.settings import load_select
 
     carved = carve_validation(load_data(config.dataset), fraction=0.1, key=0)
-    score = score_protocol(load_select(["select=private"]), config, carved)
     member = resolve_run(config)
+    score = score_protocol(load_select(["select=private"]), member, carved, accelerator="cpu")
     seconds = selection_estimate.trial_seconds(member, carved.train, score=score)
     assert seconds == pytest.approx(3 + 2 * 300 + 4)
     assert [cap for cap, _ in probes] == [1, 3]

@@ -121,7 +121,7 @@ def loser_leaks(folder: Path, recorded: Recorded, *, out: str, err: str) -> list
             f"{epsilon_text(selection['composed_epsilon'])}, less than this selection; a selection pays "
             "off on grids larger than its mean number of trials\n"
         )
-    # one trial's time, measured on public stand-in data (evaluation/selection_estimate.py)
+    # one trial's time, measured on public stand-in data (selection/estimate.py)
     quiet = (
         r"running the trials: nothing is shown until the last one ends, since a progress bar or "
         r"a trial's result would tell how many there are, and K must stay hidden; one trial takes "

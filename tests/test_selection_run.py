@@ -116,6 +116,11 @@ REFUSED = [
     ("a share of 1", ["method.iterations=2,3", "select.score_share=1"], "(0, 1)"),
     ("no score epoch", ["method.iterations=2,3", "select.epochs=0"], "positive integer"),
     ("σ given", ["method.iterations=2,3", "privacy.noise_multiplier=1"], "drop"),
+    (
+        "private class sizes",
+        ["method.iterations=2,3", "privacy.class_sizes=private", "privacy.count_epsilon=0.2"],
+        "=public",
+    ),  # fmt: skip
     ("--evaluate", ["method.iterations=2,3", "--evaluate"], "do not apply"),
     ("a select key without select", ["select.trials_mean=3"], "needs select=private"),
 ]
@@ -138,6 +143,27 @@ def test_a_bad_selection_is_one_error_line(label, extra, fragment, tmp_path, mon
     if fragment is not None:
         assert fragment in lines[0]
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_member_at_its_per_trial_target_is_its_config_resolved_at_that_target():
+    """Each member is resolved once; the target the calibration chose is set on the resolved
+    member, and it must say what resolving the config at that target says: the privacy settings,
+    config.yaml, its digest (privacy.json's config_sha256) and the hparams tree."""
+    import dataclasses
+
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.resolved import resolve_run
+    from dpdc_lightning.selection.trials import at_target
+
+    config = compose(["method=ndpdc", "dataset=toy", "method.lr_img=3", "privacy.target_epsilon=2"])
+    per_trial = 0.734
+    privacy = dataclasses.replace(config.privacy, target_epsilon=per_trial)
+    expected = resolve_run(dataclasses.replace(config, privacy=privacy))
+    member = resolve_run(config)
+    assert at_target(member, per_trial) == expected
+    assert "target_epsilon: 0.734" in expected.output.released_yaml
+    # the member itself is left as it was: another target starts from the same member
+    assert member == resolve_run(config)
 
 
 def test_select_without_multirun_is_refused(tmp_path, monkeypatch, capsys):

@@ -119,7 +119,7 @@ def other_key(case: SelectionCase, work: Path, key: int, member: int, trials: in
 
 def sides(own: OwnData, key: int, fraction: float) -> tuple[list[int], list[int]]:
     """(records held out for the score in both forms, records condensed in both forms), by the
-    split of engine/selection.py under ``key``: replacing one by its inversion moves no record
+    split of selection/trials.py under ``key``: replacing one by its inversion moves no record
     between the parts."""
     from dpdc_lightning.data.loaders.own import hold_out
     from dpdc_lightning.privacy.mechanisms.secret import derive_secret
