@@ -137,10 +137,10 @@ def per_member_epsilon(total: float, *, delta: float) -> float:
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
     from dpdc_lightning.engine.resolved import resolve_run
-    from dpdc_lightning.engine.selection import member_plan, plan_events
     from dpdc_lightning.methods import DataSpec
     from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
     from dpdc_lightning.privacy.selection.budget import composed_rdp, epsilon_at
+    from dpdc_lightning.selection.trials import member_plan, plan_events
 
     members, _ = expand([*base_tokens(), *grid_tokens(GRID), f"privacy.target_epsilon={total}"])
     configs = [compose(m) for m in members]

@@ -209,8 +209,8 @@ def test_a_public_validation_set_holding_a_private_test_record_is_refused(tmp_pa
     import numpy as np
 
     from dpdc_lightning.data import ImageData
-    from dpdc_lightning.engine.selection import public_validation
     from dpdc_lightning.errors import UserError
+    from dpdc_lightning.selection.trials import public_validation
 
     generator = np.random.default_rng(0)
     train, test, fresh = (
@@ -240,7 +240,7 @@ def test_a_trial_silences_lightnings_own_log_handlers():
     import io
     import logging
 
-    from dpdc_lightning.engine.selection import silenced
+    from dpdc_lightning.selection.trials import silenced
 
     console = io.StringIO()
     handler = logging.StreamHandler(console)  # made before the trial: holds the console stream

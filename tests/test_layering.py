@@ -1,10 +1,10 @@
 """The layering of the package, from its import graph (benchmarks/import_graph.py reads every import:
 module level, inside functions, importlib with a literal name, PEP 562 lazy exports).
 
-Imports point one way: cli → evaluation/audit → engine → methods → config → data/models/augment →
-privacy → errors/seeding. privacy imports nothing above it, config imports no torch, only engine/
-imports Lightning, and no module takes part in an import circle. No package file is over 300
-lines, no package function over 60.
+Imports point one way: cli → audit → selection → evaluation → engine → methods → config →
+data/models/augment → privacy → errors/seeding. privacy imports nothing above it, config imports
+no torch, only engine/ imports Lightning, and no module takes part in an import circle. No
+package file is over 300 lines, no package function over 60.
 """
 
 from __future__ import annotations

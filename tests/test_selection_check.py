@@ -239,7 +239,7 @@ PLANTED = {
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", list(PLANTED))
 def test_check_fails_a_planted_selection_bug(planted, monkeypatch):
-    import dpdc_lightning.evaluation.selection_run as module
+    import dpdc_lightning.selection.run as module
 
     plant, name, fragment = PLANTED[planted]
     plant(monkeypatch, module)

@@ -18,8 +18,8 @@ from test_selection_run import TINY_SELECT
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.engine.resolved import resolve_run
-from dpdc_lightning.evaluation.selection_run import guarantee_line, quiet_trials_line
 from dpdc_lightning.privacy.selection.budget import TrialLaw
+from dpdc_lightning.selection.run import guarantee_line, quiet_trials_line
 
 SECTION = {"epsilon": 1.99251, "delta": 1e-5, "target_epsilon": 2.0, "trial_epsilon": 1.30251}
 
@@ -49,9 +49,9 @@ def test_the_trial_estimate_is_a_step_time_times_the_steps_plus_set_up_and_score
     set-up; the score took 4 s: a 300-step trial is 3 + 600 + 4 s."""
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
-    from dpdc_lightning.engine.selection import carve_validation
-    from dpdc_lightning.evaluation import selection_estimate
-    from dpdc_lightning.evaluation.selection_run import score_protocol
+    from dpdc_lightning.selection import estimate as selection_estimate
+    from dpdc_lightning.selection.run import score_protocol
+    from dpdc_lightning.selection.trials import carve_validation
 
     ticks = iter([0.0, 5.0, 10.0, 19.0, 20.0, 24.0])
     monkeypatch.setattr(selection_estimate, "clock", lambda: next(ticks))
@@ -67,11 +67,11 @@ def test_the_trial_estimate_is_a_step_time_times_the_steps_plus_set_up_and_score
     config = compose(
         ["method=ndpdc", "dataset=toy", "method.iterations=300", "privacy.target_epsilon=2"]
     )
-    from dpdc_lightning.config.selection import load_select
+    from dpdc_lightning.selection.settings import load_select
 
     carved = carve_validation(load_data(config.dataset), fraction=0.1, key=0)
-    score = score_protocol(load_select(["select=private"]), config, carved)
     member = resolve_run(config)
+    score = score_protocol(load_select(["select=private"]), member, carved, accelerator="cpu")
     seconds = selection_estimate.trial_seconds(member, carved.train, score=score)
     assert seconds == pytest.approx(3 + 2 * 300 + 4)
     assert [cap for cap, _ in probes] == [1, 3]
@@ -109,9 +109,9 @@ class Clock(datetime):
 
 
 def _selection(key: int, folder: Path, monkeypatch, capsys) -> tuple[str, list[str], int]:
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
     from dpdc_lightning.cli import select as select_cli
-    from dpdc_lightning.evaluation import selection_estimate
+    from dpdc_lightning.selection import estimate as selection_estimate
 
     real_trial = select_run.run_trial
     trials = []
@@ -139,7 +139,7 @@ def _selection(key: int, folder: Path, monkeypatch, capsys) -> tuple[str, list[s
 
 @pytest.mark.slow
 def test_two_secrets_drawing_different_k_name_and_say_the_same(tmp_path, monkeypatch, capsys):
-    from dpdc_lightning.evaluation.selection_run import draw_trials
+    from dpdc_lightning.selection.run import draw_trials
 
     law = TrialLaw(distribution="geometric", mean=3.0)
     drawn = {}

@@ -40,8 +40,8 @@ class Recorded:
 
 def _key(members: int) -> int:
     """A key that draws at least two trials of different members (else there is no loser)."""
-    from dpdc_lightning.evaluation.selection_run import draw_trials
     from dpdc_lightning.privacy.selection.budget import TrialLaw
+    from dpdc_lightning.selection.run import draw_trials
 
     law = TrialLaw(distribution="geometric", mean=4.0)
     return next(k for k in range(100) if len(set(draw_trials(law, key=k, members=members))) >= 2)
@@ -51,7 +51,7 @@ def _run(monkeypatch, capsys, tmp_path: Path, plant=None) -> tuple[int, Recorded
     """The selection with the key fixed and each trial recorded; ``plant(monkeypatch, select_run,
     recorded)`` may patch in a leak (its runs skip the calibration: a fixed per-trial target far
     below the total, which the selection's accounting still checks)."""
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
 
     recorded = Recorded()
     real_trial, real_score = select_run.run_trial, select_run.noisy_score
@@ -121,7 +121,7 @@ def loser_leaks(folder: Path, recorded: Recorded, *, out: str, err: str) -> list
             f"{epsilon_text(selection['composed_epsilon'])}, less than this selection; a selection pays "
             "off on grids larger than its mean number of trials\n"
         )
-    # one trial's time, measured on public stand-in data (evaluation/selection_estimate.py)
+    # one trial's time, measured on public stand-in data (selection/estimate.py)
     quiet = (
         r"running the trials: nothing is shown until the last one ends, since a progress bar or "
         r"a trial's result would tell how many there are, and K must stay hidden; one trial takes "

@@ -23,8 +23,8 @@ from dpdc_lightning.privacy.receipts.ledger import SELECTION_LEDGER
 
 def _key() -> int:
     """A key that runs at least three trials (so that there are losers to leak)."""
-    from dpdc_lightning.evaluation.selection_run import draw_trials
     from dpdc_lightning.privacy.selection.budget import TrialLaw
+    from dpdc_lightning.selection.run import draw_trials
 
     law = TrialLaw(distribution="geometric", mean=3.0)
     return next(
@@ -93,7 +93,7 @@ def _neighbour(images: np.ndarray, labels: np.ndarray) -> np.ndarray:
 def _selection(tmp_path, monkeypatch, capsys, name: str, images, labels, test, plant=None):
     """One selection on the given records with the key fixed; (outputs, each trial's count)."""
     import dpdc_lightning.engine.planning as planning
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
     from dpdc_lightning.audit.neighbours.outputs import snapshot
     from dpdc_lightning.data import clear_dataset_cache
 

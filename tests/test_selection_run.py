@@ -33,7 +33,7 @@ def _data(records: int, *, seed: int) -> ImageData:
 
 
 def test_the_validation_split_of_other_records_does_not_move_when_one_is_added():
-    from dpdc_lightning.engine.selection import carve_validation
+    from dpdc_lightning.selection.trials import carve_validation
 
     data = _data(300, seed=0)
     extra = _data(1, seed=1)
@@ -59,7 +59,7 @@ def test_the_validation_split_of_other_records_does_not_move_when_one_is_added()
 
 
 def test_the_denominator_is_public_not_the_realised_size():
-    from dpdc_lightning.engine.selection import carve_validation
+    from dpdc_lightning.selection.trials import carve_validation
 
     data = _data(300, seed=2)
     sizes = {carve_validation(data, fraction=0.2, key=k).expected_size for k in range(5)}
@@ -68,8 +68,8 @@ def test_the_denominator_is_public_not_the_realised_size():
 
 
 def test_k_and_the_members_reproduce_from_the_key():
-    from dpdc_lightning.evaluation.selection_run import draw_trials
     from dpdc_lightning.privacy.selection.budget import TrialLaw
+    from dpdc_lightning.selection.run import draw_trials
 
     law = TrialLaw(distribution="geometric", mean=8.0)
     first = draw_trials(law, key=7, members=4)
@@ -80,7 +80,7 @@ def test_k_and_the_members_reproduce_from_the_key():
 
 
 def test_the_score_is_a_gaussian_count_over_the_public_denominator():
-    from dpdc_lightning.evaluation.selection_score import ScoreProtocol, noisy_score
+    from dpdc_lightning.selection.score import ScoreProtocol, noisy_score
 
     score = ScoreProtocol(
         model="mlp", model_options={}, epochs=1, seed=0, noise_multiplier=3.0, denominator=50.0
@@ -116,6 +116,11 @@ REFUSED = [
     ("a share of 1", ["method.iterations=2,3", "select.score_share=1"], "(0, 1)"),
     ("no score epoch", ["method.iterations=2,3", "select.epochs=0"], "positive integer"),
     ("σ given", ["method.iterations=2,3", "privacy.noise_multiplier=1"], "drop"),
+    (
+        "private class sizes",
+        ["method.iterations=2,3", "privacy.class_sizes=private", "privacy.count_epsilon=0.2"],
+        "=public",
+    ),  # fmt: skip
     ("--evaluate", ["method.iterations=2,3", "--evaluate"], "do not apply"),
     ("a select key without select", ["select.trials_mean=3"], "needs select=private"),
 ]
@@ -138,6 +143,27 @@ def test_a_bad_selection_is_one_error_line(label, extra, fragment, tmp_path, mon
     if fragment is not None:
         assert fragment in lines[0]
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_member_at_its_per_trial_target_is_its_config_resolved_at_that_target():
+    """Each member is resolved once; the target the calibration chose is set on the resolved
+    member, and it must say what resolving the config at that target says: the privacy settings,
+    config.yaml, its digest (privacy.json's config_sha256) and the hparams tree."""
+    import dataclasses
+
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.resolved import resolve_run
+    from dpdc_lightning.selection.trials import at_target
+
+    config = compose(["method=ndpdc", "dataset=toy", "method.lr_img=3", "privacy.target_epsilon=2"])
+    per_trial = 0.734
+    privacy = dataclasses.replace(config.privacy, target_epsilon=per_trial)
+    expected = resolve_run(dataclasses.replace(config, privacy=privacy))
+    member = resolve_run(config)
+    assert at_target(member, per_trial) == expected
+    assert "target_epsilon: 0.734" in expected.output.released_yaml
+    # the member itself is left as it was: another target starts from the same member
+    assert member == resolve_run(config)
 
 
 def test_select_without_multirun_is_refused(tmp_path, monkeypatch, capsys):
@@ -178,7 +204,7 @@ def test_the_report_shows_the_selection_and_what_every_member_would_cost():
 def _tiny(tmp_path, monkeypatch, *extra: str) -> list[str]:
     """A tiny selection whose calibration is skipped (a fixed per-trial target far below the
     total, which the selection's own accounting then checks): for tests of what is released."""
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
 
     def calibrate(*, members_at, **kwargs):
         return 0.3
@@ -189,7 +215,7 @@ def _tiny(tmp_path, monkeypatch, *extra: str) -> list[str]:
 
 
 def test_k_zero_runs_nothing_and_writes_nothing(tmp_path, monkeypatch, capsys):
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
     from dpdc_lightning.privacy.selection.budget import TrialLaw
 
     law = TrialLaw(distribution="poisson", mean=1.0)
@@ -207,7 +233,7 @@ def test_a_diverging_trial_loses_silently_and_only_all_diverging_releases_nothin
 ):
     # Whether a LOSING trial diverged is not released by repeat-and-select: it must not end the
     # selection (exit 2 would publish it) nor be printed.
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
     from dpdc_lightning.errors import NumericalFault
 
     trial = select_run.run_trial
@@ -241,7 +267,7 @@ def test_a_diverging_trial_loses_silently_and_only_all_diverging_releases_nothin
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, UserError])
 def test_a_failing_or_interrupted_trial_releases_nothing(failure, tmp_path, monkeypatch, capsys):
-    import dpdc_lightning.evaluation.selection_run as select_run
+    import dpdc_lightning.selection.run as select_run
 
     def trial(*args, **kwargs):
         raise failure("stop") if failure is UserError else failure()
@@ -260,7 +286,7 @@ def test_a_public_validation_set_is_read_whole_and_refused_when_it_holds_a_priva
 ):
     import numpy as np
 
-    from dpdc_lightning.engine.selection import public_validation
+    from dpdc_lightning.selection.trials import public_validation
 
     generator = np.random.default_rng(0)
     private = generator.integers(0, 256, size=(30, 1, 8, 8), dtype=np.uint8)
@@ -286,7 +312,7 @@ def test_a_public_validation_set_is_read_whole_and_refused_when_it_holds_a_priva
 def test_every_trial_and_the_score_draw_from_keys_of_their_own():
     """Repeat-and-select assumes independent trials: no two trials (nor a trial and the score
     noise, nor the run's key itself) share a noise and sampling key."""
-    from dpdc_lightning.evaluation.selection_run import _trial_key
+    from dpdc_lightning.selection.run import _trial_key
 
     key = 2**200 + 12345
     keys = {_trial_key(key, index) for index in range(64)}

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from dpdc_lightning.config import compose
-from dpdc_lightning.config.selection import DEFAULT_SCORE_SHARE, SelectConfig, load_select
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.evaluation.selection_run import score_protocol
 from dpdc_lightning.privacy.accounting.analysis import RDP_ORDERS
 from dpdc_lightning.privacy.selection.budget import (
     TrialLaw,
@@ -24,6 +23,8 @@ from dpdc_lightning.privacy.selection.budget import (
 )
 from dpdc_lightning.privacy.selection.score_share import gaussian_epsilon, score_noise_for_share
 from dpdc_lightning.privacy.selection.verify import selection_checks
+from dpdc_lightning.selection.run import score_protocol as run_score_protocol
+from dpdc_lightning.selection.settings import DEFAULT_SCORE_SHARE, SelectConfig, load_select
 
 DELTA = 1e-5
 LAW = TrialLaw("geometric", 4)
@@ -91,23 +92,33 @@ def test_a_share_and_a_multiplier_together_are_refused():
 
 
 def test_the_runs_score_protocol_derives_sigma_from_the_share_and_notes_a_weak_score(capsys):
-    config = compose(
-        ["method=ndpdc", "dataset=toy", "privacy.target_epsilon=1", "privacy.delta=1e-6"]
-    )
+    tokens = ["method=ndpdc", "dataset=toy", "seed=7", "privacy.target_epsilon=1"]
+    member = resolve_run(compose([*tokens, "privacy.delta=1e-6"]))
     large = SimpleNamespace(expected_size=100_000.0)
-    score = score_protocol(SelectConfig(name="private"), config, large)
+
+    def score_protocol(select, carved):
+        return run_score_protocol(select, member, carved, accelerator="cpu")
+
+    score = score_protocol(SelectConfig(name="private"), large)
     assert score.share == DEFAULT_SCORE_SHARE
     assert score.noise_multiplier == score_noise_for_share(
         share=DEFAULT_SCORE_SHARE, target_epsilon=1.0, delta=1e-6
     )
     assert "note:" not in capsys.readouterr().err
-    given = score_protocol(SelectConfig(name="private", score_noise_multiplier=7.0), config, large)
+    given = score_protocol(SelectConfig(name="private", score_noise_multiplier=7.0), large)
     assert (given.noise_multiplier, given.share) == (7.0, None)
     # σ_s ≈ 14 on about 100 records: 14 accuracy points, above the note's 5
-    score_protocol(SelectConfig(name="private"), config, SimpleNamespace(expected_size=100.0))
+    score_protocol(SelectConfig(name="private"), SimpleNamespace(expected_size=100.0))
     assert "cannot separate members" in capsys.readouterr().err
-    public = score_protocol(SelectConfig(name="private", validation="v.npz"), config, large)
+    public = score_protocol(SelectConfig(name="private", validation="v.npz"), large)
     assert (public.noise_multiplier, public.share) == (None, None)
+    # the member's own network, seed, and the accelerator given; select.model replaces the network
+    assert (score.model, score.seed, score.accelerator) == (
+        member.method.model.name,
+        member.seed,
+        "cpu",
+    )
+    assert score_protocol(SelectConfig(name="private", model="mlp"), large).model == "mlp"
 
 
 def _section(*, share: float | None, sigma: float, target: float = 2.0) -> dict:

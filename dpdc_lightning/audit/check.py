@@ -84,7 +84,7 @@ def check_target(arguments: list[str]) -> tuple[str, list[str]]:
 
 def selection_tokens(overrides: list[str]) -> list[str]:
     """The ``select=...`` and ``select.key=value`` arguments."""
-    from dpdc_lightning.config.selection import split_select
+    from dpdc_lightning.selection.settings import split_select
 
     return split_select(overrides)[0]
 
@@ -96,8 +96,8 @@ def selection_target(method: str, overrides: list[str]) -> SelectionCase | None:
     scored: there is no neighbouring validation record), or a grid a selection refuses (no comma
     list, one member, a swept data or budget key, a fixed σ)."""
     from dpdc_lightning.audit.neighbours.selection_case import SelectionCase
-    from dpdc_lightning.config.selection import load_select
-    from dpdc_lightning.evaluation.selection_grid import plan_grid
+    from dpdc_lightning.selection.grid import plan_grid
+    from dpdc_lightning.selection.settings import load_select
 
     given = selection_tokens(overrides)
     if not given:

@@ -9,15 +9,15 @@ lists, as a sweep expands it), the law of the number K of trials, and one per-tr
 which every member's σ is calibrated so that the WHOLE selection (repeat-and-select over the
 trials, each a member's condensation plus its score) meets ``privacy.target_epsilon``
 (privacy/selection/budget.py). Then, in order: the validation split is carved from the private data
-(keyed, per record: engine/selection.py); K and each trial's member are drawn from the run's key;
+(keyed, per record: selection/trials.py); K and each trial's member are drawn from the run's key;
 each trial condenses in process (nothing written, nothing shown: not even K) and is scored
-by a noisy count of correct predictions (evaluation/selection_score.py); only the trial with the
+by a noisy count of correct predictions (selection/score.py); only the trial with the
 highest noisy score is kept, and its bundle is written once every trial has run. A loser's images,
 score, loss or timing reach no file and no console line.
 
 This module is the command line's part only (the release folder's name, Ctrl-C): the grid is
-planned by evaluation/selection_grid.py and the selection run by evaluation/selection_run.py, below
-cli/, so that ``audit.py check ... select=private`` runs the same code on neighbouring data.
+planned by selection/grid.py and the selection run by selection/run.py, below cli/, so
+that ``audit.py check ... select=private`` runs the same code on neighbouring data.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ from pathlib import Path
 from dpdc_lightning.cli.folders import stamped_folder
 from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.composition import selected
-from dpdc_lightning.config.selection import SelectConfig
 from dpdc_lightning.errors import Interrupted, UserError
-from dpdc_lightning.evaluation.selection_grid import plan_grid
+from dpdc_lightning.selection.grid import plan_grid
+from dpdc_lightning.selection.settings import SelectConfig
 
 
 def select_main(tokens: list[str], *, select: SelectConfig) -> int:
     """The selection run; returns the exit code (0, with the winner's folder on stdout)."""
     from dpdc_lightning.engine.threads import use_threads
-    from dpdc_lightning.evaluation.selection_run import run_selection
+    from dpdc_lightning.selection.run import run_selection
 
     started = datetime.now()
     grid = plan_grid(tokens)

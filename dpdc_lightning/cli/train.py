@@ -24,7 +24,7 @@ from dpdc_lightning.errors import UserError
 
 if TYPE_CHECKING:
     from dpdc_lightning.config import RunConfig
-    from dpdc_lightning.config.selection import SelectConfig
+    from dpdc_lightning.selection.settings import SelectConfig
 
 USAGE = (
     "python train.py [group=name ...] [key=value ...] [--cfg job|hydra|all] [--print-config] "
@@ -78,7 +78,7 @@ def train_main(argv: list[str]) -> int:
     if any(t.startswith("forget=") for t in tokens):
         return _forget(expand_home(argv))
     _forget_leftover_secret(tokens)
-    from dpdc_lightning.config.selection import load_select, split_select
+    from dpdc_lightning.selection.settings import load_select, split_select
 
     select_tokens, tokens = split_select(tokens)
     select = load_select(select_tokens)

@@ -1,6 +1,6 @@
 """The members of a grid of comma lists (``key=a,b,c``, or Hydra's ``range()``/``choice()``): the
 cartesian product in command-line order, as Hydra's basic sweeper expands it. A sweep
-(cli/sweep.py) and a private selection (evaluation/selection_grid.py, which ``audit.py check``
+(cli/sweep.py) and a private selection (selection/grid.py, which ``audit.py check``
 calls too) read the same grid, so the expansion lives here, below both."""
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,12 @@ def released_tree(config: RunConfig) -> dict[str, Any]:
 
 def released_yaml(config: RunConfig) -> str:
     """config.yaml of a run: the config as given, its data locations left out (.provenance.json)."""
-    return OmegaConf.to_yaml(OmegaConf.create(released_tree(config)))
+    return tree_yaml(released_tree(config))
+
+
+def tree_yaml(tree: Mapping[str, Any]) -> str:
+    """config.yaml's text of a released tree (:func:`released_tree`)."""
+    return OmegaConf.to_yaml(OmegaConf.create(dict(tree)))
 
 
 def config_hash(config: RunConfig) -> str:

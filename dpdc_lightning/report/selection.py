@@ -1,5 +1,5 @@
 """The report's selection section: a release chosen by a private selection (privacy.json's
-``selection``, written by evaluation/selection_run.py): the grid, the law of the number of
+``selection``, written by selection/run.py): the grid, the law of the number of
 trials, the winner's settings and noisy score, and the selection's ε beside what publishing every
 member of the grid would cost (their composition: privacy.json's ``composed_epsilon``, each
 member with its score, or else the members' events composed here,

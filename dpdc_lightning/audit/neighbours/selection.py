@@ -1,7 +1,7 @@
 """Neighbouring SELECTIONS (``audit.py check method=NAME select=private GRID``): a private selection
 (``python train.py -m GRID select=private``, Papernot & Steinke's repeat-and-select) run on D and
-on D' with the same key through the selection's own code (evaluation/selection_grid.py and
-selection_run.py, what the command line calls), at the method's tiny size on the harness's own
+on D' with the same key through the selection's own code (selection/grid.py and
+selection/run.py, what the command line calls), at the method's tiny size on the harness's own
 files, every output compared against the selection's ledger.
 
 A selection releases its winner's bundle (all its condensation released) and the winner's noisy

@@ -32,9 +32,9 @@ def select_tokens(tokens: list[str]) -> int:
     cli/select.py without the folder's naming and Ctrl-C): the harness lives below the command
     line, so it repeats these lines over the same grid planner and selection driver."""
     from dpdc_lightning.config.composition import selected
-    from dpdc_lightning.config.selection import load_select, split_select
     from dpdc_lightning.engine.run_folder import end_of_run_line
-    from dpdc_lightning.evaluation.selection_grid import plan_grid
+    from dpdc_lightning.selection.grid import plan_grid
+    from dpdc_lightning.selection.settings import load_select, split_select
 
     mine, rest = split_select([t for t in tokens if t != "-m"])
     select = load_select(mine)
@@ -76,9 +76,9 @@ _DRAW_TRIALS = selection_run.draw_trials
 def choose_key(case: SelectionCase, work: Path) -> tuple[int, float]:
     """The harness's first secret under which the selection draws at least two trials (losers to
     leak), and the selection's validation fraction."""
-    from dpdc_lightning.config.selection import load_select, split_select
-    from dpdc_lightning.evaluation.selection_grid import plan_grid
     from dpdc_lightning.privacy.selection.budget import TrialLaw
+    from dpdc_lightning.selection.grid import plan_grid
+    from dpdc_lightning.selection.settings import load_select, split_select
 
     mine, rest = split_select([t for t in case.tokens(work) if t != "-m"])
     select, members = load_select(mine), len(plan_grid(rest).configs)
@@ -103,9 +103,9 @@ def other_key(case: SelectionCase, work: Path, key: int, member: int, trials: in
     is then the same, and what differs between the two selections, beyond the winner's released
     content, is what the secret decided (K, the members, the noise). None if no secret tried
     does."""
-    from dpdc_lightning.config.selection import load_select, split_select
-    from dpdc_lightning.evaluation.selection_grid import plan_grid
     from dpdc_lightning.privacy.selection.budget import TrialLaw
+    from dpdc_lightning.selection.grid import plan_grid
+    from dpdc_lightning.selection.settings import load_select, split_select
 
     mine, rest = split_select([t for t in case.tokens(work) if t != "-m"])
     select, members = load_select(mine), len(plan_grid(rest).configs)
@@ -119,7 +119,7 @@ def other_key(case: SelectionCase, work: Path, key: int, member: int, trials: in
 
 def sides(own: OwnData, key: int, fraction: float) -> tuple[list[int], list[int]]:
     """(records held out for the score in both forms, records condensed in both forms), by the
-    split of engine/selection.py under ``key``: replacing one by its inversion moves no record
+    split of selection/trials.py under ``key``: replacing one by its inversion moves no record
     between the parts."""
     from dpdc_lightning.data.loaders.own import hold_out
     from dpdc_lightning.privacy.mechanisms.secret import derive_secret

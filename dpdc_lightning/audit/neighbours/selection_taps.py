@@ -1,6 +1,6 @@
 """Observing a private selection for the neighbouring-run harness (:mod:`.selection` runs the
 cases): what a selection decides and releases besides its trials' condensations, tapped where
-evaluation/selection_run.py binds it.
+selection/run.py binds it.
 
 :class:`SelectionTap` records the trials drawn from the key (K and each trial's member), where each
 trial's mechanism calls begin, each trial's exact count of correct predictions (never an output:
@@ -23,7 +23,7 @@ from dpdc_lightning.audit.neighbours.draws import Draw
 from dpdc_lightning.audit.neighbours.patches import Patches
 
 # the module whose names the selection calls (its driver, below cli/)
-selection_run = importlib.import_module("dpdc_lightning.evaluation.selection_run")
+selection_run = importlib.import_module("dpdc_lightning.selection.run")
 
 # the score is count / denominator in float64: the noise equals its declared std times the draw
 # to a few float64 ulps of the count
@@ -51,7 +51,7 @@ class ScoreCall:
 @dataclass
 class SelectionTap:
     """Taps ``draw_trials``, ``run_trial``, ``correct_count`` and ``noisy_score`` of
-    evaluation/selection_run.py for one run; with ``reference``, couples the score releases. Counts
+    selection/run.py for one run; with ``reference``, couples the score releases. Counts
     and images are kept by trial (a trial that diverges has neither)."""
 
     mechanism: MechanismTap

@@ -242,7 +242,7 @@ LEDGER: tuple[Released, ...] = (
 
 # A private selection (``train.py -m GRID select=private``) releases, beyond its winner's own run
 # (the condensation ledger above), only the winner's noisy score: the Gaussian count of
-# evaluation/selection_score.py. The winner's identity is the argmax of the released scores, so it
+# selection/score.py. The winner's identity is the argmax of the released scores, so it
 # may change only through them; K, every loser's score, image, line and time are released by no
 # mechanism (audit/neighbours/selection.py compares neighbouring selections against this).
 _SCORE = "selection.winner.noisy_score"

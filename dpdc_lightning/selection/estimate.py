@@ -20,9 +20,9 @@ import torch
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.resolved import ResolvedRun, TrainerSettings
-from dpdc_lightning.engine.selection import run_trial, silenced
 from dpdc_lightning.errors import NumericalFault, UserError
-from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count
+from dpdc_lightning.selection.score import ScoreProtocol, correct_count
+from dpdc_lightning.selection.trials import run_trial, silenced
 
 clock = time.monotonic  # the estimate's clock (a test replaces it with one it controls)
 PROBE_STEPS = (1, 3)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, fields
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from dpdc_lightning.config.schema import CONF_DIR, RunConfig
+from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.errors import UserError
 
 SELECT_DIR = CONF_DIR / "select"
@@ -111,13 +111,3 @@ def load_select(tokens: Sequence[str]) -> SelectConfig:
         message = (getattr(err, "msg", None) or str(err)).strip().splitlines()[0]
         known = ", ".join(f.name for f in fields(SelectConfig))
         raise UserError(f"invalid select setting: {message}; select.* has: {known}") from None
-
-
-@dataclass(frozen=True)
-class Grid:
-    """A selection's members (public): their full override lists, the swept overrides of each (as
-    privacy.json's ``grid`` shows them, data locations hidden), their composed configs."""
-
-    members: list[list[str]]
-    swept: list[list[str]]
-    configs: list[RunConfig]

@@ -19,12 +19,21 @@ from typing import Any
 
 import numpy as np
 
-from dpdc_lightning.config import RunConfig
-from dpdc_lightning.config.selection import SCORE_NOISE_NOTE_POINTS, Grid, SelectConfig
 from dpdc_lightning.data.image_data import normalised
 from dpdc_lightning.engine.planning import load_data, noise_seed_for
-from dpdc_lightning.engine.resolved import ResolvedRun, resolve_run
-from dpdc_lightning.engine.selection import (
+from dpdc_lightning.engine.resolved import ResolvedRun
+from dpdc_lightning.errors import NumericalFault, UserError
+from dpdc_lightning.evaluation.engines.cost import rough_duration
+from dpdc_lightning.methods import DataSpec
+from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.mechanisms.secret import derive_secret
+from dpdc_lightning.privacy.selection.budget import TrialLaw, calibrate_selection, selection_section
+from dpdc_lightning.privacy.selection.score_share import score_noise_for_share
+from dpdc_lightning.selection.estimate import trial_seconds
+from dpdc_lightning.selection.grid import Grid
+from dpdc_lightning.selection.score import ScoreProtocol, correct_count, noisy_score
+from dpdc_lightning.selection.settings import SCORE_NOISE_NOTE_POINTS, SelectConfig
+from dpdc_lightning.selection.trials import (
     Carved,
     Events,
     at_target,
@@ -37,15 +46,6 @@ from dpdc_lightning.engine.selection import (
     silenced,
     write_winner,
 )
-from dpdc_lightning.errors import NumericalFault, UserError
-from dpdc_lightning.evaluation.engines.cost import rough_duration
-from dpdc_lightning.evaluation.selection_estimate import trial_seconds
-from dpdc_lightning.evaluation.selection_score import ScoreProtocol, correct_count, noisy_score
-from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.privacy.display import epsilon_text
-from dpdc_lightning.privacy.mechanisms.secret import derive_secret
-from dpdc_lightning.privacy.selection.budget import TrialLaw, calibrate_selection, selection_section
-from dpdc_lightning.privacy.selection.score_share import score_noise_for_share
 
 # The per-trial target is found to 1 % (relative): the bisection returns the lower end, so the
 # selection always meets the target; a finer bracket costs more member calibrations than it gains.
@@ -60,20 +60,23 @@ def draw_trials(law: TrialLaw, *, key: int, members: int) -> list[int]:
     return [int(m) for m in generator.integers(0, members, size=trials)]
 
 
-def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> ScoreProtocol:
+def score_protocol(
+    select: SelectConfig, member: ResolvedRun, carved: Carved, *, accelerator: str
+) -> ScoreProtocol:
     """How every trial is scored, fixed before the first one (public): σ_s from the share of the
     target (privacy/selection/score_share.py), or as given; a public validation set holds no private
-    record, so its count is released as it is."""
+    record, so its count is released as it is. The network is ``select.model``, else the member's
+    own; it trains on ``accelerator`` (the grid's eval.accelerator)."""
     share = select.share if select.validation is None else None
     noise = None if select.validation is not None else select.score_noise_multiplier
     if share is not None:
-        privacy = config.privacy
+        privacy = member.privacy
         noise = score_noise_for_share(
             share=share, target_epsilon=float(privacy.target_epsilon), delta=float(privacy.delta)
         )
     if noise is not None:
         _note_weak_score(noise, denominator=carved.expected_size)
-    model = config.model
+    model = member.method.model
     if select.model is not None:
         from dpdc_lightning.config.composition import compose_models
 
@@ -82,10 +85,10 @@ def score_protocol(select: SelectConfig, config: RunConfig, carved: Carved) -> S
         model=model.name,
         model_options=model.options(),
         epochs=select.epochs,
-        seed=config.seed,
+        seed=member.seed,
         noise_multiplier=noise,
         denominator=carved.expected_size,
-        accelerator=config.eval.accelerator,
+        accelerator=accelerator,
         share=share,
     )
 
@@ -105,12 +108,11 @@ def _note_weak_score(noise: float, *, denominator: float) -> None:
 
 
 def calibrated_members(
-    configs: Sequence[RunConfig], spec: DataSpec, *, law: TrialLaw, score: ScoreProtocol
+    members: Sequence[ResolvedRun], spec: DataSpec, *, law: TrialLaw, score: ScoreProtocol
 ) -> tuple[list[ResolvedRun], list[Events]]:
-    """Every member at the one per-trial target that makes the whole selection meet the target,
-    resolved (engine/resolved.py) with that target."""
-    privacy = configs[0].privacy
-    members = [resolve_run(config) for config in configs]
+    """Every member at the one per-trial target that makes the whole selection meet the target
+    (:func:`~dpdc_lightning.selection.trials.at_target`), and each member's events there."""
+    privacy = members[0].privacy
 
     @functools.cache
     def events_of(inputs: str, index: int, per_trial: float) -> tuple[tuple[float, float, int]]:
@@ -134,7 +136,7 @@ def calibrated_members(
         score_noise_multiplier=score.noise_multiplier,
         tolerance=CALIBRATION_TOLERANCE,
     )
-    chosen = [resolve_run(at_target(config, per_trial)) for config in configs]
+    chosen = [at_target(member, per_trial) for member in members]
     return chosen, [list(events) for events in members_at(per_trial)]
 
 
@@ -144,21 +146,17 @@ def run_selection(
     """Carve, calibrate, draw, run the trials, release the winner; None when K = 0. ``estimate``:
     say before the trials how long one takes (measured on public stand-in data; the command line
     asks for it, the audit's harness does not)."""
-    first = grid.configs[0]
+    first = grid.runs[0]
     law = TrialLaw(distribution=select.distribution, mean=select.trials_mean, eta=select.eta)
     data = load_data(first.dataset)
-    key = noise_seed_for(
-        resolve_run(first)
-    )  # the run's secret (OS entropy), or its public seed if reproducible
+    key = noise_seed_for(first)  # the run's secret (OS entropy), or its public seed if reproducible
     carved = (  # first of all: the trials never see the validation records
         carve_validation(data, fraction=select.validation_fraction, key=key)
         if select.validation is None
         else public_validation(select.validation, data)
     )
-    score = score_protocol(select, first, carved)
-    members, events = calibrated_members(
-        grid.configs, DataSpec.of(carved.train), law=law, score=score
-    )
+    score = score_protocol(select, first, carved, accelerator=grid.score_accelerator)
+    members, events = calibrated_members(grid.runs, DataSpec.of(carved.train), law=law, score=score)
     trials = draw_trials(law, key=key, members=len(members))
     public = select.validation is not None
     section = selection_section(  # raises, before any trial, if the plan misses the target
@@ -211,7 +209,7 @@ def guarantee_line(section: dict[str, Any], *, law: TrialLaw, members: int) -> s
 
 def quiet_trials_line(seconds: float | None, *, mean: float) -> str:
     """Said once before the trials: why nothing follows until the last one ends, and how long one
-    takes (measured on public stand-in data: evaluation/selection_estimate.py)."""
+    takes (measured on public stand-in data: selection/estimate.py)."""
     line = (
         "running the trials: nothing is shown until the last one ends, since a progress bar or a "
         "trial's result would tell how many there are, and K must stay hidden"

@@ -10,17 +10,19 @@ held in memory, reaches a folder, written by :func:`write_winner` once every tri
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import io
 import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from torch import Tensor
 
-from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.locations import tree_yaml
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.loaders.own import hold_out
 from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
@@ -33,6 +35,7 @@ from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.mechanisms.secret import derive_secret
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.receipts.digests import config_digest
 
 Events = list[tuple[float, float, int]]  # (noise multiplier, sample rate, steps) of one member
 
@@ -108,11 +111,22 @@ def public_validation(path: str, data: ImageData) -> Carved:
     return Carved(train=data, images=images, labels=labels, expected_size=float(len(labels)))
 
 
-def at_target(config: RunConfig, target_epsilon: float) -> RunConfig:
-    """The member's config with its per-trial target ε (the selection's calibration chose it)."""
-    return dataclasses.replace(
-        config, privacy=dataclasses.replace(config.privacy, target_epsilon=float(target_epsilon))
+def at_target(member: ResolvedRun, target_epsilon: float) -> ResolvedRun:
+    """The member with its per-trial target ε (the selection's calibration chose it): its privacy
+    settings and the released forms of its config (config.yaml, its digest, the hparams) as
+    resolving its config at that target makes them, so the winner's config.yaml states the target
+    its σ was calibrated to."""
+    target = float(target_epsilon)
+    tree = copy.deepcopy(dict(member.output.released_tree))
+    tree["privacy"]["target_epsilon"] = target
+    output = dataclasses.replace(
+        member.output,
+        released_yaml=tree_yaml(tree),
+        released_tree=MappingProxyType(tree),
+        config_hash=config_digest(tree),
     )
+    privacy = dataclasses.replace(member.privacy, target_epsilon=target)
+    return dataclasses.replace(member, privacy=privacy, output=output)
 
 
 def member_plan(
