@@ -91,10 +91,15 @@ def run_files_table(root: Path) -> str:
     package's: :func:`main` puts ``--root`` first on the path)."""
     from dpdc_lightning.privacy.receipts import run_files
 
-    rows = ["| file | kind | written by | what |", "|---|---|---|---|"]
-    for entry in run_files.RUN_FILES:
-        kinds = ", ".join(entry.kinds)
-        rows.append(f"| `{entry.pattern}` | {kinds} | {entry.writer} | {entry.what} |")
+    rows = [
+        "| file | kind | written by | read by | permission | what |",
+        "|---|---|---|---|---|---|",
+    ]
+    for e in run_files.RUN_FILES:
+        kinds = ", ".join(e.kinds)
+        rows.append(
+            f"| `{e.pattern}` | {kinds} | {e.writer} | {e.readers} | {e.permission} | {e.what} |"
+        )
     return "\n".join(rows)
 
 

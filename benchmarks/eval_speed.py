@@ -117,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     from omegaconf import OmegaConf
 
     from dpdc_lightning.config import validate
-    from dpdc_lightning.engine.bundle import CONFIG_FILE, load_bundle
+    from dpdc_lightning.engine.bundle import load_bundle
     from dpdc_lightning.engine.planning import load_data
     from dpdc_lightning.evaluation import EvalProtocol
+    from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE
 
     torch.set_num_threads(args.threads)
     bundle = load_bundle(args.run_dir)

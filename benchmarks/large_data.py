@@ -233,9 +233,9 @@ def folder_row(args: argparse.Namespace) -> dict:
     def read(cache: Path):
         if args.workers is None:  # as a run reads it (one process per core for a large folder)
             return load_dataset("imagefolder", root=root, cache_dir=cache)
-        from dpdc_lightning.data.loaders.imagefolder import load_imagefolder
+        from dpdc_lightning.data.loaders.imagefolder import read_imagefolder
 
-        return load_imagefolder(root, cache_dir=cache, workers=args.workers)
+        return read_imagefolder(root, cache_dir=cache, workers=args.workers)
 
     root = args.folder / f"png_{args.records}_{args.side}x{args.side}"
     generated = generate_folder(root, records=args.records, side=args.side)

@@ -32,6 +32,8 @@ __getattr__, __dir__, __all__ = exports(
         "train": "dpdc_lightning.engine.training",
         "load_bundle": "dpdc_lightning.engine.bundle",
         "register_dataset": "dpdc_lightning.data",
+        "register_loader": "dpdc_lightning.data",
+        "LoadRequest": "dpdc_lightning.data",
         "ImageData": "dpdc_lightning.data",
     },
     eager=("__version__", "evaluate", "sweep"),

@@ -18,8 +18,8 @@ from dpdc_lightning.data import clear_dataset_cache
 from dpdc_lightning.engine import training
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.engine.verification import verify_bundle as verify_run
-from dpdc_lightning.privacy.mechanisms.secret import DIGEST_FILE, SECRET_FILE
 from dpdc_lightning.privacy.receipts.digests import data_digest
+from dpdc_lightning.privacy.receipts.run_files import DIGEST_FILE, SECRET_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (30, 20, 12)  # unequal classes

@@ -20,7 +20,7 @@ from PIL import Image
 
 from dpdc_lightning.data import decode_workers
 from dpdc_lightning.data.decoded_cache import STORE_FOLDER
-from dpdc_lightning.data.loaders.imagefolder import load_imagefolder
+from dpdc_lightning.data.loaders.imagefolder import read_imagefolder
 from dpdc_lightning.errors import UserError
 
 SIZES = {"ant": 7, "bee": 12, "cat": 5}  # unequal classes
@@ -52,7 +52,7 @@ def decodes(monkeypatch):
 
 
 def _load(root: Path, cache: Path, **options):
-    return load_imagefolder(root, cache_dir=cache, workers=1, **options)
+    return read_imagefolder(root, cache_dir=cache, workers=1, **options)
 
 
 def _entries(cache: Path) -> list[Path]:
@@ -167,7 +167,7 @@ def test_the_cache_is_owner_only(tmp_path):
 def test_a_pool_of_two_processes_gives_the_same_entry(tmp_path):
     root = _folder(tmp_path / "imgs")
     alone = _load(root, tmp_path / "one")
-    pooled = load_imagefolder(root, cache_dir=tmp_path / "two", workers=2)
+    pooled = read_imagefolder(root, cache_dir=tmp_path / "two", workers=2)
     assert Path(alone.cache_entries[0]).name == Path(pooled.cache_entries[0]).name
     assert torch.equal(alone.train_pixels, pooled.train_pixels)
 
@@ -262,7 +262,7 @@ def test_the_cached_split_is_the_in_memory_split_of_hold_out(tmp_path, monkeypat
 
     monkeypatch.setattr(decoded_cache, "BLOCK_ROWS", 5)  # the mask and the copy in several blocks
     root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
-    data = load_imagefolder(root, cache_dir=cache, workers=1, test_fraction=0.4, split_seed=5)
+    data = read_imagefolder(root, cache_dir=cache, workers=1, test_fraction=0.4, split_seed=5)
     entry = Path(data.cache_entries[0])
     pixels = torch.from_numpy(np.load(entry / "pixels.npy"))
     labels = torch.from_numpy(np.load(entry / "labels.npy"))

@@ -16,7 +16,7 @@ import torch
 from dpdc_lightning.data import cache_bounds
 from dpdc_lightning.data.decoded_cache import STORE_FOLDER
 from dpdc_lightning.data.loaders import tensor_cache
-from dpdc_lightning.data.loaders.tensors import load_tensors
+from dpdc_lightning.data.loaders.tensors import read_tensors
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.mapped_files import is_mapped, npz_layout, row_blocks
 
@@ -66,7 +66,7 @@ def test_uint8_arrays_are_read_through_the_map_and_nothing_is_cached(tmp_path, f
         root.mkdir()
         for name, value in every.items():
             np.save(root / f"{name}.npy", value)
-    data = load_tensors(root, cache_dir=cache)
+    data = read_tensors(root, cache_dir=cache)
     assert data.memory_mapped and is_mapped(data.train_pixels)
     assert data.train_pixels.dtype == torch.uint8
     assert torch.equal(data.train_pixels, torch.from_numpy(arrays["images"]))
@@ -84,27 +84,27 @@ def test_a_compressed_or_float_file_is_converted_once_into_the_cache(tmp_path, l
     np.savez(floats, images=arrays["images"].astype(np.float32) / 255, labels=arrays["labels"])
     in_memory = {}
     for path in (compressed, floats):
-        in_memory[path] = load_tensors(path, cache_dir=None, test_fraction=0.3)
-        data = load_tensors(path, cache_dir=cache, test_fraction=0.3)
+        in_memory[path] = read_tensors(path, cache_dir=None, test_fraction=0.3)
+        data = read_tensors(path, cache_dir=cache, test_fraction=0.3)
         assert data.memory_mapped and len(data.cache_entries) == 1
         assert "once into the private cache" in capsys.readouterr().err  # the progress line
         for name in ("train_pixels", "train_labels", "test_pixels", "test_labels"):
             assert torch.equal(getattr(data, name), getattr(in_memory[path], name)), name
     assert in_memory[floats].train_pixels.dtype == torch.float32
     assert len(_entries(cache)) == 2
-    again = load_tensors(compressed, cache_dir=cache, test_fraction=0.3)
+    again = read_tensors(compressed, cache_dir=cache, test_fraction=0.3)
     assert "once into the private cache" not in capsys.readouterr().err  # found, not converted
     assert (
         again.cache_entries
-        == load_tensors(compressed, cache_dir=cache, test_fraction=0.3).cache_entries
+        == read_tensors(compressed, cache_dir=cache, test_fraction=0.3).cache_entries
     )
 
 
 def test_a_mapped_set_without_a_test_split_is_split_in_the_cache(tmp_path, large):
     arrays, cache, root = _arrays(), tmp_path / "cache", tmp_path / "set.npz"
     np.savez(root, **arrays)
-    data = load_tensors(root, cache_dir=cache, test_fraction=0.3, split_seed=4)
-    wanted = load_tensors(root, cache_dir=None, test_fraction=0.3, split_seed=4)
+    data = read_tensors(root, cache_dir=cache, test_fraction=0.3, split_seed=4)
+    wanted = read_tensors(root, cache_dir=None, test_fraction=0.3, split_seed=4)
     for name in ("train_pixels", "train_labels", "test_pixels", "test_labels"):
         assert torch.equal(getattr(data, name), getattr(wanted, name)), name
     assert data.memory_mapped and len(data.cache_entries) == 1 and len(_entries(cache)) == 1
@@ -116,12 +116,12 @@ def test_shared_records_are_found_in_a_mapped_set(tmp_path):
     test["images"][3] = arrays["images"][41]
     np.savez(root, **arrays, test_images=test["images"], test_labels=test["labels"])
     with pytest.raises(UserError, match="test record 3 has the content of a training record"):
-        load_tensors(root)
+        read_tensors(root)
     # The same record stored as floats in the test split is the same record.
     as_float = test["images"].astype(np.float32) / 255
     np.savez(root, **arrays, test_images=as_float, test_labels=test["labels"])
     with pytest.raises(UserError, match="test record 3"):
-        load_tensors(root)
+        read_tensors(root)
 
 
 def test_bad_arrays_are_one_error(tmp_path):
@@ -132,25 +132,25 @@ def test_bad_arrays_are_one_error(tmp_path):
         labels=arrays["labels"],
     )
     with pytest.raises(UserError, match="channels last"):
-        load_tensors(tmp_path / "last.npz")
+        read_tensors(tmp_path / "last.npz")
     np.savez(tmp_path / "short.npz", images=arrays["images"], labels=arrays["labels"][:-1])
     with pytest.raises(UserError, match=r"expected \[N, C, H, W\]"):
-        load_tensors(tmp_path / "short.npz")
+        read_tensors(tmp_path / "short.npz")
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="images.npy and labels.npy"):
-        load_tensors(tmp_path / "empty")
+        read_tensors(tmp_path / "empty")
     broken = tmp_path / "cut.npz"
     np.savez(broken, **arrays)
     broken.write_bytes(broken.read_bytes()[:-200])
     with pytest.raises(UserError, match="not a valid .npz file"):
-        load_tensors(broken)
+        read_tensors(broken)
     folder = tmp_path / "cut"
     folder.mkdir()
     np.save(folder / "images.npy", arrays["images"])
     np.save(folder / "labels.npy", arrays["labels"])
     (folder / "images.npy").write_bytes((folder / "images.npy").read_bytes()[:-10])
     with pytest.raises(UserError, match="truncated, corrupt or not"):
-        load_tensors(folder)
+        read_tensors(folder)
 
 
 def test_the_cache_evicts_other_data_least_recently_used_first(
@@ -161,9 +161,9 @@ def test_the_cache_evicts_other_data_least_recently_used_first(
     for seed in range(3):
         paths.append(tmp_path / f"set{seed}.npz")
         np.savez_compressed(paths[-1], **_arrays(seed=seed))
-    first = Path(load_tensors(paths[0], cache_dir=cache).cache_entries[0])
-    second = Path(load_tensors(paths[1], cache_dir=cache).cache_entries[0])
-    load_tensors(paths[0], cache_dir=cache)  # the first is now the one used last
+    first = Path(read_tensors(paths[0], cache_dir=cache).cache_entries[0])
+    second = Path(read_tensors(paths[1], cache_dir=cache).cache_entries[0])
+    read_tensors(paths[0], cache_dir=cache)  # the first is now the one used last
     monkeypatch.setattr(cache_bounds, "_USED", set())  # as a later process on the same cache
     total = sum(cache_bounds._size(entry) for entry in (first, second))
     cache_bounds.set_limit((total - 1) / 1e9)  # one entry too many
@@ -172,7 +172,7 @@ def test_the_cache_evicts_other_data_least_recently_used_first(
         assert first.is_dir()
         # A write evicts the others, never the entry it wrote nor one this process uses.
         cache_bounds.set_limit(1e-9)
-        third = Path(load_tensors(paths[2], cache_dir=cache).cache_entries[0])
+        third = Path(read_tensors(paths[2], cache_dir=cache).cache_entries[0])
     finally:
         cache_bounds.set_limit(None)
     assert third.is_dir() and not first.exists() and _entries(cache) == [third]
@@ -184,7 +184,7 @@ def test_dpdc_cache_lists_and_clears(tmp_path, large, capsys):
 
     cache, root = tmp_path / "cache", tmp_path / "set.npz"
     np.savez_compressed(root, **_arrays())
-    entry = Path(load_tensors(root, cache_dir=cache).cache_entries[0])
+    entry = Path(read_tensors(root, cache_dir=cache).cache_entries[0])
     assert cache_main(["list", "--cache-dir", str(cache)]) == 0
     out = capsys.readouterr().out
     assert str(entry) in out and str(root) in out and "1 entry" in out
@@ -200,14 +200,14 @@ def test_forget_deletes_the_copy_the_run_read_found_from_its_record(tmp_path, la
 
     cache, root, run_dir = tmp_path / "cache", tmp_path / "set.npz", tmp_path / "run"
     np.savez_compressed(root, **_arrays())
-    read = Path(load_tensors(root, cache_dir=cache).cache_entries[0])
+    read = Path(read_tensors(root, cache_dir=cache).cache_entries[0])
     run_dir.mkdir()
     ids = cache_bounds.entry_ids([read])
     record = {"data": str(root), "decoded": {"cache": str(read.parent), "ids": ids}}
     (run_dir / ".provenance.json").write_text(json.dumps(record))
     assert read.name not in (run_dir / ".provenance.json").read_text()  # a random id, no digest
     np.savez_compressed(root, **_arrays(seed=9))  # the data changed since the run read it
-    now = Path(load_tensors(root, cache_dir=cache).cache_entries[0])
+    now = Path(read_tensors(root, cache_dir=cache).cache_entries[0])
     said = forget_decoded(run_dir)
     assert not read.exists() and now.is_dir() and str(read) in said
     assert "no decoded copy" in forget_decoded(run_dir)
@@ -252,7 +252,7 @@ def test_zip_members_compressed_are_not_mapped(tmp_path):
         np.save(stream, _arrays()["labels"])
     layout = npz_layout(path)
     assert layout["images"].mappable and layout["labels"] is None
-    assert load_tensors(path).num_classes == 3  # labels decompressed, images mapped
+    assert read_tensors(path).num_classes == 3  # labels decompressed, images mapped
 
 
 def test_the_keyed_digest_of_a_mapped_set_is_the_digest_of_its_values(tmp_path):
@@ -321,5 +321,5 @@ def test_a_nan_in_a_converted_block_is_named_by_its_place_in_the_file(tmp_path, 
     with pytest.raises(
         UserError, match=r"record 45 holds NaN .*\(1 record among records 40\.\.49\)"
     ):
-        load_tensors(root, cache_dir=cache)
+        read_tensors(root, cache_dir=cache)
     assert _entries(cache) == []  # the partial conversion is not an entry

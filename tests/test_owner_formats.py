@@ -14,7 +14,7 @@ import torch
 from PIL import Image
 
 from dpdc_lightning.data.loaders import tensor_cache
-from dpdc_lightning.data.loaders.tensors import load_tensors
+from dpdc_lightning.data.loaders.tensors import read_tensors
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.mapped_files import is_mapped
 from dpdc_lightning.privacy.receipts.digests import data_digest
@@ -52,7 +52,7 @@ def _same(data, wanted) -> None:
 def test_hdf5_contiguous_is_mapped_and_chunked_is_read_in_blocks(tmp_path, reference):
     h5py = pytest.importorskip("h5py")
     path, arrays = reference
-    wanted = load_tensors(path)
+    wanted = read_tensors(path)
     plain, packed = tmp_path / "plain.h5", tmp_path / "packed.h5"
     with h5py.File(plain, "w") as handle:
         for name, value in arrays.items():
@@ -62,12 +62,12 @@ def test_hdf5_contiguous_is_mapped_and_chunked_is_read_in_blocks(tmp_path, refer
         handle.create_dataset("y", data=arrays["labels"].reshape(-1, 1, 1, 1))
         handle.create_dataset("test_images", data=arrays["test_images"], chunks=(4, 3, 6, 6))
         handle.create_dataset("test_labels", data=arrays["test_labels"])
-    mapped = load_tensors(plain)
+    mapped = read_tensors(plain)
     assert is_mapped(mapped.train_pixels)
     _same(mapped, wanted)
-    _same(load_tensors(packed, images_key="x", labels_key="y"), wanted)
+    _same(read_tensors(packed, images_key="x", labels_key="y"), wanted)
     with pytest.raises(UserError, match="has no dataset 'images'.*dataset.images_key=NAME"):
-        load_tensors(packed)
+        read_tensors(packed)
 
 
 def _encoded(record: np.ndarray) -> bytes:
@@ -94,7 +94,7 @@ def test_hugging_face_folders_and_parquet(tmp_path, reference):
     pa = pytest.importorskip("pyarrow")
     parquet = pytest.importorskip("pyarrow.parquet")
     path, arrays = reference
-    wanted = load_tensors(path)
+    wanted = read_tensors(path)
     folder = tmp_path / "saved"
     for split, prefix in (("train", ""), ("test", "test_")):
         table = _table(arrays[f"{prefix}images"], arrays[f"{prefix}labels"], encoded=True)
@@ -105,18 +105,18 @@ def test_hugging_face_folders_and_parquet(tmp_path, reference):
     features = {"label": {"names": ["ant", "bee", "cat"], "_type": "ClassLabel"}}
     (folder / "train" / "dataset_info.json").write_text(json.dumps({"features": features}))
     (folder / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
-    saved = load_tensors(folder)
+    saved = read_tensors(folder)
     _same(saved, wanted)
     assert saved.class_names == ("ant", "bee", "cat")
     single = tmp_path / "train.parquet"
     parquet.write_table(_table(arrays["images"], arrays["labels"], encoded=False), single)
     np.savez(tmp_path / "train_only.npz", images=arrays["images"], labels=arrays["labels"])
     _same(
-        load_tensors(single, test_fraction=0.25),
-        load_tensors(tmp_path / "train_only.npz", test_fraction=0.25),
+        read_tensors(single, test_fraction=0.25),
+        read_tensors(tmp_path / "train_only.npz", test_fraction=0.25),
     )
     with pytest.raises(UserError, match="no column 'pixels'.*dataset.images_key=NAME"):
-        load_tensors(single, images_key="pixels")
+        read_tensors(single, images_key="pixels")
 
 
 def test_a_large_hugging_face_set_is_decoded_once_into_the_cache(tmp_path, reference, monkeypatch):
@@ -126,14 +126,14 @@ def test_a_large_hugging_face_set_is_decoded_once_into_the_cache(tmp_path, refer
     single = tmp_path / "train.parquet"
     parquet.write_table(_table(arrays["images"], arrays["labels"], encoded=True), single)
     np.savez(tmp_path / "train_only.npz", images=arrays["images"], labels=arrays["labels"])
-    data = load_tensors(single, cache_dir=tmp_path / "cache", test_fraction=0.25)
+    data = read_tensors(single, cache_dir=tmp_path / "cache", test_fraction=0.25)
     assert data.memory_mapped and len(data.cache_entries) == 1
-    _same(data, load_tensors(tmp_path / "train_only.npz", test_fraction=0.25))
+    _same(data, read_tensors(tmp_path / "train_only.npz", test_fraction=0.25))
 
 
 def test_medmnist_splits_are_used_as_given(tmp_path, reference):
     path, arrays = reference
-    wanted = load_tensors(path)
+    wanted = read_tensors(path)
     medmnist = tmp_path / "pathmnist.npz"
     channels_last = {k: v.transpose(0, 2, 3, 1) for k, v in arrays.items() if "images" in k}
     np.savez(
@@ -145,7 +145,7 @@ def test_medmnist_splits_are_used_as_given(tmp_path, reference):
         test_images=channels_last["test_images"],
         test_labels=arrays["test_labels"].reshape(-1, 1),
     )
-    data = load_tensors(medmnist)
+    data = read_tensors(medmnist)
     _same(data, wanted)
     assert not data.test_is_private  # its own test split, public as given
 
@@ -157,7 +157,7 @@ def test_a_missing_extra_is_one_line_with_the_install_hint(tmp_path, monkeypatch
         monkeypatch.setitem(sys.modules, module, None)  # as if not installed
     (tmp_path / "x.h5").write_bytes(b"")
     with pytest.raises(UserError, match=r"needs the optional package h5py: pip install"):
-        load_tensors(tmp_path / "x.h5")
+        read_tensors(tmp_path / "x.h5")
     (tmp_path / "x.parquet").write_bytes(b"")
     with pytest.raises(UserError, match=r"needs the optional package pyarrow: pip install"):
-        load_tensors(tmp_path / "x.parquet")
+        read_tensors(tmp_path / "x.parquet")

@@ -26,10 +26,10 @@ from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows, noisy_clipped_sum
 from dpdc_lightning.privacy.mechanisms.noise import noise_source
-from dpdc_lightning.privacy.mechanisms.secret import SECRET_FILE
 from dpdc_lightning.privacy.planning.plan import StepSchedule
 from dpdc_lightning.privacy.planning.planner import make_plan
 from dpdc_lightning.privacy.receipts.report import build_report
+from dpdc_lightning.privacy.receipts.run_files import SECRET_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = [

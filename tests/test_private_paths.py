@@ -16,7 +16,7 @@ from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.audit.neighbours.outputs import differences, snapshot
 from dpdc_lightning.cli import run
-from dpdc_lightning.config.locations import PROVENANCE_FILE
+from dpdc_lightning.privacy.receipts.run_files import PROVENANCE_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "alice_patients"  # in both data folders' names: a folder name can itself be personal data

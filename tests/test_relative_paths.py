@@ -14,7 +14,7 @@ import pytest
 from script_entries import EVALUATE, TRAIN
 
 from dpdc_lightning.cli import run
-from dpdc_lightning.config.locations import PROVENANCE_FILE
+from dpdc_lightning.privacy.receipts.run_files import PROVENANCE_FILE
 
 SMALL = [
     "method=ndpdc",

@@ -21,12 +21,13 @@ import pytest
 
 from dpdc_lightning.cli import run
 from dpdc_lightning.cli.commands import train_main
-from dpdc_lightning.engine.bundle import REPORT_PAGE, write_report
+from dpdc_lightning.engine.bundle import write_report
 from dpdc_lightning.plots.accuracy import Point, accuracy_vs_epsilon_png
 from dpdc_lightning.plots.curves import against_steps_png
 from dpdc_lightning.plots.distribution import canary_distribution_png
 from dpdc_lightning.plots.roc import Curve, roc_curves_png
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import REPORT_PAGE
 from dpdc_lightning.report.run import render_run
 from dpdc_lightning.report.sweep import render_sweep
 
@@ -316,18 +317,6 @@ def test_audits_are_shown_as_not_covered_without_the_private_neighbours_picture(
     assert base64.b64encode(b"\x89PNG roc curves").decode() in page
     assert base64.b64encode(b"\x89PNG private neighbours").decode() not in page
     assert 'alt="the canary statistic of present and absent canaries"' in page
-
-
-def test_the_page_names_the_bundle_files_the_engine_writes():
-    from dpdc_lightning.engine import bundle, run_folder
-    from dpdc_lightning.report import run as page
-
-    assert (page.PRIVACY_FILE, page.CONFIG_FILE, page.GRID_FILE) == (
-        bundle.PRIVACY_REPORT,
-        bundle.CONFIG_FILE,
-        bundle.GRID_IMAGE,
-    )
-    assert page.PLAN_FILE == run_folder.PLAN_FILE
 
 
 # --------------------------------------------------------------------------- a sweep's page

@@ -111,7 +111,7 @@ def test_a_resume_without_its_data_digest_is_refused(tmp_path, capsys):
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import clear_dataset_cache
     from dpdc_lightning.engine import training
-    from dpdc_lightning.privacy.mechanisms.secret import DIGEST_FILE, SECRET_FILE
+    from dpdc_lightning.privacy.receipts.run_files import DIGEST_FILE, SECRET_FILE
 
     spec = importlib.util.spec_from_file_location("_entry_train", ROOT / "train.py")
     module = importlib.util.module_from_spec(spec)

@@ -366,10 +366,10 @@ def test_a_folder_of_own_images_is_condensed_and_evaluated_with_the_private_note
     assert saved["privacy"].startswith("NOT covered by the privacy guarantee")
 
 
-def test_register_dataset_from_python(tmp_path):
-    from dpdc_lightning.data.registry import _REGISTERED, register_dataset
+def test_register_loader_from_python(tmp_path):
+    from dpdc_lightning.data.registry import _REGISTERED, register_loader
 
-    def mine(root):
+    def mine(request):
         images = torch.rand(40, 1, 8, 8) * 2 - 1
         return ImageData.from_tensors(
             images,
@@ -379,19 +379,19 @@ def test_register_dataset_from_python(tmp_path):
             name="mine",
         )
 
-    register_dataset("mine", mine)
+    register_loader("mine", mine)
     try:
         config = compose(["dataset=mine", "method=ndpdc"])
         from dpdc_lightning.engine.planning import load_data
 
         assert load_data(config.dataset).name == "mine"
         with pytest.raises(UserError, match="built in"):
-            register_dataset("digits", mine)
+            register_loader("digits", mine)
         # A second registration of the name is refused, naming the first; replace=True replaces.
         with pytest.raises(UserError, match=r"'mine' is already registered \(loader .*mine\)"):
-            register_dataset("mine", lambda root: None)
+            register_loader("mine", lambda request: None)
         assert _REGISTERED["mine"] is mine
-        register_dataset("mine", str, replace=True)
+        register_loader("mine", str, replace=True)
         assert _REGISTERED["mine"] is str
     finally:
         _REGISTERED.pop("mine")

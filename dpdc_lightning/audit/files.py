@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PRIVACY_REPORT, numbered
 
 
 def run_config(run_dir: Path):
@@ -17,7 +18,6 @@ def run_config(run_dir: Path):
     from its owner-only .provenance.json (config/locations.py). Read after the bundle verified
     (config.yaml against privacy.json's ``config_sha256``)."""
     from dpdc_lightning.config.composition import compose_saved
-    from dpdc_lightning.engine.bundle import CONFIG_FILE
 
     if not run_dir.is_dir():
         raise UserError(f"run directory {run_dir} does not exist")
@@ -49,7 +49,7 @@ def json_target(out: str | None, run_dir: Path | None, stem: str) -> Path | None
     if run_dir is None:
         return None
     for k in range(1, 1000):
-        path = run_dir / f"{stem}{'' if k == 1 else f'-{k}'}.json"
+        path = run_dir / numbered(stem, k)
         if not path.exists():
             return path
     raise UserError(f"{run_dir} already holds 999 {stem} files; move some away")
@@ -69,7 +69,7 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
 def refresh_report(folder: Path, written: list[Path]) -> None:
     """An audit written beside a bundle is sealed as a reader's output (manifest.json) and goes into
     its report.html: render the page again. Elsewhere (audit.out) nothing more is done."""
-    from dpdc_lightning.engine.bundle import PRIVACY_REPORT, seal_reader_outputs, write_report
+    from dpdc_lightning.engine.bundle import seal_reader_outputs, write_report
 
     if (Path(folder) / PRIVACY_REPORT).is_file():
         seal_reader_outputs(Path(folder), written)

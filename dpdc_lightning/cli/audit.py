@@ -19,6 +19,12 @@ import numpy as np
 
 from dpdc_lightning.audit.files import finite, refresh_report, run_config
 from dpdc_lightning.errors import UserError, refuse_missing_paths
+from dpdc_lightning.privacy.receipts.run_files import (
+    AUDIT_MIA,
+    AUDIT_NEIGHBOURS,
+    AUDIT_ROC,
+    numbered,
+)
 
 METRICS_USAGE = (
     "usage: python -m dpdc_lightning.audit metrics --scores S.npy --members M.npy "
@@ -147,11 +153,10 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
 
 def _fresh_names(run_dir: Path) -> dict[str, Path]:
     for k in range(1, 1000):
-        suffix = "" if k == 1 else f"-{k}"
         names = {
-            "json": run_dir / f"audit{suffix}.json",
-            "roc": run_dir / f"audit_roc{suffix}.png",
-            "neighbours": run_dir / f"audit_neighbours{suffix}.png",
+            "json": run_dir / numbered(AUDIT_MIA, k),
+            "roc": run_dir / numbered(AUDIT_ROC, k, ".png"),
+            "neighbours": run_dir / numbered(AUDIT_NEIGHBOURS, k, ".png"),
         }
         if not any(p.exists() for p in names.values()):
             return names

@@ -16,6 +16,7 @@ from typing import Any
 from dpdc_lightning.audit.files import json_target, run_config, write_json
 from dpdc_lightning.audit.settings import ReleaseConfig, WhiteboxConfig, audit_tokens, load_settings
 from dpdc_lightning.errors import UserError, refuse_missing_paths
+from dpdc_lightning.privacy.receipts.run_files import AUDIT_RELEASE, AUDIT_WHITEBOX
 
 WHITEBOX_USAGE = (
     "usage: python audit.py whitebox (RUN_DIR | group=name key=value ...) [audit.key=value ...]"
@@ -53,7 +54,7 @@ def whitebox_main(argv: list[str]) -> int:
     if not arguments:
         raise UserError(f"give a run directory or a configuration to audit; {WHITEBOX_USAGE}")
     config, run_dir = _run_config(arguments, WHITEBOX_USAGE)
-    out = json_target(settings.out, run_dir, "audit_whitebox")
+    out = json_target(settings.out, run_dir, AUDIT_WHITEBOX)
     from dpdc_lightning.engine.threads import use_threads
 
     use_threads(config.threads)
@@ -80,7 +81,7 @@ def _verified_plan(run_dir: Path) -> tuple[Any, dict[str, Any]]:
     import json
 
     from dpdc_lightning.privacy.planning.plan import PrivacyPlan
-    from dpdc_lightning.privacy.receipts.digests import PLAN_FILE, PRIVACY_REPORT
+    from dpdc_lightning.privacy.receipts.run_files import PLAN_FILE, PRIVACY_REPORT
 
     plan = PrivacyPlan.from_dict(json.loads((run_dir / PLAN_FILE).read_text()))
     return plan, json.loads((run_dir / PRIVACY_REPORT).read_text())
@@ -112,7 +113,7 @@ def release_main(argv: list[str]) -> int:
 
     bundle = load_bundle(run_dir)
     config = run_config(run_dir)
-    out = json_target(None, run_dir, "audit_release")
+    out = json_target(None, run_dir, AUDIT_RELEASE)
     from dpdc_lightning.engine.threads import use_threads
 
     use_threads(config.threads)

@@ -19,6 +19,7 @@ from typing import Any
 
 from dpdc_lightning.cli.parser import Parser
 from dpdc_lightning.errors import UserError, refuse_missing_paths
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PRIVACY_REPORT
 
 BASELINES = ("random-real",)
 COMMAND = ("evaluate.py", "dpdc-evaluate")  # the script and its console command (pyproject.toml)
@@ -92,7 +93,7 @@ def evaluate_run(
     path = Path(run_dir)
     config = (
         compose_saved(path, [t for t in overrides if not t.startswith("model")])
-        if (path / "config.yaml").is_file()
+        if (path / CONFIG_FILE).is_file()
         else _missing_config(path)
     )
     return evaluate_bundle(path, config, compose_models(list(models), list(overrides)), quiet=quiet)
@@ -119,9 +120,7 @@ def _bundles(run_dirs: list[str], tokens: list[str], models: list[Any], *, quiet
     for path in bundles:
         loaded = load_bundle(path)
         config = (
-            compose_saved(path, tokens)
-            if (path / "config.yaml").is_file()
-            else _missing_config(path)
+            compose_saved(path, tokens) if (path / CONFIG_FILE).is_file() else _missing_config(path)
         )
         checked.append((path, config, loaded))
     outcomes = [
@@ -146,7 +145,6 @@ def _models(tokens: list[str]) -> list[Any]:
 
 def _expand(run_dirs: list[str]) -> list[Path]:
     """Run folders as given; a sweep folder (no privacy.json, members below) means its members."""
-    from dpdc_lightning.engine.bundle import PRIVACY_REPORT
 
     bundles: list[Path] = []
     for name in run_dirs:
@@ -154,7 +152,7 @@ def _expand(run_dirs: list[str]) -> list[Path]:
         if (
             path.is_dir()
             and not (path / PRIVACY_REPORT).exists()
-            and not (path / "config.yaml").exists()
+            and not (path / CONFIG_FILE).exists()
         ):
             members = sorted(p.parent for p in path.glob(f"*/{PRIVACY_REPORT}"))
             if not members:

@@ -67,7 +67,7 @@ def winner_line(run_dir: Path) -> str:
     """The last line: the winner's settings (its config.yaml holds them too), from privacy.json."""
     import json
 
-    from dpdc_lightning.engine.bundle import PRIVACY_REPORT
+    from dpdc_lightning.privacy.receipts.run_files import PRIVACY_REPORT
 
     selection = json.loads((run_dir / PRIVACY_REPORT).read_text())["selection"]
     settings = selection["grid"][selection["winner"]["member"]]

@@ -54,6 +54,7 @@ from dpdc_lightning.config.schema import CONF_DIR
 from dpdc_lightning.config.store import register_schemas
 from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.privacy.display import consuming_steps
+from dpdc_lightning.privacy.receipts.run_files import PRIVACY_REPORT
 
 MAX_MEMBERS = 500
 EVALUATE_ENV, SIZE_ENV = "DPDC_SWEEP_EVALUATE", "DPDC_SWEEP_SIZE"
@@ -267,7 +268,7 @@ def sweep_folder(tokens: list[str]) -> Path:
 
 
 def _report(run_dir: Path) -> dict[str, Any]:
-    report = json.loads((Path(run_dir) / "privacy.json").read_text())
+    report = json.loads((Path(run_dir) / PRIVACY_REPORT).read_text())
     return {
         "epsilon": report.get("epsilon"),
         "delta": report.get("delta"),

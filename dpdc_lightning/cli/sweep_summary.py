@@ -20,13 +20,14 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import REPORT_PAGE
 
 SUMMARY_MD, SUMMARY_CSV, SWEEP_PLOT, SWEEP_FILE, SWEEP_PAGE = (
     "summary.md",
     "summary.csv",
     "sweep.png",
     "sweep.json",
-    "report.html",
+    REPORT_PAGE,  # a sweep's page has the name of its members' pages
 )
 ROWS = ".rows"  # one JSON row per member while the sweep runs
 # A member row's private field: where its data was read from (run_folder.read_provenance). Only in

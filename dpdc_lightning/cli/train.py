@@ -21,6 +21,7 @@ from omegaconf import OmegaConf
 
 from dpdc_lightning.cli.parser import Parser
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.receipts.run_files import PRIVACY_REPORT
 
 if TYPE_CHECKING:
     from dpdc_lightning.config import RunConfig
@@ -178,7 +179,7 @@ def _forget_leftover_secret(tokens: list[str]) -> None:
     """``resume=`` of a finished run: a secret left by a crash after the bundle was written has no
     use; it goes now, and the refusal says so."""
     resume = [t.partition("=")[2] for t in tokens if t.partition("=")[0] == "resume"]
-    if resume and (Path(resume[-1]) / "privacy.json").exists():
+    if resume and (Path(resume[-1]) / PRIVACY_REPORT).exists():
         from dpdc_lightning.engine.bundle import LEFTOVER_NOTE, forget_if_finished
 
         note = f"; {LEFTOVER_NOTE}" if forget_if_finished(Path(resume[-1])) else ""

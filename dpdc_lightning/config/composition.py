@@ -32,6 +32,7 @@ from dpdc_lightning.config.schema import (
 )
 from dpdc_lightning.config.validation import one_line, refuse_split_values, validate
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PRIVACY_REPORT
 
 # Keys older versions wrote into config.yaml; refused with where the value lives now.
 _PLANNED = "is recorded by the framework in the run's plan.json, never set by hand"
@@ -212,12 +213,12 @@ def compose_resume(run_dir: str, tokens: Sequence[str]) -> RunConfig:
     """The saved config of an unfinished run; only ``trainer.*`` options that leave the privacy plan
     alone may change (e.g. devices)."""
     path = Path(run_dir)
-    if not (path / "config.yaml").is_file():
-        raise UserError(f"resume={run_dir}: no config.yaml there, so it is not a run directory")
-    if (path / "privacy.json").exists():
+    if not (path / CONFIG_FILE).is_file():
+        raise UserError(f"resume={run_dir}: no {CONFIG_FILE} there, so it is not a run directory")
+    if (path / PRIVACY_REPORT).exists():
         raise UserError(
-            f"resume={run_dir}: that run finished (privacy.json exists); a finished run is never "
-            "continued past its budget, start a new run instead"
+            f"resume={run_dir}: that run finished ({PRIVACY_REPORT} exists); a finished run is "
+            "never continued past its budget, start a new run instead"
         )
     changed = [t.partition("=")[0] for t in tokens if not t.startswith("trainer.")]
     if changed:
@@ -243,7 +244,7 @@ def compose_saved(run_dir: Path, tokens: Sequence[str]) -> RunConfig:
     """A run's config.yaml with ``tokens`` on top: ``eval=NAME`` (an eval group file), ``key=value``
     overrides; the data set stays the run's (``dataset.root=DIR`` may point at its files, else
     the run's owner-only .provenance.json says where they are: config/locations.py)."""
-    path = Path(run_dir) / "config.yaml"
+    path = Path(run_dir) / CONFIG_FILE
     try:
         saved = with_locations(OmegaConf.load(path), Path(run_dir))
         # what older versions recorded in config.yaml is in plan.json / .provenance.json now

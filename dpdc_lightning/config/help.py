@@ -21,7 +21,7 @@ def _yaml(group: str, name: str) -> DictConfig:
         if group == "dataset":
             from dpdc_lightning.data.registry import DATASETS
 
-            if name in DATASETS:  # added from Python with register_dataset: no YAML file
+            if name in DATASETS:  # added from Python with register_loader: no YAML file
                 return OmegaConf.create({"name": name})
         if group == "method":
             return _plugin_method(name)

@@ -24,10 +24,10 @@ from omegaconf import OmegaConf
 from dpdc_lightning.config.schema import RunConfig
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.receipts.digests import RUN_LOCATION_KEYS, config_digest
+from dpdc_lightning.privacy.receipts.run_files import PROVENANCE_FILE
 
-PROVENANCE_FILE = ".provenance.json"
 DATA_LOCATION_KEYS = ("dataset.root", "dataset.test_root", "dataset.cache_dir", "method.aux.path")
-HIDDEN = "<private: the run's .provenance.json>"  # what a released token shows instead of a path
+HIDDEN = f"<private: the run's {PROVENANCE_FILE}>"  # what a released token shows instead of a path
 
 
 def released_tree(config: RunConfig) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 wrong type fails while Hydra composes), ``<method>_schema`` types each method's YAML file (its
 ``defaults`` list names it), a plug-in method without a file in ``conf/method/`` becomes a
 ``method`` option (its YAML merged onto its schema, or the schema alone), and a data set added from
-Python with ``register_dataset`` becomes a ``dataset`` option without a YAML file."""
+Python with ``register_loader`` becomes a ``dataset`` option without a YAML file."""
 
 from __future__ import annotations
 

@@ -14,6 +14,9 @@ __getattr__, __dir__, __all__ = exports(
     {
         "DATASETS": "registry",
         "register_dataset": "registry",
+        "register_loader": "registry",
+        "LoadRequest": "dpdc_lightning.data.loaders.protocol",
+        "Loader": "dpdc_lightning.data.loaders.protocol",
         "NORMALISE_MEAN": "image_data",
         "NORMALISE_STD": "image_data",
         "ImageData": "image_data",

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.data.image_data import ImageData
-from dpdc_lightning.data.registry import DATASETS, OWN_DATA, is_registered
+from dpdc_lightning.data.loaders.protocol import LoadRequest
+from dpdc_lightning.data.registry import DATASETS, OWN_DATA
 from dpdc_lightning.errors import UserError
 
 _EMBEDDED = frozenset({"digits", "toy"})
@@ -102,19 +103,19 @@ def _load_cached(
     cache_dir: str | None,
     options: tuple[tuple[str, Any], ...],
 ) -> ImageData:
-    root_path = Path(root) if root is not None else None
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    if name in OWN_DATA:  # decoded once into the private cache where needed (decoded_cache.py)
-        return DATASETS[name](root_path, cache_dir=cache, **dict(options))
-    if is_registered(name):
-        data = DATASETS[name](root_path)
-        if not isinstance(data, ImageData):
-            raise UserError(
-                f"the loader registered for dataset {name!r} returned {type(data).__name__}, "
-                "not ImageData"
-            )
-        return data
-    return DATASETS[name](root_path, download, cache)
+    request = LoadRequest(
+        name,
+        root=Path(root) if root is not None else None,
+        download=download,
+        cache_dir=Path(cache_dir) if cache_dir is not None else default_cache_dir(),
+        options=dict(options),
+    )
+    data = DATASETS[name](request)  # every loader alike (data/loaders/protocol.py)
+    if not isinstance(data, ImageData):
+        raise UserError(
+            f"the loader of dataset {name!r} returned {type(data).__name__}, not ImageData"
+        )
+    return data
 
 
 def clear_dataset_cache() -> None:

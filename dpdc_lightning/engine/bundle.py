@@ -26,17 +26,20 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms.secret import SECRET_FILE, forget_secret
+from dpdc_lightning.privacy.mechanisms.secret import forget_secret
 from dpdc_lightning.privacy.receipts import manifest
-from dpdc_lightning.privacy.receipts.digests import (
+from dpdc_lightning.privacy.receipts.digests import tensors_digest
+from dpdc_lightning.privacy.receipts.run_files import (
     BUNDLE_TENSORS,
-    CONFIG_FILE,
+    GRID_IMAGE,
     PRIVACY_REPORT,
-    tensors_digest,
+    READABLE,
+    REPORT_PAGE,
+    SECRET_FILE,
+    TEMPORARY_SUFFIX,
+    released_names,
 )
-from dpdc_lightning.privacy.receipts.run_files import GRID_IMAGE, REPORT_PAGE, released_names
 
-__all__ = ["CONFIG_FILE", "GRID_IMAGE", "REPORT_PAGE"]
 LEFTOVER_NOTE = f"its leftover {SECRET_FILE} (a crash after the bundle was written) was deleted"
 
 
@@ -57,14 +60,16 @@ def atomic_write(path: Path, write: Callable[[Path], None], *, replace: bool = T
     With ``replace=False`` an existing ``path`` is never replaced (``FileExistsError``): the
     complete file is hard-linked into place, which fails atomically if the name is taken."""
     path = Path(path)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp_name = tempfile.mkstemp(
+        prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX, dir=path.parent
+    )
     os.close(fd)
     tmp = Path(tmp_name)
     try:
         write(tmp)
         with open(tmp, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs get the usual permissions
+        os.chmod(tmp, READABLE & ~_umask())  # mkstemp makes 0600; outputs get the usual permissions
         if replace:
             os.replace(tmp, path)
         else:

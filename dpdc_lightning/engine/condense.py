@@ -41,7 +41,7 @@ from dpdc_lightning.privacy.mechanisms.secret import derive_secret
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.privacy.receipts.inputs import release_inputs
 from dpdc_lightning.privacy.receipts.report import build_report
-from dpdc_lightning.privacy.receipts.run_files import AUXILIARY_FILE
+from dpdc_lightning.privacy.receipts.run_files import AUXILIARY_FILE, TEMPORARY_SUFFIX
 from dpdc_lightning.tensor_files import load_plain
 
 
@@ -111,7 +111,7 @@ def save_auxiliary(run_dir: Path, auxiliary: AuxiliarySet) -> None:
     path = run_dir / AUXILIARY_FILE
     if path.is_file():
         return
-    temporary = path.with_suffix(".tmp")
+    temporary = path.with_name(f".{AUXILIARY_FILE}{TEMPORARY_SUFFIX}")
     torch.save(
         {
             "images": auxiliary.images,

@@ -12,11 +12,11 @@ import json
 import os
 from pathlib import Path
 
-from dpdc_lightning.config.locations import PROVENANCE_FILE, with_locations
+from dpdc_lightning.config.locations import with_locations
 from dpdc_lightning.data.cache_bounds import remove_by_id
 from dpdc_lightning.data.decoded_cache import remove_entries, store_folder
-from dpdc_lightning.engine.bundle import CONFIG_FILE
 from dpdc_lightning.errors import UserError
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PROVENANCE_FILE
 
 
 def forget_decoded(run_dir: Path) -> str:

@@ -17,24 +17,15 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from dpdc_lightning.config.locations import PROVENANCE_FILE
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.cache_bounds import entry_ids
-from dpdc_lightning.engine.bundle import (
-    CONFIG_FILE,
-    LEFTOVER_NOTE,
-    PRIVACY_REPORT,
-    forget_if_finished,
-    new_run_dir,
-)
+from dpdc_lightning.engine.bundle import LEFTOVER_NOTE, forget_if_finished, new_run_dir
 from dpdc_lightning.engine.forget import forget_decoded
 from dpdc_lightning.engine.resolved import OutputSettings, ResolvedMethod
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.mechanisms.secret import (
-    DIGEST_FILE,
-    SECRET_FILE,
     derive_secret,
     forget_secret,
     read_data_digest,
@@ -42,7 +33,18 @@ from dpdc_lightning.privacy.mechanisms.secret import (
 )
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.privacy.planning.planner import sample_rates
-from dpdc_lightning.privacy.receipts.digests import DATA_DIGEST_PURPOSE, PLAN_FILE, data_digest
+from dpdc_lightning.privacy.receipts.digests import DATA_DIGEST_PURPOSE, data_digest
+from dpdc_lightning.privacy.receipts.run_files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    DIGEST_FILE,
+    LAST_CHECKPOINT,
+    PLAN_FILE,
+    PRIVACY_REPORT,
+    PROVENANCE_FILE,
+    SECRET_FILE,
+    mode_of,
+)
 from dpdc_lightning.tensor_files import load_plain
 
 RUN_DIR_ENV = "DPDC_RUN_DIR"  # hands rank 0's run directory to the DDP processes it launches
@@ -74,7 +76,7 @@ def write_provenance(
             "cache": os.fspath(Path(data.cache_entries[0]).parent),
             "ids": entry_ids(data.cache_entries),
         }
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode_of(PROVENANCE_FILE))
     with os.fdopen(descriptor, "w") as handle:
         handle.write(json.dumps(record) + "\n")
     store_data_digest(run_dir, keyed_data_digest(data, seed=seed))
@@ -261,5 +263,5 @@ def run_dir_of(output: OutputSettings) -> Path:
 def last_checkpoint(run_dir: Path) -> Path | None:
     """The last checkpoint of a run; None if it died before its first (it then restarts at step 0:
     nothing computed from the data had been written, so nothing is spent twice)."""
-    path = run_dir / "checkpoints" / "last.ckpt"
+    path = run_dir / CHECKPOINT_DIR / LAST_CHECKPOINT
     return path if path.is_file() else None

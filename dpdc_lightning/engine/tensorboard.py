@@ -9,6 +9,8 @@ from typing import Any
 
 from lightning.pytorch.loggers import TensorBoardLogger
 
+from dpdc_lightning.privacy.receipts.run_files import EVAL_TENSORBOARD_DIR, HPARAMS_FILE
+
 
 def flat_hparams(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested settings -> ``{"method.ipc": 10, ...}`` with values TensorBoard can show."""
@@ -64,7 +66,7 @@ class RunLogger(TensorBoardLogger):
         # Lightning wrote hparams.yaml at fit start with the module's empty hparams and never
         # rewrites an existing file: remove it so the save at the end of the run writes these
         # settings.
-        (Path(self.log_dir) / "hparams.yaml").unlink(missing_ok=True)
+        (Path(self.log_dir) / HPARAMS_FILE).unlink(missing_ok=True)
 
 
 def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protocol: str) -> None:
@@ -72,8 +74,6 @@ def log_evaluation(run_dir: Path, results: Mapping[str, list[float]], *, protoco
     the mean, under ``eval/<protocol>/<model>``, in a folder of their own (a reader's output, sealed
     apart from the training log: privacy/receipts/run_files.py)."""
     from torch.utils.tensorboard import SummaryWriter
-
-    from dpdc_lightning.privacy.receipts.run_files import EVAL_TENSORBOARD_DIR
 
     writer = SummaryWriter(log_dir=str(Path(run_dir) / EVAL_TENSORBOARD_DIR))
     try:

@@ -19,6 +19,7 @@ from dpdc_lightning.config.schema import RESERVED_TRAINER_KEYS
 from dpdc_lightning.engine.resolved import TrainerSettings
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
+from dpdc_lightning.privacy.receipts.run_files import CHECKPOINT_DIR, TENSORBOARD_DIR
 
 # Messages of Lightning (and of the libraries it calls) that bury the few lines a user needs, each
 # with the reason it says nothing the user can act on.
@@ -151,7 +152,7 @@ def _disk_callbacks(
     return [
         ImageGridLogger(every_n_steps=method.log_images_every, class_names=class_names),
         ModelCheckpoint(
-            dirpath=run_dir / "checkpoints",
+            dirpath=run_dir / CHECKPOINT_DIR,
             save_last=True,
             save_top_k=0,
             every_n_train_steps=method.checkpoint_every,
@@ -181,7 +182,7 @@ def _disk_settings(
     logger = RunLogger(
         save_dir=run_dir,
         name="",
-        version="tensorboard",
+        version=TENSORBOARD_DIR,
         hparams=flat_hparams(settings_tree),
         hp_metrics={"epsilon": planned} if planned is not None else {},
     )

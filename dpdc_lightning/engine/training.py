@@ -23,14 +23,13 @@ from dpdc_lightning.config import RunConfig, require_composed
 from dpdc_lightning.data import ImageData, clear_dataset_cache
 from dpdc_lightning.data.cache_bounds import created_count, discard_created
 from dpdc_lightning.data.registry import OWN_DATA
-from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
+from dpdc_lightning.engine.bundle import atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
 from dpdc_lightning.engine.planning import load_data, memory_needs, noise_seed_for, plan_run
 from dpdc_lightning.engine.progress import say
 from dpdc_lightning.engine.resolved import ResolvedRun, resolve_run
 from dpdc_lightning.engine.run_folder import (
-    PLAN_FILE,
     RUN_DIR_ENV,
     check_checkpoint,
     check_data_digest,
@@ -47,14 +46,10 @@ from dpdc_lightning.errors import Interrupted, NumericalFault, UserError, interr
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.methods.memory import format_bytes, total_bytes
 from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
-from dpdc_lightning.privacy.mechanisms.secret import (
-    SECRET_FILE,
-    forget_secret,
-    read_secret,
-    store_secret,
-)
+from dpdc_lightning.privacy.mechanisms.secret import forget_secret, read_secret, store_secret
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.privacy.planning.vacuous import vacuous_guarantee
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PLAN_FILE, SECRET_FILE
 
 
 def train(config: RunConfig) -> Path:

@@ -22,8 +22,8 @@ from dpdc_lightning.errors import Interrupted, UserError
 from dpdc_lightning.evaluation.image_file import fresh_eval_path, load_image_file, write_new
 from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import EVAL_FILE, EVAL_TENSORBOARD_DIR
 
-EVAL_FILE = "eval.json"
 NO_PRIVACY_REPORT = "no privacy report (plain tensor file: its privacy is unknown)"
 
 
@@ -86,8 +86,6 @@ def evaluate_bundle(
         )
     except OSError:
         pass  # TensorBoard is a convenience; eval.json holds the results
-    from dpdc_lightning.privacy.receipts.run_files import EVAL_TENSORBOARD_DIR
-
     written = [eval_path, *sorted((path / EVAL_TENSORBOARD_DIR).glob("*"))]
     seal_reader_outputs(path, written)  # manifest.json: a reader's outputs, never the release's
     write_report(path)  # report.html shows the evaluations; then the last line, nothing after it

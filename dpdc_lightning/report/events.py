@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-TENSORBOARD_DIR = "tensorboard"
+from dpdc_lightning.privacy.receipts.run_files import TENSORBOARD_DIR
+
 TAGS = ("epsilon", "loss")
 
 

@@ -16,9 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import (
+    AUDIT_MIA,
+    AUDIT_RELEASE,
+    AUDIT_WHITEBOX,
+    EVAL_FILE,
+)
 from dpdc_lightning.report.html import box, facts, image, number, section, table, text
 
-EVAL_FILE = "eval.json"
 AUDIT_NOTE = (
     "<p><strong>Not covered by the guarantee:</strong> an audit reads the private training records "
     "without any protection. Keep this section with the data owner: remove it (or re-render the "
@@ -210,7 +215,7 @@ def _violations(report: dict[str, Any]) -> str:
 
 # file stem -> (mode of audit.py, its section)
 AUDITS = {
-    "audit": ("mia", _mia),
-    "audit_whitebox": ("whitebox", _whitebox),
-    "audit_release": ("release", _release),
+    AUDIT_MIA: ("mia", _mia),
+    AUDIT_WHITEBOX: ("whitebox", _whitebox),
+    AUDIT_RELEASE: ("release", _release),
 }

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, GRID_IMAGE, PRIVACY_REPORT
 from dpdc_lightning.report import extras
 from dpdc_lightning.report.events import scalars
 from dpdc_lightning.report.guarantee import coverage, delta, eps_cell, guarantee
@@ -29,14 +30,6 @@ from dpdc_lightning.report.html import (
     section,
     sourced,
     text,
-)
-
-# The bundle's file names (engine/bundle.py and engine/run_folder.py; a test keeps them equal).
-PRIVACY_FILE, PLAN_FILE, CONFIG_FILE, GRID_FILE = (
-    "privacy.json",
-    "plan.json",
-    "config.yaml",
-    "synthetic.png",
 )
 
 
@@ -97,7 +90,7 @@ def _images(run_dir: Path, bundle: dict[str, Any], found: Any) -> str:
         shown = image(
             grid_png(images.float(), labels, class_names=bundle.get("class_names")),
             alt="the synthetic images, one row per class",
-            source=GRID_FILE,
+            source=GRID_IMAGE,
             caption=text(f"{bundle.get('images_shape')} images; classes: {names}"),
         )
     else:
@@ -117,7 +110,7 @@ def _verification(line: str, passed: bool, epsilon: float | None) -> str:
 def render_run(run_dir: Path) -> str:
     """The page of the run in ``run_dir`` (its privacy.json must exist)."""
     run_dir = Path(run_dir)
-    privacy = json.loads((run_dir / PRIVACY_FILE).read_text())
+    privacy = json.loads((run_dir / PRIVACY_REPORT).read_text())
     config = (run_dir / CONFIG_FILE).read_text() if (run_dir / CONFIG_FILE).is_file() else ""
     private = privacy.get("epsilon") is not None
     found, line = verdict(run_dir)

@@ -15,9 +15,10 @@ from urllib.parse import quote
 
 from dpdc_lightning.privacy.accounting.composition import cost_by_data, finished_releases
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import REPORT_PAGE
 from dpdc_lightning.report.html import box, image, number, page, section, sourced, table, text
 
-FIGURE_FILE, MEMBER_PAGE = "sweep.png", "report.html"
+FIGURE_FILE, MEMBER_PAGE = "sweep.png", REPORT_PAGE
 PRIVATE_TEST = (
     "accuracies marked * were measured on a test split held out from the private data: NOT covered "
     "by the guarantee (keep them with the data owner)"

@@ -25,17 +25,18 @@ from torch import Tensor
 from dpdc_lightning.config.locations import tree_yaml
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.loaders.own import hold_out
-from dpdc_lightning.engine.bundle import CONFIG_FILE, atomic_write_text, save_bundle
+from dpdc_lightning.engine.bundle import atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
 from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.engine.resolved import ResolvedRun
-from dpdc_lightning.engine.run_folder import PLAN_FILE, create, discard, write_provenance
+from dpdc_lightning.engine.run_folder import create, discard, write_provenance
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import DataSpec
 from dpdc_lightning.privacy.mechanisms.secret import derive_secret
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.privacy.receipts.digests import config_digest
+from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PLAN_FILE
 
 Events = list[tuple[float, float, int]]  # (noise multiplier, sample rate, steps) of one member
 

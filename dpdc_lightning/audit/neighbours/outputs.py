@@ -33,6 +33,7 @@ from dpdc_lightning.audit.neighbours.compare import differences, in_ledger
 from dpdc_lightning.audit.neighbours.patches import Patches, patched
 from dpdc_lightning.data import clear_dataset_cache
 from dpdc_lightning.errors import run
+from dpdc_lightning.privacy.receipts.run_files import MANIFEST_FILE, PROVENANCE_FILE, REPORT_PAGE
 
 __all__ = ["differences", "in_ledger", "run_cli", "snapshot"]
 _EVENT_NAME = re.compile(r"events\.out\.tfevents\.[^/]*$")
@@ -213,11 +214,11 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             tree = json.loads(path.read_text().replace(prefix, "<work>"))
             if path.name == "sweep.json":
                 tree["members"] = _table(tree["members"], "member")
-            if path.name == ".provenance.json":  # owner-only: the random ids of the private
+            if path.name == PROVENANCE_FILE:  # owner-only: the random ids of the private
                 # cache's entries forget deletes (data/cache_bounds.py) are never released
                 tree.pop("decoded", None)
             _flatten(tree, "", flat)
-            if path.name == "manifest.json":  # an event file's digest hashes its wall times:
+            if path.name == MANIFEST_FILE:  # an event file's digest hashes its wall times:
                 # the files themselves are compared without them
                 flat = {k: v for k, v in flat.items() if not _EVENT_NAME.search(k)}
         elif path.suffix == ".yaml":
@@ -236,7 +237,7 @@ def snapshot(folder: Path, *, prefix: str) -> dict[str, Any]:
             _flatten({"text": lines, **_table(rows, "member")}, "", flat)
         elif "tfevents" in path.name:
             flat = _events(path)
-        elif path.name == "report.html":
+        elif path.name == REPORT_PAGE:
             flat = _report_page(path.read_text(encoding="utf-8"))
         else:
             flat["*"] = path.read_bytes()

@@ -146,7 +146,7 @@ class OwnData:
         return normalise(images.float() / 255.0)
 
 
-API_DATASET = "neighbouring_api"  # data handed over from Python (register_dataset)
+API_DATASET = "neighbouring_api"  # data handed over from Python (register_loader)
 EXTREME = 1e30  # a finite pixel value far outside [-1, 1]
 _API: dict[
     str, Callable[[], ImageData]

@@ -135,10 +135,10 @@ def prepared(case: Case, work: Path) -> Prepared:
         if own is not None:
             own.write(work, case.data)
         if case.data == "api":
-            from dpdc_lightning.data.registry import register_dataset
+            from dpdc_lightning.data.registry import register_loader
 
             _API["make"] = _api_data
-            register_dataset(API_DATASET, lambda root: _API["make"](), replace=True)
+            register_loader(API_DATASET, lambda request: _API["make"](), replace=True)
         try:
             data = _load(case, work)
         except UserError:  # a bad record refused at load: run() says so in one line (run_case)

@@ -15,13 +15,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from dpdc_lightning.data.image_data import ImageData, normalise
+from dpdc_lightning.data.loaders.protocol import LoadRequest
 from dpdc_lightning.seeding import derive_generator
 
 TOY_SEED = 20240917
 DIGITS_SIZE = 16
 
 
-def load_digits(root: Path | None, download: bool, cache: Path) -> ImageData:
+def load_digits(request: LoadRequest) -> ImageData:
     """scikit-learn's ``load_digits`` (1797 real 8x8 UCI digits), bilinearly resized to 1x16x16.
 
     Fixed split: record ``i`` (in scikit-learn's order) is in the test split iff ``i % 5 == 4``,
@@ -80,7 +81,7 @@ def _toy_split(per_class: int, generator: torch.Generator) -> tuple[Tensor, Tens
     return (clean + noise).clamp(-1.0, 1.0), labels
 
 
-def load_toy(root: Path | None, download: bool, cache: Path) -> ImageData:
+def load_toy(request: LoadRequest) -> ImageData:
     """Tiny generated data for tests: 4 classes of 1x28x28, 48 train + 16 test per class.
 
     Class ``k`` is a bright horizontal bar on rows ``6k+4 .. 6k+6`` plus Gaussian noise; every draw

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.data.image_data import ImageData
+from dpdc_lightning.data.loaders.protocol import LoadRequest
 from dpdc_lightning.errors import UserError
 
 FASHION_MNIST_SYSTEM_DIR = "/usr/share/datasets/fashion-mnist"
@@ -174,11 +175,11 @@ def _mnist_like(
     dataset: str,
     tv_name: str,
     system_dir: str | None,
-    root: Path | None,
-    download: bool,
-    cache: Path,
+    request: LoadRequest,
 ) -> ImageData:
     import torchvision.datasets
+
+    root, download, cache = request.root, request.download, request.cache_dir
 
     tv_class = getattr(torchvision.datasets, tv_name)
     tv_root, files, tried = _locate_idx(dataset, tv_name, root, system_dir, cache)
@@ -226,13 +227,11 @@ def _mnist_like(
     return ImageData(dataset, *splits, 10, tuple(tv_class.classes), source=str(source))
 
 
-def load_fashion_mnist(root: Path | None, download: bool, cache: Path) -> ImageData:
+def load_fashion_mnist(request: LoadRequest) -> ImageData:
     """Fashion-MNIST, 60000/10000 grey 28x28 (also found via Debian's dataset-fashion-mnist)."""
-    return _mnist_like(
-        "fashion_mnist", "FashionMNIST", FASHION_MNIST_SYSTEM_DIR, root, download, cache
-    )
+    return _mnist_like("fashion_mnist", "FashionMNIST", FASHION_MNIST_SYSTEM_DIR, request)
 
 
-def load_mnist(root: Path | None, download: bool, cache: Path) -> ImageData:
+def load_mnist(request: LoadRequest) -> ImageData:
     """MNIST, 60000/10000 grey 28x28."""
-    return _mnist_like("mnist", "MNIST", None, root, download, cache)
+    return _mnist_like("mnist", "MNIST", None, request)

@@ -29,6 +29,7 @@ from dpdc_lightning.data.decode_pool import Runner
 from dpdc_lightning.data.decoded_cache import entry_of, open_decoded, read_entry, split_entry
 from dpdc_lightning.data.image_data import ImageData
 from dpdc_lightning.data.loaders.own import assemble, hold_out
+from dpdc_lightning.data.loaders.protocol import LoadRequest
 from dpdc_lightning.errors import UserError
 
 
@@ -183,7 +184,12 @@ def _check_same_size(paths: list[str], heads: list[tuple[str, tuple[int, int]]])
             )
 
 
-def load_imagefolder(
+def load_imagefolder(request: LoadRequest) -> ImageData:
+    """``dataset=imagefolder``: the folder ``dataset.root`` with the request's options."""
+    return read_imagefolder(request.own_root(), cache_dir=request.cache_dir, **request.options)
+
+
+def read_imagefolder(
     root: Path,
     *,
     image_size: int | None = None,

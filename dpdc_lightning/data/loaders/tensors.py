@@ -17,6 +17,7 @@ from torch import Tensor
 
 from dpdc_lightning.data.image_data import ImageData
 from dpdc_lightning.data.loaders.own import assemble
+from dpdc_lightning.data.loaders.protocol import LoadRequest
 from dpdc_lightning.data.loaders.tensor_cache import cached_split, read_arrays
 from dpdc_lightning.data.loaders.tensor_convert import TensorFile, prepare
 from dpdc_lightning.errors import UserError
@@ -103,7 +104,12 @@ def _check_labels(root: Path, labels: Tensor, names: tuple[str, ...] | None) -> 
         )
 
 
-def load_tensors(
+def load_tensors(request: LoadRequest) -> ImageData:
+    """``dataset=tensors``: the file or folder ``dataset.root`` with the request's options."""
+    return read_tensors(request.own_root(), cache_dir=request.cache_dir, **request.options)
+
+
+def read_tensors(
     root: Path,
     *,
     image_size: int | None = None,

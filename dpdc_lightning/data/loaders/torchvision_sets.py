@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from dpdc_lightning.data.image_data import ImageData
+from dpdc_lightning.data.loaders.protocol import LoadRequest
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.seeding import derive_generator
 
@@ -71,9 +72,11 @@ def _open_torchvision(
         ) from exc
 
 
-def load_cifar10(root: Path | None, download: bool, cache: Path) -> ImageData:
+def load_cifar10(request: LoadRequest) -> ImageData:
     """CIFAR-10, 50000/10000 colour 32x32, read from ``root`` (or the cache) by torchvision."""
     from torchvision.datasets import CIFAR10
+
+    root, download, cache = request.root, request.download, request.cache_dir
 
     base = root if root is not None else cache
     folder = base / CIFAR10.base_folder
@@ -116,7 +119,7 @@ def _celeba_images(split: Any, indices: Tensor, folder: Path) -> Tensor:
     return out
 
 
-def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
+def load_celeba(request: LoadRequest) -> ImageData:
     """CelebA gender (attribute 'Male'), 64x64: resize short side to 64, centre crop 64
     (Dong et al.).
 
@@ -125,6 +128,7 @@ def load_celeba(root: Path | None, download: bool, cache: Path) -> ImageData:
     """
     from torchvision.datasets import CelebA
 
+    root, download, cache = request.root, request.download, request.cache_dir
     base = root if root is not None else cache
     folder = base / CelebA.base_folder
     checks = [

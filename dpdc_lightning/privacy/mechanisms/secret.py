@@ -21,11 +21,8 @@ import hashlib
 import os
 from pathlib import Path
 
-SECRET_FILE = ".private_seed"
-DIGEST_FILE = ".data_digest"
-# Every file of a run's private state that must not outlive it: `dpdc-privacy verify` fails a
-# bundle folder holding one (a copied or shared folder would hand it on).
-SECRET_FILES = (SECRET_FILE, DIGEST_FILE)
+from dpdc_lightning.privacy.receipts.run_files import DIGEST_FILE, SECRET_FILE, mode_of
+
 # The key of the SHAKE-256 noise stream (privacy/mechanisms/noise.py): a 63-bit key could be
 # searched.
 SECRET_BITS = 256
@@ -52,7 +49,7 @@ def derive_secret(secret: int, purpose: str) -> int:
 def store_secret(run_dir: Path, seed: int) -> None:
     """Keep the run's secret next to its checkpoints, readable by the owner only."""
     path = Path(run_dir) / SECRET_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode_of(SECRET_FILE))
     with os.fdopen(fd, "w") as handle:
         handle.write(f"{seed}\n")
         handle.flush()
@@ -77,7 +74,7 @@ def forget_secret(run_dir: Path) -> bool:
 def store_data_digest(run_dir: Path, digest: str) -> None:
     """Keep the keyed digest of the run's data beside its secret, readable by the owner only."""
     path = Path(run_dir) / DIGEST_FILE
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode_of(DIGEST_FILE))
     with os.fdopen(fd, "w") as handle:
         handle.write(f"{digest}\n")
 

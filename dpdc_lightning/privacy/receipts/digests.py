@@ -25,11 +25,6 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # torch-free at import: config/ hashes its config with config_digest
     from torch import Tensor
 
-# The files of a finished run the digests tie together (engine/bundle.py, run_folder.py write them).
-BUNDLE_TENSORS = "synthetic.pt"
-PRIVACY_REPORT = "privacy.json"
-PLAN_FILE = "plan.json"
-CONFIG_FILE = "config.yaml"
 # Where the run lives: not part of what it computed, so not part of the config's digest.
 RUN_LOCATION_KEYS = ("run_dir", "runs_root", "resume")
 DATA_DIGEST_PURPOSE = "data-digest"  # the derive_secret purpose of the data digest's key

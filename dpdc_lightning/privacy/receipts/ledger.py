@@ -36,6 +36,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpdc_lightning.privacy.receipts.run_files import (
+    AUXILIARY_FILE,
+    BUNDLE_TENSORS,
+    CHECKPOINT_DIR,
+    GRID_IMAGE,
+    HPARAMS_FILE,
+    MANIFEST_FILE,
+    PLAN_FILE,
+    PRIVACY_REPORT,
+    REPORT_PAGE,
+    TENSORBOARD_DIR,
+)
+
 CONDENSATION = "condensation"
 CLASS_COUNTS = "class_counts"
 AUXILIARY = "auxiliary"
@@ -57,7 +70,7 @@ def _all(output: str, fields: tuple[str, ...], mechanism: str, why: str) -> tupl
     return tuple(Released(output, field, mechanism, why) for field in fields)
 
 
-_CHECKPOINT = "checkpoints/*.ckpt"
+_CHECKPOINT = f"{CHECKPOINT_DIR}/*.ckpt"
 # PrivacyPlan fields made from the released class sizes (privacy/planning/plan.py; the rest from the
 # config)
 _PLAN_FIELDS = (
@@ -105,11 +118,11 @@ _REPORT_FIELDS = (
 # report.html (report/): the released values it shows, by the data-source each carries. A run's
 # page shows privacy.json's fields under their own keys, the TensorBoard log's curves by tag; a
 # sweep's page its members' rows (sweep.json) and their composed cost.
-_PAGE = "report.html"
-_PAGE_CONDENSATION = ("synthetic.png", "tensorboard:loss", "privacy.json:bundle.sha256")
+_PAGE = REPORT_PAGE
+_PAGE_CONDENSATION = (GRID_IMAGE, f"{TENSORBOARD_DIR}:loss", f"{PRIVACY_REPORT}:bundle.sha256")
 _PAGE_COUNTS = (
     *(
-        f"privacy.json:{f}"
+        f"{PRIVACY_REPORT}:{f}"
         for f in (
             "epsilon",
             "steps",
@@ -130,7 +143,7 @@ _PAGE_COUNTS = (
             "inputs.*.detail",
         )
     ),
-    "tensorboard:epsilon",
+    f"{TENSORBOARD_DIR}:epsilon",
     "sweep.json:members.*.epsilon",
     "sweep.json:members.*.steps",
     "composition:*",
@@ -138,12 +151,12 @@ _PAGE_COUNTS = (
 
 LEDGER: tuple[Released, ...] = (
     # ---- the condensation's per-step releases and what is computed from them
-    Released("synthetic.pt", "images", CONDENSATION, "the synthetic images: the release itself"),
-    Released("synthetic.png", "*", CONDENSATION, "a picture of the synthetic images"),
-    Released("privacy.json", "bundle.sha256", CONDENSATION, "digest of the synthetic tensors"),
+    Released(BUNDLE_TENSORS, "images", CONDENSATION, "the synthetic images: the release itself"),
+    Released(GRID_IMAGE, "*", CONDENSATION, "a picture of the synthetic images"),
+    Released(PRIVACY_REPORT, "bundle.sha256", CONDENSATION, "digest of the synthetic tensors"),
     # (its "readers" section is written by evaluate and the audits, never by a training run)
     *_all(
-        "manifest.json",
+        MANIFEST_FILE,
         ("release.*",),
         CONDENSATION,
         "the sha256 of each released file (privacy/receipts/manifest.py): a function of those "
@@ -164,18 +177,16 @@ LEDGER: tuple[Released, ...] = (
         "a network trained on it",
     ),
     *_all(
-        "tensorboard/*",
+        f"{TENSORBOARD_DIR}/*",
         ("loss@*", "synthetic@*"),
         CONDENSATION,
         "the loss against the noisy release; the image grid",
     ),
     *_all(_PAGE, _PAGE_CONDENSATION, CONDENSATION, "the images, the loss curve, the digest"),
     # ---- privacy.class_sizes=private: the released sizes and the plan made from them
+    *_all(PLAN_FILE, _PLAN_FIELDS, CLASS_COUNTS, "the plan is made from the released class sizes"),
     *_all(
-        "plan.json", _PLAN_FIELDS, CLASS_COUNTS, "the plan is made from the released class sizes"
-    ),
-    *_all(
-        "privacy.json",
+        PRIVACY_REPORT,
         _REPORT_FIELDS,
         CLASS_COUNTS,
         "the report of a plan made from the released class sizes",
@@ -198,13 +209,13 @@ LEDGER: tuple[Released, ...] = (
         "the plan and its history, and step counters when the plan sets the number of steps",
     ),
     *_all(
-        "tensorboard/*",
+        f"{TENSORBOARD_DIR}/*",
         ("epsilon@*", "stage@*", "_hparams_/*.hparams.plan.*"),
         CLASS_COUNTS,
         "ε per step, the steps the plan sets, and the plan's outcome in the hparams tab",
     ),
     *_all(
-        "tensorboard/hparams.yaml",
+        f"{TENSORBOARD_DIR}/{HPARAMS_FILE}",
         ("plan.noise_multiplier", "plan.data_steps", "plan.planned_epsilon"),
         CLASS_COUNTS,
         "the plan's outcome beside the config",
@@ -232,11 +243,11 @@ LEDGER: tuple[Released, ...] = (
         "stderr", r"at ε = [-+0-9.e]+ alone", CLASS_COUNTS, "the ε planned for the DP auxiliary run"
     ),
     Released(
-        "auxiliary.pt", "description", CLASS_COUNTS, "names the ε planned for the DP auxiliary run"
+        AUXILIARY_FILE, "description", CLASS_COUNTS, "names the ε planned for the DP auxiliary run"
     ),
     *_all(_PAGE, _PAGE_COUNTS, CLASS_COUNTS, "ε, the plan and their curve as the page shows them"),
     # ---- method.aux.source=dp: the auxiliary set its own private run made
-    Released("auxiliary.pt", "images", AUXILIARY, "the DP auxiliary set, kept for a resumed run"),
+    Released(AUXILIARY_FILE, "images", AUXILIARY, "the DP auxiliary set, kept for a resumed run"),
 )
 
 
@@ -247,11 +258,13 @@ LEDGER: tuple[Released, ...] = (
 # mechanism (audit/neighbours/selection.py compares neighbouring selections against this).
 _SCORE = "selection.winner.noisy_score"
 SELECTION_LEDGER: tuple[Released, ...] = (
-    Released("privacy.json", _SCORE, SELECTION, "the winner's score: a Gaussian count"),
-    Released(_PAGE, f"privacy.json:{_SCORE}", SELECTION, "the winner's score as the page shows it"),
+    Released(PRIVACY_REPORT, _SCORE, SELECTION, "the winner's score: a Gaussian count"),
+    Released(
+        _PAGE, f"{PRIVACY_REPORT}:{_SCORE}", SELECTION, "the winner's score as the page shows it"
+    ),
     *_all(
-        "manifest.json",
-        ("release.privacy.json", f"release.{_PAGE}"),
+        MANIFEST_FILE,
+        (f"release.{PRIVACY_REPORT}", f"release.{_PAGE}"),
         SELECTION,
         "the sha256 of the files that show the winner's score (privacy/receipts/manifest.py)",
     ),

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.receipts.digests import BUNDLE_TENSORS, tensors_digest
+from dpdc_lightning.privacy.receipts.digests import tensors_digest
 from dpdc_lightning.privacy.receipts.manifest import files_problems, read_manifest, release_digest
-from dpdc_lightning.privacy.receipts.run_files import MANIFEST_FILE
+from dpdc_lightning.privacy.receipts.run_files import BUNDLE_TENSORS, MANIFEST_FILE
 from dpdc_lightning.privacy.receipts.signature import signature_problem
 from dpdc_lightning.privacy.verification.receipt import Check
 from dpdc_lightning.tensor_files import load_plain

@@ -26,16 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.privacy.mechanisms.secret import SECRET_FILES
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
-from dpdc_lightning.privacy.receipts.digests import (
+from dpdc_lightning.privacy.receipts.digests import config_digest, plan_digest
+from dpdc_lightning.privacy.receipts.report import NEIGHBOURING, nonnegative_epsilon
+from dpdc_lightning.privacy.receipts.run_files import (
     CONFIG_FILE,
     PLAN_FILE,
     PRIVACY_REPORT,
-    config_digest,
-    plan_digest,
+    SECRET_FILES,
 )
-from dpdc_lightning.privacy.receipts.report import NEIGHBOURING, nonnegative_epsilon
 
 MAIN_PHASE = "main"
 

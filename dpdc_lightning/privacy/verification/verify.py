@@ -41,6 +41,7 @@ from typing import Any
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.privacy.accounting import crosscheck
 from dpdc_lightning.privacy.display import epsilon_text
+from dpdc_lightning.privacy.receipts.run_files import BUNDLE_TENSORS, PRIVACY_REPORT
 from dpdc_lightning.privacy.verification.bundle_checks import (
     files_check,
     signature_check,
@@ -71,10 +72,10 @@ def verify_run(
     run_dir = Path(run_dir)
     report = read_report(run_dir)
     files, manifest = files_check(run_dir)
-    checks = [files, *_safely("synthetic.pt", lambda: [tensors_check(run_dir, report)])]
+    checks = [files, *_safely(BUNDLE_TENSORS, lambda: [tensors_check(run_dir, report)])]
     problem = shape_problem(report)
     if problem is not None:
-        checks.append(Check("privacy.json", False, f"malformed: {problem}"))
+        checks.append(Check(PRIVACY_REPORT, False, f"malformed: {problem}"))
     planned, plan = plan_check(run_dir, report)
     checks.append(planned)
     if plan is not None:
