@@ -45,7 +45,12 @@ def released_tree(config: RunConfig) -> dict[str, Any]:
 
 def released_yaml(config: RunConfig) -> str:
     """config.yaml of a run: the config as given, its data locations left out (.provenance.json)."""
-    return OmegaConf.to_yaml(OmegaConf.create(released_tree(config)))
+    return tree_yaml(released_tree(config))
+
+
+def tree_yaml(tree: dict[str, Any]) -> str:
+    """config.yaml's text of a released tree."""
+    return OmegaConf.to_yaml(OmegaConf.create(tree))
 
 
 def config_hash(config: RunConfig) -> str:
