@@ -430,7 +430,7 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(
         ["bundle loss_threshold: empirical lower bound 2.0000 > accounted epsilon 1.0000"],
     ]
 
-    def fake(bundle, config, data, settings):
+    def fake(bundle, run, evaluation, data, settings):
         return runner.AuditOutput(
             report=dict(report), roc_png=b"png", neighbours_png=b"png", violations=outcomes.pop(0)
         )
@@ -459,6 +459,7 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.bundle import Bundle
+    from dpdc_lightning.engine.resolved import resolve_run
 
     data = load_dataset("toy")
     n, n_test = len(data.train_labels), len(data.test_labels)
@@ -509,7 +510,9 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
         labels=data.train_labels[:4],
         report={"epsilon": 1.0},
     )
-    out = runner.run_audit(bundle, config, data, AuditConfig(canaries=0, analysis=False))
+    out = runner.run_audit(
+        bundle, resolve_run(config), config.eval, data, AuditConfig(canaries=0, analysis=False)
+    )
     for attack, m in out.report["bundle"]["attacks"].items():
         assert m["auc"] == 1.0 and m["advantage"] == 1.0, attack
         assert "epsilon_lower_bound" not in m

@@ -29,16 +29,6 @@ ENTRY_POINTS = {
 }
 # Still taking the whole config (the selection's members and the audits): to be resolved next.
 NOT_YET = {
-    "release.py::release_scores",
-    "release.py::initialisation_records",
-    "release.py::release_audit",
-    "release.py::_strengths",
-    "release.py::_target",
-    "runner.py::run_audit",
-    "runner.py::_header",
-    "runner.py::_canary_audit",
-    "runner.py::_analyses",
-    "transcripts.py::Transcript.__init__",
     "selection.py::at_target",
     "selection_grid.py::refuse_member",
     "selection_run.py::score_protocol",
