@@ -520,3 +520,24 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     assert (
         out.report["bounds_checked"] == 4
     )  # 3 attacks + the one-run bound of the one target; none for the bundle
+
+
+@pytest.mark.parametrize(
+    "tokens", [["method=ndpdc"], ["method=dosser", "method.aux.source=dp", "method.aux.epsilon=1"]]
+)
+def test_an_audit_rerun_is_the_run_of_its_config_with_the_new_seed(tokens):
+    """The shadow, target and canary condensations rerun the audited run with their own seed and no
+    progress bar: the same parts as resolving the config with them (the DP auxiliary run's seed
+    derived again; config.yaml's digest that of the config that runs)."""
+    import dataclasses
+
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.resolved import rerun, resolve_run
+
+    # the option given first: config.yaml's text keeps the trainer's keys in that order
+    config = compose([*tokens, "trainer.enable_progress_bar=true"])
+    run = rerun(resolve_run(config), seed=17, enable_progress_bar=False)
+    quiet = {**config.trainer, "enable_progress_bar": False}
+    assert run == resolve_run(dataclasses.replace(config, seed=17, trainer=quiet))
+    assert run.output.config_hash != resolve_run(config).output.config_hash
+    assert (run.auxiliary is not None) == ("method.aux.source=dp" in tokens)

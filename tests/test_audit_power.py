@@ -37,7 +37,7 @@ def attack_targets(tokens: list[str], *, shadows: int = 4, targets: int = 3):
     data = tiny_digits()
     config = compose(["dataset=digits", "trainer.enable_progress_bar=false", *tokens])
     plan = ShadowPlan(
-        run=resolve_run(config),
+        audited=resolve_run(config),
         evaluation=config.eval,
         data=data,
         protocol=EvalProtocol(epochs=300, runs=1, dsa=False),

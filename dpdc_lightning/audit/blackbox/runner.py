@@ -78,7 +78,7 @@ def run_audit(
     )
     scored = _scored_records(len(data.train_labels), settings)
     plan = ShadowPlan(
-        run=run,
+        audited=run,
         evaluation=evaluation,
         data=data,
         protocol=protocol,

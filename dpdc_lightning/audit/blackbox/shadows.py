@@ -70,10 +70,10 @@ class ShadowResult:
 
 @dataclass
 class ShadowPlan:
-    """The audited run, condensed on chosen records, and the classifier trained on each result
+    """The ``audited`` run, condensed on chosen records, and the classifier trained on each result
     (the protocol, on ``evaluation``'s accelerator and engine)."""
 
-    run: ResolvedRun
+    audited: ResolvedRun
     evaluation: EvalConfig
     data: ImageData
     protocol: EvalProtocol
@@ -88,7 +88,7 @@ class ShadowPlan:
         """Condense on the training records ``members`` (bool mask), train, score."""
         seed = derive_seed(self.seed, "audit", name)
         released = condense_run(
-            rerun(self.run, seed=seed, enable_progress_bar=False),
+            rerun(self.audited, seed=seed, enable_progress_bar=False),
             self.data.subset(torch.nonzero(members).squeeze(1)),
         )
         return self.score(
@@ -109,7 +109,7 @@ class ShadowPlan:
         seed: int,
     ) -> ShadowResult:
         """Train one classifier on a released set and score every attacked record with it."""
-        model, evaluation = self.run.method.model, self.evaluation
+        model, evaluation = self.audited.method.model, self.evaluation
         network = train_network(
             images,
             labels,
