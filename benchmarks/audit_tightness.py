@@ -83,15 +83,17 @@ def run_row(row: str, cache: dict) -> None:
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.condense import condense
     from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.resolved import resolve_run
 
     config = compose([*ROWS[row], "trainer.enable_progress_bar=false"])
-    data = load_data(config.dataset)
+    run = resolve_run(config)
+    data = load_data(run.dataset)
     entry = cache.setdefault(row, {"configuration": ROWS[row]})
     if "whitebox" not in entry and not row.startswith("dm-"):
         say(f"{row}: white-box")
         started = time.monotonic()
         [report] = whitebox_audit(
-            Transcript(config, data, others=16, seed=0), WhiteboxConfig(), progress=say
+            Transcript(run, data, others=16, seed=0), WhiteboxConfig(), progress=say
         )
         report["wall_seconds"] = time.monotonic() - started  # building the method included
         entry["whitebox"] = report
@@ -102,7 +104,7 @@ def run_row(row: str, cache: dict) -> None:
         started = time.monotonic()
         bundle = condense(config, data)
         report = release_audit(
-            bundle.images, bundle.labels, config, data, ReleaseConfig(), progress=say
+            bundle.images, bundle.labels, run, data, ReleaseConfig(), progress=say
         )
         report["accounted_epsilon"] = bundle.report.get("epsilon")
         report["wall_seconds"] = time.monotonic() - started
@@ -217,14 +219,15 @@ def run_whitebox_row(row: str, cache: dict, *, trials: int = 48) -> None:
     from dpdc_lightning.audit.whitebox.transcripts import Transcript
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.resolved import resolve_run
 
     if row in cache:
         return
     say(f"{row}: white-box")
-    config = compose([*WHITEBOX_ROWS[row], "trainer.enable_progress_bar=false"])
+    run = resolve_run(compose([*WHITEBOX_ROWS[row], "trainer.enable_progress_bar=false"]))
     started, cpu = time.monotonic(), time.process_time()
     [report] = whitebox_audit(
-        Transcript(config, load_data(config.dataset), others=16, seed=0),
+        Transcript(run, load_data(run.dataset), others=16, seed=0),
         WhiteboxConfig(trials=trials),
         progress=say,
     )

@@ -430,7 +430,7 @@ def test_audit_writes_beside_the_bundle_and_fails_loudly_on_a_violation(
         ["bundle loss_threshold: empirical lower bound 2.0000 > accounted epsilon 1.0000"],
     ]
 
-    def fake(bundle, config, data, settings):
+    def fake(bundle, run, evaluation, data, settings):
         return runner.AuditOutput(
             report=dict(report), roc_png=b"png", neighbours_png=b"png", violations=outcomes.pop(0)
         )
@@ -459,6 +459,7 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     from dpdc_lightning.config import compose
     from dpdc_lightning.data import load_dataset
     from dpdc_lightning.engine.bundle import Bundle
+    from dpdc_lightning.engine.resolved import resolve_run
 
     data = load_dataset("toy")
     n, n_test = len(data.train_labels), len(data.test_labels)
@@ -509,7 +510,9 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
         labels=data.train_labels[:4],
         report={"epsilon": 1.0},
     )
-    out = runner.run_audit(bundle, config, data, AuditConfig(canaries=0, analysis=False))
+    out = runner.run_audit(
+        bundle, resolve_run(config), config.eval, data, AuditConfig(canaries=0, analysis=False)
+    )
     for attack, m in out.report["bundle"]["attacks"].items():
         assert m["auc"] == 1.0 and m["advantage"] == 1.0, attack
         assert "epsilon_lower_bound" not in m
@@ -517,3 +520,24 @@ def test_bundle_attacks_are_attack_strength_never_an_epsilon_bound(monkeypatch):
     assert (
         out.report["bounds_checked"] == 4
     )  # 3 attacks + the one-run bound of the one target; none for the bundle
+
+
+@pytest.mark.parametrize(
+    "tokens", [["method=ndpdc"], ["method=dosser", "method.aux.source=dp", "method.aux.epsilon=1"]]
+)
+def test_an_audit_rerun_is_the_run_of_its_config_with_the_new_seed(tokens):
+    """The shadow, target and canary condensations rerun the audited run with their own seed and no
+    progress bar: the same parts as resolving the config with them (the DP auxiliary run's seed
+    derived again; config.yaml's digest that of the config that runs)."""
+    import dataclasses
+
+    from dpdc_lightning.config import compose
+    from dpdc_lightning.engine.resolved import rerun, resolve_run
+
+    # the option given first: config.yaml's text keeps the trainer's keys in that order
+    config = compose([*tokens, "trainer.enable_progress_bar=true"])
+    run = rerun(resolve_run(config), seed=17, enable_progress_bar=False)
+    quiet = {**config.trainer, "enable_progress_bar": False}
+    assert run == resolve_run(dataclasses.replace(config, seed=17, trainer=quiet))
+    assert run.output.config_hash != resolve_run(config).output.config_hash
+    assert (run.auxiliary is not None) == ("method.aux.source=dp" in tokens)

@@ -15,6 +15,7 @@ from dpdc_lightning.audit.metrics import canary
 from dpdc_lightning.audit.metrics import roc as metrics
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.evaluation import EvalProtocol
 
 
@@ -36,7 +37,8 @@ def attack_targets(tokens: list[str], *, shadows: int = 4, targets: int = 3):
     data = tiny_digits()
     config = compose(["dataset=digits", "trainer.enable_progress_bar=false", *tokens])
     plan = ShadowPlan(
-        config=config,
+        audited=resolve_run(config),
+        evaluation=config.eval,
         data=data,
         protocol=EvalProtocol(epochs=300, runs=1, dsa=False),
         scored=torch.arange(len(data.train_labels)),

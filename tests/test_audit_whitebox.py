@@ -17,6 +17,7 @@ from dpdc_lightning.audit.settings import WhiteboxConfig
 from dpdc_lightning.audit.whitebox.transcripts import Transcript, correct_release
 from dpdc_lightning.config import compose
 from dpdc_lightning.data import load_dataset
+from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.seeding import derive_seed
 
 TINY = {
@@ -43,7 +44,7 @@ TINY = {
 
 def tiny_transcript(name: str) -> Transcript:
     config = compose([*TINY[name], "trainer.enable_progress_bar=false"])
-    return Transcript(config, load_dataset("toy"), others=6, seed=0)
+    return Transcript(resolve_run(config), load_dataset("toy"), others=6, seed=0)
 
 
 @pytest.mark.parametrize("name", sorted(TINY))
@@ -178,7 +179,7 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     from dpdc_lightning.audit.whitebox.planted import PLANTED
 
     config = compose(["method=ldpdc", "privacy.target_epsilon=2"])
-    transcript = Transcript(config, load_dataset("digits"), others=8, seed=0)
+    transcript = Transcript(resolve_run(config), load_dataset("digits"), others=8, seed=0)
     settings = WhiteboxConfig(trials=8, canaries=640)
     correct, scaled, half = whitebox_audit(
         transcript,
@@ -338,7 +339,9 @@ def test_release_audit_finds_the_records_dm_init_real_copies():
     )
     data = load_dataset("toy")
     bundle = condense(config, data)
-    report = release_audit(bundle.images, bundle.labels, config, data, ReleaseConfig(extractors=1))
+    report = release_audit(
+        bundle.images, bundle.labels, resolve_run(config), data, ReleaseConfig(extractors=1)
+    )
     assert report["initialisation_strength"]["pixel"]["auc"] > 0.95
     assert "epsilon" not in str(
         report["bundle_strength"]

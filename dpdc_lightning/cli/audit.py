@@ -110,6 +110,7 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     from dpdc_lightning.audit.settings import load_settings
     from dpdc_lightning.engine.bundle import load_bundle
     from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.resolved import resolve_run
 
     settings = load_settings(tokens)
     bundle = load_bundle(run_dir)
@@ -117,7 +118,8 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     from dpdc_lightning.engine.threads import use_threads
 
     use_threads(config.threads)
-    data = load_data(config.dataset)
+    run = resolve_run(config)  # the parts the audit takes; the config goes no further
+    data = load_data(run.dataset)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
         raise UserError(
             f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
@@ -131,7 +133,7 @@ def audit_run(run_dir: Path, tokens: list[str]) -> int:
     names = _fresh_names(run_dir)
     from dpdc_lightning.audit.blackbox.runner import run_audit
 
-    output = run_audit(bundle, config, data, settings)
+    output = run_audit(bundle, run, config.eval, data, settings)
     output.report["files"] = {key: path.name for key, path in names.items()}
     _write_outputs(names, output)
     _print_summary(output.report, names["json"])

@@ -61,10 +61,12 @@ def whitebox_main(argv: list[str]) -> int:
     from dpdc_lightning.audit.whitebox.audit import summary_line, whitebox_audit
     from dpdc_lightning.audit.whitebox.transcripts import Transcript
     from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.resolved import resolve_run
 
     plan, stated = _verified_plan(run_dir) if run_dir is not None else (None, None)
+    run = resolve_run(config)
     transcript = Transcript(
-        config, load_data(config.dataset), others=settings.others, seed=settings.seed, plan=plan
+        run, load_data(run.dataset), others=settings.others, seed=settings.seed, plan=plan
     )
     if stated is not None:
         _same_mechanism(transcript, stated)
@@ -119,14 +121,16 @@ def release_main(argv: list[str]) -> int:
     use_threads(config.threads)
     from dpdc_lightning.audit.blackbox.release import release_audit
     from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.resolved import resolve_run
 
-    data = load_data(config.dataset)
+    run = resolve_run(config)
+    data = load_data(run.dataset)
     if tuple(bundle.images.shape[1:]) != tuple(data.train_images.shape[1:]):
         raise UserError(
             f"the bundle's images {tuple(bundle.images.shape[1:])} do not match dataset "
             f"{config.dataset.name} {tuple(data.train_images.shape[1:])}"
         )
-    report = release_audit(bundle.images, bundle.labels, config, data, settings, progress=say)
+    report = release_audit(bundle.images, bundle.labels, run, data, settings, progress=say)
     report["accounted_epsilon"] = bundle.report.get("epsilon")
     for name, entry in report["bundle_strength"].items():
         if name != "note":

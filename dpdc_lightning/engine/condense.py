@@ -174,19 +174,13 @@ class Condensation:
             callbacks=[self.privacy],
             class_names=data.class_names,
         )
-        if (
-            plan.sampling != "global_poisson"
-        ):  # a global sample is shared out by records, not classes
-            owned_classes(
-                spec.num_classes, rank=0, world_size=self.trainer.world_size
-            )  # before any process starts
+        # Before any process starts; a global sample is shared out by records, not classes.
+        if plan.sampling != "global_poisson":
+            owned_classes(spec.num_classes, rank=0, world_size=self.trainer.world_size)
 
     def fit(self, *, checkpoint: Path | None = None) -> CondensedSet:
-        if (
-            self.run_dir is not None
-            and self.plan.auxiliary is not None
-            and self.auxiliary is not None
-        ):
+        made = self.plan.auxiliary is not None and self.auxiliary is not None  # a DP auxiliary set
+        if self.run_dir is not None and made:
             save_auxiliary(self.run_dir, self.auxiliary)
         # Lightning's messages silenced while it fits only: a user's own Lightning keeps them all
         with quiet_libraries():
@@ -211,10 +205,9 @@ class Condensation:
         per_step = self.method.noise_values_per_step()
         if per_step is None:
             return None
+        # the class-size release draws one value per class
         released = len(self.plan.released_class_sizes) if self.plan.released_class_sizes else 0
-        return (
-            per_step * self.plan.data_steps + released
-        )  # the class-size release draws one value per class
+        return per_step * self.plan.data_steps + released
 
 
 def declared_sensitivity(plan: PrivacyPlan, method: CondensationMethod) -> PrivacyPlan:
@@ -270,6 +263,13 @@ def condense(
     require_composed(config, caller="condense")
     resolved = resolve_run(config)
     data = load_data(resolved.dataset) if data is None else data
+    return condense_run(resolved, data, noise_seed=noise_seed)
+
+
+def condense_run(
+    resolved: ResolvedRun, data: ImageData, *, noise_seed: int | None = None
+) -> CondensedSet:
+    """:func:`condense` of a resolved run (an audit's shadow, target and canary condensations)."""
     seed = noise_seed_for(resolved) if noise_seed is None else noise_seed
     plan = plan_run(resolved, DataSpec.of(data), noise_seed=seed)
     run = Condensation(resolved, data, plan=plan, noise_seed=seed)

@@ -12,16 +12,18 @@ these parts and the data's public shape, is the run's other frozen part (privacy
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from dpdc_lightning.config import RunConfig, config_hash, released_yaml
-from dpdc_lightning.config.locations import data_locations, released_tree
+from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.locations import data_locations, released_tree, tree_yaml
 from dpdc_lightning.config.schema import DatasetConfig, ModelConfig, PrivacyConfig
 from dpdc_lightning.methods import METHODS, CondensationMethod
+from dpdc_lightning.privacy.receipts.digests import config_digest
 from dpdc_lightning.seeding import derive_seed
 
 
@@ -109,10 +111,8 @@ def resolve_run(config: RunConfig) -> ResolvedRun:
         runs_root=config.runs_root,
         resume=config.resume,
         label=f"{config.method.name}-{config.dataset.name}",
-        released_yaml=released_yaml(config),
-        released_tree=MappingProxyType(released_tree(config)),
-        config_hash=config_hash(config),
         data_locations=MappingProxyType(data_locations(config)),
+        **_released_forms(released_tree(config)),
     )
     auxiliary = method.auxiliary
     return ResolvedRun(
@@ -126,6 +126,34 @@ def resolve_run(config: RunConfig) -> ResolvedRun:
         if auxiliary is not None and auxiliary.source == "dp"
         else None,
     )
+
+
+def rerun(run: ResolvedRun, *, seed: int, **trainer: Any) -> ResolvedRun:
+    """``run`` as :func:`resolve_run` resolves its config with another ``seed`` and the ``trainer``
+    options added: an audit's in-memory condensations of the audited configuration (shadows,
+    targets, the canary run). The DP auxiliary run's seed is derived again, as
+    :func:`auxiliary_run_config` derives it, and the released forms of the config (the report's
+    ``config_sha256``) are those of the config that runs."""
+    tree = copy.deepcopy(dict(run.output.released_tree))
+    tree["seed"], tree["trainer"] = seed, {**tree["trainer"], **trainer}
+    return dataclasses.replace(
+        run,
+        trainer=TrainerSettings(MappingProxyType({**run.trainer.options, **trainer})),
+        output=dataclasses.replace(run.output, **_released_forms(tree)),
+        seed=seed,
+        auxiliary=None
+        if run.auxiliary is None
+        else rerun(run.auxiliary, seed=derive_seed(seed, "auxiliary"), **trainer),
+    )
+
+
+def _released_forms(tree: dict[str, Any]) -> dict[str, Any]:
+    """config.yaml's text, its tree and privacy.json's digest of it, from the tree made once."""
+    return {
+        "released_yaml": tree_yaml(tree),
+        "released_tree": MappingProxyType(tree),
+        "config_hash": config_digest(tree),
+    }
 
 
 def auxiliary_run_config(config: RunConfig) -> RunConfig:

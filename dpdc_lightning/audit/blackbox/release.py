@@ -32,10 +32,11 @@ from torch import Tensor
 from dpdc_lightning.audit.metrics import canary
 from dpdc_lightning.audit.metrics import roc as metrics
 from dpdc_lightning.audit.settings import ReleaseConfig
-from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.schema import ModelConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.data.subsets import random_class_picks
-from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.condense import condense_run
+from dpdc_lightning.engine.resolved import ResolvedMethod, ResolvedRun, rerun
 from dpdc_lightning.methods.extractor import RandomExtractor
 from dpdc_lightning.privacy.display import epsilon_text
 from dpdc_lightning.seeding import derive_generator, derive_seed
@@ -49,7 +50,7 @@ def _features(extractor: RandomExtractor, images: Tensor) -> Tensor:
 
 
 def release_scores(
-    config: RunConfig,
+    model: ModelConfig,
     data: ImageData,
     records: Tensor,
     labels: Tensor,
@@ -59,11 +60,12 @@ def release_scores(
     extractors: int,
     seed: int,
 ) -> dict[str, Tensor]:
-    """Per record: minus the distance to its label's nearest released image (pixels; features)."""
+    """Per record: minus the distance to its label's nearest released image (pixels; features of
+    random extractors of the ``model`` family)."""
     scores = {"pixel": canary.nearest_release_score(records, labels, released, released_labels)}
     if extractors:
         extractor = RandomExtractor(
-            config.model,
+            model,
             channels=data.channels,
             num_classes=data.num_classes,
             image_size=data.image_size,
@@ -87,58 +89,40 @@ def strength(scores: Tensor, members: Tensor) -> dict[str, Any]:
     return metrics.attack_strength(scores.double().numpy(), members.numpy().astype(int))
 
 
-def initialisation_records(config: RunConfig, data: ImageData) -> Tensor | None:
-    """Indices of the training records a ``method.init=real`` run copied into its starting set."""
-    if getattr(config.method, "init", None) != "real":
+def initialisation_records(method: ResolvedMethod, data: ImageData, *, seed: int) -> Tensor | None:
+    """Indices of the training records a ``method.init=real`` run of ``seed`` copied into its
+    starting set."""
+    if getattr(method.config, "init", None) != "real":
         return None
     pools = [torch.nonzero(data.train_labels == c).squeeze(1) for c in range(data.num_classes)]
-    picks = random_class_picks([len(p) for p in pools], ipc=config.method.ipc, seed=config.seed)
+    picks = random_class_picks([len(p) for p in pools], ipc=method.config.ipc, seed=seed)
     return torch.cat([pool[pick] for pool, pick in zip(pools, picks)])
 
 
 def release_audit(
     released: Tensor,
     released_labels: Tensor,
-    config: RunConfig,
+    run: ResolvedRun,
     data: ImageData,
     settings: ReleaseConfig,
     *,
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
-    delta = settings.delta if settings.delta is not None else config.privacy.delta
+    delta = settings.delta if settings.delta is not None else run.privacy.delta
     per_bound = 1 - (1 - settings.confidence) / max(1, settings.targets * len(SCORES))
-    records = torch.cat([data.train_images, data.test_images])
-    labels = torch.cat([data.train_labels, data.test_labels])
-    is_member = torch.cat(
-        [
-            torch.ones(len(data.train_labels), dtype=torch.bool),
-            torch.zeros(len(data.test_labels), dtype=torch.bool),
-        ]
-    )
-    progress("release: scoring the bundle")
-    scores = release_scores(
-        config,
-        data,
-        records,
-        labels,
-        released,
-        released_labels,
-        extractors=settings.extractors,
-        seed=settings.seed,
-    )
     report: dict[str, Any] = {
         "delta": delta,
         "confidence_per_bound": per_bound,
         "settings": dataclasses.asdict(settings),
         "bundle_strength": {},
         "targets": [],
-        **_strengths(scores, is_member, config, data),
+        **_strengths(released, released_labels, run, data, settings, progress=progress),
     }
     for t in range(settings.targets):
         report["targets"].append(
             _target(
                 t,
-                config,
+                run,
                 data,
                 settings,
                 delta=delta,
@@ -158,10 +142,35 @@ def release_audit(
 
 
 def _strengths(
-    scores: dict[str, Tensor], is_member: Tensor, config: RunConfig, data: ImageData
+    released: Tensor,
+    released_labels: Tensor,
+    run: ResolvedRun,
+    data: ImageData,
+    settings: ReleaseConfig,
+    *,
+    progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """Attack strength (no ε bound) of the release against the test records: for every training
     record, and for the records ``method.init=real`` started from."""
+    records = torch.cat([data.train_images, data.test_images])
+    labels = torch.cat([data.train_labels, data.test_labels])
+    is_member = torch.cat(
+        [
+            torch.ones(len(data.train_labels), dtype=torch.bool),
+            torch.zeros(len(data.test_labels), dtype=torch.bool),
+        ]
+    )
+    progress("release: scoring the bundle")
+    scores = release_scores(
+        run.method.model,
+        data,
+        records,
+        labels,
+        released,
+        released_labels,
+        extractors=settings.extractors,
+        seed=settings.seed,
+    )
     if not len(data.test_labels):
         return {}
     out: dict[str, Any] = {
@@ -171,7 +180,7 @@ def _strengths(
         "members = training records, non-members = test records: attack "
         "strength of the release, NOT a per-record DP test, so no ε bound"
     )
-    init = initialisation_records(config, data)
+    init = initialisation_records(run.method, data, seed=run.seed)
     if init is not None:
         chosen = torch.cat([init, len(data.train_labels) + torch.arange(len(data.test_labels))])
         out["initialisation_strength"] = {
@@ -186,7 +195,7 @@ def _strengths(
 
 def _target(
     t: int,
-    config: RunConfig,
+    run: ResolvedRun,
     data: ImageData,
     settings: ReleaseConfig,
     *,
@@ -198,14 +207,12 @@ def _target(
     progress(f"release: target condensation {t + 1}/{settings.targets}")
     n = len(data.train_labels)
     kept = torch.rand(n, generator=derive_generator(settings.seed, "release", "target", t)) < 0.5
-    run_config = dataclasses.replace(
-        config,
-        seed=derive_seed(settings.seed, "release", "target-run", t),
-        trainer={**config.trainer, "enable_progress_bar": False},
+    target_run = rerun(
+        run, seed=derive_seed(settings.seed, "release", "target-run", t), enable_progress_bar=False
     )
-    result = condense(run_config, data.subset(torch.nonzero(kept).squeeze(1)))
+    result = condense_run(target_run, data.subset(torch.nonzero(kept).squeeze(1)))
     scores = release_scores(
-        config,
+        run.method.model,
         data,
         data.train_images,
         data.train_labels,

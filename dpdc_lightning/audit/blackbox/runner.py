@@ -15,15 +15,16 @@ import torch
 
 from dpdc_lightning.audit.blackbox import analysis, visual
 from dpdc_lightning.audit.blackbox.membership import Bounds, bundle_entry, target_entries
-from dpdc_lightning.audit.blackbox.shadows import ShadowPlan, ShadowResult, run_shadows
+from dpdc_lightning.audit.blackbox.shadows import ShadowPlan, run_shadows
 from dpdc_lightning.audit.metrics import canary
 from dpdc_lightning.audit.metrics.figures import roc_png
 from dpdc_lightning.audit.settings import AuditConfig
-from dpdc_lightning.config import RunConfig
 from dpdc_lightning.config.methods import DMConfig
+from dpdc_lightning.config.schema import EvalConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.bundle import Bundle
-from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.condense import condense_run
+from dpdc_lightning.engine.resolved import ResolvedRun, rerun
 from dpdc_lightning.evaluation import EvalProtocol
 from dpdc_lightning.evaluation.command import protocol_of
 from dpdc_lightning.seeding import derive_generator, derive_seed
@@ -56,21 +57,29 @@ def _say(message: str) -> None:
 
 
 def run_audit(
-    bundle: Bundle, config: RunConfig, data: ImageData, settings: AuditConfig
+    bundle: Bundle,
+    run: ResolvedRun,
+    evaluation: EvalConfig,
+    data: ImageData,
+    settings: AuditConfig,
 ) -> AuditOutput:
-    """Shadows, then the attacks on each target and on the release, the canary run, visual privacy
-    and the analyses; every ε lower bound is checked against the accounted ε."""
-    delta = settings.delta if settings.delta is not None else config.privacy.delta
+    """Shadows of ``run`` (its classifiers trained as ``evaluation`` says), then the attacks on each
+    target and on the release, the canary run, visual privacy and the analyses; every ε lower
+    bound is checked against the accounted ε."""
+    delta = settings.delta if settings.delta is not None else run.privacy.delta
     # The bundle attacks compare training with test records (different records): attack strength
     # only, no ε bound, never compared with the accounted ε: they take no share of the confidence.
     checks = settings.targets * len(ATTACKS_TARGET) + settings.targets + (settings.canaries > 0)
     bounds = Bounds(delta, 1 - (1 - settings.confidence) / checks, seed=settings.seed)
     protocol = dataclasses.replace(
-        protocol_of(config.eval, augment_mode=config.augment.mode), epochs=settings.epochs, runs=1
+        protocol_of(evaluation, augment_mode=run.method.augment_mode),
+        epochs=settings.epochs,
+        runs=1,
     )
     scored = _scored_records(len(data.train_labels), settings)
     plan = ShadowPlan(
-        config=config,
+        audited=run,
+        evaluation=evaluation,
         data=data,
         protocol=protocol,
         scored=scored,
@@ -78,12 +87,16 @@ def run_audit(
         progress=_say,
     )
     reference, targets = run_shadows(plan, shadows=settings.shadows, targets=settings.targets)
-    report = _header(settings, bounds, checks, config, data, protocol, scored, reference)
+    report = _header(settings, bounds, checks, run.method.model.name, data, protocol, scored)
+    report["shadows"] = [
+        {"epsilon": r.epsilon, "test_accuracy": r.test_accuracy, "records_in": int(r.members.sum())}
+        for r in reference
+    ]
     report["targets"] = target_entries(targets, reference, scored, bounds, settings)
     report["bundle"] = bundle_entry(plan, bundle, reference, scored, bounds, settings)
     if settings.canaries:
         report["canary"] = canary_report = _canary_audit(
-            config, data, settings, delta=delta, confidence=bounds.per_bound
+            run, data, settings, delta=delta, confidence=bounds.per_bound
         )
         bounds.check(
             "canary one-run bound (Steinke et al.)",
@@ -95,7 +108,7 @@ def run_audit(
         bundle.images, data.train_images, data.test_images, ssim_candidates=settings.ssim_candidates
     )
     if settings.analysis:
-        report["analysis"] = _analyses(bundle, config, data)
+        report["analysis"] = _analyses(bundle, data, method=run.method.config, seed=run.seed)
     png, report["roc_legend"] = roc_png(bounds.curves)
     report["violations"] = bounds.violations
     neighbours = visual.neighbour_pairs_png(bundle.images, data.train_images, found)
@@ -114,13 +127,13 @@ def _header(
     settings: AuditConfig,
     bounds: Bounds,
     checks: int,
-    config: RunConfig,
+    model: str,
     data: ImageData,
     protocol: EvalProtocol,
     scored: torch.Tensor,
-    reference: list[ShadowResult],
 ) -> dict[str, Any]:
-    """The report's first keys: the warning, the settings and protocol, the reference shadows."""
+    """The report's first keys: the warning, the settings and protocol (the shadow classifier:
+    ``model`` trained by ``protocol``)."""
     return {
         "warning": PRIVATE_OUTPUT,
         "settings": settings.as_dict(),
@@ -128,25 +141,17 @@ def _header(
         "confidence_per_bound": bounds.per_bound,
         "bounds_checked": checks,
         "protocol": {
-            "shadow_classifier": protocol.describe(config.model.name),
+            "shadow_classifier": protocol.describe(model),
             "reduced": f"{settings.shadows} reference shadows (Carlini et al.: 64-256), classifier "
             f"{settings.epochs} epochs x 1 run per shadow (evaluation protocol: 1000 x 5)",
             "records_attacked": len(scored),
             "test_records": len(data.test_labels),
         },
-        "shadows": [
-            {
-                "epsilon": r.epsilon,
-                "test_accuracy": r.test_accuracy,
-                "records_in": int(r.members.sum()),
-            }
-            for r in reference
-        ],
     }
 
 
 def _canary_audit(
-    config: RunConfig, data: ImageData, settings: AuditConfig, *, delta: float, confidence: float
+    run: ResolvedRun, data: ImageData, settings: AuditConfig, *, delta: float, confidence: float
 ) -> dict:
     _say(f"canary run ({settings.canaries} canaries)")
     images, labels, included = canary.make_canaries(
@@ -162,12 +167,10 @@ def _canary_audit(
         num_classes=data.num_classes,
         name=f"{data.name}+canaries",
     )
-    run_config = dataclasses.replace(
-        config,
-        seed=derive_seed(settings.seed, "audit", "canary-run"),
-        trainer={**config.trainer, "enable_progress_bar": False},
+    canary_run = rerun(
+        run, seed=derive_seed(settings.seed, "audit", "canary-run"), enable_progress_bar=False
     )
-    released = condense(run_config, with_canaries)
+    released = condense_run(canary_run, with_canaries)
     scores = canary.nearest_release_score(images, labels, released.images, released.labels)
     g = canary.guess(scores, included, guesses_in=settings.canary_guesses, guesses_out=0)
     bound = canary.one_run_epsilon_bound(
@@ -187,16 +190,17 @@ def _canary_audit(
     }
 
 
-def _analyses(bundle: Bundle, config: RunConfig, data: ImageData) -> dict:
+def _analyses(bundle: Bundle, data: ImageData, *, method: Any, seed: int) -> dict:
+    """The noiseless-privacy heuristic, and DPDC §3.1's closed form of a DM run (``method``: its
+    schema; ``seed``: the run's, which drew its initial noise)."""
     out: dict[str, Any] = {
         "noiseless_privacy": analysis.noiseless_privacy(data.train_images, data.train_labels)
     }
-    method = config.method
     if not isinstance(method, DMConfig) or method.init != "noise":  # DPDC §3.1 is about DM
         out["dm_closed_form"] = "applies to DM bundles with method.init=noise (DPDC §3.1); skipped"
         return out
     init_images, init_labels = analysis.dm_noise_initialisation(
-        seed=config.seed,
+        seed=seed,
         num_classes=data.num_classes,
         ipc=method.ipc,
         image_shape=tuple(data.train_images.shape[1:]),

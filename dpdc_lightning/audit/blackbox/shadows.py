@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from dpdc_lightning.config import RunConfig
+from dpdc_lightning.config.schema import EvalConfig
 from dpdc_lightning.data import ImageData
-from dpdc_lightning.engine.condense import condense
+from dpdc_lightning.engine.condense import condense_run
+from dpdc_lightning.engine.resolved import ResolvedRun, rerun
 from dpdc_lightning.evaluation import EvalProtocol, train_network
 from dpdc_lightning.seeding import derive_generator, derive_seed
 
@@ -69,7 +70,11 @@ class ShadowResult:
 
 @dataclass
 class ShadowPlan:
-    config: RunConfig
+    """The ``audited`` run, condensed on chosen records, and the classifier trained on each result
+    (the protocol, on ``evaluation``'s accelerator and engine)."""
+
+    audited: ResolvedRun
+    evaluation: EvalConfig
     data: ImageData
     protocol: EvalProtocol
     scored: Tensor  # indices of the training records that are attacked
@@ -82,10 +87,10 @@ class ShadowPlan:
     def run(self, members: Tensor, *, name: str) -> ShadowResult:
         """Condense on the training records ``members`` (bool mask), train, score."""
         seed = derive_seed(self.seed, "audit", name)
-        config = dataclasses.replace(
-            self.config, seed=seed, trainer={**self.config.trainer, "enable_progress_bar": False}
+        released = condense_run(
+            rerun(self.audited, seed=seed, enable_progress_bar=False),
+            self.data.subset(torch.nonzero(members).squeeze(1)),
         )
-        released = condense(config, self.data.subset(torch.nonzero(members).squeeze(1)))
         return self.score(
             released.images,
             released.labels,
@@ -104,7 +109,7 @@ class ShadowPlan:
         seed: int,
     ) -> ShadowResult:
         """Train one classifier on a released set and score every attacked record with it."""
-        model = self.config.model
+        model, evaluation = self.audited.method.model, self.evaluation
         network = train_network(
             images,
             labels,
@@ -115,10 +120,10 @@ class ShadowPlan:
             model_options=model.options(),
             # eval.accelerator (auto: the GPU where there is one), as evaluate.py trains; the
             # trained network comes back on the CPU, where it is scored.
-            accelerator=self.config.eval.accelerator,
-            pea=self.config.eval.pea,
-            engine=self.config.eval.engine,
-            compile=self.config.eval.compile,
+            accelerator=evaluation.accelerator,
+            pea=evaluation.pea,
+            engine=evaluation.engine,
+            compile=evaluation.compile,
             shared_runs=self.shared_runs,
         )
         data = self.data

@@ -68,6 +68,7 @@ def run_selftest(
     ``overrides`` on top (a claimed ε of 2 unless they set privacy.target_epsilon)."""
     from dpdc_lightning.config import compose
     from dpdc_lightning.engine.planning import load_data
+    from dpdc_lightning.engine.resolved import resolve_run
 
     reports = []
     for method in methods or default_methods():
@@ -77,10 +78,10 @@ def run_selftest(
             "trainer.enable_progress_bar=false",
             *(overrides or []),
         ]
-        config = compose(tokens)
+        run = resolve_run(compose(tokens))
         started = time.monotonic()
         transcript = Transcript(
-            config, load_data(config.dataset), others=settings.others, seed=settings.seed
+            run, load_data(run.dataset), others=settings.others, seed=settings.seed
         )
         for report in whitebox_audit(transcript, settings, releases=releases(), progress=progress):
             report["configuration"] = [*configuration(method), *(overrides or [])]

@@ -32,13 +32,12 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from dpdc_lightning.config import RunConfig
 from dpdc_lightning.data import ImageData
 from dpdc_lightning.engine.condense import resolve_auxiliary
 from dpdc_lightning.engine.planning import plan_run
-from dpdc_lightning.engine.resolved import resolve_run
+from dpdc_lightning.engine.resolved import ResolvedRun
 from dpdc_lightning.errors import UserError
-from dpdc_lightning.methods import DataSpec, Records, method_class, private_methods
+from dpdc_lightning.methods import DataSpec, Records, private_methods
 from dpdc_lightning.methods.base import CondensationMethod
 from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
@@ -136,33 +135,32 @@ class StepView:
 
 
 class Transcript:
-    """A private method of ``config`` built with its plan; the auditor's pool is ``others`` real
+    """The private method of ``run`` built with its plan; the auditor's pool is ``others`` real
     records per class (the mechanism samples each at the plan's rate, whatever the pool's size).
-    ``plan``: a verified run's plan.json (``audit.py whitebox RUN``), else made from ``config``."""
+    ``plan``: a verified run's plan.json (``audit.py whitebox RUN``), else made from ``run``."""
 
     def __init__(
         self,
-        config: RunConfig,
+        run: ResolvedRun,
         data: ImageData,
         *,
         others: int,
         seed: int,
         plan: PrivacyPlan | None = None,
     ) -> None:
-        name = config.method.name
-        if not method_class(name).private:
+        name = run.method.name
+        if not run.method.private:
             raise UserError(
                 f"method {name} releases no noisy transcript (not private): the white-box audit "
                 f"takes {', '.join(private_methods())}; audit a non-private release with "
                 "`audit.py release RUN_DIR`"
             )
-        self.name, self.config, self.data = name, config, data
-        resolved = resolve_run(config)
+        self.name, self.run, self.data = name, run, data
         self.plan = plan or plan_run(
-            resolved, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan")
+            run, DataSpec.of(data), noise_seed=derive_seed(seed, "whitebox", "plan")
         )
         self._auxiliary = resolve_auxiliary(
-            resolved, data, plan=self.plan, noise_seed=derive_seed(seed, "whitebox", "aux")
+            run, data, plan=self.plan, noise_seed=derive_seed(seed, "whitebox", "aux")
         )
         self.method = self._build(noise_seed=derive_seed(seed, "whitebox", "method"))
         self.partitions = (
@@ -174,15 +172,15 @@ class Transcript:
     def _build(self, *, noise_seed: int) -> CondensationMethod:
         """The method as ``condense`` builds it (the plan's class sizes), ready to step without a
         trainer."""
-        config = self.config
-        method = method_class(self.name)(
-            config.method,
+        run, method = self.run, self.run.method
+        method = method.cls(
+            method.config,
             data=DataSpec.of(self.data, plan=self.plan),
             plan=self.plan,
-            seed=config.seed,
+            seed=run.seed,
             noise_seed=noise_seed,
-            model=config.model,
-            augment_mode=config.augment.mode,
+            model=method.model,
+            augment_mode=method.augment_mode,
             auxiliary=self._auxiliary,
         )
         if method.uses_network:
