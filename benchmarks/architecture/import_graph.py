@@ -1,9 +1,9 @@
 """The import graph of the package: rooms, floors, arrows, upward arrows, circles, and the hops of a
-value from YAML to the accountant. One tool for tests/test_layering.py and for the figures of the
+value from YAML to the accountant. One tool for tests/architecture/test_layering.py and for the figures of the
 architecture notes (before/after a change).
 
-    python benchmarks/import_graph.py                    # this checkout
-    python benchmarks/import_graph.py --root /other/checkout --path before
+    python benchmarks/architecture/import_graph.py                    # this checkout
+    python benchmarks/architecture/import_graph.py --root /other/checkout --path before
 
 Every import counts: module level, inside functions, under TYPE_CHECKING,
 ``importlib.import_module`` with a literal name, and the lazy exports of PEP 562 (a dict handed to
@@ -340,7 +340,7 @@ def figures(graph: Graph) -> dict[str, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent)
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2])
     parser.add_argument("--path", choices=sorted(NOISE_MULTIPLIER_PATHS), default="after")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)

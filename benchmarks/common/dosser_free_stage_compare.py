@@ -1,7 +1,7 @@
 """The comparisons of ``dosser_free_stage_vs_reference.py``: our recorded free step against theirs,
 quantity by quantity, and the markdown table.
 
-Tolerances follow the repository's float32 rule (``tests/rounding.py``): two evaluations of one
+Tolerances follow the repository's float32 rule (``tests/support/rounding.py``): two evaluations of one
 float32 computation that add terms in different orders differ norm-wise by at most about n·eps32
 relative, n the longest chain of additions the quantity depends on (Higham, "Accuracy and
 Stability of Numerical Algorithms", §4.2). Each row names its n: the extractor's chain is three

@@ -1,7 +1,7 @@
 """A reduced FashionMNIST for CPU benchmarks: the first ``--per-class`` training images of every
 class and the first ``--test`` test images, as a ``dataset=tensors`` .npz (uint8 0..255).
 
-    python benchmarks/fashion_subset.py --root FASHION_MNIST_DIR --out fashion_subset.npz
+    python benchmarks/common/fashion_subset.py --root FASHION_MNIST_DIR --out fashion_subset.npz
 
 FASHION_MNIST_DIR holds the four idx files (Debian's dataset-fashion-mnist installs them under
 /usr/share/datasets/fashion-mnist). The subset is public and chosen by position only (no record is

@@ -106,7 +106,7 @@ def machine_line() -> str:
     import os
 
     import torch
-    from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path for every script here
+    from machine import cpu_model  # benchmarks/common/ is on sys.path for every script here
 
     load = os.getloadavg()[0]
     return (

@@ -2,7 +2,7 @@
 (Zheng et al.; github.com/humansensinglab/Dosser, ``dosser.py``), on the CPU.
 
     git --git-dir <mirror> archive <commit> | tar -x -C /tmp/dosser_ref
-    OMP_NUM_THREADS=1 python benchmarks/dosser_free_stage_vs_reference.py /tmp/dosser_ref \\
+    OMP_NUM_THREADS=1 python benchmarks/faithfulness/dosser_free_stage_vs_reference.py /tmp/dosser_ref \\
         --commit <commit>
 
 The checkout is copied to a temporary folder and patched there (device 'cpu'; ``timm`` and
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 from dosser_free_stage_compare import (  # noqa: E402
     compare_iteration,
@@ -130,7 +130,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "benchmarks/results/dosser_free_stage_vs_reference_cpu.md",
+        default=ROOT / "benchmarks/results/faithfulness/dosser_free_stage_vs_reference_cpu.md",
     )
     args = parser.parse_args(argv)
     if args.ipc < 2:
@@ -240,7 +240,7 @@ draw of `free_step`), imposed on their `random.choice`. Each iteration starts fr
 (images, momentum buffer, moving average copied into ours), so a row measures one iteration's
 arithmetic; the free-running drift is reported apart. Rows compare norm-wise,
 ‖ours − theirs‖ / ‖theirs‖, against n·eps32 with n the longest chain of additions behind the
-quantity (tests/rounding.py's rule; Higham §4.2). Per-row tensors of the PEA expansion are put in
+quantity (tests/support/rounding.py's rule; Higham §4.2). Per-row tensors of the PEA expansion are put in
 their order (their tiles: TL, BL, TR, BR of all images in turn; ours: the 4 tiles of each image).
 
 Not compared, and why: DSA (ours draws parameters from a keyed generator, theirs from the global
@@ -269,7 +269,7 @@ def header(args, commit: str) -> list[str]:
         f"Reference: humansensinglab/Dosser at commit {commit} (a temporary copy patched to the "
         f"CPU; none of its code is stored here). Machine: {machine}.",
         "",
-        "Command: `OMP_NUM_THREADS=1 python benchmarks/dosser_free_stage_vs_reference.py CHECKOUT "
+        "Command: `OMP_NUM_THREADS=1 python benchmarks/faithfulness/dosser_free_stage_vs_reference.py CHECKOUT "
         f"--commit {commit[:7]}` (defaults: IPC {args.ipc}, I1 {args.sampling_steps}, "
         f"{args.iterations} iterations, L {args.group_size}, K {args.clip_norm}, σ {args.sigma}, "
         f"d {args.dim}, PEA on, EMA 0.99, ConvNet 128x3 on the toy data, seed {args.seed}; their "

@@ -7,7 +7,7 @@ noise of one entry fresh at each reuse (the averaging-down the paper's accountin
 It imports the reference's own utils.py (unmodified, from a checkout given on the command line; its
 unused timm/kymatio imports are stubbed) and calls exactly that sequence.
 
-    python benchmarks/dosser_reference_probe.py /path/to/Dosser/checkout
+    python benchmarks/faithfulness/dosser_reference_probe.py /path/to/Dosser/checkout
 """
 
 from __future__ import annotations

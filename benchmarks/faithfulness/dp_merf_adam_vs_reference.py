@@ -3,7 +3,7 @@ against the authors' loop (Harder, Adamczewski & Park; github.com/ParkLabML/DP-M
 ``code_balanced/``), on the CPU.
 
     git --git-dir <mirror> archive <commit> code_balanced | tar -x -C /tmp/dp_merf_ref
-    OMP_NUM_THREADS=1 python benchmarks/dp_merf_adam_vs_reference.py \\
+    OMP_NUM_THREADS=1 python benchmarks/faithfulness/dp_merf_adam_vs_reference.py \\
         /tmp/dp_merf_ref/code_balanced --commit <commit>
 
 Their code runs from a temporary copy (nothing of it is stored here): ``get_single_sigma_losses``
@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 sys.path.insert(0, str(ROOT / "examples" / "dp_merf"))  # this checkout's plug-in
 
 from dosser_free_stage_compare import markdown, row  # noqa: E402
@@ -212,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=0.01)  # their --lr default
     parser.add_argument("--noise-factor", type=float, default=1.0)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks/results/dp_merf_adam_vs_reference_cpu.md"
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks/results/faithfulness/dp_merf_adam_vs_reference_cpu.md",
     )
     args = parser.parse_args(argv)
     commit = commit_of(args.checkout, args.commit)
@@ -250,7 +252,7 @@ def header(args, commit: str) -> list[str]:
         f"Reference: ParkLabML/DP-MERF at commit {commit}, `code_balanced/` (a temporary copy; none "
         f"of its code is stored here). Machine: {machine}.",
         "",
-        "Command: `OMP_NUM_THREADS=1 python benchmarks/dp_merf_adam_vs_reference.py "
+        "Command: `OMP_NUM_THREADS=1 python benchmarks/faithfulness/dp_merf_adam_vs_reference.py "
         f"CHECKOUT/code_balanced --commit {commit[:7]}` (defaults: toy data, IPC {args.ipc}, "
         f"D {args.features}, lr {args.lr} (theirs), {args.iterations} iterations, their noise "
         f"factor {args.noise_factor}, seed {args.seed}).",
@@ -258,7 +260,7 @@ def header(args, commit: str) -> list[str]:
         *(__doc__ or "").split("\n\n", 3)[3].splitlines(),
         "",
         "Rows: ‖ours − theirs‖ / ‖theirs‖ against n·eps32, n the longest chain of additions "
-        "(the projection x·Ω over the pixels, the D features, the M images; tests/rounding.py's "
+        "(the projection x·Ω over the pixels, the D features, the M images; tests/support/rounding.py's "
         "rule). Each iteration starts from their pixels and Adam state copied into ours.",
         "",
     ]

@@ -3,11 +3,11 @@ github.com/ParkLabML/DP-MERF, code_balanced/), run on the CPU.
 
     git -C <their repo> archive e4ae72d code_balanced | tar -x -C /tmp/dp_merf_ref
     R=/tmp/dp_merf_ref/code_balanced
-    python benchmarks/dp_merf_vs_reference.py embedding --reference $R --dataset digits
-    python benchmarks/dp_merf_vs_reference.py embedding --reference $R --dataset fashion_mnist
-    python benchmarks/dp_merf_vs_reference.py generator --reference $R --noise-factor 2.03125 \\
+    python benchmarks/faithfulness/dp_merf_vs_reference.py embedding --reference $R --dataset digits
+    python benchmarks/faithfulness/dp_merf_vs_reference.py embedding --reference $R --dataset fashion_mnist
+    python benchmarks/faithfulness/dp_merf_vs_reference.py generator --reference $R --noise-factor 2.03125 \\
         --epochs 5 --ipcs 10          # and --noise-factor 5 (their default); --ipcs 10,50
-    python benchmarks/dp_merf_vs_reference.py table
+    python benchmarks/faithfulness/dp_merf_vs_reference.py table
 
 Nothing of their code is stored here: their modules (``rff_mmd_approx``, ``models_gen``) are
 imported from ``--reference`` at run time, unmodified; the data comes from our loader (their units:
@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "faithfulness"
 NAME = "dp_merf_vs_reference_fashion_mnist_cpu"
 
 
@@ -275,13 +275,15 @@ DIFFERENCES = [
 
 def table(work: Path, commit: str) -> str:
     records = [json.loads(line) for line in (work / "results.jsonl").read_text().splitlines()]
-    ours = json.loads((RESULTS / "dp_merf_table_fashion_mnist_cpu.json").read_text())
+    ours = json.loads(
+        (RESULTS.parent / "utility" / "dp_merf_table_fashion_mnist_cpu.json").read_text()
+    )
     lines = [
         "# DP-MERF: the plug-in against the authors' code (CPU)",
         "",
         f"Reference: ParkLabML/DP-MERF @{commit}, `code_balanced/` (`rff_mmd_approx.py`, "
         "`models_gen.py`), imported unmodified from a temporary checkout (device passed as "
-        "`cpu`, their own argument) by `benchmarks/dp_merf_vs_reference.py` (its docstring has the "
+        "`cpu`, their own argument) by `benchmarks/faithfulness/dp_merf_vs_reference.py` (its docstring has the "
         "commands), on a 2-core AMD EPYC CPU shared with other jobs, 1 thread; CPU seconds by "
         "time.process_time. **REDUCED PROTOCOL** for the accuracies: evaluation 300 epochs x 3 "
         "runs (the papers: 1000 x 5) of a ConvNet with DSA on the full test split, one "

@@ -1,9 +1,9 @@
 """Reproduce the DPDC tables (Zheng & Li) at a chosen scale, next to the paper's numbers.
 
-    python benchmarks/dpdc_tables.py --scale tiny --dataset digits             # < 3 min check
-    python benchmarks/dpdc_tables.py --scale cpu                                # Table 1 + 2, FashionMNIST, ~40 min on 2 cores
-    python benchmarks/dpdc_tables.py --scale digits --dataset digits --rows table1 # digits, ~30 min on 2 cores
-    python benchmarks/dpdc_tables.py --scale paper --rows all --accelerator gpu # the paper's protocol (GPU, hours)
+    python benchmarks/faithfulness/dpdc_tables.py --scale tiny --dataset digits             # < 3 min check
+    python benchmarks/faithfulness/dpdc_tables.py --scale cpu                                # Table 1 + 2, FashionMNIST, ~40 min on 2 cores
+    python benchmarks/faithfulness/dpdc_tables.py --scale digits --dataset digits --rows table1 # digits, ~30 min on 2 cores
+    python benchmarks/faithfulness/dpdc_tables.py --scale paper --rows all --accelerator gpu # the paper's protocol (GPU, hours)
 
 Rows: Table 1 (DM, LDPDC, NDPDC at their default noise), Table 2 (LDPDC and NDPDC at ε = 1), the σ
 ablation of Table 4 (σ 0.75/1.25/1.5/2) and Table 8 (σ 2/3/4/5 with ε), plus two reference rows that
@@ -27,11 +27,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(
-    0, str(ROOT / "benchmarks")
-)  # dpdc_repro (a PyPI package named "benchmarks" exists)
+# dpdc_repro, imported by its folder (a PyPI package named "benchmarks" exists)
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 from dpdc_repro.common import ResultCache, accuracy_cell, condense_run, device_line, runs_text  # noqa: E402
 
@@ -362,7 +361,7 @@ def speed_section() -> list[str]:
     """The NDPDC speed tables measured by ndpdc_speed.py on each device, copied in so that accuracy
     and speed are read side by side (the speed files hold their full protocol)."""
     lines = []
-    for path in sorted((ROOT / "benchmarks" / "results").glob("ndpdc_speed_*.md")):
+    for path in sorted((ROOT / "benchmarks" / "results" / "speed").glob("ndpdc_speed_*.md")):
         text = path.read_text().splitlines()
         table = [line for line in text if line.startswith("|")]
         machine = [line for line in text if line.startswith("- CPU:") or line.startswith("- GPU:")]
@@ -372,7 +371,7 @@ def speed_section() -> list[str]:
         lines += [
             f"## NDPDC condensation speed at the paper setting ({device})",
             "",
-            f"Copied from `results/{path.name}` (`benchmarks/ndpdc_speed.py`: IPC 50, L 50, 1x28x28, ConvNet "
+            f"Copied from `results/speed/{path.name}` (`benchmarks/speed/ndpdc_speed.py`: IPC 50, L 50, 1x28x28, ConvNet "
             "instance norm; its protocol and load notes are there). `loop`: one extractor forward per class; "
             "`batched`: one forward for all classes.",
             "",
@@ -480,7 +479,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         default=None,
-        help="markdown output (default benchmarks/results/dpdc_tables_<dataset>_<scale>.md)",
+        help="markdown output (default benchmarks/results/faithfulness/dpdc_tables_<dataset>_<scale>.md)",
     )
     parser.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
@@ -503,7 +502,12 @@ def main(argv: list[str] | None = None) -> int:
     work_dir = Path(args.work_dir or "/tmp/dpdc_tables")
     work_dir.mkdir(parents=True, exist_ok=True)
     out = Path(
-        args.out or ROOT / "benchmarks" / "results" / f"dpdc_tables_{args.dataset}_{scale.name}.md"
+        args.out
+        or ROOT
+        / "benchmarks"
+        / "results"
+        / "faithfulness"
+        / f"dpdc_tables_{args.dataset}_{scale.name}.md"
     )
     cache = ResultCache(work_dir)
     # Everything that changes a row's numbers is in the key or the fingerprint, so other settings never reuse it.

@@ -9,7 +9,7 @@ package (normalised with our fixed 0.5 / 0.5, which is what the DPDC code uses; 
 normalises FashionMNIST with 0.2861 / 0.3530 instead, so feeding both the same tensors is the
 fair comparison).
 
-    PYTHONPATH=. python benchmarks/evaluator_crosscheck.py --synthetic SET.pt \\
+    PYTHONPATH=. python benchmarks/faithfulness/evaluator_crosscheck.py --synthetic SET.pt \\
         --reference /tmp/DatasetCondensation --reference-commit 53f63a6 --epochs 300 --runs 3
 
 ``SET.pt`` holds ``images`` [N, C, H, W] float (normalised space) and ``labels`` [N] int, as
@@ -33,7 +33,7 @@ from types import ModuleType, SimpleNamespace
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 if (
     str(REPO_ROOT) not in sys.path
 ):  # run as a script from anywhere: our package, not an installed one
@@ -130,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
         help="how the synthetic set was made (a command), for the results file",
     )
     parser.add_argument(
-        "--out", default=str(REPO_ROOT / "benchmarks/results/evaluator_crosscheck.md")
+        "--out", default=str(REPO_ROOT / "benchmarks/results/faithfulness/evaluator_crosscheck.md")
     )
     return parser
 
@@ -241,7 +241,7 @@ def _markdown(rows, args, images: torch.Tensor, labels: torch.Tensor, argv: list
         f"{args.runs} runs per evaluator",
         f"- device: {torch.get_num_threads()}-thread CPU ({platform.machine()}, "
         f"2-core machine shared with other work), torch {torch.__version__}",
-        f"- command: `PYTHONPATH=. python benchmarks/evaluator_crosscheck.py {' '.join(argv)}`",
+        f"- command: `PYTHONPATH=. python benchmarks/faithfulness/evaluator_crosscheck.py {' '.join(argv)}`",
         "",
         "| evaluator | DSA mode | accuracy (%) | runs | per-run accuracies (%) | s / run |",
         "|---|---|---|---|---|---|",

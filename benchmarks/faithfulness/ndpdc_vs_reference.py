@@ -3,11 +3,11 @@ Condensation"; github.com/SecMLSys/Differentially-Private-Dataset-Condensation),
 the same evaluator.
 
     git -C <their repo> archive a20cf59 | tar -x -C /tmp/dpdc_ref
-    bash benchmarks/clip_gradient.sh /tmp/clip auto "2 3"        # our bundles (exact and detached)
-    python benchmarks/clip_gradient_table.py --ours /tmp/clip       # + seeds 0, 1 recorded earlier
-    OMP_NUM_THREADS=1 python benchmarks/ndpdc_vs_reference.py --reference /tmp/dpdc_ref \\
+    bash benchmarks/utility/clip_gradient.sh /tmp/clip auto "2 3"        # our bundles (exact and detached)
+    python benchmarks/utility/clip_gradient_table.py --ours /tmp/clip       # + seeds 0, 1 recorded earlier
+    OMP_NUM_THREADS=1 python benchmarks/faithfulness/ndpdc_vs_reference.py --reference /tmp/dpdc_ref \\
         --reference-commit a20cf59 --ours /tmp/clip --work /tmp/ndpdc_ref_runs --runs 4 \\
-        --ours-json benchmarks/results/clip_gradient_fashion_mnist_cpu.json
+        --ours-json benchmarks/results/utility/clip_gradient_fashion_mnist_cpu.json
 
 Reference side: nothing of its code is stored here. ``ndpdc_vs_reference_speed.Reference`` executes
 the loop body of their ``main_dpdc.py`` as it is (read with ``ast`` from the checkout, device CPU) for
@@ -16,7 +16,7 @@ IPC 10, and the images after the last step are saved as ``ref_r<k>.pt``. Each su
 with ``evaluate.py --images`` (``seed=k``), the command our bundles are evaluated with; the bundles of
 ``--ours`` (``<mode>_s<seed>/``, made by ``clip_gradient.sh``) are read from their ``eval.json``, and with
 ``--ours-json`` the seeds recorded by ``clip_gradient_table.py`` are added. The table goes to ``--out`` and its
-numbers to the ``.json`` beside it (read by ``benchmarks/summary.py``).
+numbers to the ``.json`` beside it (read by ``benchmarks/tables/summary.py``).
 Everything is cached in ``--work``: a killed run resumes from its last checkpoint (every 20 steps).
 
 Their code's known defects and how they bear on this comparison: (1) the noise is ``sigma * randn``,
@@ -41,11 +41,12 @@ from pathlib import Path
 import torch
 from scipy import stats
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "speed"))  # the reference loop of the speed pair
 
-from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
+from machine import cpu_flags, cpu_model  # noqa: E402
 from ndpdc_vs_reference_speed import Reference  # noqa: E402
 
 from dpdc_lightning.data import load_dataset  # noqa: E402
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--reference-commit", required=True)
     parser.add_argument(
-        "--ours", type=Path, required=True, help="OUT_DIR of benchmarks/clip_gradient.sh"
+        "--ours", type=Path, required=True, help="OUT_DIR of benchmarks/utility/clip_gradient.sh"
     )
     parser.add_argument(
         "--ours-json",
@@ -224,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "benchmarks" / "results" / "ndpdc_vs_reference_fashion_mnist_cpu.md",
+        default=ROOT
+        / "benchmarks"
+        / "results"
+        / "faithfulness"
+        / "ndpdc_vs_reference_fashion_mnist_cpu.md",
     )
     parser.add_argument(
         "--table-only", action="store_true", help="write the table from what is cached; run nothing"
@@ -265,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def record(args, plan: dict, reference, seconds, ours) -> dict:
-    """The table's numbers, machine-readable (benchmarks/summary.py reads them)."""
+    """The table's numbers, machine-readable (benchmarks/tables/summary.py reads them)."""
     means = {
         name: [statistics.fmean(a) for a in sets.values()]
         for name, sets in (("reference", reference), *((m, ours[m]) for m in MODES))
@@ -312,7 +317,7 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
     lines = [
         "# NDPDC: ours against the DPDC authors' code, same setting, same evaluator (FashionMNIST, CPU)",
         "",
-        f"Written by `benchmarks/ndpdc_vs_reference.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC. "
+        f"Written by `benchmarks/faithfulness/ndpdc_vs_reference.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC. "
         f"**REDUCED PROTOCOL**: {args.iterations} condensation iterations instead of 10000, IPC 10, evaluation "
         f"{args.eval_epochs} epochs x {args.eval_runs} runs instead of 1000 x 5.",
         "",
@@ -323,7 +328,7 @@ def report(args, plan: dict, reference, seconds, ours) -> str:
         f"q = {args.group_size}/6000 per class), G 1, noise multiplier {plan['noise_multiplier']:.4f} (our plan: ε = "
         f"{plan['planned_epsilon']:.4f} at δ {plan['delta']:g}, RDP, {args.iterations} steps), {args.iterations} iterations, ConvNet 128x3 instance norm, DSA "
         "color_crop_cutout_flip_scale_rotate one family per class draw, SGD lr 1 momentum 0.5, noise init",
-        "- ours: `benchmarks/clip_gradient.sh` bundles, `method.clip_gradient=detached` (the authors' gradient: the "
+        "- ours: `benchmarks/utility/clip_gradient.sh` bundles, `method.clip_gradient=detached` (the authors' gradient: the "
         "clip factor of synthetic features held constant) and `exact` (our default); secure noise, fresh per run"
         + (
             f"; seeds not in `--ours` from `{args.ours_json.name}` (measured earlier, same protocol)"

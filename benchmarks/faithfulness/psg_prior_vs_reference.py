@@ -2,7 +2,7 @@
 github.com/DingfanChen/Private-Set, ``main_prior.py``), on the CPU.
 
     git --git-dir <mirror> archive <commit> | tar -x -C /tmp/psg_ref
-    OMP_NUM_THREADS=1 python benchmarks/psg_prior_vs_reference.py /tmp/psg_ref --commit <commit>
+    OMP_NUM_THREADS=1 python benchmarks/faithfulness/psg_prior_vs_reference.py /tmp/psg_ref --commit <commit>
 
 Their loop is the body of ``main()`` (not importable): the batch loop (``for _ in
 range(args.batch_loop)``) and the inner update that follows it in the outer loop are read with
@@ -31,9 +31,9 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 from dosser_free_stage_compare import markdown, row  # noqa: E402
 from psg_prior_sides import (  # noqa: E402
@@ -152,7 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--lr-net", type=float, default=0.01)
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks/results/psg_prior_vs_reference_cpu.md"
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks/results/faithfulness/psg_prior_vs_reference_cpu.md",
     )
     args = parser.parse_args(argv)
     commit = commit_of(args.checkout, args.commit)
@@ -186,7 +188,7 @@ def header(args, commit: str) -> list[str]:
         "with ast from a temporary copy; none of its code is stored here). Machine: "
         f"{machine}.",
         "",
-        "Command: `OMP_NUM_THREADS=1 python benchmarks/psg_prior_vs_reference.py CHECKOUT "
+        "Command: `OMP_NUM_THREADS=1 python benchmarks/faithfulness/psg_prior_vs_reference.py CHECKOUT "
         f"--commit {commit[:7]}` (defaults: toy data, IPC {args.ipc}, T {args.outer}, "
         f"J {args.inner}, K {args.batches}, B {args.batch_size}, lr_net {args.lr_net}, Adam 0.01 "
         f"on the generator, no augmentation, seed {args.seed}).",
@@ -194,7 +196,7 @@ def header(args, commit: str) -> list[str]:
         *(__doc__ or "").split("\n\n", 2)[2].splitlines(),
         "",
         "Rows: ‖ours − theirs‖ / ‖theirs‖ against n·eps32 with n the longest chain of additions "
-        "(tests/rounding.py's rule): the network's forward and backward, the cosine rows, the "
+        "(tests/support/rounding.py's rule): the network's forward and backward, the cosine rows, the "
         "second-order backward into the generator.",
         "",
     ]

@@ -1,17 +1,17 @@
 """Reproduce every method of the package next to the published numbers, in one command.
 
-    python benchmarks/reproduce.py --scale digits                  # embedded digits, every method (2-core CPU)
-    python benchmarks/reproduce.py --scale cpu --rows dm,ldpdc,ndpdc  # CPU-reduced FashionMNIST
-    python benchmarks/reproduce.py --scale paper --accelerator gpu  # the papers' protocols (GPU)
-    python benchmarks/reproduce.py --scale cpu --dry-run           # the plan: rows, steps, ε, estimated work
-    python benchmarks/reproduce.py --scale cpu --dataset fashion_mnist --redraw  # figure from the table
+    python benchmarks/faithfulness/reproduce.py --scale digits                  # embedded digits, every method (2-core CPU)
+    python benchmarks/faithfulness/reproduce.py --scale cpu --rows dm,ldpdc,ndpdc  # CPU-reduced FashionMNIST
+    python benchmarks/faithfulness/reproduce.py --scale paper --accelerator gpu  # the papers' protocols (GPU)
+    python benchmarks/faithfulness/reproduce.py --scale cpu --dry-run           # the plan: rows, steps, ε, estimated work
+    python benchmarks/faithfulness/reproduce.py --scale cpu --dataset fashion_mnist --redraw  # figure from the table
 
 Methods: DM, LDPDC, NDPDC, DC/DSA, PSG, PSG with the generator prior, Dosser. Each row condenses
 through the package API (``config.compose`` + ``training.train``) into ``<work-dir>/runs``, then
 trains fresh ConvNets on the bundle with ``evaluation.train_and_test``. Finished rows are cached in
 ``<work-dir>/results.json`` and skipped by the next invocation, so a run can be stopped and resumed
 (an unfinished condensation continues from its checkpoint). Writes
-``benchmarks/results/reproduce_<dataset>_<scale>.md`` and the accuracy-vs-ε figure (``.png``) next
+``benchmarks/results/faithfulness/reproduce_<dataset>_<scale>.md`` and the accuracy-vs-ε figure (``.png``) next
 to it; every scale but ``paper`` carries a REDUCED PROTOCOL banner.
 """
 
@@ -23,11 +23,10 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(
-    0, str(ROOT / "benchmarks")
-)  # dpdc_repro (a PyPI package named "benchmarks" exists)
+# dpdc_repro, imported by its folder (a PyPI package named "benchmarks" exists)
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 from dpdc_repro.plan import SCALES, Row  # noqa: E402  (plain data: no torch import yet)
 
@@ -88,7 +87,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         default=None,
-        help="markdown output (default results/reproduce_<dataset>_<scale>.md)",
+        help="markdown output (default results/faithfulness/reproduce_<dataset>_<scale>.md)",
     )
     parser.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
     parser.add_argument("--seed", type=int, default=0)
@@ -143,7 +142,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 def default_out(dataset: str, scale: str) -> Path:
-    return ROOT / "benchmarks" / "results" / f"reproduce_{dataset}_{scale}.md"
+    return ROOT / "benchmarks" / "results" / "faithfulness" / f"reproduce_{dataset}_{scale}.md"
 
 
 def redraw(args: argparse.Namespace) -> int:
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     command = " ".join(
         [
-            f"python benchmarks/reproduce.py --scale {scale.name} --dataset {dataset}",
+            f"python benchmarks/faithfulness/reproduce.py --scale {scale.name} --dataset {dataset}",
             *(f"{flag} {value}" for flag, value in options if value is not None),
         ]
     )

@@ -1,11 +1,11 @@
 """``make gpu-bundle``: fill ``.gpu/`` (ignored by git) with what a lent GPU machine lacks, so that
-``benchmarks/gpu_check.sh`` runs there without internet.
+``benchmarks/gpu/gpu_check.sh`` runs there without internet.
 
 - ``.gpu/wheels/``: the project's runtime dependencies the machine's image lacks, as cp312
   manylinux x86_64 wheels at the versions of ``constraints.txt``. Which ones: the dependency
   closure of ``pyproject.toml`` (read from the metadata of the installed package, markers evaluated
   for CPython 3.12 on x86_64 Linux, extras left out) minus the image's packages
-  (``benchmarks/gpu_image.txt``); plus ``EXTRA``: an image package whose version is unknown and
+  (``benchmarks/gpu/gpu_image.txt``); plus ``EXTRA``: an image package whose version is unknown and
   which one of our dependencies caps. Torch and its CUDA libraries are never bundled: the image's
   torch must stay. A package published only as a source archive is built into a wheel here.
 - ``.gpu/data/fashion-mnist/``: FashionMNIST's four idx ``.gz`` files, from
@@ -40,7 +40,7 @@ from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BUNDLE = ROOT / ".gpu"
 IMAGE = Path(__file__).resolve().parent / "gpu_image.txt"
 LIMIT_MIB = 60.0

@@ -1,9 +1,9 @@
-"""The stages of ``benchmarks/gpu_check.sh``, in priority order, each flushed to OUT before the next:
+"""The stages of ``benchmarks/gpu/gpu_check.sh``, in priority order, each flushed to OUT before the next:
 
-  (a) ``gpu_tests``: ``pytest -m gpu`` (tests/test_gpu.py: methods, engines, DDP, compile, memory);
-  (b) ``speed``: ``benchmarks/gpu_speed.py``: our NDPDC iteration against the authors' loop at the
+  (a) ``gpu_tests``: ``pytest -m gpu`` (tests/gpu/test_gpu.py: methods, engines, DDP, compile, memory);
+  (b) ``speed``: ``benchmarks/gpu/gpu_speed.py``: our NDPDC iteration against the authors' loop at the
       paper setting, our evaluation step against the reference evaluator's, the fraction of peak;
-  (c) ``rows``: ``benchmarks/reproduce.py --scale paper`` for the FashionMNIST rows, highest value
+  (c) ``rows``: ``benchmarks/faithfulness/reproduce.py --scale paper`` for the FashionMNIST rows, highest value
       first (NDPDC ε 5.45, LDPDC, NDPDC ε 1, DM; 1000 epochs x 5 runs), resumable.
 
 Every stage runs in its own process group with a time limit: the smaller of its cap and what is left
@@ -19,7 +19,7 @@ device and torch version), ``pytest_gpu.txt``, ``speed.md``, ``reproduce_<datase
 ``.json``, ``state.tar.gz``. ``--dry-run`` runs the same stages on the CPU at a tiny size (the gpu
 tests in their CPU mode, stand-in data, the ``tiny`` reproduction scale on digits) and prints the
 time each stage would take on a GPU at the real size, from the FLOP and operation counts the speed
-stage measured (``benchmarks/gpu_speed.py`` states the model). Nothing a dry run writes is a result.
+stage measured (``benchmarks/gpu/gpu_speed.py`` states the model). Nothing a dry run writes is a result.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 PAPER_KEYS = ("ndpdc", "ldpdc", "ndpdc_eps1", "dm")  # DPDC Table 1/2, highest value first
 DRY_KEYS = ("ndpdc_eps5_45", "ldpdc_eps1", "ndpdc_eps1", "dm")  # the tiny scale's counterparts
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 (args.out / "speed.md").write_text(previous[stage].get("markdown", ""))
             continue
         if stage == "gpu_tests":
-            command = [python, "-m", "pytest", "-m", "gpu", "-q", "-rs", "tests/test_gpu.py"]
+            command = [python, "-m", "pytest", "-m", "gpu", "-q", "-rs", "tests/gpu/test_gpu.py"]
             result = run_stage(
                 command, limit_s=limit(stage), env=env, capture=args.out / "pytest_gpu.txt"
             )
@@ -288,7 +288,7 @@ def speed_stage(args, python: str, env: dict, limit_s: float, dry: bool) -> dict
     work.mkdir(parents=True, exist_ok=True)
     command = [
         python,
-        "benchmarks/gpu_speed.py",
+        "benchmarks/gpu/gpu_speed.py",
         "--out",
         str(work / "speed.md"),
         "--json",
@@ -349,10 +349,12 @@ def rows_stage(args, python: str, env: dict, limit_s: float, dry: bool) -> dict:
             "wall_s": 0.0,
         }
     name = "reproduce_digits_tiny.md" if dry else "reproduce_fashion_mnist_paper.md"
-    seeded = seed_cache(args.work, ROOT / "benchmarks" / "results" / name, keys=keys)
+    seeded = seed_cache(
+        args.work, ROOT / "benchmarks" / "results" / "faithfulness" / name, keys=keys
+    )
     command = [
         python,
-        "benchmarks/reproduce.py",
+        "benchmarks/faithfulness/reproduce.py",
         *scale,
         "--keys",
         ",".join(keys),
@@ -438,7 +440,7 @@ def seed_cache(work: Path, committed: Path, *, keys: list[str]) -> list[str]:
 def estimates(record: dict, out: Path) -> str:
     """What each stage would take on the GPU at the real size: the dry run's own counts, the model
     of
-    benchmarks/gpu_speed.py (GPU_MODEL). An ESTIMATE, not a measurement."""
+    benchmarks/gpu/gpu_speed.py (GPU_MODEL). An ESTIMATE, not a measurement."""
     from dpdc_repro.plan import SCALES
     from gpu_speed import GPU_MODEL
 

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # The ONE command of a lent GPU (benchmarks/README.md, "On a lent GPU"): installs the bundled wheels
-# and FashionMNIST, then runs benchmarks/gpu_check.py's stages in priority order within the budget,
+# and FashionMNIST, then runs benchmarks/gpu/gpu_check.py's stages in priority order within the budget,
 # every result in $OUT.
 #
-#   bash benchmarks/gpu_check.sh              # on the GPU machine (the device tool sets OUT)
-#   bash benchmarks/gpu_check.sh --dry-run    # here, on the CPU at a tiny size (make gpu-check-dry)
+#   bash benchmarks/gpu/gpu_check.sh              # on the GPU machine (the device tool sets OUT)
+#   bash benchmarks/gpu/gpu_check.sh --dry-run    # here, on the CPU at a tiny size (make gpu-check-dry)
 #
 # GPU_CHECK_BUDGET_S (default 570) is the wall time from this script's start to the end of the
 # packing; run it with the device tool's timeout_s of 600. A second call with the first call's
 # stages.json and state.tar.gz in .gpu/resume/ resumes where the first stopped; GPU_CHECK_STAGES
 # (default gpu_tests,speed,rows) picks stages, e.g. rows alone in a later session.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 START=$(date +%s)
 DRY=0
 [[ "${1:-}" == "--dry-run" ]] && DRY=1
@@ -55,7 +55,7 @@ export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 ARGS=(--out "$OUT" --started "$START" --budget "$BUDGET" --work "$WORK" --resume "$RESUME")
 ARGS+=(--stages "${GPU_CHECK_STAGES:-gpu_tests,speed,rows}")
 ((DRY)) && ARGS+=(--dry-run ${GPU_CHECK_MAX_ROWS:+--max-rows "$GPU_CHECK_MAX_ROWS"})
-$PY benchmarks/gpu_check.py "${ARGS[@]}" 2>&1 | tee -a "$OUT/gpu_check.log"
+$PY benchmarks/gpu/gpu_check.py "${ARGS[@]}" 2>&1 | tee -a "$OUT/gpu_check.log"
 status=${PIPESTATUS[0]}
 if ((status != 0)); then
   # The reason last (make gpu-check-dry shows it): gpu_check.py's last line names the stages that

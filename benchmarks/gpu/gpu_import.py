@@ -1,7 +1,7 @@
-"""Bring what a GPU call of ``benchmarks/gpu_check.sh`` returned into ``benchmarks/results``.
+"""Bring what a GPU call of ``benchmarks/gpu/gpu_check.sh`` returned into ``benchmarks/results``.
 
-    python benchmarks/gpu_import.py FILES_AT     # the run tool's files_at, after a GPU call
-    python benchmarks/gpu_import.py DRY_OUT --results /tmp/x --allow-dry-run   # the path, tested
+    python benchmarks/gpu/gpu_import.py FILES_AT     # the run tool's files_at, after a GPU call
+    python benchmarks/gpu/gpu_import.py DRY_OUT --results /tmp/x --allow-dry-run   # the path, tested
 
 Reads the returned folder (``stages.json``, ``speed.md``, ``pytest_gpu.txt``,
 ``reproduce_fashion_mnist_paper.md`` / ``.json``) and writes:
@@ -12,7 +12,7 @@ Reads the returned folder (``stages.json``, ``speed.md``, ``pytest_gpu.txt``,
 - ``gpu_check_<device>.md``: the call's stages (status, wall time), device, torch and CUDA versions,
   the commit, the gpu tests' summary, the speed tables (stage b) and each row's numbers;
 
-then regenerates ``README.md`` with ``benchmarks/summary.py``, whose page shows the rows with their
+then regenerates ``README.md`` with ``benchmarks/tables/summary.py``, whose page shows the rows with their
 device and torch version. A dry run's folder is refused (its numbers are not results) unless
 ``--allow-dry-run``, which the CI's ``make gpu-check-dry`` uses on a scratch ``--results`` folder.
 """
@@ -26,9 +26,10 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "tables"))  # summary.py regenerates the overview
 
 from dpdc_lightning.privacy.display import epsilon_text  # noqa: E402
 
@@ -63,7 +64,7 @@ def stage_page(record: dict, source: Path) -> str:
     if env.get("dry_run"):
         lines += [DRY_BANNER, ""]
     lines += [
-        f"Imported by `benchmarks/gpu_import.py` from the files one call of `benchmarks/gpu_check.sh` "
+        f"Imported by `benchmarks/gpu/gpu_import.py` from the files one call of `benchmarks/gpu/gpu_check.sh` "
         f"returned ({source.name}).",
         "",
         f"- device: {env['device']}; torch {env['torch']} (CUDA {env.get('cuda')}); Python "
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     stages = args.returned / "stages.json"
     if not stages.is_file():
         return fail(
-            f"{args.returned} holds no stages.json: not what benchmarks/gpu_check.sh returns"
+            f"{args.returned} holds no stages.json: not what benchmarks/gpu/gpu_check.sh returns"
         )
     record = json.loads(stages.read_text())
     env = record.get("environment", {})
@@ -136,21 +137,23 @@ def main(argv: list[str] | None = None) -> int:
         return fail(f"{args.returned} is a dry run on a CPU: its numbers are not results")
     if env.get("dry_run") and args.results.resolve() == RESULTS.resolve():
         return fail("a dry run is never imported into benchmarks/results; give --results")
-    args.results.mkdir(parents=True, exist_ok=True)
+    rows, gpu = args.results / "faithfulness", args.results / "gpu"  # the groups of results/
+    rows.mkdir(parents=True, exist_ok=True)
+    gpu.mkdir(parents=True, exist_ok=True)
     written = []
     for table in sorted(args.returned.glob("reproduce_*.md")):
         for path in (table, table.with_suffix(".json")):
             if path.is_file():
-                shutil.copy2(path, args.results / path.name)
-                written.append(path.name)
+                shutil.copy2(path, rows / path.name)
+                written.append(f"faithfulness/{path.name}")
         if table.with_suffix(".json").is_file() and draw_figure(
-            args.results / table.with_suffix(".json").name
+            rows / table.with_suffix(".json").name
         ):
-            written.append(table.with_suffix(".png").name)
-    page = args.results / f"gpu_check_{slug(env.get('device', 'unknown'))}.md"
+            written.append(f"faithfulness/{table.with_suffix('.png').name}")
+    page = gpu / f"gpu_check_{slug(env.get('device', 'unknown'))}.md"
     page.write_text(stage_page(record, args.returned))
-    written.append(page.name)
-    import summary  # noqa: PLC0415 (benchmarks/summary.py)
+    written.append(f"gpu/{page.name}")
+    import summary  # noqa: PLC0415 (benchmarks/tables/summary.py)
 
     code = summary.main(["--results", str(args.results)])
     print(

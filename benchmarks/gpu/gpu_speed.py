@@ -1,15 +1,15 @@
-"""Stage (b) of benchmarks/gpu_check.sh: per-iteration time of our NDPDC and of the DPDC authors'
+"""Stage (b) of benchmarks/gpu/gpu_check.sh: per-iteration time of our NDPDC and of the DPDC authors'
 loop at the paper setting, same device, same process, round-robin; our evaluation step against the
 reference evaluator's; FLOPs per step and the fraction of the device's peak a step reaches.
 
-    python benchmarks/gpu_speed.py --device cuda --reference .gpu/reference \
+    python benchmarks/gpu/gpu_speed.py --device cuda --reference .gpu/reference \
         --out speed.md --json speed.json
-    python benchmarks/gpu_speed.py --device cpu --data generated --ipc 2 --group-size 20 \
+    python benchmarks/gpu/gpu_speed.py --device cpu --data generated --ipc 2 --group-size 20 \
         --steps 2 --out speed.md --json speed.json   # tiny, as the dry run
 
 Setting (default): FashionMNIST, 1x28x28, 10 classes, IPC 50, L 50 (Poisson), σ 1, G 1, ConvNet
 width 128 depth 3 instance norm, DSA; the iteration of both sides is what
-``benchmarks/ndpdc_vs_reference_speed.py`` times (its ``Ours`` and ``Reference``: our data stream +
+``benchmarks/speed/ndpdc_vs_reference_speed.py`` times (its ``Ours`` and ``Reference``: our data stream +
 ``NDPDC.class_losses`` + backward + SGD + the accountant's step; their ``main_dpdc.py`` loop body,
 read from the checkout and executed as is). On CUDA every timed iteration ends with
 ``torch.cuda.synchronize()``. Evaluation: one optimiser step of the protocol (batch 256, DSA, SGD)
@@ -40,9 +40,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "speed"))  # the CPU speed pair, run here on the GPU
 
 from ndpdc_vs_reference_speed import Ours, Reference  # noqa: E402
 
@@ -293,7 +294,7 @@ def report(args, device, ndpdc: dict, evaluation: dict, commit: str | None) -> t
     lines = [
         f"# GPU check, stage (b): NDPDC and evaluation step time ({name})",
         "",
-        f"Written by `benchmarks/gpu_speed.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; "
+        f"Written by `benchmarks/gpu/gpu_speed.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; "
         f"torch {torch.__version__}; device {name}.",
         f"Setting: {'stand-in data' if args.data == 'generated' else 'FashionMNIST'}, IPC {args.ipc}, "
         f"L {args.group_size}, σ 1, G 1, ConvNet 128x3 instance norm, DSA"

@@ -1,6 +1,6 @@
 """How often does the white-box model bound (audit/whitebox/noise_model.py) flag a CORRECT mechanism?
 
-    OMP_NUM_THREADS=1 python benchmarks/audit_false_alarms.py --reps 200 --out results.json
+    OMP_NUM_THREADS=1 python benchmarks/privacy/audit_false_alarms.py --reps 200 --out results.json
 
 Each repetition simulates what the audit sees of a correct release, exactly: for every canary and
 step, x = a·b + s·ξ (b: the canary was in the Poisson sample; ξ i.i.d. N(0, 1)), at the check's
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT)]
 
 Q, Z, STEPS, DELTA, CONFIDENCE = 5 / 127, 1.259765625, 100, 1e-5, 1 - 0.05 / 4

@@ -1,9 +1,9 @@
 """How tight is every accounted ε? White-box and black-box audits on digits (REDUCED), with resume.
 
-    OMP_NUM_THREADS=1 python benchmarks/audit_tightness.py          # every row not yet in the cache
-    python benchmarks/audit_tightness.py --table                    # only rewrite the tables from the cache
-    python benchmarks/audit_tightness.py --only ndpdc-eps4          # one row (ids: see ROWS)
-    OMP_NUM_THREADS=1 python benchmarks/audit_tightness.py --whitebox   # the white-box table only
+    OMP_NUM_THREADS=1 python benchmarks/privacy/audit_tightness.py          # every row not yet in the cache
+    python benchmarks/privacy/audit_tightness.py --table                    # only rewrite the tables from the cache
+    python benchmarks/privacy/audit_tightness.py --only ndpdc-eps4          # one row (ids: see ROWS)
+    OMP_NUM_THREADS=1 python benchmarks/privacy/audit_tightness.py --whitebox   # the white-box table only
 
 ``--whitebox`` (issue 33): the white-box audit alone (defaults of ``audit.py whitebox``) of every
 private method at target ε 1, 4 and 8, DP-MERF (the example plug-in, at its check size) included:
@@ -14,7 +14,7 @@ Rows: NDPDC, LDPDC, Dosser and PSG (digits presets; PSG on a width-16 ConvNet) a
 (δ 1e-5): the white-box audit (defaults of ``audit.py whitebox``) and the black-box release audit
 (``audit.py release``: the bundle and one target condensation); the self-test's planted-bug rows;
 DM with ``method.init=real`` and ``init=noise`` under the black-box attacks. Each finished part is
-stored at once in benchmarks/results/audit_tightness_digits.json, so a killed run resumes where it
+stored at once in benchmarks/results/privacy/audit_tightness_digits.json, so a killed run resumes where it
 stopped; the tables go between the markers of audit_tightness_digits.md (the text around them stays).
 """
 
@@ -27,9 +27,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-RESULTS = ROOT / "benchmarks" / "results"
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks" / "common")]
+RESULTS = ROOT / "benchmarks" / "results" / "privacy"
 CACHE, TABLE = RESULTS / "audit_tightness_digits.json", RESULTS / "audit_tightness_digits.md"
 START, END = "<!-- tables -->", "<!-- /tables -->"
 PRESETS = {
@@ -125,7 +125,9 @@ def run_selftest(cache: dict) -> None:
 
 
 def _f(x, digits: int = 2) -> str:
-    from audit_table import _f as number  # benchmarks/audit_table.py: None reads "∞ (not private)"
+    from audit_table import (
+        _f as number,
+    )  # benchmarks/privacy/audit_table.py: None reads "∞ (not private)"
 
     return number(x, digits)
 

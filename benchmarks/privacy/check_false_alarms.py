@@ -7,7 +7,7 @@ alarm would show as a failing run. Prints one line per run (its wall and CPU sec
 summary line (markdown: method, cases, runs, failing runs, wall s, CPU s). ``--first-run K``
 continues a batch where an earlier one stopped (run K tries secrets from SECRET + 1000 K).
 
-    OMP_NUM_THREADS=1 python benchmarks/check_false_alarms.py ldpdc --runs 20 \\
+    OMP_NUM_THREADS=1 python benchmarks/privacy/check_false_alarms.py ldpdc --runs 20 \\
         --records outlier sole held_out
 
 Run from the repository root (or with it on PYTHONPATH).

@@ -1,7 +1,7 @@
 """Our LiRA against the reference scoring of Carlini et al. on the same φ matrices.
 
     git -C <tensorflow/privacy checkout> show HEAD:research/mi_lira_2021/plot.py > /tmp/lira_ref/plot.py
-    python benchmarks/lira_crosscheck.py --reference /tmp/lira_ref/plot.py
+    python benchmarks/privacy/lira_crosscheck.py --reference /tmp/lira_ref/plot.py
 
 The reference's ``plot.py`` runs its experiment at import (and needs matplotlib), so only its
 functions ``sweep``, ``generate_ours``, ``generate_ours_offline`` and ``generate_global`` are taken
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dpdc_lightning.audit.blackbox import attacks
 from dpdc_lightning.audit.blackbox.shadows import keep_matrix  # noqa: E402

@@ -1,8 +1,8 @@
 """Mutation testing of the privacy-critical packages (``make mutants``; by hand, never in CI).
 
-    python benchmarks/mutants.py [--every 20] [--max-children 2]   # generate, sample, run, score
-    python benchmarks/mutants.py --score-only [--every 20]         # the table of the last run
-    python benchmarks/mutants.py --survivors [--every 20]          # rerun the sample's survivors
+    python benchmarks/privacy/mutants.py [--every 20] [--max-children 2]   # generate, sample, run, score
+    python benchmarks/privacy/mutants.py --score-only [--every 20]         # the table of the last run
+    python benchmarks/privacy/mutants.py --survivors [--every 20]          # rerun the sample's survivors
 
 mutmut 3 (locked in constraints.txt; configured in pyproject.toml ``[tool.mutmut]``) copies the
 package into ``mutants/``, mutates every function of ``privacy/``, ``methods/`` and
@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MUTANTS = ROOT / "mutants"
 PACKAGES = ("privacy", "methods", "data/loaders")
 STATUS = {1: "killed", 3: "killed", 0: "survived", 36: "timeout", 24: "timeout", -24: "timeout"}

@@ -1,6 +1,6 @@
 """The cost of a private selection against composing every member (docs/privacy.md's two tables).
 
-    python benchmarks/selection_cost.py
+    python benchmarks/privacy/selection_cost.py
 
 Table 1: ε (δ = 1e-5) of one trial (a Poisson-subsampled Gaussian run, q = 0.01, 1000 steps, σ = 1,
 plus a score of noise multiplier 20), of releasing and composing as many trials as the mean, and of

@@ -6,7 +6,7 @@ other 9999 steps, which only add entries of the same size), serialises a checkpo
 would (state dict + carried bank), and runs optimisation steps with the subspace recomputed and with
 it cached. Prints peak RSS after each stage and the time per step.
 
-    OMP_NUM_THREADS=1 python benchmarks/dosser_memory.py [--sampling-steps 10000] [--dim 500]
+    OMP_NUM_THREADS=1 python benchmarks/scale/dosser_memory.py [--sampling-steps 10000] [--dim 500]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # run as a script: this checkout's package, not an installed one
     sys.path.insert(0, str(ROOT))
 

@@ -1,8 +1,8 @@
 """A private set the size data owners have: load time, peak memory and time per private step.
 
-    python benchmarks/large_data.py --records 10000 --side 32 --store memory --folder /tmp/large
-    python benchmarks/large_data.py --records 1000000 --side 64 --store mmap --folder /tmp/large
-    PYTHONPATH=MAIN_CHECKOUT python benchmarks/large_data.py --records 10000 --side 32 --store memory \
+    python benchmarks/scale/large_data.py --records 10000 --side 32 --store memory --folder /tmp/large
+    python benchmarks/scale/large_data.py --records 1000000 --side 64 --store mmap --folder /tmp/large
+    PYTHONPATH=MAIN_CHECKOUT python benchmarks/scale/large_data.py --records 10000 --side 32 --store memory \
         --folder /tmp/large                                       # the same row on another checkout
 
 One row per process (so that the peak resident memory is the row's own). The set is generated once
@@ -20,7 +20,7 @@ Dosser's sampling stage (DOS without SER: the release stored in the signal bank)
 ``--steps`` timed steps after ``--warmup``. Peak resident memory is VmHWM, restarted after the set
 is generated (Linux's clear_refs), which counts the pages of a mapped file a process has touched;
 RssAnon (memory of the process's own) and RssFile (mapped file pages) at the end are given beside
-it (``ru_maxrss`` cannot be restarted and includes the generation). Results: benchmarks/results/large_data_cpu.md.
+it (``ru_maxrss`` cannot be restarted and includes the generation). Results: benchmarks/results/scale/large_data_cpu.md.
 
 ``--imagefolder``: an ImageFolder of N uniform RGB PNGs (FOLDER/png_N_SxS, written once by two
 processes) read by ``load_dataset("imagefolder")`` twice in this process (decoded into the private
@@ -28,7 +28,7 @@ cache FOLDER/cache_N_S, then read from it), each with its CPU seconds per wall s
 cores busy), then ``--train-after`` whole ``train.py`` runs on the folder (NDPDC, one iteration),
 each a fresh process that reads the cache: an upper bound of its time to the first private step.
 
-    python benchmarks/large_data.py --imagefolder --records 100000 --side 32 --folder /tmp/large
+    python benchmarks/scale/large_data.py --imagefolder --records 100000 --side 32 --folder /tmp/large
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.append(str(ROOT))  # PYTHONPATH (another checkout) comes first
 

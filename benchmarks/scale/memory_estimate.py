@@ -5,7 +5,7 @@ made; then ``condense`` runs a few steps and the growth of the process's peak re
 (``ru_maxrss``) is recorded next to the estimate: a ratio far from 1 would mean it misses or
 double-counts a consumer (the runtime and the data are in the baseline, as the estimate leaves them out).
 
-    python benchmarks/memory_estimate.py [--out benchmarks/results/memory_estimate_cpu.md]
+    python benchmarks/scale/memory_estimate.py [--out benchmarks/results/scale/memory_estimate_cpu.md]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = [  # (label, overrides): digits, a few steps each, sizes where activations dominate
     ("NDPDC IPC 50", ["method=ndpdc", "method.ipc=50", "method.iterations=2"]),
     ("NDPDC IPC 200", ["method=ndpdc", "method.ipc=200", "method.iterations=2"]),
@@ -81,7 +81,7 @@ def _cpu_model() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--out", default=str(ROOT / "benchmarks" / "results" / "memory_estimate_cpu.md")
+        "--out", default=str(ROOT / "benchmarks" / "results" / "scale" / "memory_estimate_cpu.md")
     )
     args = parser.parse_args()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
@@ -108,7 +108,7 @@ def main() -> None:
     lines = [
         "# Memory estimate against the measured peak (CPU)",
         "",
-        f"Written by `benchmarks/memory_estimate.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
+        f"Written by `benchmarks/scale/memory_estimate.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
         f"({time.time() - started:.0f} s in all). Embedded digits (16x16, 10 classes), ConvNet width 128 depth 3, "
         "a few steps per setting, 1 torch thread, shared 2-core CPU.",
         "",

@@ -1,6 +1,6 @@
 """A data owner's array file through the command line: peak memory of ``train.py dataset=tensors``.
 
-    python benchmarks/npz_train.py --records 1000000 --side 32 --folder /tmp/npz [--test 10000]
+    python benchmarks/scale/npz_train.py --records 1000000 --side 32 --folder /tmp/npz [--test 10000]
 
 Writes FOLDER/N_SxS.npz once: an uncompressed ``.npz`` (``np.savez``'s layout) of uniform 8-bit RGB
 records, labels i mod 10, and with ``--test M`` a public test split of M more records, streamed
@@ -8,7 +8,7 @@ into the zip member a chunk at a time so that writing never holds the set. Then 
 run on it (NDPDC, ``--iterations`` iterations, ConvNet width 8 depth 1, one torch thread) in a fresh
 process, under ``/usr/bin/time -v``: its peak resident set (ru_maxrss, which counts the pages of a
 mapped file the process touched), its time to the first private step (the ``data:`` line) and to
-the end. Results: benchmarks/results/large_data_cpu.md.
+the end. Results: benchmarks/results/scale/large_data_cpu.md.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 50_000
 
 

@@ -2,7 +2,7 @@
 evaluation/engines/cost.py, measured in process CPU time (plus that of compiler subprocesses), which a
 shared machine's load changes much less than wall time.
 
-    OMP_NUM_THREADS=1 python benchmarks/eval_compile_cost.py --size 16 [--size 28] [--images 100]
+    OMP_NUM_THREADS=1 python benchmarks/speed/eval_compile_cost.py --size 16 [--size 28] [--images 100]
 
 Each size runs in a fresh process with an EMPTY inductor cache (a cold compilation). ConvNet (width
 128, depth 3, instance norm), 1 channel, 10 classes, random images; 12 steps timed after the first.
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, resource, statistics, sys, time

@@ -1,6 +1,6 @@
 """How fast can the papers' evaluation protocol run on this CPU? The FLOP bound against measured steps.
 
-    python benchmarks/eval_cpu_bound.py --steps 12 --out benchmarks/results/eval_cpu_bound.md
+    python benchmarks/speed/eval_cpu_bound.py --steps 12 --out benchmarks/results/speed/eval_cpu_bound.md
 
 The protocol (Zhao & Bilen; DPDC): 1000 epochs (1001 passes) x 5 runs of a 500-image FashionMNIST
 set (IPC 50), ConvNet 128x3, batch 256, DSA, then each run tested on the 10,000 test images. Its
@@ -33,11 +33,11 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
-from ndpdc_speed import cpu_model  # noqa: E402
+from machine import cpu_model  # noqa: E402
 
 from dpdc_lightning.evaluation import EvalProtocol  # noqa: E402
 from dpdc_lightning.evaluation.engines.cost import CompilePlan  # noqa: E402
@@ -157,8 +157,9 @@ def time_variant(*, compiled: bool, channels_last: bool, steps: int) -> float:
 
 def condensation_lines(theory_per_core: float, measured_per_core: float, cores: int) -> list[str]:
     """The condensation's bound at the papers' settings (IPC 50, L 50, ConvNet 128x3), with the
-    step FLOPs gpu_check counts (benchmarks/gpu_speed.py's paper_flops: one image's embedding
+    step FLOPs gpu_check counts (benchmarks/gpu/gpu_speed.py's paper_flops: one image's embedding
     forward counted, backward = 2 forwards, the real batch forward only)."""
+    sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
     from gpu_speed import paper_flops
 
     flops = paper_flops()
@@ -206,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         "# The papers' evaluation protocol on this CPU: FLOP bound and measured steps",
         "",
-        "Written by `python benchmarks/eval_cpu_bound.py "
+        "Written by `python benchmarks/speed/eval_cpu_bound.py "
         + ("--bound-only" if args.bound_only else f"--steps {args.steps}")
         + "` (method: the script's docstring).",
         "",

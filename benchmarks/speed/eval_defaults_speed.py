@@ -1,6 +1,6 @@
 """The default evaluation engine against the evaluator of an older commit, side by side on this CPU.
 
-    OMP_NUM_THREADS=1 python benchmarks/eval_defaults_speed.py --old-tree /tmp/old \\
+    OMP_NUM_THREADS=1 python benchmarks/speed/eval_defaults_speed.py --old-tree /tmp/old \\
         --protocol 60x5 --protocol 300x5 --protocol 1000x2 [--repeats 2] [--label NAME]
 
 ``--old-tree`` is an extracted copy of the older commit (``git archive 2682e78 | tar -x -C /tmp/old``).
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = r"""
 import json, sys, time
@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         "--only-new", action="store_true", help="time this tree only (the old column stays empty)"
     )
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_defaults_speed_cpu.md"
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks" / "results" / "speed" / "eval_defaults_speed_cpu.md",
     )
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -123,7 +125,7 @@ def render(rows, args) -> str:
     lines = [
         f"# Default evaluation engine vs commit {args.old_label} on this CPU",
         "",
-        "Written by `benchmarks/eval_defaults_speed.py` (see its docstring). **REDUCED PROTOCOLS** (the paper's is "
+        "Written by `benchmarks/speed/eval_defaults_speed.py` (see its docstring). **REDUCED PROTOCOLS** (the paper's is "
         "1000 epochs x 5 runs; the 1000-epoch row has fewer runs, as it says).",
         "",
         "- set: digits (scikit-learn), random real subset 10 per class = 100 images 1x16x16, seed 0; test split 359 "
@@ -153,7 +155,7 @@ def render(rows, args) -> str:
     lines += [
         "",
         f"Reproduce: `git archive {args.old_label} | tar -x -C /tmp/old; OMP_NUM_THREADS=1 python "
-        f"benchmarks/eval_defaults_speed.py --old-tree /tmp/old {cmd} --repeats {args.repeats}`",
+        f"benchmarks/speed/eval_defaults_speed.py --old-tree /tmp/old {cmd} --repeats {args.repeats}`",
         "",
     ]
     return "\n".join(lines)
@@ -167,7 +169,7 @@ def render_crossover(rows, args) -> str:
     lines = [
         "# Compile crossover of the default evaluation engine (sequential) on this CPU",
         "",
-        "Written by `benchmarks/eval_defaults_speed.py --crossover`. **REDUCED PROTOCOLS**, one run per evaluation.",
+        "Written by `benchmarks/speed/eval_defaults_speed.py --crossover`. **REDUCED PROTOCOLS**, one run per evaluation.",
         "",
         "- set: digits, 100 images 1x16x16 (10 per class, seed 0), test split 359 images, ConvNet; one training "
         "step = 100 images (the whole set)",
@@ -204,7 +206,7 @@ def render_crossover(rows, args) -> str:
     cmd = " ".join(f"--protocol {e}x{r}" for e, r, *_ in rows)
     lines += [
         "",
-        f"Reproduce: `OMP_NUM_THREADS=1 python benchmarks/eval_defaults_speed.py --old-tree . --crossover {cmd} "
+        f"Reproduce: `OMP_NUM_THREADS=1 python benchmarks/speed/eval_defaults_speed.py --old-tree . --crossover {cmd} "
         f"--repeats {args.repeats} --out ...`",
         "",
     ]

@@ -1,7 +1,7 @@
 """Evaluation speed: the Lightning evaluator against the trainer-free engine, side by side.
 
-    python benchmarks/eval_speed.py --run-dir RUN_DIR [--epochs 300] [--runs 5] [--model convnet]
-    python benchmarks/eval_speed.py --run-dir RUN_DIR --epochs 50 --runs 2 --model lenet --label lenet
+    python benchmarks/speed/eval_speed.py --run-dir RUN_DIR [--epochs 300] [--runs 5] [--model convnet]
+    python benchmarks/speed/eval_speed.py --run-dir RUN_DIR --epochs 50 --runs 2 --model lenet --label lenet
 
 Both paths evaluate the SAME synthetic set (a bundle's images and labels) on its data set's test
 split with the same protocol and seed; run r of either path draws its initialisation, order and DSA
@@ -13,7 +13,7 @@ train_and_test calls it); the new one is ``engine=sequential`` (or
 inductor cache starts empty (``--warm-cache`` keeps the user's), so the new path's wall time includes
 a cold compilation.
 
-The table goes into ``--out`` (default benchmarks/results/eval_speed_cpu.md) under ``--label``,
+The table goes into ``--out`` (default benchmarks/results/speed/eval_speed_cpu.md) under ``--label``,
 replacing an earlier section of the same label and keeping the others.
 """
 
@@ -27,11 +27,11 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
-from ndpdc_speed import cpu_model  # noqa: E402
+from machine import cpu_model  # noqa: E402
 
 
 def _task(images, labels, data, *, model, protocol, seed):
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "--label", default=None, help="section name in the output file (default: dataset-model)"
     )
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval_speed_cpu.md"
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed" / "eval_speed_cpu.md"
     )
     args = parser.parse_args(argv)
     if (
@@ -211,7 +211,7 @@ def _section(label, args, config, bundle, protocol, data, times, accuracies, loa
         )
     lines += [
         "",
-        "Reproduce: `OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/eval_speed.py "
+        "Reproduce: `OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python benchmarks/speed/eval_speed.py "
         f"--run-dir {args.run_dir} --epochs {args.epochs} --runs {args.runs} --model {args.model} --new {args.new} "
         f"--compile {args.compile}{' --warm-cache' if args.warm_cache else ''} --label {label}`",
         f"<!-- /eval_speed:{label} -->",
@@ -221,7 +221,7 @@ def _section(label, args, config, bundle, protocol, data, times, accuracies, loa
 
 HEADER = """# Evaluation speed on CPU: Lightning evaluator vs the trainer-free engine
 
-Written by `benchmarks/eval_speed.py` (one section per `--label`; see the script's docstring). Both paths
+Written by `benchmarks/speed/eval_speed.py` (one section per `--label`; see the script's docstring). Both paths
 train the same networks on the same synthetic set with the same protocol and per-run draws; the runs of
 the two paths are interleaved in one process. Accuracy is on the real test split.
 

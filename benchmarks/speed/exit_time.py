@@ -1,10 +1,10 @@
 """How long each command's process lives after its last line (issues 28 and 32).
 
-    python benchmarks/exit_time.py [--only NAME ...] [--grace 120] [--tree CHECKOUT]
-                                   [--out benchmarks/results/exit_time.md]
+    python benchmarks/speed/exit_time.py [--only NAME ...] [--grace 120] [--tree CHECKOUT]
+                                   [--out benchmarks/results/speed/exit_time.md]
 
 Runs every command of the project at a tiny size, as a user does (its own process, output read
-line by line as it arrives, tests/process_end.py), twice: on a fresh EMPTY torch compiler cache
+line by line as it arrives, tests/support/process_end.py), twice: on a fresh EMPTY torch compiler cache
 (TORCHINDUCTOR_CACHE_DIR; a machine that has never compiled) and again on the cache the first run
 filled. Each command runs with torch.compile off and, where it has the option, on. Reports per run
 the seconds from the last line to the exit, or "hung" when the process was still alive ``--grace``
@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
 
 from process_end import Ending, run_until_end  # noqa: E402
 from tiny_runs import TINY_EVAL, TINY_NDPDC  # noqa: E402
@@ -191,7 +191,7 @@ def _table(rows: list[str], args: argparse.Namespace, tree: Path, took_s: float)
             "|---|---|---|---|",
             *rows,
             "",
-            f"`python benchmarks/exit_time.py --grace {args.grace:g}{only}` on "
+            f"`python benchmarks/speed/exit_time.py --grace {args.grace:g}{only}` on "
             f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; "
             f"load average {load:.1f} at the end, {took_s / 60:.0f} min in all"
             + ("" if tree == ROOT else f"; commands of another checkout ({tree.name})")

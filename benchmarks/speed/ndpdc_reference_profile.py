@@ -1,13 +1,13 @@
 """Where one NDPDC iteration spends its time: the DPDC authors' loop body vs ours, under torch.profiler.
 
-    OMP_NUM_THREADS=1 python benchmarks/ndpdc_reference_profile.py --reference /tmp/dpdc_ref \
+    OMP_NUM_THREADS=1 python benchmarks/speed/ndpdc_reference_profile.py --reference /tmp/dpdc_ref \
         [--variant "ours: loop + channels_last + compile"]
 
 Prints first how far a compiled extractor's image gradient is from float64 (next to float32 eager),
 then, for each side, the wall time of one profiled iteration (after warm-up) and the share of the
 profiled CPU time spent in convolutions (forward and backward). Convolutions run through the same
 oneDNN kernels on both sides, so 1 / (1 - other share of the reference) bounds what any exact
-speed-up of everything else can give (benchmarks/results/ndpdc_vs_reference_speed_cpu.md).
+speed-up of everything else can give (benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """NDPDC condensation speed (iterations per second) at the DPDC paper setting, per device.
 
-    python benchmarks/ndpdc_speed.py                      # every available device (CPU; CUDA if present)
-    python benchmarks/ndpdc_speed.py --device cpu --steps 5 --warmup 2 --threads 2
+    python benchmarks/speed/ndpdc_speed.py                      # every available device (CPU; CUDA if present)
+    python benchmarks/speed/ndpdc_speed.py --device cpu --steps 5 --warmup 2 --threads 2
 
 The setting is the paper's FashionMNIST run (1x28x28 images, 10 classes, IPC 50, L 50, ConvNet width
 128 depth 3 instance norm, Siamese DSA) on stand-in data of the same shape (no dataset needed): each
@@ -12,11 +12,11 @@ records are N(0, 0.5^2) pixels clamped to [-1, 1]. One timed iteration is the me
 Variants change only how the extractor runs (``RandomExtractor`` options): one forward per class
 ("loop") or one for all classes ("batched"), channels-last inputs, ``torch.compile`` (static shapes) and bfloat16
 autocast or TF32 (CUDA) of the extractor forward (clipping and noise are not affected).
-Side by side with the DPDC authors' loop: benchmarks/ndpdc_vs_reference_speed.py. Every variant sees the same
+Side by side with the DPDC authors' loop: benchmarks/speed/ndpdc_vs_reference_speed.py. Every variant sees the same
 batches; the loss of the first step is compared with the loop variant's to show what a variant does
 to the numbers. Warm-up steps are excluded; the table reports the median over the timed steps. The variants run
 round-robin (one step of each in turn) so that the load of a shared machine affects all alike.
-Results: ``benchmarks/results/ndpdc_speed_<device>.md``.
+Results: ``benchmarks/results/speed/ndpdc_speed_<device>.md``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+
+from machine import cpu_flags, cpu_model  # noqa: E402
 
 from dpdc_lightning.config.methods import NDPDCConfig  # noqa: E402
 from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
@@ -231,29 +234,6 @@ def time_variants(
     return [run.result() for run in runs], failures
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cpu_flags() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                return ", ".join(
-                    sorted(f for f in flags if f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16"))
-                )
-    except OSError:
-        pass
-    return "unknown"
-
-
 def machine_lines(device: torch.device) -> list[str]:
     lines = [
         f"- CPU: {cpu_model()} ({os.cpu_count()} logical cores visible; flags: {cpu_flags()})",
@@ -283,7 +263,7 @@ def report(
     lines = [
         f"# NDPDC condensation speed on {device.type}",
         "",
-        f"Written by `benchmarks/ndpdc_speed.py` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
+        f"Written by `benchmarks/speed/ndpdc_speed.py` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
         f"({wall_s:.0f} s in all).",
         "",
         "Setting: DPDC paper NDPDC on FashionMNIST-shaped stand-in data: 1x28x28, 10 classes, "
@@ -397,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(VARIANTS),
         help=f"comma-separated subset of: {', '.join(VARIANTS)}",
     )
-    parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results"))
+    parser.add_argument("--out-dir", default=str(ROOT / "benchmarks" / "results" / "speed"))
     args = parser.parse_args(argv)
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = [v for v in args.variants if v not in VARIANTS]

@@ -2,7 +2,7 @@
 Private Dataset Condensation"; github.com/SecMLSys/Differentially-Private-Dataset-Condensation).
 
     git -C <their repo> archive HEAD | tar -x -C /tmp/dpdc_ref
-    OMP_NUM_THREADS=1 python benchmarks/ndpdc_vs_reference_speed.py --reference /tmp/dpdc_ref --reference-commit a20cf59
+    OMP_NUM_THREADS=1 python benchmarks/speed/ndpdc_vs_reference_speed.py --reference /tmp/dpdc_ref --reference-commit a20cf59
 
 Setting: the paper's FashionMNIST NDPDC run (1x28x28, 10 classes, IPC 50, L 50, ConvNet width 128
 depth 3 instance norm, DSA color_crop_cutout_flip_scale_rotate, noise multiplier 1, G 1), on the real
@@ -39,11 +39,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
-from ndpdc_speed import cpu_flags, cpu_model  # noqa: E402
+from machine import cpu_flags, cpu_model  # noqa: E402
 
 from dpdc_lightning.config.methods import NDPDCConfig  # noqa: E402
 from dpdc_lightning.config.schema import ModelConfig  # noqa: E402
@@ -388,7 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         text += "\n## bf16 autocast\n\n" + "\n".join(bf16_probe(device)) + "\n"
     if args.compile_probe:
         text += "\n## Compile warm-up\n\n" + "\n".join(compile_probe(args)) + "\n"
-    out = args.out or ROOT / "benchmarks" / "results" / f"ndpdc_vs_reference_speed_{device.type}.md"
+    out = (
+        args.out
+        or ROOT / "benchmarks" / "results" / "speed" / f"ndpdc_vs_reference_speed_{device.type}.md"
+    )
     out.write_text(text)
     print(text)
     return 0
@@ -407,7 +410,7 @@ def report(args, runs, times, warm, *, commit: str, load_start: float, device: t
     lines = [
         f"# NDPDC per iteration vs the DPDC authors' loop ({device.type})",
         "",
-        f"Written by `benchmarks/ndpdc_vs_reference_speed.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC.",
+        f"Written by `benchmarks/speed/ndpdc_vs_reference_speed.py` on {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC.",
         f"Reference: SecMLSys/Differentially-Private-Dataset-Condensation at commit {commit}, loop body of "
         "`main_dpdc.py` read from an unmodified checkout outside this repository and executed as is "
         f"(device `{device.type}`).",

@@ -1,7 +1,7 @@
 """What the privacy noise costs per NDPDC step, and how fast the keyed stream is (CPU).
 
-    python benchmarks/noise_speed.py                     # writes benchmarks/results/noise_speed_cpu.md
-    python benchmarks/noise_speed.py --repeats 50 --out /tmp/noise.md
+    python benchmarks/speed/noise_speed.py                     # writes benchmarks/results/speed/noise_speed_cpu.md
+    python benchmarks/speed/noise_speed.py --repeats 50 --out /tmp/noise.md
 
 Setting: the DPDC paper's NDPDC step (Zheng & Li, Alg. 2) releases one noisy clipped sum per class:
 10 classes x 2048 features (ConvNet width 128 depth 3 on 28x28 images), from a Poisson sample of
@@ -14,10 +14,10 @@ about L = 50 records per class. Timed per step (10 classes), median over ``--rep
   Mersenne-Twister generator, float32 add), re-timed here for comparison.
 
 The share of a step is against the rest of an NDPDC step on this CPU, taken from
-benchmarks/results/ndpdc_speed_cpu.md (median 1.83 s per iteration with the default "loop" forward,
+benchmarks/results/speed/ndpdc_speed_cpu.md (median 1.83 s per iteration with the default "loop" forward,
 0.92 s with bf16 autocast) and against 0.5 s, the fastest step the project expects on a CPU: the
 last is the worst case; ``--step-seconds`` adds a step time measured at the same time (the committed
-table adds one from ``python benchmarks/ndpdc_speed.py --device cpu --variants loop --steps 5
+table adds one from ``python benchmarks/speed/ndpdc_speed.py --device cpu --variants loop --steps 5
 --warmup 1``, the method's full step with the secure noise, run just before). The stream's throughput is SHAKE-256 squeezing ``--stream-mib`` MiB in one
 call, and the normal values per second of large draws.
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dpdc_lightning.privacy.mechanisms.gaussian import clip_rows, noisy_clipped_sum  # noqa: E402
@@ -150,7 +150,7 @@ def render(
     lines = [
         "# Privacy noise cost per NDPDC step on cpu",
         "",
-        f"Written by `benchmarks/noise_speed.py` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
+        f"Written by `benchmarks/speed/noise_speed.py` on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC "
         f"({seconds:.0f} s in all). Command: `{command}`.",
         "",
         f"Setting: one NDPDC step of the DPDC paper: {CLASSES} classes x {FEATURES} features, a sample of "
@@ -211,7 +211,7 @@ def main() -> None:
         help="another step time to compare with, e.g. one measured now by ndpdc_speed.py",
     )
     parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "noise_speed_cpu.md"
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "speed" / "noise_speed_cpu.md"
     )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -220,7 +220,7 @@ def main() -> None:
         REFERENCE_STEPS[label] = float(seconds)
     start = time.perf_counter()
     results, throughput = measure(args.repeats, args.stream_mib)
-    command = "python benchmarks/noise_speed.py" + "".join(
+    command = "python benchmarks/speed/noise_speed.py" + "".join(
         f" '{a}'" if " " in a else f" {a}"
         for a in sys.argv[1:]
         if not a.startswith("--out") and not a.endswith(".md")

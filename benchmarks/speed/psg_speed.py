@@ -1,7 +1,7 @@
 """PSG speed: seconds per privacy-consuming step and peak memory, per per-example chunk size.
 
-    python benchmarks/psg_speed.py                                # CPU, chunks 16,32,64,128,256
-    python benchmarks/psg_speed.py --device cuda --chunks 64,256 --steps 5
+    python benchmarks/speed/psg_speed.py                                # CPU, chunks 16,32,64,128,256
+    python benchmarks/speed/psg_speed.py --device cuda --chunks 64,256 --steps 5
 
 The setting is the paper's FashionMNIST run (1x28x28, 10 classes, IPC 10, ConvNet width 128 depth 3
 instance norm, B = 256, C = 0.1) on stand-in data of the same shape (no dataset is read): 60000
@@ -12,7 +12,7 @@ release, the synthetic gradient, the distance, backward and the SGD step on the 
 training of θ, which runs once per K steps, is not part of a step). Each chunk size runs in its own
 process so that its peak memory is its own: on CPU the growth of the peak resident set size over
 the process's size before the first step; on CUDA ``torch.cuda.max_memory_allocated``.
-Results: ``benchmarks/results/psg_speed_<device>.md``.
+Results: ``benchmarks/results/speed/psg_speed_<device>.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from dpdc_lightning.config.methods import PSGConfig  # noqa: E402
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         f"# PSG speed on {args.device}",
         "",
-        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `python benchmarks/psg_speed.py --device "
+        f"Measured {datetime.now(UTC):%Y-%m-%d %H:%M} UTC with `python benchmarks/speed/psg_speed.py --device "
         f"{args.device} --chunks {args.chunks} --steps {args.steps} --warmup {args.warmup}` "
         f"(OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}); torch {torch.__version__}; {cpu}; "
         f"{os.cpu_count()} cores, load average {load:.2f} at the end"
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     out = (
         Path(args.out)
         if args.out
-        else ROOT / "benchmarks" / "results" / f"psg_speed_{args.device}.md"
+        else ROOT / "benchmarks" / "results" / "speed" / f"psg_speed_{args.device}.md"
     )
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")

@@ -1,6 +1,6 @@
 """How fast ``train.py`` refuses a bad command and reaches its first private step (issue 42).
 
-    python benchmarks/start_profile.py [--tree CHECKOUT] [--repeat 3] [--runs 1]
+    python benchmarks/speed/start_profile.py [--tree CHECKOUT] [--repeat 3] [--runs 1]
 
 Each command in its own process, as a user starts it. Per command: the wall seconds and the CPU
 seconds (user + system, of the process and its children: far less dependent on the load than the
@@ -9,7 +9,7 @@ digits, one step) is timed to its ``data:`` line, printed at Lightning's ``on_tr
 before the first private step (CPU seconds there read from ``/proc``), and to its end. Then the
 CPU seconds of the imports of a run, added one at a time (each set in a fresh process).
 ``--tree`` times another checkout (e.g. one of main) with this script. Prints markdown for
-``results/start_profile_cpu.md``.
+``results/speed/start_profile_cpu.md``.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
-from ndpdc_speed import cpu_model  # noqa: E402
+from machine import cpu_model  # noqa: E402
 
 REFUSALS = (
     ["dataset.foo=1"],

@@ -1,6 +1,6 @@
 """The README's first run under each thread setting, side by side (issue 44: threads=auto).
 
-    python benchmarks/threads.py [--iterations 100] [--settings 2,1,auto] [--nice 0]
+    python benchmarks/speed/threads.py [--iterations 100] [--settings 2,1,auto] [--nice 0]
 
 Runs ``python train.py method=ndpdc method.iterations=N`` in its own process, as a user starts it
 (OMP_NUM_THREADS removed from its environment, so torch's default and threads=auto are what a
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def prioritise(niceness: int) -> None:

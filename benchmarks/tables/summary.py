@@ -1,21 +1,21 @@
 """The page a reader of benchmarks/results/ opens first: per method, the best number we have, its protocol
 and device, the published number and the gap. Generated, never edited by hand:
 
-    python benchmarks/summary.py                 # rewrites benchmarks/results/README.md
-    python benchmarks/summary.py --check         # exit 1 when the committed page is out of date
+    python benchmarks/tables/summary.py                 # rewrites benchmarks/results/README.md
+    python benchmarks/tables/summary.py --check         # exit 1 when the committed page is out of date
 
-Inputs, all written by scripts (the page is a function of them; ``tests/test_summary.py`` checks that
+Inputs, all written by scripts (the page is a function of them; ``tests/benchmarks/test_summary.py`` checks that
 regenerating it gives the committed file):
 
-- ``reproduce_<dataset>_<scale>.json``: the rows of ``benchmarks/reproduce.py`` (every method, one
+- ``reproduce_<dataset>_<scale>.json``: the rows of ``benchmarks/faithfulness/reproduce.py`` (every method, one
   condensation per row), which it writes beside its table. Tables written before it did so have only the
   ``.md``; their rows are read by the column names of ``dpdc_repro.report.HEADER``, so a change of that
   table's format fails here loudly instead of being misread.
-- ``clip_gradient_<dataset>_cpu.json`` (``benchmarks/clip_gradient_table.py``): NDPDC at ε 1 over several
+- ``clip_gradient_<dataset>_cpu.json`` (``benchmarks/utility/clip_gradient_table.py``): NDPDC at ε 1 over several
   condensation seeds, both ``method.clip_gradient`` modes; the page uses the default mode's runs.
-- ``ndpdc_vs_reference_<dataset>_cpu.json`` (``benchmarks/ndpdc_vs_reference.py``): NDPDC against the
+- ``ndpdc_vs_reference_<dataset>_cpu.json`` (``benchmarks/faithfulness/ndpdc_vs_reference.py``): NDPDC against the
   authors' code, shown as a faithfulness line.
-- ``dp_merf_table_<dataset>_cpu.json`` (``benchmarks/dp_merf_table.py``): the DP-MERF plug-in's rows,
+- ``dp_merf_table_<dataset>_cpu.json`` (``benchmarks/utility/dp_merf_table.py``): the DP-MERF plug-in's rows,
   one condensation per row (the NDPDC rows run beside it stay in that table).
 
 Tables of superseded protocols (``dpdc_tables_*``: measured before the faithful evaluator) are not inputs.
@@ -28,18 +28,20 @@ import json
 import re
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # dpdc_repro
 
 from dpdc_repro.published import Published, published_for  # noqa: E402
 from dpdc_repro.report import HEADER, minutes, steps_cell  # noqa: E402
+from summary_paper_rows import found_in
 from summary_paper_rows import lines as paper_rows_lines  # noqa: E402
 
 from dpdc_lightning.privacy.display import epsilon_text  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 METHODS = {  # reproduce.py's row label -> (method key of published.py, name on the page)
     "DM": ("dm", "DM"),
     "DC/DSA": ("dc", "DC/DSA"),
@@ -82,7 +84,7 @@ class Entry:
     evaluation: str  # "E epochs x R runs[, test subset]"
     reduced: bool
     device: str
-    source: str  # file name under results/
+    source: str  # path under results/ (its group folder and file name)
     note: str = ""
 
 
@@ -104,7 +106,7 @@ def read_reproduce(path: Path) -> list[Entry]:
     title = re.search(r"^# Reproduction: every method on (\w+), scale `(\w+)`", text, re.M)
     if title is None or HEADER not in text:
         raise FormatError(
-            f"{path.name}: not a benchmarks/reproduce.py table (title or header differs)"
+            f"{path.name}: not a benchmarks/faithfulness/reproduce.py table (title or header differs)"
         )
     columns = _cells(HEADER)
     subset = re.search(r"its first (\d+) records only", text)
@@ -177,7 +179,9 @@ def read_reproduce_json(path: Path) -> list[Entry]:
                 )
             )
     except (KeyError, TypeError, ValueError, statistics.StatisticsError) as err:
-        raise FormatError(f"{path.name}: not a benchmarks/reproduce.py record ({err})") from err
+        raise FormatError(
+            f"{path.name}: not a benchmarks/faithfulness/reproduce.py record ({err})"
+        ) from err
     return entries
 
 
@@ -218,7 +222,7 @@ def read_clip(path: Path) -> list[Entry]:
 
 
 def read_dp_merf(path: Path) -> list[Entry]:
-    """The DP-MERF rows ``benchmarks/dp_merf_table.py`` ran. Its NDPDC rows (ε 10) are context for
+    """The DP-MERF rows ``benchmarks/utility/dp_merf_table.py`` ran. Its NDPDC rows (ε 10) are context for
     that table only: NDPDC's entry on the page stays the one measured at the published setting."""
     record = json.loads(path.read_text())
     entries = []
@@ -311,9 +315,11 @@ def _banner(entries: list[Entry]) -> str:
 def cpu_bound_lines(results: Path) -> list[str]:
     """The papers' evaluation protocol against this CPU's peak (eval_cpu_bound.md), when measured:
     why the full-protocol rows take hours here, before the rows themselves."""
-    path = results / "eval_cpu_bound.md"
+    name = found_in(results, "eval_cpu_bound.md")
+    path = results / name
     if not path.is_file():
         return []
+    protocol = found_in(results, "paper_protocol_cpu.md")
     found = [
         line for line in path.read_text().splitlines() if line.startswith(("- CPU:", "- **bound**"))
     ]
@@ -321,40 +327,53 @@ def cpu_bound_lines(results: Path) -> list[str]:
         "## The papers' protocol on a CPU",
         "",
         "The papers' evaluation (1000 epochs x 5 runs of 500 images, ConvNet 128x3) is a fixed amount of "
-        f"work; its lower bound in time on the CPU these rows ran on ([{path.name}]({path.name})):",
+        f"work; its lower bound in time on the CPU these rows ran on ([{path.name}]({name})):",
         "",
         *found,
         *(
             [
                 "",
                 "How close the software gets, the condensation's bound and where the full-protocol "
-                "rows stand: [paper_protocol_cpu.md](paper_protocol_cpu.md).",
+                f"rows stand: [paper_protocol_cpu.md]({protocol}).",
             ]
-            if (results / "paper_protocol_cpu.md").is_file()
+            if (results / protocol).is_file()
             else []
         ),
         "",
     ]
 
 
+def _located(entries: list[Entry], results: Path, path: Path) -> list[Entry]:
+    """The entries read from ``path``, each linked by its path under ``results`` (the group folder
+    its file sits in)."""
+    return [
+        replace(e, source=(path.parent / e.source).relative_to(results).as_posix()) for e in entries
+    ]
+
+
+def _link(results: Path, path: Path) -> str:
+    return f"[{path.name}]({path.relative_to(results).as_posix()})"
+
+
 def page(results: Path) -> str:
     entries: list[Entry] = []
-    for path in sorted(results.glob("reproduce_*.md")):
-        entries += (
+    for path in sorted(results.glob("**/reproduce_*.md")):
+        found = (
             read_reproduce_json(path.with_suffix(".json"))
             if path.with_suffix(".json").is_file()
             else read_reproduce(path)
         )
-    for path in sorted(results.glob("clip_gradient_*.json")):
-        entries += read_clip(path)
-    for path in sorted(results.glob("dp_merf_table_*.json")):
-        entries += read_dp_merf(path)
+        entries += _located(found, results, path)
+    for path in sorted(results.glob("**/clip_gradient_*.json")):
+        entries += _located(read_clip(path), results, path)
+    for path in sorted(results.glob("**/dp_merf_table_*.json")):
+        entries += _located(read_dp_merf(path), results, path)
     names = {key: name for key, name in METHODS.values()}
     lines = [
         "# Results at a glance",
         "",
-        "Generated by `python benchmarks/summary.py` from the machine-written results in this folder; do not "
-        "edit by hand (`tests/test_summary.py` fails when this page differs from what the script writes).",
+        "Generated by `python benchmarks/tables/summary.py` from the machine-written results in this folder; do not "
+        "edit by hand (`tests/benchmarks/test_summary.py` fails when this page differs from what the script writes).",
         "",
         _banner(entries),
         "",
@@ -407,7 +426,7 @@ def page(results: Path) -> str:
                 f"[{entry.source}]({entry.source}) |"
             )
     lines += ["", "## Faithfulness and defaults", ""]
-    for path in sorted(results.glob("ndpdc_vs_reference_*.json")):
+    for path in sorted(results.glob("**/ndpdc_vs_reference_*.json")):
         record = json.loads(path.read_text())
         test = record["tests"].get("exact_minus_reference")
         if test is None:
@@ -423,16 +442,15 @@ def page(results: Path) -> str:
             f"over {len(ref)}; difference {test['diff']:+.2f} (95 % interval {test['ci95'][0]:+.2f} to "
             f"{test['ci95'][1]:+.2f}), Welch p = {test['p']:.2f}: "
             + ("agree within noise" if test["p"] >= 0.05 else "differ beyond noise")
-            + f" ([{path.with_suffix('.md').name}]({path.with_suffix('.md').name}))."
+            + f" ({_link(results, path.with_suffix('.md'))})."
         )
-    for path in sorted(results.glob("clip_gradient_*.json")):
+    for path in sorted(results.glob("**/clip_gradient_*.json")):
         decision = json.loads(path.read_text()).get("decision")
         if decision:
             lines.append(
                 f"- NDPDC `method.clip_gradient` default: `{decision['default']}` (exact − detached "
                 f"{decision['mean_diff']:+.2f} points over {len(decision['diffs'])} condensation seeds, "
-                f"paired p = {decision['p']:.2f}) ([{path.with_suffix('.md').name}]"
-                f"({path.with_suffix('.md').name}))."
+                f"paired p = {decision['p']:.2f}) ({_link(results, path.with_suffix('.md'))})."
             )
     lines += ["", "## Papers", "", *(f"- {p}" for p in PAPERS), ""]
     return "\n".join(lines)
@@ -458,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = out.read_text() if out.is_file() else ""
         if current != text:
-            print(f"{out} is out of date: run python benchmarks/summary.py", file=sys.stderr)
+            print(f"{out} is out of date: run python benchmarks/tables/summary.py", file=sys.stderr)
             return 1
         return 0
     out.write_text(text)

@@ -27,11 +27,18 @@ def gap_needs_explaining(mean: float, published: str) -> bool:
     return abs(mean - float(found.group(1))) > float(found.group(2) or 0) + 1.0
 
 
+def found_in(results: Path, name: str) -> str:
+    """Where ``name`` sits under ``results`` (its group folder), as a link from results/README.md;
+    the bare name when no group holds it."""
+    found = sorted(results.glob(f"**/{name}"))
+    return found[0].relative_to(results).as_posix() if found else name
+
+
 def in_progress(results: Path) -> list[tuple[str, dict[str, Any]]]:
     """(source table, row) for every unfinished row that ``reproduce.py`` recorded."""
     return [
-        (path.with_suffix(".md").name, row)
-        for path in sorted(results.glob("reproduce_*.json"))
+        (path.with_suffix(".md").relative_to(results).as_posix(), row)
+        for path in sorted(results.glob("**/reproduce_*.json"))
         for row in json.loads(path.read_text()).get("in_progress", [])
     ]
 
@@ -48,6 +55,7 @@ def lines(
     """The section (empty when nothing ran at the full protocol)."""
     full = [e for e in entries if not e.reduced]
     going = in_progress(results)
+    explained_in = found_in(results, EXPLAINED_IN)
     if not full and not going:
         return []
     out = [
@@ -63,7 +71,7 @@ def lines(
             gap = f"{entry.mean - float(paper.accuracy.split()[0]):+.2f}"
             if gap_needs_explaining(entry.mean, paper.accuracy):
                 gap += (
-                    f" (beyond the published std + 1 point: see [{EXPLAINED_IN}]({EXPLAINED_IN}))"
+                    f" (beyond the published std + 1 point: see [{EXPLAINED_IN}]({explained_in}))"
                 )
         out.append(
             f"| {names[entry.method]} | {accuracy(entry)} | {protocol(entry)} | {entry.device} | {cell} | "

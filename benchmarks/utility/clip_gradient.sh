@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # method.clip_gradient=exact vs detached for NDPDC on FashionMNIST at epsilon = 1 (delta 1e-5), IPC 10,
 # L 50, 200 iterations, one condensation per seed and mode; each bundle evaluated with the faithful evaluator
-# (ConvNet, 300 epochs x 3 runs, DSA single). Results: benchmarks/results/clip_gradient_fashion_mnist_cpu.md.
-# Usage: bash benchmarks/clip_gradient.sh OUT_DIR [ENGINE] [SEEDS]
+# (ConvNet, 300 epochs x 3 runs, DSA single). Results: benchmarks/results/utility/clip_gradient_fashion_mnist_cpu.md.
+# Usage: bash benchmarks/utility/clip_gradient.sh OUT_DIR [ENGINE] [SEEDS]
 #   ENGINE: eval.engine (default auto); SEEDS: condensation seeds, space separated (default "0 1 2 3")
 # A finished condensation or evaluation in OUT_DIR is kept and a killed condensation resumes from its checkpoint,
 # so the script can be re-run to complete it.

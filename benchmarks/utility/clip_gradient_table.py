@@ -1,12 +1,12 @@
-"""The results table of ``benchmarks/clip_gradient.sh`` (NDPDC ``method.clip_gradient`` exact vs detached),
+"""The results table of ``benchmarks/utility/clip_gradient.sh`` (NDPDC ``method.clip_gradient`` exact vs detached),
 its paired comparison over condensation seeds, and the default it supports.
 
-    python benchmarks/clip_gradient_table.py --ours OUT_DIR
+    python benchmarks/utility/clip_gradient_table.py --ours OUT_DIR
 
 Reads every ``<mode>_s<seed>/eval.json`` of OUT_DIR (the bundles of ``clip_gradient.sh``), merges them into
-``results/clip_gradient_fashion_mnist_cpu.json`` (seeds already recorded there and absent from OUT_DIR are
+``results/utility/clip_gradient_fashion_mnist_cpu.json`` (seeds already recorded there and absent from OUT_DIR are
 kept: earlier seeds were measured from other OUT_DIRs), and rewrites the part of
-``results/clip_gradient_fashion_mnist_cpu.md`` between its two ``clip_gradient_table.py`` markers.
+``results/utility/clip_gradient_fashion_mnist_cpu.md`` between its two ``clip_gradient_table.py`` markers.
 
 Decision rule (stated before the seeds 2 and 3 were measured): ``exact``, the true gradient of the stated
 loss, stays the default unless ``detached`` is ahead on the seed means with a two-sided paired t-test
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from scipy import stats
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "utility"
 MODES = ("exact", "detached")
 BEGIN, END = "<!-- clip_gradient_table.py: begin -->", "<!-- clip_gradient_table.py: end -->"
 ALPHA = 0.05
@@ -104,7 +104,7 @@ def section(record: dict) -> str:
     test = paired(record)
     lines = [
         BEGIN,
-        f"Written by `benchmarks/clip_gradient_table.py` from `clip_gradient_fashion_mnist_cpu.json`. "
+        f"Written by `benchmarks/utility/clip_gradient_table.py` from `clip_gradient_fashion_mnist_cpu.json`. "
         f"**REDUCED PROTOCOL**: {record['steps']} condensation iterations, evaluation {record['eval_epochs']} "
         f"epochs x {record['eval_runs']} runs.",
         "",
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--ours",
         type=Path,
-        help="OUT_DIR of benchmarks/clip_gradient.sh (omit: redraw from the json)",
+        help="OUT_DIR of benchmarks/utility/clip_gradient.sh (omit: redraw from the json)",
     )
     parser.add_argument(
         "--json", type=Path, default=RESULTS / "clip_gradient_fashion_mnist_cpu.json"

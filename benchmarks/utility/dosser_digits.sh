@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Dosser against NDPDC on the embedded digits data at epsilon = 1 (delta 1e-5), IPC 10, CPU.
-# Results: benchmarks/results/dosser_digits_cpu.md. Usage: bash benchmarks/dosser_digits.sh OUT_DIR
+# Results: benchmarks/results/utility/dosser_digits_cpu.md. Usage: bash benchmarks/utility/dosser_digits.sh OUT_DIR
 # A finished condensation or evaluation in OUT_DIR is kept (the script can be re-run to complete a table).
 set -euo pipefail
 OUT=${1:-/tmp/dosser_digits}

@@ -1,9 +1,9 @@
 """DP-MERF (the plug-in of examples/dp_merf) beside NDPDC under one reduced protocol, at ε 1 and
 ε 10, on the embedded digits and on FashionMNIST, and beside DPDC Table 1's DP-MERF column.
 
-    python benchmarks/dp_merf_table.py --dataset digits
-    python benchmarks/dp_merf_table.py --dataset fashion_mnist
-    python benchmarks/dp_merf_table.py --dataset fashion_mnist --rows dp_merf_eps1 --dry-run
+    python benchmarks/utility/dp_merf_table.py --dataset digits
+    python benchmarks/utility/dp_merf_table.py --dataset fashion_mnist
+    python benchmarks/utility/dp_merf_table.py --dataset fashion_mnist --rows dp_merf_eps1 --dry-run
 
 Every row condenses through the package (``training.train``: secure noise from OS entropy, σ
 calibrated to the target ε at δ 1e-5 by the RDP accountant) and is evaluated by the package's
@@ -28,12 +28,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "tables"))  # summary.py reads the reused rows
 
 from dpdc_repro.published import published_for  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "benchmarks" / "results" / "utility"
 EVAL_EPOCHS, EVAL_RUNS, SEED = 300, 3, 0
 NDPDC = {  # the settings of the reused NDPDC ε 1 rows
     "digits": ("method.group_size=5", "method.iterations=300", "method.checkpoint_every=30"),
@@ -44,7 +45,7 @@ NDPDC = {  # the settings of the reused NDPDC ε 1 rows
     ),
 }
 REUSED = {
-    "digits": "reproduce_digits_digits.md",
+    "digits": "../faithfulness/reproduce_digits_digits.md",
     "fashion_mnist": "clip_gradient_fashion_mnist_cpu.json",
 }
 
@@ -127,7 +128,7 @@ def run_row(key: str, row: dict, *, dataset: str, data, work_dir: Path) -> dict:
 
 
 def reused_entries(dataset: str) -> list:
-    """NDPDC at ε 1 under this protocol, as benchmarks/summary.py reads it from its file."""
+    """NDPDC at ε 1 under this protocol, as benchmarks/tables/summary.py reads it from its file."""
     from summary import read_clip, read_reproduce
 
     path = RESULTS / REUSED[dataset]
@@ -154,7 +155,7 @@ def markdown(dataset: str, record: dict) -> str:
     lines = [
         f"# DP-MERF beside NDPDC on {dataset} (CPU)",
         "",
-        f"Written by `python benchmarks/dp_merf_table.py --dataset {dataset}`. **REDUCED PROTOCOL**: "
+        f"Written by `python benchmarks/utility/dp_merf_table.py --dataset {dataset}`. **REDUCED PROTOCOL**: "
         f"IPC as shown, evaluation {EVAL_EPOCHS} epochs x {EVAL_RUNS} runs (the papers: 1000 x 5) of a "
         "ConvNet from scratch with DSA on the full test split, one condensation per row (seed 0; "
         "NDPDC ε 1 on FashionMNIST: four), σ calibrated to the target ε (δ 1e-5, RDP). Device: "
@@ -176,11 +177,13 @@ def markdown(dataset: str, record: dict) -> str:
             f"{r['condense_cpu_s']:.0f} / {r['eval_cpu_s']:.0f} | "
             f"{_published(r['method'], dataset, r['ipc'], r['epsilon'])} | this file |"
         )
+    folder = Path(REUSED[dataset]).parent  # the reused file's folder, seen from this group's
     for e in reused_entries(dataset):
+        link = (folder / e.source).as_posix()
         lines.append(
             f"| NDPDC | {e.note} | {e.ipc} | {e.epsilon:.3g} | {e.steps} | {e.mean:.2f} ± "
             f"{e.std:.2f} ({e.condensations} condensation(s)) | — | "
-            f"{_published('ndpdc', dataset, e.ipc, e.epsilon)} | [{e.source}]({e.source}) |"
+            f"{_published('ndpdc', dataset, e.ipc, e.epsilon)} | [{e.source}]({link}) |"
         )
     lines += ["", *_noise_note(record), *PROTOCOLS_DIFFER, ""]
     return "\n".join(lines)

@@ -1,14 +1,14 @@
 """Tune DP-MERF's own keys (method.features, method.bandwidth, method.lr_img, method.iterations) on
 the embedded digits ONLY, and write the table of what was tried.
 
-    python benchmarks/dp_merf_tuning.py run OUT.jsonl EPS SEED EPOCHS RUNS [KEY=VALUE ...]
-    python benchmarks/dp_merf_tuning.py table OUT.jsonl [OUT.jsonl ...]
+    python benchmarks/utility/dp_merf_tuning.py run OUT.jsonl EPS SEED EPOCHS RUNS [KEY=VALUE ...]
+    python benchmarks/utility/dp_merf_tuning.py table OUT.jsonl [OUT.jsonl ...]
 
 ``run`` condenses one configuration (the method stepped by hand in one process: the same release
 and free steps as the engine, without the trainer's per-step overhead; noise reproducible from
 SEED so that configurations are compared on the same draw) and evaluates it with the package's
 evaluator on the digits test split; it appends one JSON line to OUT.jsonl. ``table`` writes
-``results/dp_merf_tuning_digits_cpu.md`` from the lines.
+``results/utility/dp_merf_tuning_digits_cpu.md`` from the lines.
 
 Tuning on the private data is itself a release that no ε accounts for: the chosen keys depend on the
 digits. The FashionMNIST rows of dp_merf_table.py therefore run at the digits-chosen keys, never
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "utility"
 KEYS = ("features", "bandwidth", "lr_img", "iterations")
 
 
@@ -96,7 +96,7 @@ def table(paths: list[Path]) -> str:
     lines = [
         "# DP-MERF: its own keys tuned on the embedded digits (CPU)",
         "",
-        "Written by `python benchmarks/dp_merf_tuning.py table ...` from the lines of "
+        "Written by `python benchmarks/utility/dp_merf_tuning.py table ...` from the lines of "
         "`dp_merf_tuning.py run`. **REDUCED PROTOCOL**: one condensation per line (noise reproducible "
         "from the seed, so lines of one seed share the noise draw), evaluation as the epochs x runs "
         "column says (the papers: 1000 x 5), IPC 10, ConvNet, digits test split. Device: 2-core AMD "

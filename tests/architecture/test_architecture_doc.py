@@ -1,5 +1,5 @@
 """docs/architecture.md's generated parts (floors and rooms, the folders inside them, the run
-folder's files) say what the code says: benchmarks/architecture_doc.py renders them, and a page
+folder's files) say what the code says: benchmarks/architecture/architecture_doc.py renders them, and a page
 that differs from its rendering is stale."""
 
 from __future__ import annotations
@@ -10,12 +10,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(
+            name, ROOT / "benchmarks" / "architecture" / f"{name}.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
@@ -29,7 +31,7 @@ import_graph = _load("import_graph")
 def test_the_architecture_page_says_what_the_code_says():
     text = (ROOT / "docs" / "architecture.md").read_text()
     assert architecture_doc.stale_parts(ROOT, text) == [], (
-        "docs/architecture.md is stale: run python benchmarks/architecture_doc.py"
+        "docs/architecture.md is stale: run python benchmarks/architecture/architecture_doc.py"
     )
 
 

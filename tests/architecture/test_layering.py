@@ -1,4 +1,4 @@
-"""The layering of the package, from its import graph (benchmarks/import_graph.py reads every import:
+"""The layering of the package, from its import graph (benchmarks/architecture/import_graph.py reads every import:
 module level, inside functions, importlib with a literal name, PEP 562 lazy exports).
 
 Imports point one way: cli → evaluation/audit → engine → methods → config → data/models/augment →
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location(
-    "import_graph", ROOT / "benchmarks" / "import_graph.py"
+    "import_graph", ROOT / "benchmarks" / "architecture" / "import_graph.py"
 )
 import_graph = importlib.util.module_from_spec(_spec)
 sys.modules["import_graph"] = import_graph

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # A home or work folder with a name under it; /tmp is a generic scratch folder and allowed.
 MACHINE_PATH = re.compile(r"(?<![\w.~])/(?:work|home|Users|root|mnt|scratch)/[\w.+-]+")
 # Files that name such a path on purpose: examples of a personal folder name that must stay out
 # of released files (the point of those files), and this file's own examples of the pattern.
 EXAMPLES = {
     "dpdc_lightning/config/locations.py",
-    "tests/test_private_paths.py",
-    "tests/test_machine_paths.py",
+    "tests/privacy/test_private_paths.py",
+    "tests/architecture/test_machine_paths.py",
 }
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dpdc_lightning"
+PACKAGE = Path(__file__).resolve().parents[2] / "dpdc_lightning"
 ABOVE = ("cli/", "config/")  # the command line, and the package that composes the config
 # The public entry points that take a composed config and resolve it at once.
 ENTRY_POINTS = {

@@ -193,7 +193,7 @@ def test_ldpdc_audit_passes_the_correct_mechanism_and_catches_scaled_noise():
     # correct one, far above it at half the noise (ε of LDPDC's 10 steps at z / 2 is about 5.8).
     # At 8 trials the bound is a 1 - α lower confidence bound whose gap to the claim moves with the
     # draw of samples and noise: 0.68 and 0.8 of the claim under two samplers drawing the same law
-    # (benchmarks/results/audit_tightness_cpu.md measures it with 48 trials); 0.6 leaves room for
+    # (benchmarks/results/privacy/audit_tightness_cpu.md measures it with 48 trials); 0.6 leaves room for
     # that spread while a bound that lost the measured effect or the noise (0 or ∞) still fails.
     assert 0.6 * correct["claimed_epsilon"] < correct["model"]["epsilon"]
     assert correct["model"]["epsilon"] < correct["claimed_epsilon"]

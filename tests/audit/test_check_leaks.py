@@ -2,7 +2,7 @@
 on hand-made calls, draws, spends and rows functions; slow tests run check's first case (the outlier
 removed from a file with a test root: D, D' plain and coupled, D's releases replayed on far data,
 worst-case records probed through the rows) on the correct toy and on each plug-in of
-tests/toy_leaks.py, which main 73b1e26's check passed."""
+tests/support/toy_leaks.py, which main 73b1e26's check passed."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Issue 41 item 4: a worst-case neighbour searched by gradient ascent through the method's own
 rows (audit/neighbours/search.py), beside the probe's fixed candidates. ``leak_rescale`` of
-tests/toy_leaks.py tips a batch-level rule only beyond every extreme-pixel record: the fixed
+tests/support/toy_leaks.py tips a batch-level rule only beyond every extreme-pixel record: the fixed
 candidates miss it, the searched record finds it."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ def test_dpdc_tables_tiny_on_digits_writes_every_row_and_resumes(tmp_path, repo_
     out = tmp_path / "tables.md"
     command = [
         sys.executable,
-        "benchmarks/dpdc_tables.py",
+        "benchmarks/faithfulness/dpdc_tables.py",
         "--scale",
         "tiny",
         "--dataset",
@@ -68,9 +68,9 @@ def test_evaluator_crosscheck_runs_both_sides_and_keeps_hand_written_notes(tmp_p
     torch.save({"images": images, "labels": labels}, synthetic)
     out = tmp_path / "crosscheck.md"
     out.write_text("# notes written by hand\n\nkept\n")
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     spec = importlib.util.spec_from_file_location(
-        "_crosscheck", root / "benchmarks" / "evaluator_crosscheck.py"
+        "_crosscheck", root / "benchmarks" / "faithfulness" / "evaluator_crosscheck.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -109,10 +109,10 @@ def test_evaluator_crosscheck_runs_both_sides_and_keeps_hand_written_notes(tmp_p
 
 
 def test_the_cpu_bound_counts_the_protocols_convolutions_by_hand():
-    """benchmarks/eval_cpu_bound.py's work per image equals the hand count of ConvNet 128x3 on a
+    """benchmarks/speed/eval_cpu_bound.py's work per image equals the hand count of ConvNet 128x3 on a
     1x28x28 image (first convolution padded to 32x32): forward, weight gradients, and input
     gradients of every layer but the first (the images need none)."""
-    sys.path.insert(0, "benchmarks")
+    sys.path.insert(0, "benchmarks/speed")
     import eval_cpu_bound
 
     conv1, conv2, conv3 = (2 * 128 * c * 9 * s * s for c, s in ((1, 32), (128, 16), (128, 8)))

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_import.py, the path by which a GPU call's files become benchmarks/results: tested
+"""benchmarks/gpu/gpu_import.py, the path by which a GPU call's files become benchmarks/results: tested
 on
 a FAKE returned folder (hand-made numbers, flagged as a dry run where the test says so; no result).
 `make gpu-check-dry` (CI) runs the same import on what a real dry run returned."""
@@ -9,8 +9,8 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import gpu_import  # noqa: E402
 
@@ -75,10 +75,10 @@ def test_import_writes_the_rows_the_stage_page_and_the_summary(tmp_path):
     returned = fake_returned(tmp_path / "out", dry=True)
     results = tmp_path / "results"
     assert gpu_import.main([str(returned), "--results", str(results), "--allow-dry-run"]) == 0
-    page = (results / "gpu_check_h100.md").read_text()
+    page = (results / "gpu" / "gpu_check_h100.md").read_text()
     assert "DRY RUN ON A CPU: NOT A RESULT" in page and "17 passed" in page
     assert "| fake | table |" in page and "| ndpdc | 80.00 (5 runs) | 5.443 |" in page
-    assert (results / "reproduce_fashion_mnist_paper.png").stat().st_size > 0
+    assert (results / "faithfulness" / "reproduce_fashion_mnist_paper.png").stat().st_size > 0
     summary = (results / "README.md").read_text()
     assert "papers' full protocol were measured on FAKE GPU H100" in summary
     assert "FAKE GPU H100; torch 9.9.9; condense 3.3 min, evaluate 30 s" in summary

@@ -1,6 +1,6 @@
 """The scripts around a lent GPU, without a GPU and without their heavy stages:
-``benchmarks/gpu_check_dry.sh`` (``make gpu-check-dry``) run with a stand-in Python that plays
-gpu_check.py and gpu_import.py in milliseconds, and ``benchmarks/gpu_bundle.py``'s reference
+``benchmarks/gpu/gpu_check_dry.sh`` (``make gpu-check-dry``) run with a stand-in Python that plays
+gpu_check.py and gpu_import.py in milliseconds, and ``benchmarks/gpu/gpu_bundle.py``'s reference
 checkout (``make gpu-bundle DPDC_REF=PATH``) against a tiny git repository made here."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 
 import gpu_bundle  # noqa: E402
 
@@ -27,7 +27,7 @@ if [[ "${FAIL_AT:-}" == "$script" ]]; then
   echo "RuntimeError: stand-in failure of $script"
   exit 1
 fi
-if [[ "$script" == benchmarks/gpu_check.py ]]; then
+if [[ "$script" == benchmarks/gpu/gpu_check.py ]]; then
   while (($#)); do [[ "$1" == --out ]] && out=$2; shift; done
   echo '{}' > "$out/stages.json" && echo state > "$out/state.tar.gz"
 fi
@@ -42,7 +42,7 @@ def _dry_run(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     scratch = tmp_path / "tmp"
     scratch.mkdir(exist_ok=True)
     return subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu_check_dry.sh")],
+        ["bash", str(ROOT / "benchmarks" / "gpu" / "gpu_check_dry.sh")],
         env={**os.environ, "PYTHON": str(python), "TMPDIR": str(scratch), **env},
         capture_output=True,
         text=True,
@@ -59,7 +59,7 @@ def test_gpu_check_dry_passes_in_a_fresh_folder_and_removes_it(tmp_path):
     done = _dry_run(tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip().splitlines()[-1].startswith("gpu-check-dry: passed")
-    assert "stand-in benchmarks/gpu_import.py done" in done.stdout  # every step ran
+    assert "stand-in benchmarks/gpu/gpu_import.py done" in done.stdout  # every step ran
     assert _folders(tmp_path) == []
     kept = _dry_run(tmp_path, GPU_CHECK_DRY_KEEP="1")
     assert kept.returncode == 0 and len(_folders(tmp_path)) == 1
@@ -69,7 +69,7 @@ def test_gpu_check_dry_passes_in_a_fresh_folder_and_removes_it(tmp_path):
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 @pytest.mark.parametrize(
     ("script", "step"),
-    [("benchmarks/gpu_check.py", "call1"), ("benchmarks/gpu_import.py", "import")],
+    [("benchmarks/gpu/gpu_check.py", "call1"), ("benchmarks/gpu/gpu_import.py", "import")],
 )
 def test_gpu_check_dry_ends_with_the_reason_of_a_failure(tmp_path, script, step):
     done = _dry_run(tmp_path, FAIL_AT=script)

@@ -1,4 +1,4 @@
-"""The side-by-side scripts' handling of a reference checkout (benchmarks/reference_code.py): the
+"""The side-by-side scripts' handling of a reference checkout (benchmarks/common/reference_code.py): the
 checkout is copied and patched, never modified; a checkout that is not the expected one, or whose
 text to patch is gone, ends in one error line and exit code 2."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "common"))
 
 from reference_code import commit_of, patched_copy  # noqa: E402
 

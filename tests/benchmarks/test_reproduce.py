@@ -1,4 +1,4 @@
-"""benchmarks/reproduce.py: its arguments, its published-number lookup, its table and figure, and
+"""benchmarks/faithfulness/reproduce.py: its arguments, its published-number lookup, its table and figure, and
 (slow) one tiny run end to end that a second invocation takes entirely from the cache."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 from dpdc_repro.plan import SCALES  # noqa: E402
 from dpdc_repro.published import published_for  # noqa: E402
 
-SCRIPT = "benchmarks/reproduce.py"
+SCRIPT = "benchmarks/faithfulness/reproduce.py"
 
 
 @pytest.mark.parametrize(
@@ -50,7 +50,7 @@ def test_bad_arguments_give_one_error_line_and_exit_2(args, named, repo_root, cl
 
 
 def test_rows_select_by_method_or_key_without_repeats():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks" / "faithfulness"))
     from reproduce import select
 
     rows = SCALES["cpu"].rows

@@ -1,4 +1,4 @@
-"""benchmarks/selection_table.py's pure helpers: reading eval.json's accuracies, the table's
+"""benchmarks/privacy/selection_table.py's pure helpers: reading eval.json's accuracies, the table's
 accuracy cell and the leaky choice (the benchmark itself runs the CLI and is not a test)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def table():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_table.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "privacy" / "selection_table.py"
     spec = importlib.util.spec_from_file_location("selection_table", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -1,4 +1,4 @@
-"""benchmarks/summary.py (the results/README.md page) and benchmarks/clip_gradient_table.py: each runs on a tiny
+"""benchmarks/tables/summary.py (the results/README.md page) and benchmarks/utility/clip_gradient_table.py: each runs on a tiny
 fixture and says what its inputs say; the committed page and clip table are what the scripts write from the
 committed inputs; a changed input format is refused with one error line."""
 
@@ -9,8 +9,8 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "benchmarks" / d) for d in ("common", "tables", "utility")]
 
 import clip_gradient_table  # noqa: E402
 import summary  # noqa: E402
@@ -136,7 +136,7 @@ def test_a_changed_table_format_is_refused(tmp_path, capsys):
 
 def test_committed_page_is_what_the_script_writes():
     assert (RESULTS / "README.md").read_text() == summary.page(RESULTS), (
-        "benchmarks/results/README.md is out of date: run python benchmarks/summary.py"
+        "benchmarks/results/README.md is out of date: run python benchmarks/tables/summary.py"
     )
 
 
@@ -164,7 +164,7 @@ def test_clip_table_pairs_by_seed_and_keeps_exact_without_evidence(tmp_path):
 
 def test_committed_clip_table_is_what_the_script_writes(tmp_path):
     for name in ("clip_gradient_fashion_mnist_cpu.json", "clip_gradient_fashion_mnist_cpu.md"):
-        shutil.copy(RESULTS / name, tmp_path / name)
+        shutil.copy(RESULTS / "utility" / name, tmp_path / name)
     clip_gradient_table.main(
         [
             "--json",
@@ -174,7 +174,7 @@ def test_committed_clip_table_is_what_the_script_writes(tmp_path):
         ]
     )
     for name in ("clip_gradient_fashion_mnist_cpu.json", "clip_gradient_fashion_mnist_cpu.md"):
-        assert (tmp_path / name).read_text() == (RESULTS / name).read_text(), (
+        assert (tmp_path / name).read_text() == (RESULTS / "utility" / name).read_text(), (
             f"{name} is out of date"
         )
 
@@ -233,7 +233,7 @@ def test_reproduce_json_is_read_in_place_of_its_table(tmp_path):
 
 
 def test_dp_merf_rows_are_read_and_set_beside_dpdc_table_1(tmp_path):
-    """benchmarks/dp_merf_table.py's record: the best DP-MERF row (IPC 50 here) against DPDC's
+    """benchmarks/utility/dp_merf_table.py's record: the best DP-MERF row (IPC 50 here) against DPDC's
     Table 1 DP-MERF column (63.05 at ε 1, 50 generated samples per class); an IPC 10 row alone
     would be "not comparable"; its NDPDC row (context for that table) stays off NDPDC's line."""
 

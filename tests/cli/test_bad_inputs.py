@@ -1,5 +1,5 @@
 """The bad-input suite: every wrong input ends in one `error:` line, exit code 2, no traceback,
-and no new files. Runs the entry points in-process (fast); tests/test_smoke.py checks the same
+and no new files. Runs the entry points in-process (fast); tests/cli/test_smoke.py checks the same
 contract across a real process boundary."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dpdc_lightning.cli import run
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.privacy.receipts.digests import plan_digest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _files(folder: Path) -> set[str]:
@@ -482,7 +482,7 @@ def _items(module) -> int:
 
 def test_the_documented_count_of_bad_input_tests_is_the_suite():
     """docs/troubleshooting.md states how many tests check the bad-input contract: the items of
-    this file and of tests/test_new_user_failures.py, counted as pytest collects them."""
+    this file and of tests/cli/test_new_user_failures.py, counted as pytest collects them."""
     import sys
 
     import test_new_user_failures

@@ -209,7 +209,7 @@ def test_a_sweep_on_submitits_local_executor_matches_the_basic_launcher(
 
 def test_the_api_sweep_refuses_bad_input_before_anything_is_written(tmp_path, monkeypatch):
     """``dpdc_lightning.sweep`` (a notebook's ``train.py -m``) raises UserError, as the command line
-    prints it, and leaves no sweep folder; its members run in tests/test_notebook.py."""
+    prints it, and leaves no sweep folder; its members run in tests/cli/test_notebook.py."""
     from dpdc_lightning import sweep
     from dpdc_lightning.errors import UserError
 

@@ -17,7 +17,7 @@ import pytest
 from script_entries import TRAIN
 from tiny_runs import TINY_NDPDC
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _torch_loading(pid: int) -> bool:

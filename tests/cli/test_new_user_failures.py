@@ -18,7 +18,7 @@ from dpdc_lightning.cli.audit import audit_main
 from dpdc_lightning.cli.export import export_main
 from dpdc_lightning.engine.resolved import resolve_run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _files(folder: Path) -> set[str]:

@@ -12,7 +12,7 @@ import pytest
 from dpdc_lightning.cli.privacy_calculator import main
 from dpdc_lightning.privacy.accounting.analysis import epsilon_from_history
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DPDC_DEFAULT = [
     "--sample-rate",
     "50/6000",

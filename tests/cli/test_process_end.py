@@ -1,7 +1,7 @@
 """Every command's process ends by itself once its work is done (issue 32). Each command runs as a
 user runs it: its own process, a fresh EMPTY torch compiler cache (TORCHINDUCTOR_CACHE_DIR: a
 machine that has never compiled), compile forced on and off. A test fails when the process is
-still alive ``GRACE_S`` after its last line (tests/process_end.py says how it is watched). The
+still alive ``GRACE_S`` after its last line (tests/support/process_end.py says how it is watched). The
 grace is no speed goal: it is generous for a loaded 2-core CI machine, and a hang lasts forever.
 
 Before issue 32's fix, ``errors.exit_process`` joined every non-daemon thread without threading's
@@ -20,7 +20,7 @@ import pytest
 from process_end import run_until_end
 from tiny_runs import TINY_EVAL, TINY_NDPDC
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRACE_S = 45.0  # after the last line; a loaded CI machine, not a speed goal
 TIMEOUT_S = 1500.0  # a cold compile took 4-5 min on a loaded 2-core machine
 TINY = TINY_NDPDC

@@ -6,7 +6,7 @@ decision as a pure function of what it reads, and its table :data:`DECISIONS`; h
 every entry is forced, the table is checked against every ``auto`` default of the config schemas and
 the YAML groups (a new ``auto`` without an entry fails), and the thin wrappers that read torch are
 checked to pass what they read. The code paths the branches lead to run on a CPU in
-tests/test_auto_paths.py; the other reads of the machine are in tests/test_machine_reads.py.
+tests/config/test_auto_paths.py; the other reads of the machine are in tests/config/test_machine_reads.py.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dpdc_lightning.config.auto import DECISIONS, choose_device
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.engines.cost import CompilePlan
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "dpdc_lightning"
 CPU, CUDA, MPS = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
 

@@ -5,8 +5,8 @@ On a developer's CPU ``auto`` takes one branch (loop forward, contiguous inputs,
 sequential); a user's GPU takes the others. Each is forced here with its config key, and the result
 is checked: finite, the right shape, and equal to the default branch within what its arithmetic
 allows. What a CPU cannot run (TF32 tensor cores, cuDNN) is tested at the decision level only
-(tests/test_auto_decisions.py). The engines themselves (lightning, sequential, stacked, auto) are run
-against each other in tests/test_eval_engines.py. Compiled paths compile from an empty Inductor
+(tests/config/test_auto_decisions.py). The engines themselves (lightning, sequential, stacked, auto) are run
+against each other in tests/evaluation/test_eval_engines.py. Compiled paths compile from an empty Inductor
 cache (a user's first run), so they are slow tests.
 """
 
@@ -96,7 +96,7 @@ def test_bf16_autocast_on_a_cpu_is_close_to_float32_and_really_bf16(toy, referen
     # bfloat16 keeps 8 significand bits (unit roundoff 2^-9 = 0.2 %) for every input, weight and
     # activation of the convolutions, forward and backward; instance norm and the feature-matching
     # loss amplify that: 5.8 % measured here, ~6 % on the step-0 gradient at the paper setting
-    # (benchmarks/results/ndpdc_speed_cpu.md). The bound leaves 4x that and stays far below the
+    # (benchmarks/results/speed/ndpdc_speed_cpu.md). The bound leaves 4x that and stays far below the
     # O(1) of a wrong update; above float32 rounding, or bf16 did not run at all.
     assert ROUNDING < difference < 0.25
 
@@ -126,7 +126,7 @@ def test_compiled_condensation_from_an_empty_cache_matches_eager(
     )
     assert any((tmp_path / "inductor").rglob("*")), "nothing was compiled into the fresh cache"
     # Inductor's fused backward is not float32-exact: image gradients move by 1e-4..1e-3 relative
-    # at the paper setting (benchmarks/results/ndpdc_vs_reference_speed_cpu.md); a wrong gradient
+    # at the paper setting (benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md); a wrong gradient
     # would move the update by O(1).
     assert float((update - reference).norm() / reference.norm()) < 1e-2
 

@@ -15,7 +15,7 @@ from dpdc_lightning.config.auto import MACHINE_READS
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.errors import UserError
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dpdc_lightning"
+PACKAGE = Path(__file__).resolve().parents[2] / "dpdc_lightning"
 # What reading the machine looks like in this package's code.
 READS = re.compile(
     r"is_available\(|get_device_capability|mem_get_info|isatty\(|os\.environ|shutil\.which|"

@@ -21,7 +21,7 @@ from dpdc_lightning.engine.verification import verify_bundle as verify_run
 from dpdc_lightning.privacy.mechanisms.secret import DIGEST_FILE, SECRET_FILE
 from dpdc_lightning.privacy.receipts.digests import data_digest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SIZES = (30, 20, 12)  # unequal classes
 
 

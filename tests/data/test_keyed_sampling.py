@@ -2,7 +2,7 @@
 
 The data stream must sample every class at its OWN rate q_c = L / N_c (unequal class sizes, so a
 rate taken from the wrong class shows), each class by the Poisson sampler of privacy/mechanisms/sampling.py
-(whose law tests/test_poisson.py checks) drawing from the generator keyed by (secret, step, class). Own data's held-out split must hold out each record with probability
+(whose law tests/privacy/test_poisson.py checks) drawing from the generator keyed by (secret, step, class). Own data's held-out split must hold out each record with probability
 ``dataset.test_fraction``, decided by a hash keyed with ``dataset.split_seed`` of the record alone
 (two split seeds, a record removed). Each rule is computed independently here (hashlib, torch.rand
 from the keyed generator) and compared with what the package did.

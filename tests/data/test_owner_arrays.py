@@ -285,7 +285,7 @@ def test_refusals_from_the_file_system_come_before_torch(tmp_path, capsys):
     import subprocess
     import sys
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     probe = (
         "import sys\n"
         "from dpdc_lightning.cli import run\n"

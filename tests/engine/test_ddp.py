@@ -5,7 +5,7 @@ the noise once.
 Fast tests simulate the ranks inside this process (no process group): each simulated rank runs a
 method on the classes it owns, and what DDP would do (average the gradients; sum LDPDC's rows) is
 done here, then compared with one process holding every class. The slow tests run real 2-process
-DDP through ``tests/ddp_equivalence.py`` in a subprocess: DDP is never started inside pytest (a
+DDP through ``tests/support/ddp_equivalence.py`` in a subprocess: DDP is never started inside pytest (a
 second DDP run in one pytest session hangs, and Lightning's launcher re-executes the command).
 """
 
@@ -42,7 +42,7 @@ from dpdc_lightning.privacy.mechanisms.noise import noise_source
 from dpdc_lightning.privacy.mechanisms.per_example import private_gradient
 from dpdc_lightning.seeding import derive_generator
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SPEC = DataSpec(num_classes=4, image_shape=(1, 28, 28), class_sizes=(48, 48, 48, 48))
 TINY = ModelConfig(width=8, depth=2)
 STEPS = 2
@@ -435,7 +435,7 @@ def test_two_process_ddp_run_equals_one_process_run(method, extra, cli_env):
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "tests" / "ddp_equivalence.py"),
+            str(ROOT / "tests" / "support" / "ddp_equivalence.py"),
             method,
             *extra,
             "--timeout",

@@ -31,7 +31,7 @@ from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.methods.synthetic import GeneratedImages
 from dpdc_lightning.seeding import derive_generator
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dpdc_lightning"
+PACKAGE = Path(__file__).resolve().parents[2] / "dpdc_lightning"
 SMALL = [
     "dataset=toy",
     "model.width=8",

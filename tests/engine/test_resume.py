@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMON = [
     "method=ndpdc",
     "dataset=toy",
@@ -45,7 +45,7 @@ def _kill_after_second_checkpoint(run_dir: Path, env: dict, extra: list[str]) ->
     process = _train(
         [*COMMON, *extra, f"run_dir={run_dir}"],
         env,
-        script=(str(ROOT / "tests" / "crash_after_checkpoint.py"), "2"),
+        script=(str(ROOT / "tests" / "support" / "crash_after_checkpoint.py"), "2"),
     )
     assert process.wait(timeout=300) == -signal.SIGKILL, process.stderr.read()
     checkpoint = torch.load(run_dir / "checkpoints" / "last.ckpt", weights_only=True)

@@ -168,7 +168,7 @@ def test_same_seed_same_result_other_seed_or_run_differs(data, built_networks):
 def test_a_resumed_evaluation_trains_only_the_missing_runs_and_returns_the_same(
     data, built_networks, engine
 ):
-    """A long protocol resumes by run (benchmarks/reproduce.py at the papers' scale): the runs
+    """A long protocol resumes by run (benchmarks/faithfulness/reproduce.py at the papers' scale): the runs
     named in ``done`` are returned as given, never retrained, and the others equal an
     uninterrupted call's, whichever runs they are trained beside."""
     protocol = EvalProtocol(epochs=3, runs=3)
@@ -395,7 +395,7 @@ def test_random_real_subset_takes_ipc_distinct_real_images_per_class():
 
 
 def _evaluate_entry():
-    path = Path(__file__).resolve().parent.parent / "evaluate.py"
+    path = Path(__file__).resolve().parents[2] / "evaluate.py"
     spec = importlib.util.spec_from_file_location("_entry_evaluate_images", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

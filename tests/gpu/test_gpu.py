@@ -5,7 +5,7 @@ Marked ``gpu``: deselected by default (pyproject.toml), run with ``pytest -m gpu
 every test skips. ``DPDC_GPU_TESTS_ON_CPU=1`` makes the "device" the CPU, so that the comparison
 code runs (the CPU against itself) and cannot rot on machines without a GPU; the checks that only
 mean something on CUDA (the memory peak, the synchronisation count) then run their code and skip
-their assertion. ``benchmarks/gpu_check.sh`` runs this file first on a lent GPU; ``make
+their assertion. ``benchmarks/gpu/gpu_check.sh`` runs this file first on a lent GPU; ``make
 gpu-check-dry`` (CI) runs it on the CPU.
 
 Precision. TF32 is switched OFF explicitly for every test (``torch.backends.cuda.matmul`` and
@@ -17,7 +17,7 @@ and a recursive sum of K terms is within K·u ~ 5e-5 of the exact sum relative t
 terms' magnitudes (Higham, "Accuracy and Stability of Numerical Algorithms", §4.2). A few chained
 steps, each bounded so, stay below ``RTOL = 1e-4`` relative to the values' scale (max(1, max|x|)).
 torch.compile fuses and reorders more and was measured at 1e-4..1e-3 relative on the image gradient
-(benchmarks/results/ndpdc_vs_reference_speed_cpu.md): ``COMPILE_RTOL = 2e-3``.
+(benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md): ``COMPILE_RTOL = 2e-3``.
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from dpdc_lightning.methods.spec import DataSpec
 from dpdc_lightning.privacy.mechanisms.gaussian import gaussian_sum, noisy_clipped_sum
 from dpdc_lightning.privacy.mechanisms.noise import noise_source
 from dpdc_lightning.seeding import derive_generator
-from tests.method_helpers import build
+from tests.support.method_helpers import build
 
 pytestmark = pytest.mark.gpu
 
 ON_CPU = os.environ.get("DPDC_GPU_TESTS_ON_CPU") == "1"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RTOL = 1e-4
 COMPILE_RTOL = 2e-3
 

@@ -1,5 +1,5 @@
-"""The CUDA tests (tests/test_gpu.py, marker ``gpu``) exist, are collected by ``pytest -m gpu``, and
-skip cleanly on a machine without CUDA: a GPU session runs them first (benchmarks/gpu_check.sh) and
+"""The CUDA tests (tests/gpu/test_gpu.py, marker ``gpu``) exist, are collected by ``pytest -m gpu``, and
+skip cleanly on a machine without CUDA: a GPU session runs them first (benchmarks/gpu/gpu_check.sh) and
 must not discover there that they were never collected. One fresh interpreter (~10 s of CPU):
 marked slow, so `make test-slow` (CI) runs it."""
 
@@ -17,7 +17,7 @@ def test_gpu_tests_are_collected_and_skip_without_cuda(repo_root, cli_env):
     env = {k: v for k, v in cli_env.items() if k != "DPDC_GPU_TESTS_ON_CPU"}
     env["CUDA_VISIBLE_DEVICES"] = ""  # no GPU, as here and in CI
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "tests/test_gpu.py"],
+        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rs", "tests/gpu/test_gpu.py"],
         cwd=repo_root,
         env=env,
         capture_output=True,

@@ -2,7 +2,7 @@
 
 The extractor is replaced by the identity on the pixels and DSA by a recorder that leaves the
 images alone (neither is part of the free stage's own arithmetic; both are pinned elsewhere and
-against the authors' code in benchmarks/dosser_free_stage_vs_reference.py), so every loss,
+against the authors' code in benchmarks/faithfulness/dosser_free_stage_vs_reference.py), so every loss,
 gradient, update and average below is a hand computation. All inputs are dyadic rationals, so
 float32 holds every intermediate exactly and the tests compare with ``==``.
 """

@@ -1,7 +1,7 @@
 """The DP-MERF plug-in's free steps pinned by value: one frequency ω on 2x2 images, so the features
 φ(s) = (cos ωᵀs, sin ωᵀs) of a pixel set, the loss Σ_c ‖μ̂_c − mean_j φ(s_j^c)‖², its gradient and
 two Adam steps (torch defaults: β 0.9, 0.999, ε 1e-8) are computed by hand in float64 here.
-Against the authors' loop: benchmarks/dp_merf_adam_vs_reference.py."""
+Against the authors' loop: benchmarks/faithfulness/dp_merf_adam_vs_reference.py."""
 
 from __future__ import annotations
 

@@ -423,7 +423,7 @@ def test_killed_gradient_matching_run_resumes_to_the_uninterrupted_result(
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     common = [
         f"method={method}",
         "dataset=toy",
@@ -457,7 +457,7 @@ def test_killed_gradient_matching_run_resumes_to_the_uninterrupted_result(
     killed, whole = tmp_path / "killed", tmp_path / "whole"
     crashed = run(
         [*common, f"run_dir={killed}"],
-        script=(str(root / "tests" / "crash_after_checkpoint.py"), "2"),
+        script=(str(root / "tests" / "support" / "crash_after_checkpoint.py"), "2"),
     )
     assert crashed.returncode == -9, crashed.stderr[-2000:]
     assert torch.load(killed / "checkpoints" / "last.ckpt", weights_only=True)["global_step"] < 12

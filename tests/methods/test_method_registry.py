@@ -26,7 +26,7 @@ from dpdc_lightning.config.registry import (
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.methods import METHODS, private_methods, register_method
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -276,7 +276,10 @@ def _install_plugin(folder: Path) -> None:
 
 def _plugin_env(folder: Path, cli_env: dict[str, str]) -> dict[str, str]:
     _install_plugin(folder)
-    return {**cli_env, "PYTHONPATH": f"{folder}:{ROOT / 'tests'}:{cli_env.get('PYTHONPATH', '')}"}
+    return {
+        **cli_env,
+        "PYTHONPATH": f"{folder}:{ROOT / 'tests' / 'support'}:{cli_env.get('PYTHONPATH', '')}",
+    }
 
 
 def test_an_installed_plugin_composes_and_is_listed_without_torch(tmp_path, cli_env):

@@ -1,6 +1,6 @@
 """PSG's generator-prior loop pinned by value: the distance on hand-made gradients, Adam's first step
 on the generator, the schedule of the inner training and its J epochs of SGD. Against the authors'
-loop step by step: benchmarks/psg_prior_vs_reference.py."""
+loop step by step: benchmarks/faithfulness/psg_prior_vs_reference.py."""
 
 from __future__ import annotations
 

@@ -142,11 +142,11 @@ def test_noise_and_step_do_not_depend_on_any_torch_generator():
 
 
 def _script(repo_root):
-    sys.path.insert(0, str(repo_root / "benchmarks"))
+    sys.path.insert(0, str(repo_root / "benchmarks" / "speed"))
     try:
         import ndpdc_vs_reference_speed as script
     finally:
-        sys.path.remove(str(repo_root / "benchmarks"))
+        sys.path.remove(str(repo_root / "benchmarks" / "speed"))
     return script
 
 
@@ -216,7 +216,7 @@ def test_compiled_extractor_matches_eager_features_and_gradients():
         extractor.embed(images).square().sum().backward()
         grads.append(images.grad)
     # Inductor's fused backward is not float32-exact: 1e-4..1e-3 relative at the paper setting
-    # (benchmarks/results/ndpdc_vs_reference_speed_cpu.md); a wrong gradient would be O(1) off.
+    # (benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md); a wrong gradient would be O(1) off.
     assert float((grads[1] - grads[0]).norm() / grads[0].norm()) < 1e-2
     compiled.resample(9)  # a new θ is an in-place re-draw: no recompilation, new features
     eager.resample(9)

@@ -1,6 +1,6 @@
 """Issue 41 item 5: noise only from the package's stream keyed by the run's whole secret, by
 construction (privacy/mechanisms/noise_scope.py). Inside a run's step the mechanism refuses any other stream
-and the engine any event the mechanism did not make; the plug-ins of tests/toy_leaks.py that did
+and the engine any event the mechanism did not make; the plug-ins of tests/support/toy_leaks.py that did
 otherwise are refused in one ``error:`` line naming the rule."""
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from dpdc_lightning.privacy.planning.plan import StepSchedule
 from dpdc_lightning.privacy.planning.planner import make_plan
 from dpdc_lightning.privacy.receipts.report import build_report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TINY = [
     "method=ndpdc",
     "dataset=toy",

@@ -18,7 +18,7 @@ from dpdc_lightning.audit.neighbours.outputs import differences, snapshot
 from dpdc_lightning.cli import run
 from dpdc_lightning.config.locations import PROVENANCE_FILE
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NAME = "alice_patients"  # in both data folders' names: a folder name can itself be personal data
 SIZES = (14, 10, 8)
 

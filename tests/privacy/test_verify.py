@@ -1,7 +1,7 @@
 """``dpdc-privacy verify`` (issue 28, item 1): every untouched bundle of every method verifies; each
 hand edit of privacy.json, plan.json or synthetic.pt fails the check it touches (exit 1), and the
 commands that read bundles refuse it in one ``error:`` line (exit 2). The two accountants are
-cross-checked on the reference table of tests/test_privacy_accounting.py."""
+cross-checked on the reference table of tests/privacy/test_privacy_accounting.py."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from dpdc_lightning.privacy.accounting.accountant import PrivacyAccountant
 from dpdc_lightning.privacy.mechanisms.gaussian import PrivacyEvent
 from dpdc_lightning.privacy.verification.verify import _budget_check, _row, accounting_checks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMMON = ["dataset=toy", "model.width=4", "model.depth=1", "trainer.enable_progress_bar=false"]
 # Tiny runs on the toy data (4 classes of 48 records): every kind of phase a bundle records.
 RUNS = {

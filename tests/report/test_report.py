@@ -110,12 +110,12 @@ def fresh_process() -> subprocess.CompletedProcess:
         "import dpdc_lightning.audit.metrics.figures\n"
         "import dpdc_lightning.evaluation.plot, dpdc_lightning.cli.sweep_summary\n"
         "print('LOADED', 'matplotlib' in sys.modules)\n"
-        "import hashlib; sys.path.insert(0, 'tests'); from test_report import _figures\n"
+        "import hashlib; sys.path.insert(0, 'tests/report'); from test_report import _figures\n"
         "print({k: hashlib.sha256(v).hexdigest() for k, v in _figures().items()})"
     )
     return subprocess.run(
         [sys.executable, "-c", code],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         env={**os.environ, "PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": ""},
         capture_output=True,
         text=True,
@@ -147,7 +147,7 @@ def test_no_figure_module_loads_matplotlib_until_it_draws(fresh_process):
 def test_every_plot_is_drawn_by_matplotlib_in_plots(repo_root):
     """No figure is drawn pixel by pixel: matplotlib is imported by plots/ only, and PIL's drawing
     (ImageDraw) only by the synthetic-image grid, which is pixels, not a plot."""
-    sys.path.insert(0, str(repo_root / "benchmarks"))
+    sys.path.insert(0, str(repo_root / "benchmarks" / "architecture"))
     import import_graph
 
     graph = import_graph.build(repo_root)

@@ -296,7 +296,7 @@ def test_every_trial_and_the_score_draw_from_keys_of_their_own():
 
 def test_the_default_release_folder_is_named_by_the_start(monkeypatch, tmp_path):
     # The finish time depends on K (and on the realised samples); the start does not. The files'
-    # times are set to the start too (tests/test_selection_console.py).
+    # times are set to the start too (tests/selection/test_selection_console.py).
     from datetime import datetime
 
     from dpdc_lightning.cli import select as select_cli

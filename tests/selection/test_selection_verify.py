@@ -1,6 +1,6 @@
 """``dpdc-privacy verify`` of a release chosen by a private selection: privacy.json's "selection"
 section is recomputed (privacy/selection/verify.py); an altered ε, law, member's events or winner
-fails the row that names it; a bundle without the section verifies as before (tests/test_verify.py)."""
+fails the row that names it; a bundle without the section verifies as before (tests/privacy/test_verify.py)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from dpdc_lightning.privacy.selection.budget import TrialLaw, selection_section
 from dpdc_lightning.privacy.selection.verify import dp_accounting_epsilon, selection_checks
 from dpdc_lightning.privacy.verification.verify import accounting_checks
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DELTA = 1e-5
 OWN = [1.0, 0.1, 3]  # the winner's events
 OTHER = [[0.9, 0.05, 10]]

@@ -3,7 +3,7 @@
 Used by test_resume.py: killing from the outside after a checkpoint appears is a race a fast
 machine loses (the run can finish first), so the crash point is fixed here instead.
 
-    python tests/crash_after_checkpoint.py N [train.py arguments ...]
+    python tests/support/crash_after_checkpoint.py N [train.py arguments ...]
 """
 
 import os
@@ -11,7 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from dpdc_lightning.engine.checkpoint_io import SafeCheckpointIO  # noqa: E402
 

@@ -1,7 +1,7 @@
 """Check that a 2-process DDP run condenses the same synthetic set, with the same ε, as a 1-process run.
 
-    python tests/ddp_equivalence.py ndpdc            # or ldpdc, dm; extra key=value overrides follow
-    python tests/ddp_equivalence.py ldpdc method.ipc=3
+    python tests/support/ddp_equivalence.py ndpdc            # or ldpdc, dm; extra key=value overrides follow
+    python tests/support/ddp_equivalence.py ldpdc method.ipc=3
 
 Classes are sharded over the processes (docs/architecture.md, "Multi-GPU") and every random draw is derived from
 (seed, purpose, step, class), so with ``privacy.reproducible_noise=true`` the two runs must agree
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # Tiny runs: the toy data (4 classes of 48 records), a narrow extractor, a few steps.
 COMMON = [
     "dataset=toy",

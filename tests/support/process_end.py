@@ -15,7 +15,7 @@ minutes), so a hang never blocks a test suite. Processes of the group still runn
 after the last line, once the command has exited (a launcher's workers), are reported too, then
 killed.
 
-Also used by benchmarks/exit_time.py to measure the time from the last line to the exit.
+Also used by benchmarks/speed/exit_time.py to measure the time from the last line to the exit.
 """
 
 from __future__ import annotations

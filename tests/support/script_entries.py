@@ -7,7 +7,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def script_main(name: str) -> Callable[[list[str]], int | None]:

@@ -1,5 +1,5 @@
 """Plug-ins whose privacy bug lives AROUND the release (issue 41), each a few lines away from the
-correct ``toy_mean`` of tests/toy_methods.py, written as a user writes a plug-in from
+correct ``toy_mean`` of tests/support/toy_methods.py, written as a user writes a plug-in from
 docs/adding_a_method.md. Each release call is correct; what leaks is elsewhere:
 
 - ``leak_unspent``: a second noisy query per class (its own ``phase``), whose event is never spent;
@@ -26,9 +26,9 @@ docs/adding_a_method.md. Each release call is correct; what leaks is elsewhere:
   through the rows (audit/neighbours/search.py) tips it.
 
 ``leak_short_key``, ``leak_global_rng`` and ``leak_own_event`` are refused by the package in every run (privacy/mechanisms/noise_scope.py), not only by
-``check`` (tests/test_noise_scope.py).
+``check`` (tests/privacy/test_noise_scope.py).
 
-``audit.py check`` of main 73b1e26 passes every one of them (tests/test_check_leaks.py).
+``audit.py check`` of main 73b1e26 passes every one of them (tests/audit/test_check_leaks.py).
 """
 
 from __future__ import annotations

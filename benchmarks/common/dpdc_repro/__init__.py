@@ -1,2 +1,2 @@
-"""The reproduction harness behind ``benchmarks/reproduce.py`` (rows, runs, cache, table, figure);
-``benchmarks/dpdc_tables.py`` shares its condense-or-resume and cache code."""
+"""The reproduction harness behind ``benchmarks/faithfulness/reproduce.py`` (rows, runs, cache, table, figure);
+``benchmarks/faithfulness/dpdc_tables.py`` shares its condense-or-resume and cache code."""

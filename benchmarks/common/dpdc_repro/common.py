@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from ndpdc_speed import cpu_model  # benchmarks/ is on sys.path wherever dpdc_repro is
+from machine import cpu_model  # benchmarks/common/ is on sys.path wherever dpdc_repro is
 
 from dpdc_lightning.config import compose
 from dpdc_lightning.engine.training import train

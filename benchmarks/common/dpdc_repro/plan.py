@@ -1,4 +1,4 @@
-"""The rows and scales of ``benchmarks/reproduce.py``: every method of the package at three sizes.
+"""The rows and scales of ``benchmarks/faithfulness/reproduce.py``: every method of the package at three sizes.
 
 A row is a condensation (package config tokens) plus the facts the table prints about it. The
 ``paper`` scale is built from the experiment presets (``dpdc_lightning/conf/experiment``), which

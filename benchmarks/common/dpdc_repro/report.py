@@ -1,4 +1,4 @@
-"""The markdown table and the accuracy-vs-ε figure of ``benchmarks/reproduce.py``."""
+"""The markdown table and the accuracy-vs-ε figure of ``benchmarks/faithfulness/reproduce.py``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def table_row(
 ) -> str:
     if result is None and runs_done:
         # an unfinished row (resumed by the same command): what its finished runs measured, marked
-        # so that neither the figure nor benchmarks/summary.py reads it as a result
+        # so that neither the figure nor benchmarks/tables/summary.py reads it as a result
         return (
             f"| {row.label} | {row.setting} | (in progress) | | {len(runs_done)} runs done "
             f"(runs {', '.join(str(r) for r in sorted(runs_done))}) | "
@@ -214,7 +214,7 @@ def record(
     progress: dict[str, dict[int, float]] | None = None,
     **_,
 ) -> dict:
-    """The table's rows, machine-readable (``benchmarks/summary.py`` reads them); accuracies are
+    """The table's rows, machine-readable (``benchmarks/tables/summary.py`` reads them); accuracies are
     fractions. ``in_progress``: unfinished rows' finished runs, kept apart from ``rows``."""
     progress = progress or {}
     return {
