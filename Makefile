@@ -43,7 +43,7 @@ test: lint
 # (as root, with apt-get), required otherwise. SLOW_WORKERS pytest processes (2: both cores; CI has
 # 90 minutes for both suites), each taking whole test files and running many of them one after
 # another, as a notebook runs many commands in one kernel: a run or a sweep leaves the interpreter's
-# logging and streams as it found them (tests/test_hydra.py); `SLOW_WORKERS=0` runs them all in one.
+# logging and streams as it found them (tests/cli/test_hydra.py); `SLOW_WORKERS=0` runs them all in one.
 SLOW_WORKERS ?= 2
 test-slow: $(STAMP) chromium
 	@start=$$(date +%s); $(PY) -m pytest -q -m slow -p no:cacheprovider -n $(SLOW_WORKERS) --dist loadfile --durations=15; \
@@ -54,7 +54,7 @@ test-slow: $(STAMP) chromium
 # take days on 2 cores), each against the fast tests that reach it; results under mutants/.
 MUTANTS_EVERY ?= 20
 mutants: $(STAMP)
-	nice -n 19 $(PY) benchmarks/mutants.py --every $(MUTANTS_EVERY)
+	nice -n 19 $(PY) benchmarks/privacy/mutants.py --every $(MUTANTS_EVERY)
 
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -82,13 +82,13 @@ lock:
 # A lent GPU (benchmarks/README.md, "On a lent GPU"). gpu-bundle fills the ignored .gpu/ with what the
 # GPU machine lacks (wheels, FashionMNIST, and the DPDC authors' loop from the checkout of their
 # repository named by DPDC_REF, e.g. `make gpu-bundle DPDC_REF=../Differentially-Private-Dataset-
-# Condensation`; none by default) and prints its size. gpu-check-dry runs benchmarks/gpu_check.sh on
+# Condensation`; none by default) and prints its size. gpu-check-dry runs benchmarks/gpu/gpu_check.sh on
 # the CPU at a tiny size as two calls (the second resumes from what the first returned), prints the
 # GPU estimate per stage, and imports the second call's files into a scratch results folder, all in
-# a fresh folder of its own (benchmarks/gpu_check_dry.sh; CI runs it: the script cannot rot).
+# a fresh folder of its own (benchmarks/gpu/gpu_check_dry.sh; CI runs it: the script cannot rot).
 DPDC_REF ?=
 gpu-bundle: $(STAMP)
-	$(PY) benchmarks/gpu_bundle.py $(if $(DPDC_REF),--reference-git '$(DPDC_REF)')
+	$(PY) benchmarks/gpu/gpu_bundle.py $(if $(DPDC_REF),--reference-git '$(DPDC_REF)')
 
 gpu-check-dry: $(STAMP)
-	PYTHON=$(PY) bash benchmarks/gpu_check_dry.sh
+	PYTHON=$(PY) bash benchmarks/gpu/gpu_check_dry.sh

@@ -102,8 +102,8 @@ def exit_process(code: int) -> NoReturn:
     It skips the interpreter's finalisation, which frees every object of every module one by one:
     after a run that is about 4,600 modules and 520,000 objects (torch, Lightning, TensorBoard,
     Hydra), 5-7 s on a loaded 2-core machine and minutes when the machine swaps, all after the last
-    line was printed (benchmarks/results/exit_time.md). Only for a script's own process: in-process
-    callers (tests, notebooks) use :func:`run`."""
+    line was printed (benchmarks/results/speed/exit_time.md). Only for a script's own process:
+    in-process callers (tests, notebooks) use :func:`run`."""
     import atexit
     import os
     import threading
@@ -143,7 +143,7 @@ def hold_interrupts_during_torch_import() -> None:
     -6, "terminate called after throwing an instance of ... KeyboardInterrupt"), about one
     Ctrl-C in 14 during start-up. Held back, it is raised in plain Python code once torch's import
     returns (tried again every :data:`RETRY_S` by a timer signal: no thread, no lock), and ends in
-    the one "interrupted" line and exit code 130 (tests/test_interrupts.py). Any other moment
+    the one "interrupted" line and exit code 130 (tests/cli/test_interrupts.py). Any other moment
     raises it at once, as Python does."""
     import signal
 

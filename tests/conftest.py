@@ -8,6 +8,11 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+# The helper modules the tests import by name (toy plug-ins, planted leaks, tolerances, tiny runs):
+# one folder, on the path of every test process; a command a test starts that imports one (a
+# plug-in registered by module name) gets it through PYTHONPATH (tests/methods/test_method_registry.py).
+SUPPORT = Path(__file__).resolve().parent / "support"
+sys.path.insert(0, str(SUPPORT))
 
 # `make mutants`: while mutmut records which functions each test reaches ("stats"), the commands a
 # test starts must run plain code (mutmut's recorder would look for pyproject.toml in their working
@@ -71,7 +76,7 @@ def one_torch_thread():
 
 @pytest.fixture
 def leaks():
-    """The toy plug-ins of tests/toy_methods.py and the planted leaks of tests/toy_leaks.py,
+    """The toy plug-ins of tests/support/toy_methods.py and the planted leaks of tests/support/toy_leaks.py,
     registered for one test and unregistered after it (a registration left behind leaks into
     later tests of the same worker: Hydra's store once made submitit's sweep import a test file)."""
     import toy_leaks

@@ -4,8 +4,8 @@ decision, of explicit inputs, and the table of them.
 An ``auto`` that reads the machine (is CUDA there, the GPU's compute capability, MPS) takes one
 branch on the machines that build this project and another on a user's. So each decision here is a
 function of what it reads, which its caller reads from torch and passes in: the suite forces every
-branch on any machine (tests/test_auto_decisions.py walks :data:`DECISIONS`), and runs the code path
-of every branch a CPU can run. No torch here (config imports none).
+branch on any machine (tests/config/test_auto_decisions.py walks :data:`DECISIONS`), and runs the
+code path of every branch a CPU can run. No torch here (config imports none).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def choose_device(accelerator: str, *, cuda_available: bool, mps_available: bool
 def choose_engine(engine: str, *, device_type: str) -> str:
     """``eval.engine=auto`` is ``stacked`` on a CUDA GPU and ``sequential`` elsewhere (measured: on
     a CPU the vmapped convolutions become grouped ones, which run slower;
-    benchmarks/results/eval_speed_cpu.md). Other values are kept."""
+    benchmarks/results/speed/eval_speed_cpu.md). Other values are kept."""
     if engine != "auto":
         return engine
     return "stacked" if device_type == "cuda" else "sequential"
@@ -44,8 +44,8 @@ def choose_forward(forward: str, *, device_type: str, per_sample: bool) -> str:
     """``method.forward=auto``: one forward for all classes (``batched``) on CUDA, where a GPU is
     starved by 50-image batches, when normalisation is per sample (batching is exact only then);
     one forward per class (``loop``) otherwise. On CPU batched ran at 0.7-0.8x of loop on a 2-core
-    Xeon (benchmarks/results/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
-    (benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
+    Xeon (benchmarks/results/speed/ndpdc_speed_cpu.md) and at 0.66x (median) on a 2-core AVX2 EPYC
+    (benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md)."""
     if forward != "auto":
         return forward
     return "batched" if device_type == "cuda" and per_sample else "loop"
@@ -56,8 +56,8 @@ def choose_memory_format(memory_format: str, *, device_type: str, compiled: bool
     it was a little faster in both statistics with the same gradient (1.39x vs 1.36x of the authors'
     loop by the median, 1.46x vs 1.45x by the fastest step); contiguous otherwise: eager on a CPU it
     gave no clear gain (0.99x of contiguous by the median, 1.12x by the fastest step on a 2-core
-    AVX2 EPYC), and CUDA has not been measured (benchmarks/ndpdc_speed.py --device cuda does;
-    benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
+    AVX2 EPYC), and CUDA has not been measured (benchmarks/speed/ndpdc_speed.py --device cuda does;
+    benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md)."""
     if memory_format != "auto":
         return memory_format
     return "channels_last" if compiled and device_type == "cpu" else "contiguous"
@@ -68,7 +68,7 @@ def choose_autocast(autocast: str, *, device_type: str, cuda_major: int | None) 
     (``cuda_major``: its major version; None without CUDA), plain float32 (``none``) elsewhere. On
     a CPU bf16 stays an explicit opt-in: without bf16 units (AVX2) it is emulated and was slower
     than float32, with them (AMX) it ran 1.6-2x faster but moved the step-0 image gradient by 6 %
-    (benchmarks/results/ndpdc_speed_cpu.md, ndpdc_vs_reference_speed_cpu.md)."""
+    (benchmarks/results/speed/ndpdc_speed_cpu.md, ndpdc_vs_reference_speed_cpu.md)."""
     if autocast != "auto":
         return autocast
     ampere = device_type == "cuda" and cuda_major is not None and cuda_major >= 8
@@ -99,7 +99,7 @@ def choose_threads(threads: str, *, cores: int, load: float, omp: str | None) ->
     average, rounded, at least one; ``OMP_NUM_THREADS``, the standard setting, when the
     environment sets it. Torch's own default, every core, spins against other jobs on a shared
     machine: the README's first run took 6x longer with it on a busy 2-core machine than with one
-    thread (benchmarks/results/threads_cpu.md). ``threads=N`` is taken as asked."""
+    thread (benchmarks/results/speed/threads_cpu.md). ``threads=N`` is taken as asked."""
     if threads != "auto":
         return ThreadChoice(_count("threads", threads), "asked")
     if omp is not None and omp.strip():
@@ -135,8 +135,8 @@ class Decision:
 
 _HERE = "dpdc_lightning.config.auto"
 
-# Every config key whose default is "auto" (tests/test_auto_decisions.py checks the config schemas
-# and the YAML defaults against this table, and forces every branch of each entry).
+# Every config key whose default is "auto" (tests/config/test_auto_decisions.py checks the config
+# schemas and the YAML defaults against this table, and forces every branch of each entry).
 DECISIONS: dict[str, Decision] = {
     d.setting: d
     for d in (
@@ -195,8 +195,8 @@ DECISIONS: dict[str, Decision] = {
 
 
 # Every other module that reads the machine or its environment, with what it reads and where both
-# branches are forced (tests/test_machine_reads.py fails for a module that reads the machine and is
-# not here). Not "auto" settings: each reads what a run cannot choose.
+# branches are forced (tests/config/test_machine_reads.py fails for a module that reads the machine
+# and is not here). Not "auto" settings: each reads what a run cannot choose.
 MACHINE_READS: dict[str, str] = {
     "evaluation/engines/base.py": "CUDA and MPS present: eval.accelerator=auto (DECISIONS)",
     "methods/memory.py": "CUDA and MPS present: trainer.accelerator (DECISIONS); host memory "
@@ -210,20 +210,21 @@ MACHINE_READS: dict[str, str] = {
     "engine/progress.py": "whether stdout is a terminal: a bar redrawn in place, or plain lines",
     "data/load.py": "XDG_CACHE_HOME: the default dataset.cache_dir",
     "data/decode_pool.py": "the cores this process may use: how many processes decode an image "
-    "folder of 2048 files or more (tests/test_decoded_cache.py runs one and two)",
+    "folder of 2048 files or more (tests/data/test_decoded_cache.py runs one and two)",
     "evaluation/engines/cost.py": "the device type: evaluate.py's duration estimate is made for "
-    "a CPU only, where the step costs were measured (tests/test_newcomer.py: cpu and cuda)",
+    "a CPU only, where the step costs were measured (tests/cli/test_newcomer.py: cpu and cuda)",
     "engine/threads.py": "the cores of the process's CPU affinity, the 1-minute load average and "
-    "OMP_NUM_THREADS: threads=auto (DECISIONS; tests/test_threads.py forces each)",
+    "OMP_NUM_THREADS: threads=auto (DECISIONS; tests/engine/test_threads.py forces each)",
     "cli/launchers.py": "sbatch and srun on PATH: hydra/launcher=submitit_slurm",
     "cli/train.py": "LOCAL_RANK and NODE_RANK: only the first process prints the run's summary",
     "cli/sweep.py": "the sweep's size and evaluate flag, passed to its members in the environment",
-    "engine/training.py": "DPDC_RUN_DIR: a DDP process started by rank 0 (tests/test_ddp.py)",
+    "engine/training.py": "DPDC_RUN_DIR: a DDP process started by rank 0 "
+    "(tests/engine/test_ddp.py)",
     "engine/run_folder.py": "DPDC_RUN_DIR and NODE_RANK: the run folder of a DDP process "
-    "(tests/test_ddp.py)",
+    "(tests/engine/test_ddp.py)",
     "privacy/receipts/report.py": "the Python version, recorded in privacy.json (no branch)",
     "evaluation/train_test.py": "the evaluation's device type: eval.workers > 1 is refused off the "
-    "CPU (tests/test_evaluation.py forces a GPU)",
+    "CPU (tests/evaluation/test_evaluation.py forces a GPU)",
     "evaluation/workers.py": "this process's intra-op threads: shared out between the eval.workers "
     "processes (no branch)",
 }

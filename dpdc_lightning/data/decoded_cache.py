@@ -14,7 +14,8 @@ file again (in parallel, 1 MiB reads): a stat-based key (size, mtime) would keep
 pixels after an edit that keeps both (``cp -p``, ``rsync -t``, ``tar x``, a coarse clock), and
 the run would condense other records than the folder holds. Hashing reads the bytes but decodes
 nothing: about a seventh of the decode's time for 32x32 PNGs, yet 49 s a load for a million files
-on a loaded 2-core machine (benchmarks/results/large_data_cpu.md), the price of that guarantee.
+on a loaded 2-core machine (benchmarks/results/scale/large_data_cpu.md), the price of that
+guarantee.
 
 Format: numpy's ``.npy`` (``np.lib.format.open_memmap``): uint8 [N, C, H, W], memory-mapped
 copy-on-write (``mmap_mode="c"``), so a set larger than memory is paged in as sampled, every

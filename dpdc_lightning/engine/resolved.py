@@ -6,8 +6,8 @@ augmentation it runs with), the data set to read, the privacy settings, the trai
 the output settings (where the run folder goes, and the released forms of the config that the
 folder, the TensorBoard hparams and privacy.json's ``config_sha256`` carry). Everything below the
 command line and the public entry points (``train``, ``condense``) takes the part it needs, never
-the whole config (tests/test_signatures.py counts the signatures). The privacy plan, made from
-these parts and the data's public shape, is the run's other frozen part (privacy/plan.py).
+the whole config (tests/architecture/test_signatures.py counts the signatures). The privacy plan,
+made from these parts and the data's public shape, is the run's other frozen part (privacy/plan.py).
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ read what the machine offers now, set torch, say it once per process.
 
 Torch starts with a thread per core. On a machine shared with other jobs those threads spin
 waiting for each other while the other jobs hold the cores, and a run slows down several times
-(benchmarks/results/threads_cpu.md); so by default a command computes with the cores that are free.
-"""
+(benchmarks/results/speed/threads_cpu.md); so by default a command computes with the cores that are
+free."""
 
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def own_load() -> float:
     """This process's own part of the 1-minute load average. A command decides after its imports
     (10-40 s of one busy core), and the kernel's average already counts that work: uncorrected, a
     near-idle 2-core machine at load 0.3 read about 0.5 by then and ``auto`` chose one thread
-    (benchmarks/results/threads_cpu.md). A process runnable for all of its CPU time t (seconds,
+    (benchmarks/results/speed/threads_cpu.md). A process runnable for all of its CPU time t
+    (seconds,
     spent in the last minute or so) adds 1 - exp(-t/60), the kernel's 1-minute decay; never more
     than 1 (one thread was busy while the choice was not made yet)."""
     return 1.0 - math.exp(-time.process_time() / 60.0)

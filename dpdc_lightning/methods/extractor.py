@@ -4,8 +4,9 @@
 process of a sharded run, and a resumed run, uses the same θ at the same step.
 
 Speed options and their "auto" values were chosen by measuring, side by side with the DPDC authors'
-loop (benchmarks/ndpdc_vs_reference_speed.py, benchmarks/results/ndpdc_vs_reference_speed_cpu.md,
-and benchmarks/ndpdc_speed.py for the variants alone).
+loop (benchmarks/speed/ndpdc_vs_reference_speed.py,
+benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md,
+and benchmarks/speed/ndpdc_speed.py for the variants alone).
 """
 
 from __future__ import annotations
@@ -129,7 +130,7 @@ class RandomExtractor:
         noises in float64. ``compile`` wraps the embedding in ``torch.compile`` with static shapes.
         All are speed options: features agree with the float32 defaults up to rounding, except bf16
         (and TF32), which round the convolutions; the compiled backward moves image gradients by
-        1e-4..1e-3 relative (measured, benchmarks/results/ndpdc_vs_reference_speed_cpu.md)."""
+        1e-4..1e-3 relative (measured, benchmarks/results/speed/ndpdc_vs_reference_speed_cpu.md)."""
         if memory_format not in MEMORY_FORMATS:
             raise ValueError(
                 f"memory_format must be one of {MEMORY_FORMATS}, got {memory_format!r}"

@@ -31,7 +31,8 @@ a run is refused does not depend on private data.
 Not counted: the Python and torch runtime (about 0.5-1 GiB resident), the test split, allocator
 slack, cuDNN
 workspaces and compile caches. Measured against the growth of a run's peak resident memory on the
-CPU (benchmarks/memory_estimate.py, benchmarks/results/memory_estimate_cpu.md), that growth was
+CPU (benchmarks/scale/memory_estimate.py, benchmarks/results/scale/memory_estimate_cpu.md), that
+growth was
 0.87-1.11 times the estimate for every method (LDPDC aside: its 1 MiB is below the allocator's
 granularity). A run is refused only when the estimate exceeds the memory available; one that
 passes close to the limit may still fail.

@@ -7,7 +7,7 @@ for the outputs).
 
 ``audit.py check`` runs :func:`.cases.check_cases` of one method through
 :func:`.running.train_tokens` (what ``python train.py TOKENS`` does for one run);
-tests/test_neighbouring.py runs the whole matrix through the command line's own ``train_main``
+tests/audit/test_neighbouring.py runs the whole matrix through the command line's own ``train_main``
 (sweeps included) by passing it as ``runner``.
 
 D' is D with one record removed (``privacy.class_sizes=private``: the add/remove relation of the

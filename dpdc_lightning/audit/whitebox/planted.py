@@ -15,8 +15,8 @@ sensitivity, so the claimed ε is unchanged. Each works on any registered privat
   summed twice: for each canary's test, "this record's weight is doubled").
 
 Nothing outside ``dpdc_lightning.audit`` imports this module, no config key selects a variant,
-and ``audit.py whitebox`` always audits the correct call (tests/test_audit_whitebox.py checks all
-three).
+and ``audit.py whitebox`` always audits the correct call (tests/audit/test_audit_whitebox.py checks
+all three).
 """
 
 from __future__ import annotations

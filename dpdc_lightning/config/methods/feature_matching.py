@@ -10,7 +10,7 @@ from dpdc_lightning.config.methods.base import MethodConfig
 from dpdc_lightning.config.schema import at_least_one, positive
 from dpdc_lightning.errors import UserError
 
-# Extractor speed options (methods/extractor.py; benchmarks/results/ndpdc_speed_*.md).
+# Extractor speed options (methods/extractor.py; benchmarks/results/speed/ndpdc_speed_*.md).
 FORWARD_MODES = ("loop", "batched", "auto")
 MEMORY_FORMATS = ("contiguous", "channels_last", "auto")
 # tf32: TensorFloat-32 on CUDA (Ampere+); a no-op elsewhere
@@ -24,8 +24,8 @@ class FeatureMatchingConfig(MethodConfig):
     memory_format are exact up to rounding; compile moves image gradients by 1e-4..1e-3 relative;
     autocast bf16 by a few percent). ``clip_gradient``: the gradient through the clipping of
     SYNTHETIC features, exact (default, by measurement:
-    benchmarks/results/clip_gradient_fashion_mnist_cpu.md) or the factor held constant as in the
-    DPDC authors' code (same values)."""
+    benchmarks/results/utility/clip_gradient_fashion_mnist_cpu.md) or the factor held constant as
+    in the DPDC authors' code (same values)."""
 
     dsa_strategy: str = "color_crop_cutout_flip_scale_rotate"
     forward: str = "auto"

@@ -15,7 +15,8 @@ and pays back within one run's test pass, the training graph needs a few hundred
 16x16 images the training graph needs about 700. The constants are CPU seconds measured on this
 project's 2-core CPU from a cold inductor cache (the first evaluation on a machine; later processes
 find the compiled kernels on disk and compile in seconds, so the rule errs towards eager), side by
-side with the eager step (benchmarks/results/eval_defaults_speed_cpu.md and eval_speed_cpu.md, with
+side with the eager step (benchmarks/results/speed/eval_defaults_speed_cpu.md and
+eval_speed_cpu.md, with
 the commands). The decision depends on the arguments only, never on a clock or on the state of a
 cache, so equal arguments train equal networks.
 """
@@ -49,14 +50,14 @@ class CompileCost:
 # small maps), so each measured size has its own crossover. Sizes below the smallest entry, other
 # architectures and other devices were not measured: auto leaves them eager (never slower than the
 # eager engine). All in process CPU seconds, one thread, cold inductor cache
-# (benchmarks/eval_compile_cost.py; CPU time moves much less with a shared machine's load than wall
-# time):
+# (benchmarks/speed/eval_compile_cost.py; CPU time moves much less with a shared machine's load
+# than wall time):
 #   256 (16x16, digits): compiling the training graph 24.3 s, step 0.137 -> 0.102 s per 100 images,
 #       crossover ~690 steps (17.7 M pixel-images). Its test graph was not measured: it stays eager.
 #   784 (28x28, FashionMNIST): compiling 28.4 s, step 0.600 -> 0.436 s per 100 images (~170 steps,
 #       13.3 M pixel-images); the test graph 6.6 s, 2.87 -> 1.77 s per 1024 test images.
 # The crossover in wall time on the shared CPU, and the default against the older evaluator:
-# benchmarks/results/eval_defaults_speed_cpu.md.
+# benchmarks/results/speed/eval_defaults_speed_cpu.md.
 MEASURED: dict[tuple[str, str], dict[int, dict[str, CompileCost]]] = {
     ("cpu", "convnet"): {
         256: {

@@ -1,7 +1,8 @@
 """``eval.engine=lightning``: a Lightning Trainer per run
 (dpdc_lightning/engine/evaluation_module.py).
 
-The path cross-checked against the reference evaluator (benchmarks/results/evaluator_crosscheck.md);
+The path cross-checked against the reference evaluator
+(benchmarks/results/faithfulness/evaluator_crosscheck.md);
 the same batches and optimiser as the other engines, with Lightning running the loop.
 """
 

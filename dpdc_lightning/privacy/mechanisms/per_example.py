@@ -20,7 +20,7 @@ with Discriminative Information", supplement Alg. 2; the DP-SGD step of Abadi et
 Records are processed in chunks of ``chunk_size``: vmap holds one chunk's activations at a time and
 clipping one chunk's float64 copy; the float32 gradient rows of the whole sample are kept, since the
 method's release (methods/release.py) is a function of rows that the white-box audit calls too
-(benchmarks/results/psg_speed_cpu.md measures the trade-off).
+(benchmarks/results/speed/psg_speed_cpu.md measures the trade-off).
 """
 
 from __future__ import annotations

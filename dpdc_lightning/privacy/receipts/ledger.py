@@ -27,7 +27,8 @@ YAML file, a tensor file or a checkpoint (nested keys joined by dots, list items
 ``tag@step`` pattern of a TensorBoard event file, ``row.column`` of a table (summary.csv and
 summary.md), the ``data-source`` of a value report.html shows (``FILE:FIELD``, an image ``FILE``),
 ``*`` for a whole file, or, for printed text, a
-regular expression of the released part of a line. tests/test_neighbouring.py runs neighbouring
+regular expression of the released part of a line. tests/audit/test_neighbouring.py runs
+neighbouring
 data sets with the same secret and checks that every output outside :func:`ledger_for` the run's
 configuration is identical, and that with every mechanism output made equal nothing differs at all.
 """

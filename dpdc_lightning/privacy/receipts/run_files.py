@@ -2,9 +2,9 @@
 
 This module owns the run folder: every module that writes or reads a file in it takes the name (and,
 for an owner-only file, the permission) from here, and no other module of the package spells a run
-folder's file name (tests/test_run_files.py reads the package's source to keep it so). The manifest
-that seals the release (privacy/receipts/manifest.py), ``dpdc-privacy verify`` (which refuses a file
-this list does not name), the bundle writer (engine/bundle.py), the run's own state
+folder's file name (tests/privacy/test_run_files.py reads the package's source to keep it so). The
+manifest that seals the release (privacy/receipts/manifest.py), ``dpdc-privacy verify`` (which
+refuses a file this list does not name), the bundle writer (engine/bundle.py), the run's own state
 (engine/run_folder.py, privacy/mechanisms/secret.py) and the readers (evaluate, the audits, the
 report) all read it. Four kinds:
 

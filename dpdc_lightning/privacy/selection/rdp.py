@@ -15,7 +15,8 @@ arXiv:2110.03620). If one trial Q is (λ, ε(λ))-RDP at every order λ of a lis
   the best over the list.
 
 These are the conventions of dp-accounting's ``RepeatAndSelectDpEvent`` (its RDP accountant), which
-this module equals to float rounding at the same orders (tests/test_selection_accounting.py).
+this module equals to float rounding at the same orders
+(tests/selection/test_selection_accounting.py).
 An order ≤ 1 gets +∞ (neither theorem applies). ε' converts to (ε, δ) with the project's own
 conversion (privacy/accounting/analysis.py), so a selection's ε is comparable to every other ε it
 prints.

@@ -1,0 +1,133 @@
+"""What every reproduction script shares: condense a row through the package API (or resume or reuse
+it), the resumable results cache, and the cells and device line of a results table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from machine import cpu_model  # benchmarks/common/ is on sys.path wherever dpdc_repro is
+
+from dpdc_lightning.config import compose
+from dpdc_lightning.engine.training import train
+from dpdc_lightning.errors import UserError
+from dpdc_lightning.evaluation.results import ModelResult
+
+CACHE_FILE = "results.json"
+
+
+def condense_run(tokens: list[str], *, run_dir: Path, accelerator: str, label: str) -> Path:
+    """Run the condensation ``tokens`` describe into ``run_dir``, resume it from its checkpoint, or
+    reuse it when it already finished; returns the complete run directory."""
+    trainer = [f"trainer.accelerator={accelerator}", "trainer.enable_progress_bar=false"]
+    if (run_dir / "privacy.json").is_file():
+        return run_dir  # finished earlier; only its evaluation was missing
+    if (run_dir / "checkpoints" / "last.ckpt").is_file():
+        try:
+            return train(compose([f"resume={run_dir}", *trainer]))
+        except UserError as err:
+            print(f"[{label}] cannot resume ({err}); starting this row again", flush=True)
+    if run_dir.exists():  # an unfinished run of ours that cannot be continued
+        shutil.move(
+            str(run_dir), str(run_dir.with_name(f"{run_dir.name}.stale-{int(time.time())}"))
+        )
+    return train(compose([*tokens, f"run_dir={run_dir}", *trainer]))
+
+
+class ResultCache:
+    """Finished rows in ``<work-dir>/results.json``, written after every row so that an interrupted
+    invocation loses at most the row it was running. A row is reused only when its stored
+    ``fingerprint`` (everything that changes its numbers) equals the current one."""
+
+    def __init__(self, work_dir: Path) -> None:
+        self.path = work_dir / CACHE_FILE
+        self.rows: dict[str, Any] = json.loads(self.path.read_text()) if self.path.is_file() else {}
+
+    def get(self, key: str, fingerprint: Any) -> dict | None:
+        found = self.rows.get(key)
+        return found if found is not None and found.get("fingerprint") == fingerprint else None
+
+    def put(self, key: str, result: dict, fingerprint: Any) -> None:
+        self.rows[key] = {**result, "fingerprint": fingerprint}
+        self.rows.pop(partial_key(key), None)  # the finished row replaces its runs in progress
+        self.save()
+
+    def runs_done(self, key: str, fingerprint: Any, bundle: str) -> dict[int, float]:
+        """Evaluation runs of an unfinished row measured earlier on the bundle ``bundle`` (its
+        digest) under the same fingerprint: run index -> accuracy."""
+        found = self.rows.get(partial_key(key))
+        if found is None or found.get("fingerprint") != fingerprint or found["bundle"] != bundle:
+            return {}
+        return {int(r): a for r, a in found["runs"].items()}
+
+    def put_run(
+        self, key: str, fingerprint: Any, bundle: str, run: int, accuracy: float, seconds: float
+    ) -> None:
+        """Store run ``run`` of an unfinished row, and the wall ``seconds`` its training took."""
+        done = self.runs_done(key, fingerprint, bundle)
+        done[run] = accuracy
+        self.rows[partial_key(key)] = {
+            "fingerprint": fingerprint,
+            "bundle": bundle,
+            "runs": {str(r): a for r, a in sorted(done.items())},
+            "eval_s": self.earlier_eval_s(key, fingerprint, bundle) + seconds,
+        }
+        self.save()
+
+    def resume_point(
+        self, key: str, fingerprint: Any, bundle: str
+    ) -> tuple[dict[int, float], float]:
+        """``runs_done`` and ``earlier_eval_s`` together: where an unfinished row goes on."""
+        return self.runs_done(key, fingerprint, bundle), self.earlier_eval_s(
+            key, fingerprint, bundle
+        )
+
+    def earlier_eval_s(self, key: str, fingerprint: Any, bundle: str) -> float:
+        """Wall seconds spent on the runs that ``runs_done`` returns (in earlier invocations)."""
+        if not self.runs_done(key, fingerprint, bundle):
+            return 0.0
+        return float(self.rows[partial_key(key)].get("eval_s", 0.0))
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.rows, indent=2) + "\n")
+        os.replace(tmp, self.path)  # a crash mid-write never loses the rows already done
+
+
+def partial_key(key: str) -> str:
+    """Where an unfinished row's measured evaluation runs are kept in the cache."""
+    return f"{key}#runs"
+
+
+def accuracy_cell(accuracies: list[float]) -> str:
+    return ModelResult(model="convnet", accuracies=accuracies).cell()  # mean ± population std, in %
+
+
+def runs_text(runs: int) -> str:
+    return f"{runs} run" + ("s" if runs != 1 else "")
+
+
+def device_name(accelerator: str) -> str:
+    """The device the rows ran on, short enough for a table cell: the GPU's name, else the CPU's."""
+    if torch.cuda.is_available() and accelerator != "cpu":
+        return torch.cuda.get_device_name(0)
+    return f"{cpu_model()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+
+
+def device_line(accelerator: str) -> str:
+    gpu = (
+        torch.cuda.get_device_name(0)
+        if torch.cuda.is_available() and accelerator != "cpu"
+        else None
+    )
+    return (f"{gpu}; " if gpu else "") + (
+        f"{cpu_model()}, {torch.get_num_threads()} torch threads; "
+        f"torch {torch.__version__}, Python {platform.python_version()}"
+    )

@@ -1,0 +1,305 @@
+"""benchmarks/faithfulness/reproduce.py: its arguments, its published-number lookup, its table and figure, and
+(slow) one tiny run end to end that a second invocation takes entirely from the cache."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+
+from dpdc_repro.plan import SCALES  # noqa: E402
+from dpdc_repro.published import published_for  # noqa: E402
+
+SCRIPT = "benchmarks/faithfulness/reproduce.py"
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--rows", "dm,nonsense"], "nonsense"),
+        (["--scale", "huge"], "huge"),
+        (["--eval-runs", "0"], "positive integer"),
+        (["--dataset", "imagenet"], "imagenet"),
+        (["--out", "table.txt"], ".md"),
+    ],
+)
+def test_bad_arguments_give_one_error_line_and_exit_2(args, named, repo_root, cli_env, tmp_path):
+    done = subprocess.run(
+        [sys.executable, SCRIPT, "--work-dir", str(tmp_path / "work"), *args],
+        cwd=repo_root,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert (
+        done.returncode == 2
+        and len(lines) == 1
+        and lines[0].startswith("error:")
+        and named in lines[0]
+    ), done.stderr
+    assert not (tmp_path / "work").exists() and done.stdout == ""
+
+
+def test_rows_select_by_method_or_key_without_repeats():
+    sys.path.insert(0, str(ROOT / "benchmarks" / "faithfulness"))
+    from reproduce import select
+
+    rows = SCALES["cpu"].rows
+    assert [r.key for r in select("ndpdc", rows)] == ["ndpdc_eps1", "ndpdc_eps5_45"]
+    assert [r.key for r in select("ldpdc_eps1,ldpdc,dm", rows)] == [
+        "ldpdc_eps1",
+        "ldpdc_eps5_45",
+        "dm",
+    ]
+    assert {r.method for r in select("all", rows)} == {
+        "dm",
+        "ldpdc",
+        "ndpdc",
+        "dc",
+        "psg",
+        "psg_generator",
+        "dosser",
+    }
+    with pytest.raises(ValueError, match="psg_gen"):
+        select("psg_gen", rows)
+
+
+def test_every_scale_runs_every_method_and_only_paper_is_unreduced():
+    for scale in SCALES.values():
+        assert {r.method.removesuffix("_pea") for r in scale.rows} == {
+            "dm",
+            "ldpdc",
+            "ndpdc",
+            "dc",
+            "psg",
+            "psg_generator",
+            "dosser",
+        }
+        assert len({r.key for r in scale.rows}) == len(scale.rows)
+    assert all(s.eval_epochs < 1000 or s.eval_runs < 5 for n, s in SCALES.items() if n != "paper")
+    paper = SCALES["paper"]
+    assert (paper.eval_epochs, paper.eval_runs, paper.test_size) == (1000, 5, None)
+
+
+def test_published_numbers_match_dataset_ipc_and_epsilon():
+    ndpdc = published_for("ndpdc", dataset="fashion_mnist", ipc=50, epsilon=5.4427)
+    assert ndpdc.accuracy == "82.72 ± 0.35" and "Table 1" in ndpdc.source
+    assert (
+        published_for("ndpdc", dataset="fashion_mnist", ipc=50, epsilon=0.99).accuracy
+        == "78.79 ± 0.37"
+    )
+    assert (
+        published_for("ndpdc", dataset="fashion_mnist", ipc=10, epsilon=1.0).accuracy
+        == "77.7 ± 0.6"
+    )
+    assert published_for("psg", dataset="fashion_mnist", ipc=10, epsilon=1.0).accuracy == "68.5"
+    assert (
+        published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=None).accuracy
+        == "86.90 ± 0.44"
+    )
+    # two published ε within 10 % of ours: the nearest (LDPDC at σ = √d, ε 1.06, and at ε 1)
+    for epsilon, expected in ((0.999, "63.64 ± 0.76"), (1.059, "63.95 ± 0.42")):
+        found = published_for("ldpdc", dataset="fashion_mnist", ipc=50, epsilon=epsilon)
+        assert found.accuracy == expected
+    # a different ε, IPC, dataset or privacy status has no published number
+    assert published_for("ndpdc", dataset="fashion_mnist", ipc=10, epsilon=5.45) is None
+    assert published_for("ldpdc", dataset="fashion_mnist", ipc=10, epsilon=1.0) is None
+    assert published_for("ndpdc", dataset="digits", ipc=50, epsilon=5.45) is None
+    assert published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=1.0) is None
+    assert published_for("dc", dataset="fashion_mnist", ipc=10, epsilon=None) is None
+
+
+def fake_result(accuracies, epsilon):
+    return {
+        "accuracies": accuracies,
+        "epsilon": epsilon,
+        "delta": 1e-5 if epsilon else None,
+        "noise_multiplier": 1.0 if epsilon else None,
+        "data_steps": 100,
+        "free_steps": 0,
+        "ipc": 10,
+        "condense_s": 61.0,
+        "eval_s": 30.0,
+        "device": "test CPU",
+        "protocol": {"epochs": 30, "runs": 2},
+    }
+
+
+def test_table_and_figure_show_finished_rows_and_the_banner(tmp_path):
+    from dpdc_repro.report import write_outputs
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    scale = SCALES["cpu"]
+    results = {
+        "ndpdc_eps1": fake_result([0.70, 0.74], 0.995),
+        "dm": fake_result([0.80, 0.80], None),
+    }
+    out = tmp_path / "reproduce.md"
+    text = write_outputs(
+        out,
+        list(scale.rows),
+        results,
+        scale=scale,
+        dataset="fashion_mnist",
+        protocol=EvalProtocol(epochs=30, runs=2),
+        seed=0,
+        accelerator="cpu",
+        command="python x",
+        test_size=2000,
+    )
+    assert (
+        "REDUCED PROTOCOL" in text
+        and out.read_text().startswith(text)
+        and "first 2000 records" in text
+    )
+    ndpdc = next(
+        line for line in text.splitlines() if line.startswith("| NDPDC") and "0.995" in line
+    )
+    assert (
+        "72.00 ± 2.00" in ndpdc
+        and "77.7 ± 0.6 (Zheng et al. (Dosser) Table 1, IPC 10, ε 1)" in ndpdc
+    )
+    assert "| 61 s | 30 s | test CPU |" in ndpdc and "30 epochs x 2 runs" in ndpdc
+    assert text.count("(not run yet)") == len(scale.rows) - 2
+    figure = out.with_suffix(".png").read_bytes()
+    assert figure.startswith(b"\x89PNG")
+    # --redraw reads the table's own numbers back: the same points, so the same figure
+    from dpdc_repro.report import draw, points_from_markdown
+
+    from dpdc_lightning.plots.accuracy import Point
+
+    points = points_from_markdown(out.read_text(), list(scale.rows))
+    assert points == {"NDPDC": [Point(1.0, 72.0, 2.0, 2)], "DM": [Point(None, 80.0, 0.0, 2)]}
+    assert draw(points) == figure
+
+
+@pytest.mark.slow  # every method at the tiny scale on digits, then again from the cache: ~4 min on 2 cores
+def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
+    tmp_path, repo_root, cli_env
+):
+    out = tmp_path / "tiny.md"
+    command = [
+        sys.executable,
+        SCRIPT,
+        "--scale",
+        "tiny",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+    ]
+    first = subprocess.run(
+        command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=900
+    )
+    assert first.returncode == 0, first.stderr[-2000:]
+    text = out.read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "IPC 2" in line]
+    assert (
+        len(rows) == len(SCALES["tiny"].rows)
+        and "not run yet" not in text
+        and "REDUCED PROTOCOL" in text
+    )
+    assert all(re.search(r"\| \d+\.\d\d ± \d+\.\d\d \|", row) for row in rows)
+    assert out.with_suffix(".png").is_file()
+    cache = json.loads((tmp_path / "work" / "results.json").read_text())
+    assert len(cache) == len(SCALES["tiny"].rows)
+    again = subprocess.run(
+        command, cwd=repo_root, env=cli_env, capture_output=True, text=True, timeout=300
+    )
+    assert again.returncode == 0 and again.stdout.count("cached, skipped") == len(
+        SCALES["tiny"].rows
+    ), again.stdout
+    assert "running" not in again.stdout
+    dry = subprocess.run(
+        [*command, "--dry-run"],
+        cwd=repo_root,
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert (
+        dry.returncode == 0
+        and dry.stdout.count("cached") == len(SCALES["tiny"].rows)
+        and "estimated work" in dry.stdout
+    )
+
+
+def test_an_unfinished_rows_runs_are_kept_for_the_same_bundle_only(tmp_path):
+    """A paper-scale evaluation (hours a run on a CPU) resumes by run: runs measured on a bundle
+    are offered back for that bundle and fingerprint only, and the finished row replaces them."""
+    from dpdc_repro.common import ResultCache
+
+    cache = ResultCache(tmp_path)
+    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 2, 0.61, 100.0)
+    cache.put_run("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a", 0, 0.63, 50.0)
+    again = ResultCache(tmp_path)  # as the next invocation reads it
+    assert again.resume_point("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a")[1] == 150.0
+    assert again.resume_point("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-b") == ({}, 0.0)
+    assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a") == {
+        0: 0.63,
+        2: 0.61,
+    }
+    assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-b") == {}
+    assert again.runs_done("fm/paper/seed0/ldpdc", {"epochs": 300}, "digest-a") == {}
+    assert again.runs_done("fm/paper/seed0/ndpdc", {"epochs": 1000}, "digest-a") == {}
+    assert again.get("fm/paper/seed0/ldpdc", {"epochs": 1000}) is None  # not finished
+    again.put("fm/paper/seed0/ldpdc", {"accuracies": [0.63, 0.6, 0.61]}, {"epochs": 1000})
+    finished = ResultCache(tmp_path)
+    assert finished.runs_done("fm/paper/seed0/ldpdc", {"epochs": 1000}, "digest-a") == {}
+    assert finished.get("fm/paper/seed0/ldpdc", {"epochs": 1000})["accuracies"][1] == 0.6
+
+
+def test_an_unfinished_row_shows_its_finished_runs_apart_from_the_results(tmp_path, capsys):
+    """`--table-only` writes the table from the cache alone: a row whose evaluation stopped after
+    some runs shows them as "in progress" (and its resume is the same command), never as a result:
+    neither the figure nor the summary's record reads it."""
+    import reproduce
+    from dpdc_repro.common import ResultCache
+    from dpdc_repro.run import fingerprint
+    from summary import read_reproduce_json
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    scale = SCALES["paper"]
+    row = next(r for r in scale.rows if r.key == "ldpdc")
+    print_ = fingerprint(
+        row, dataset="digits", seed=0, protocol=EvalProtocol(epochs=1000, runs=5), test_size=None
+    )
+    cache = ResultCache(tmp_path / "work")
+    cache.put_run("digits/paper/seed0/ldpdc", print_, "digest-a", 2, 0.61, 100.0)
+    cache.put_run("digits/paper/seed0/ldpdc", print_, "digest-a", 0, 0.64, 100.0)
+    cache.put_run("digits/paper/seed0/dm", {"other": "fingerprint"}, "digest-b", 0, 0.9, 1.0)
+    out = tmp_path / "table.md"
+    argv = ["--scale", "paper", "--dataset", "digits", "--work-dir", str(tmp_path / "work")]
+    assert reproduce.main([*argv, "--out", str(out), "--table-only"]) == 0
+    lines = out.read_text().splitlines()
+    ldpdc = next(line for line in lines if line.startswith("| LDPDC | IPC 50, L 50, σ = √d"))
+    assert "(in progress)" in ldpdc and "2 runs done (runs 0, 2)" in ldpdc
+    assert "62.50 ± 1.50 so far" in ldpdc
+    dm = next(line for line in lines if line.startswith("| DM |"))
+    assert "(not run yet)" in dm  # another fingerprint's runs are not this row's
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert record["rows"] == [] and read_reproduce_json(out.with_suffix(".json")) == []
+    assert record["in_progress"] == [
+        {
+            "key": "ldpdc",
+            "method": "ldpdc",
+            "label": "LDPDC",
+            "setting": row.setting,
+            "planned_runs": 5,
+            "accuracies": {"0": 0.64, "2": 0.61},
+        }
+    ]
+    assert not out.with_suffix(".png").exists()  # nothing finished: nothing to draw
+    assert not list((tmp_path / "work").glob("runs*"))  # nothing ran
