@@ -395,7 +395,10 @@ def test_whitebox_run_verifies_first_and_audits_the_bundles_own_plan(tmp_path, c
     from dpdc_lightning.cli.commands import train_main
 
     generator = torch.Generator().manual_seed(33)
-    for name, count in (("data.pt", 48), ("test.pt", 8)):  # the data path is read from provenance
+    # 40 records a class: the released sizes (noise std 4.06 at count ε 1) fall below the expected
+    # sample of 3, which refuses the run, with probability 4 x Φ(-37 / 4.06) < 1e-18; at 12 a class
+    # (as first written) the secret noise refused one run in 20.
+    for name, count in (("data.pt", 160), ("test.pt", 8)):  # the data path is read from provenance
         images = torch.rand(count, 1, 8, 8, generator=generator)
         torch.save({"images": images, "labels": torch.arange(count) % 4}, tmp_path / name)
     run_dir = tmp_path / "run"
