@@ -199,6 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         for r in scale.rows
     }
     key = f"{dataset}/{scale.name}/seed{args.seed}/{{}}".format
+    out = Path(args.out or default_out(dataset, scale.name))
+    # the committed table's finished rows: a work dir on a fresh machine starts without them
+    for taken in cache.adopt(
+        out.with_suffix(".json"), {r.key: (key(r.key), prints[r.key]) for r in scale.rows}
+    ):
+        print(f"[{taken}] taken from {out.with_suffix('.json').name} (same fingerprint)")
     # every finished row of the scale goes in the table, so a --rows subset adds to it
     results = {
         r.key: found
@@ -218,7 +224,6 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         return 0
-    out = Path(args.out or default_out(dataset, scale.name))
 
     def progress() -> dict[str, dict[int, float]]:
         """Unfinished rows' finished evaluation runs, under this invocation's fingerprints."""

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
+# each test imports from these on its own, whatever ran before it (xdist shares tests out)
+sys.path[:0] = [str(ROOT / "benchmarks" / d) for d in ("common", "faithfulness", "tables")]
 
 from dpdc_repro.plan import SCALES  # noqa: E402
 from dpdc_repro.published import published_for  # noqa: E402
@@ -303,3 +304,51 @@ def test_an_unfinished_row_shows_its_finished_runs_apart_from_the_results(tmp_pa
     ]
     assert not out.with_suffix(".png").exists()  # nothing finished: nothing to draw
     assert not list((tmp_path / "work").glob("runs*"))  # nothing ran
+
+
+def test_a_fresh_work_dir_takes_the_committed_rows_back_with_the_same_fingerprint(tmp_path, capsys):
+    """A paper row takes hours; its cache lives on one machine. A fresh machine (an empty work
+    dir) rewriting the table takes the finished rows back from the committed ``.json``, and only
+    rows whose stored fingerprint equals the current one: a row of another protocol, or one
+    written without a fingerprint, stays out, and the row is shown as it was."""
+    import reproduce
+    from dpdc_repro.common import ResultCache
+    from dpdc_repro.run import fingerprint
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    scale = SCALES["paper"]
+    rows = {r.key: r for r in scale.rows}
+    protocol = EvalProtocol(epochs=1000, runs=5)
+
+    def print_(key: str, **changed) -> dict:
+        found = fingerprint(rows[key], dataset="digits", seed=0, protocol=protocol, test_size=None)
+        return {**found, **changed}
+
+    written = tmp_path / "first"
+    cache = ResultCache(written)
+    for key, accuracies in (("ldpdc", [0.61, 0.63]), ("dm", [0.9, 0.92]), ("ndpdc", [0.8, 0.82])):
+        result = {"accuracies": accuracies, "epsilon": 1.0, "noise_multiplier": 1.0, "delta": 1e-5}
+        result |= {"ipc": 50, "data_steps": 50}
+        result |= {"free_steps": 0, "condense_s": 1.0, "eval_s": 2.0, "device": "cpu"}
+        result |= {"protocol": {"epochs": 1000, "runs": 5}, "test_size": 10000}
+        cache.put(f"digits/paper/seed0/{key}", result, print_(key))
+    out = tmp_path / "table.md"
+    argv = ["--scale", "paper", "--dataset", "digits", "--out", str(out), "--table-only"]
+    assert reproduce.main([*argv, "--work-dir", str(written)]) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert {r["key"] for r in record["rows"]} == {"ldpdc", "ndpdc", "dm"}
+    by_key = {r["key"]: r for r in record["rows"]}
+    del by_key["ndpdc"]["fingerprint"]  # as a table written before fingerprints were stored
+    by_key["dm"]["fingerprint"] = print_("dm", test_size=7)  # measured under another protocol
+    out.with_suffix(".json").write_text(json.dumps(record))
+    table = out.read_text()
+    capsys.readouterr()
+    assert reproduce.main([*argv, "--work-dir", str(tmp_path / "fresh")]) == 0
+    assert capsys.readouterr().out.count("taken from table.json") == 1
+    again = json.loads(out.with_suffix(".json").read_text())
+    assert [r["key"] for r in again["rows"]] == ["ldpdc"]
+    assert again["rows"][0]["accuracies"] == [0.61, 0.63]
+    ldpdc = next(line for line in out.read_text().splitlines() if line.startswith("| LDPDC |"))
+    assert ldpdc in table.splitlines()  # the row as it was
+    assert not (tmp_path / "fresh").exists()  # --table-only wrote no cache

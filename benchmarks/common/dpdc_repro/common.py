@@ -94,6 +94,23 @@ class ResultCache:
             return 0.0
         return float(self.rows[partial_key(key)].get("eval_s", 0.0))
 
+    def adopt(self, record: Path, wanted: dict[str, tuple[str, Any]]) -> list[str]:
+        """Finished rows of a committed table's ``.json`` (``report.record``) taken into the cache,
+        so that a fresh machine (an empty work dir) keeps them in the table it rewrites: ``wanted``
+        maps a row key to its cache key and current fingerprint; a row is taken only when its
+        stored fingerprint equals that one and the cache has no finished row there. Returns the
+        row keys taken. A row written before tables stored fingerprints is never taken."""
+        if not record.is_file():
+            return []
+        taken = []
+        for row in json.loads(record.read_text()).get("rows", []):
+            key, fingerprint = wanted.get(row.get("key"), (None, None))
+            if key is None or row.get("fingerprint") != fingerprint or key in self.rows:
+                continue
+            self.rows[key] = dict(row)
+            taken.append(row["key"])
+        return taken  # in memory: the next put saves them with the rest
+
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
@@ -115,10 +132,14 @@ def runs_text(runs: int) -> str:
 
 
 def device_name(accelerator: str) -> str:
-    """The device the rows ran on, short enough for a table cell: the GPU's name, else the CPU's."""
+    """The device a row ran on, short enough for a table cell: the GPU's name, else the CPU's with
+    its vector unit (two machines both named "AMD EPYC" differ twofold: AVX2 against AVX-512)."""
     if torch.cuda.is_available() and accelerator != "cpu":
         return torch.cuda.get_device_name(0)
-    return f"{cpu_model()} ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    return (
+        f"{cpu_model()} {torch.backends.cpu.get_cpu_capability()} "
+        f"({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    )
 
 
 def device_line(accelerator: str) -> str:

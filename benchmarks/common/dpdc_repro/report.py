@@ -118,9 +118,9 @@ def markdown(
         + f": {protocol.describe()}; "
         "accuracy % is the mean ± std over these runs of ONE condensation per row (the condensation's own "
         "randomness is not in the std)",
-        f"- seed {seed}; device: {device_line(accelerator)}; {os.cpu_count()} cores, torch CPU capability "
-        f"{torch.backends.cpu.get_cpu_capability()}, shared with other jobs (load average at the end "
-        f"{' / '.join(f'{x:.1f}' for x in os.getloadavg())})",
+        f"- seed {seed}; each row's device is in its column; this file written on {device_line(accelerator)}; "
+        f"{os.cpu_count()} cores, torch CPU capability {torch.backends.cpu.get_cpu_capability()}, load "
+        f"average at the end {' / '.join(f'{x:.1f}' for x in os.getloadavg())}",
         "- condense wall: the whole condensation (a DP auxiliary set included); evaluate wall: all runs "
         'together; "(continued)": resumed after an interruption, the last part only; all rows of this '
         f"file: {minutes(sum(r['condense_s'] + r['eval_s'] for r in done))}",
@@ -229,7 +229,8 @@ def record(
                 "label": r.label,
                 "setting": r.setting,
                 "eval_pea": r.eval_pea,
-                **{k: v for k, v in results[r.key].items() if k not in ("run_dir", "fingerprint")},
+                # the fingerprint stays: a fresh machine takes the row back from this record
+                **{k: v for k, v in results[r.key].items() if k != "run_dir"},
             }
             for r in rows
             if r.key in results
