@@ -18,6 +18,11 @@ process CPU seconds per image-pass, one thread, after a warm-up that includes an
 time moves far less than wall time on a shared machine (every row states the load). The projected
 wall time of the protocol = CPU time per image-pass x image-passes / cores busy, i.e. perfect use of
 every core (two runs side by side in two processes reach it closely; intra-op threads less so).
+
+Where the CPU computes bfloat16 natively (AVX512-BF16 or AMX-BF16 in its flags), each variant is
+timed again under bf16 autocast, against the measured bf16 product's rate: the reduced-precision
+lever of the evaluation. Without those units bf16 is emulated (24x slower per NDPDC step on an
+AVX2 EPYC, results/speed/ndpdc_vs_reference_speed_cpu.md) and is not timed.
 """
 
 from __future__ import annotations
@@ -49,15 +54,27 @@ IMAGES, EPOCHS, RUNS, TEST = 500, 1000, 5, 10_000
 PASSES = (EPOCHS + 1) * IMAGES * RUNS
 
 
-def flops_per_cycle() -> tuple[int, str]:
-    """fp32 FLOP per cycle per core from the vector extensions the kernel reports (two FMA pipes,
-    as every x86 server core since Haswell / Zen 2 has; a core with one 512-bit pipe halves it)."""
-    flags = set()
+def cpu_flags() -> set[str]:
+    """The first core's flags as the kernel reports them (empty where /proc/cpuinfo is absent)."""
     if Path("/proc/cpuinfo").is_file():
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def native_bf16() -> str | None:
+    """The CPU's bfloat16 unit, or None where bf16 would be emulated in fp32 instructions."""
+    flags = cpu_flags()
+    if "amx_bf16" in flags:
+        return "AMX-BF16"
+    return "AVX512-BF16" if "avx512_bf16" in flags else None
+
+
+def flops_per_cycle() -> tuple[int, str]:
+    """fp32 FLOP per cycle per core from the vector extensions the kernel reports (two FMA pipes,
+    as every x86 server core since Haswell / Zen 2 has; a core with one 512-bit pipe halves it)."""
+    flags = cpu_flags()
     if "avx512f" in flags:
         return 64, "AVX-512 (2 x 16 fp32 FMA per cycle)"
     if "avx2" in flags and "fma" in flags:
@@ -73,9 +90,9 @@ def clock_ghz() -> float:
     return float("nan")
 
 
-def matmul_gflops(size: int = 2048, repeats: int = 8) -> float:
-    """Best float32 GFLOP/s of one thread on a square product (CPU time)."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def matmul_gflops(size: int = 2048, repeats: int = 8, dtype: torch.dtype = torch.float32) -> float:
+    """Best GFLOP/s of one thread on a square product in ``dtype`` (CPU time)."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     best = 0.0
     for _ in range(repeats):
@@ -129,8 +146,9 @@ def flops_per_test_image() -> float:
     return counter.get_total_flops()
 
 
-def time_variant(*, compiled: bool, channels_last: bool, steps: int) -> float:
-    """Process CPU seconds per image-pass of the protocol's training step (after warm-up)."""
+def time_variant(*, compiled: bool, channels_last: bool, steps: int, bf16: bool = False) -> float:
+    """Process CPU seconds per image-pass of the protocol's training step (after warm-up), under
+    bf16 autocast if ``bf16``."""
     memory_format = torch.channels_last if channels_last else torch.contiguous_format
     network, protocol, batches = setup(memory_format)
     network = network.to(memory_format=memory_format)
@@ -145,13 +163,14 @@ def time_variant(*, compiled: bool, channels_last: bool, steps: int) -> float:
         for value in state.params.values():
             if value.dim() == 4:
                 value.data = value.data.contiguous(memory_format=memory_format)
-    for _ in range(4):  # two epochs: both batch shapes (256 and 244), compiled if asked
-        state.step(*next(batches))
-    images, start = 0, time.process_time()
-    for _ in range(steps):
-        x, y = next(batches)
-        state.step(x, y)
-        images += len(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for _ in range(4):  # two epochs: both batch shapes (256 and 244), compiled if asked
+            state.step(*next(batches))
+        images, start = 0, time.process_time()
+        for _ in range(steps):
+            x, y = next(batches)
+            state.step(x, y)
+            images += len(x)
     return (time.process_time() - start) / images
 
 
@@ -201,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     ghz = clock_ghz()
     theory = cores * ghz * per_cycle
     measured = float("nan") if args.bound_only else matmul_gflops()
+    bf16_unit = native_bf16()
+    timed_bf16 = bf16_unit is not None and not args.bound_only
+    measured_bf16 = matmul_gflops(dtype=torch.bfloat16) if timed_bf16 else float("nan")
     train_flops, test_flops = step_flops(), flops_per_test_image()
     total = PASSES * train_flops + RUNS * TEST * test_flops
     load = os.getloadavg()[0]
@@ -225,6 +247,13 @@ def main(argv: list[str] | None = None) -> int:
             else f"; measured {measured:.1f} GFLOP/s per thread on a 2048^3 product, x {cores} = "
             f"{measured * cores:.0f} GFLOP/s"
         ),
+        "- bf16: "
+        + (
+            f"native ({bf16_unit}); measured {measured_bf16:.1f} GFLOP/s per thread on the same "
+            "product in bfloat16; the bf16 rows below are timed under bf16 autocast"
+            if timed_bf16
+            else f"{bf16_unit or 'no native unit (emulated)'}: not timed"
+        ),
         f"- **bound**: {total / (theory * 1e9) / 60:.0f} min at the theoretical peak of the nominal "
         f"clock ({total / (theory * 1e9) / 60 * ghz / 3.5:.0f} min if both cores held a 3.5 GHz boost), "
         + (
@@ -238,18 +267,27 @@ def main(argv: list[str] | None = None) -> int:
         "projected protocol wall, all cores busy (min) |",
         "|---|---|---|---|---|",
     ]
-    for compiled in (False, True) if not args.bound_only else ():
-        for channels_last in (False, True):
-            seconds = time_variant(compiled=compiled, channels_last=channels_last, steps=args.steps)
-            rate = train_flops / seconds / 1e9
-            wall = PASSES * seconds / cores / 60
-            name = f"{'compiled' if compiled else 'eager'}, " + (
-                "channels-last" if channels_last else "contiguous"
-            )
-            lines.append(
-                f"| {name} | {seconds * 1e3:.2f} | {rate:.1f} | {rate / measured:.0%} | {wall:.0f} |"
-            )
-            print(lines[-1], flush=True)
+    variants = [
+        (compiled, channels_last, bf16)
+        for bf16 in ((False, True) if timed_bf16 else (False,))
+        for compiled in ((False, True) if not args.bound_only else ())
+        for channels_last in (False, True)
+    ]
+    for compiled, channels_last, bf16 in variants:
+        seconds = time_variant(
+            compiled=compiled, channels_last=channels_last, steps=args.steps, bf16=bf16
+        )
+        rate = train_flops / seconds / 1e9
+        wall = PASSES * seconds / cores / 60
+        name = f"{'compiled' if compiled else 'eager'}, " + (
+            "channels-last" if channels_last else "contiguous"
+        )
+        peak = measured_bf16 if bf16 else measured
+        lines.append(
+            f"| {name}{', bf16 autocast' if bf16 else ''} | {seconds * 1e3:.2f} | {rate:.1f} | "
+            f"{rate / peak:.0%}{' (bf16)' if bf16 else ''} | {wall:.0f} |"
+        )
+        print(lines[-1], flush=True)
     if args.bound_only:
         lines.append("| (not timed: --bound-only) | | | | |")
     lines += condensation_lines(theory / cores, measured, cores)

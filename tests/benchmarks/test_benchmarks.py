@@ -121,3 +121,22 @@ def test_the_cpu_bound_counts_the_protocols_convolutions_by_hand():
     assert eval_cpu_bound.flops_per_test_image() == forward
     assert eval_cpu_bound.step_flops() == 2 * forward + conv2 + conv3 + linear
     assert eval_cpu_bound.PASSES == 1001 * 500 * 5
+
+
+@pytest.mark.parametrize(
+    "flags, unit",
+    [
+        ({"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}, "AMX-BF16"),
+        ({"avx2", "fma", "avx512f", "avx512_bf16"}, "AVX512-BF16"),
+        ({"avx2", "fma", "avx512f", "avx512_vnni"}, None),  # bf16 would be emulated: not timed
+        (set(), None),
+    ],
+)
+def test_the_cpu_bound_times_bf16_only_on_a_native_unit(flags, unit, monkeypatch):
+    """eval_cpu_bound.py times its bf16 rows where the CPU computes bfloat16 natively; on AVX2 or
+    plain AVX-512 bf16 autocast is emulated (24x slower per NDPDC step on an AVX2 EPYC)."""
+    sys.path.insert(0, "benchmarks/speed")
+    import eval_cpu_bound
+
+    monkeypatch.setattr(eval_cpu_bound, "cpu_flags", lambda: flags)
+    assert eval_cpu_bound.native_bf16() == unit
