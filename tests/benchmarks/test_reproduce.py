@@ -221,6 +221,22 @@ def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
         SCALES["tiny"].rows
     ), again.stdout
     assert "running" not in again.stdout
+    # the evaluation lost after a finished condensation: the row reports the condensation's own time
+    row = SCALES["tiny"].rows[0].key
+    first_row = next(
+        r for r in json.loads(out.with_suffix(".json").read_text())["rows"] if r["key"] == row
+    )
+    cache.pop(next(k for k in cache if k.endswith(f"/{row}")))
+    (tmp_path / "work" / "results.json").write_text(json.dumps(cache))
+    resumed = subprocess.run(
+        [*command, "--keys", row], cwd=repo_root, env=cli_env, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    again_row = next(
+        r for r in json.loads(out.with_suffix(".json").read_text())["rows"] if r["key"] == row
+    )
+    assert again_row["condense_s"] == first_row["condense_s"] > 0 and not again_row["continued"]
     dry = subprocess.run(
         [*command, "--dry-run"],
         cwd=repo_root,

@@ -73,6 +73,10 @@ def run_row(
         "device": device_name(accelerator),
         "torch": torch.__version__,
     }
+    # the condensation's wall time beside its folder (not in the bundle): an invocation that only
+    # resumes the evaluation reports the time the condensation took, not the 0 s of reusing it
+    timing = run_dir.with_name(f"{run_dir.name}.condense_s")
+    reused = (run_dir / "privacy.json").is_file()
     start = time.perf_counter()
     run_dir = condense_run(
         row_tokens(row, dataset=dataset, seed=seed),
@@ -81,6 +85,10 @@ def run_row(
         label=row.key,
     )
     result["condense_s"] = time.perf_counter() - start
+    if not reused:
+        timing.write_text(f"{result['condense_s']!r}\n")
+    elif timing.is_file():
+        result.update(condense_s=float(timing.read_text()), continued=False)
     bundle = load_bundle(run_dir)
     report, plan = bundle.report, bundle.report.get("plan", {})
     schedule = planned(row, dataset=dataset, seed=seed, data=data)
