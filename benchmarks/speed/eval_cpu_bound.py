@@ -10,8 +10,9 @@ them; the elementwise work of normalisation, activation, pooling and DSA is not 
 2,502,500 image-passes, plus the test passes. The bound divides it by the CPU's fp32 peak, taken
 two ways: the theoretical one (cores x clock x FLOP per cycle from the vector units the CPU
 reports: 32 for two 256-bit FMA pipes (AVX2), 64 for two 512-bit ones (AVX-512)) and the measured
-one (a large float32 matrix product, the best case a convolution can approach). No layout, compiler
-or thread count can beat the measured product's rate.
+one (a large float32 matrix product, usually the best case a convolution can approach). Only the
+theoretical peak is a hard bound: on an AVX-512 EPYC oneDNN's convolutions of NDPDC's step reached
+127 GFLOP/s a thread against the product's 90.5 (results/speed/paper_protocol_cpu.md).
 
 Each variant of the training step (eager or compiled, contiguous or channels-last) is timed in
 process CPU seconds per image-pass, one thread, after a warm-up that includes any compilation: CPU
