@@ -10,7 +10,11 @@ Methods: DM, LDPDC, NDPDC, DC/DSA, PSG, PSG with the generator prior, Dosser. Ea
 through the package API (``config.compose`` + ``training.train``) into ``<work-dir>/runs``, then
 trains fresh ConvNets on the bundle with ``evaluation.train_and_test``. Finished rows are cached in
 ``<work-dir>/results.json`` and skipped by the next invocation, so a run can be stopped and resumed
-(an unfinished condensation continues from its checkpoint). Writes
+(an unfinished condensation continues from its checkpoint). On another machine (a fresh work dir)
+the written table's ``.json`` brings back its finished rows and an unfinished row's finished runs,
+by fingerprint; ``--bundle-store DIR`` keeps each finished condensation's released files in DIR
+(e.g. committed beside the table) and takes them back there, so a long evaluation goes on over
+several machines on the very bundle its first runs measured. Writes
 ``benchmarks/results/faithfulness/reproduce_<dataset>_<scale>.md`` and the accuracy-vs-ε figure (``.png``) next
 to it; every scale but ``paper`` carries a REDUCED PROTOCOL banner.
 """
@@ -108,6 +112,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         type=positive,
         default=None,
         help="test on the first N records of the real test split (default: the scale's choice)",
+    )
+    parser.add_argument(
+        "--bundle-store",
+        type=Path,
+        default=None,
+        help="keep each finished condensation's released files here and take them back on a "
+        "machine whose work dir lacks them (its evaluation goes on there)",
     )
     parser.add_argument(
         "--dry-run", action="store_true", help="print the plan and estimated work; run nothing"
@@ -225,14 +236,24 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
 
-    def progress() -> dict[str, dict[int, float]]:
-        """Unfinished rows' finished evaluation runs, under this invocation's fingerprints."""
+    def unfinished() -> dict[str, dict]:
+        """Unfinished rows' cache entries (finished runs), under this invocation's fingerprints."""
         found = {r.key: cache.rows.get(partial_key(key(r.key))) for r in scale.rows}
         return {
-            k: {int(i): a for i, a in f["runs"].items()}
-            for k, f in found.items()
-            if f is not None and f.get("fingerprint") == prints[k]
+            k: f for k, f in found.items() if f is not None and f.get("fingerprint") == prints[k]
         }
+
+    def progress() -> dict[str, dict]:
+        """What the table shows and records of the unfinished rows: ``progress`` (run -> accuracy)
+        and ``resume`` (what a fresh machine needs to go on with them)."""
+        entries = unfinished()
+        return dict(
+            progress={k: {int(i): a for i, a in f["runs"].items()} for k, f in entries.items()},
+            resume={
+                k: {"fingerprint": f["fingerprint"], "bundle": f["bundle"], "eval_s": f["eval_s"]}
+                for k, f in entries.items()
+            },
+        )
 
     # the command that makes the whole table (a --rows subset adds its rows to the same table)
     options = [
@@ -257,12 +278,12 @@ def main(argv: list[str] | None = None) -> int:
         test_size=test_size,
     )
     if args.table_only:
-        print(write_outputs(out, list(scale.rows), results, progress=progress(), **context))
+        print(write_outputs(out, list(scale.rows), results, **progress(), **context))
         return 0
 
     def save_run(row_key: str, *measured) -> None:
         cache.put_run(key(row_key), prints[row_key], *measured)
-        write_outputs(out, list(scale.rows), results, progress=progress(), **context)
+        write_outputs(out, list(scale.rows), results, **progress(), **context)
 
     for row in args.selected:
         if row.key in results:
@@ -282,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 test_size=test_size,
                 partial=functools.partial(cache.resume_point, key(row.key), prints[row.key]),
                 workers=args.eval_workers,
+                store=args.bundle_store,
                 save_run=functools.partial(save_run, row.key),
             )
         except (
@@ -296,8 +318,8 @@ def main(argv: list[str] | None = None) -> int:
             f"condense {result['condense_s']:.0f} s, evaluate {result['eval_s']:.0f} s",
             flush=True,
         )
-        write_outputs(out, list(scale.rows), results, progress=progress(), **context)
-    print(write_outputs(out, list(scale.rows), results, progress=progress(), **context))
+        write_outputs(out, list(scale.rows), results, **progress(), **context)
+    print(write_outputs(out, list(scale.rows), results, **progress(), **context))
     print(f"written to {out} (+ {out.with_suffix('.png').name}); cache {cache.path}")
     return 0
 

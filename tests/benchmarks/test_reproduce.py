@@ -221,22 +221,46 @@ def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
         SCALES["tiny"].rows
     ), again.stdout
     assert "running" not in again.stdout
-    # the evaluation lost after a finished condensation: the row reports the condensation's own time
+    # the evaluation lost after a finished condensation: the row reports the condensation's own
+    # time, and (asked to) keeps the condensation's released files for another machine
     row = SCALES["tiny"].rows[0].key
-    first_row = next(
-        r for r in json.loads(out.with_suffix(".json").read_text())["rows"] if r["key"] == row
-    )
+    record = json.loads(out.with_suffix(".json").read_text())
+    first_row = next(r for r in record["rows"] if r["key"] == row)
     cache.pop(next(k for k in cache if k.endswith(f"/{row}")))
     (tmp_path / "work" / "results.json").write_text(json.dumps(cache))
+    record["rows"] = [r for r in record["rows"] if r["key"] != row]  # else the table brings it back
+    out.with_suffix(".json").write_text(json.dumps(record))
+    store = ["--bundle-store", str(tmp_path / "store")]
     resumed = subprocess.run(
-        [*command, "--keys", row], cwd=repo_root, env=cli_env, capture_output=True, text=True,
-        timeout=300,
+        [*command, "--keys", row, *store], cwd=repo_root, env=cli_env, capture_output=True,
+        text=True, timeout=300,
     )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert resumed.returncode == 0 and f"[{row}] running" in resumed.stdout, resumed.stderr[-2000:]
     again_row = next(
         r for r in json.loads(out.with_suffix(".json").read_text())["rows"] if r["key"] == row
     )
     assert again_row["condense_s"] == first_row["condense_s"] > 0 and not again_row["continued"]
+    [kept] = [p for p in (tmp_path / "store").iterdir() if p.is_dir()]  # beside its .condense_s
+    assert not list(kept.glob(".*"))  # released files only: no secret, no provenance
+    # a fresh machine (empty work dir), the row unfinished in the committed table: the kept
+    # condensation is taken back (the same bundle, so the same seeded runs), not drawn again
+    out.with_suffix(".json").write_text(json.dumps(record))
+    fresh = [
+        *command[: command.index("--work-dir") + 1],
+        str(tmp_path / "fresh"),
+        "--out",
+        str(out),
+    ]
+    moved = subprocess.run(
+        [*fresh, "--keys", row, *store], cwd=repo_root, env=cli_env, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert moved.returncode == 0 and "taken back" in moved.stdout, moved.stderr[-2000:]
+    moved_row = next(
+        r for r in json.loads(out.with_suffix(".json").read_text())["rows"] if r["key"] == row
+    )
+    assert moved_row["accuracies"] == first_row["accuracies"]
+    assert moved_row["condense_s"] == first_row["condense_s"]
     dry = subprocess.run(
         [*command, "--dry-run"],
         cwd=repo_root,
@@ -316,6 +340,9 @@ def test_an_unfinished_row_shows_its_finished_runs_apart_from_the_results(tmp_pa
             "setting": row.setting,
             "planned_runs": 5,
             "accuracies": {"0": 0.64, "2": 0.61},
+            "fingerprint": print_,
+            "bundle": "digest-a",
+            "eval_s": 200.0,
         }
     ]
     assert not out.with_suffix(".png").exists()  # nothing finished: nothing to draw
@@ -368,3 +395,39 @@ def test_a_fresh_work_dir_takes_the_committed_rows_back_with_the_same_fingerprin
     ldpdc = next(line for line in out.read_text().splitlines() if line.startswith("| LDPDC |"))
     assert ldpdc in table.splitlines()  # the row as it was
     assert not (tmp_path / "fresh").exists()  # --table-only wrote no cache
+
+
+def test_a_fresh_work_dir_goes_on_with_the_committed_runs_of_an_unfinished_row(tmp_path):
+    """An unfinished row's finished runs are recorded with its fingerprint, the digest of the bundle
+    they were measured on and their wall time; a fresh work dir takes them back for that bundle
+    only (a condensation drawn again starts its runs over), and not under another fingerprint."""
+    import reproduce
+    from dpdc_repro.common import ResultCache
+    from dpdc_repro.run import fingerprint
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    row = next(r for r in SCALES["paper"].rows if r.key == "ldpdc")
+    stamp = fingerprint(
+        row, dataset="digits", seed=0, protocol=EvalProtocol(epochs=1000, runs=5), test_size=None
+    )
+    cache = ResultCache(tmp_path / "first")
+    cache.put_run("digits/paper/seed0/ldpdc", stamp, "digest-a", 1, 0.62, 70.0)
+    cache.put_run("digits/paper/seed0/ldpdc", stamp, "digest-a", 0, 0.64, 80.0)
+    out = tmp_path / "table.md"
+    argv = ["--scale", "paper", "--dataset", "digits", "--out", str(out), "--table-only"]
+    assert reproduce.main([*argv, "--work-dir", str(tmp_path / "first")]) == 0
+    [entry] = json.loads(out.with_suffix(".json").read_text())["in_progress"]
+    assert (entry["fingerprint"], entry["bundle"], entry["eval_s"]) == (stamp, "digest-a", 150.0)
+    fresh = ResultCache(tmp_path / "fresh")
+    wanted = {"ldpdc": ("digits/paper/seed0/ldpdc", stamp)}
+    assert fresh.adopt(out.with_suffix(".json"), wanted) == ["ldpdc"]
+    assert fresh.resume_point("digits/paper/seed0/ldpdc", stamp, "digest-a") == (
+        {0: 0.64, 1: 0.62},
+        150.0,
+    )
+    assert fresh.resume_point("digits/paper/seed0/ldpdc", stamp, "digest-b") == ({}, 0.0)
+    other = ResultCache(tmp_path / "other")
+    assert other.adopt(out.with_suffix(".json"), {"ldpdc": ("k", {**stamp, "test_size": 7})}) == []
+    assert reproduce.main([*argv, "--work-dir", str(tmp_path / "fresh2")]) == 0
+    assert json.loads(out.with_suffix(".json").read_text())["in_progress"] == [entry]

@@ -40,6 +40,35 @@ def condense_run(tokens: list[str], *, run_dir: Path, accelerator: str, label: s
     return train(compose([*tokens, f"run_dir={run_dir}", *trainer]))
 
 
+def released_files(run_dir: Path) -> list[str]:
+    """The files a finished run releases, as its manifest lists them (the manifest included):
+    what a copy must hold to pass verification, and nothing owner-only (secret, provenance)."""
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    return ["manifest.json", *sorted(manifest["release"])]
+
+
+def keep_bundle(run_dir: Path, store: Path) -> None:
+    """Copy a finished run's released files to ``store`` (once), so that a fresh machine can go on
+    with its evaluation: the work dir dies with a machine, and a condensation drawn again would
+    draw other noise (another bundle, whose runs start over)."""
+    if (store / "manifest.json").is_file():
+        return
+    tmp = store.with_name(f"{store.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for name in released_files(run_dir):
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(run_dir / name, tmp / name)
+    os.replace(tmp, store)  # whole or absent: a half copy would fail verification later
+
+
+def restore_bundle(store: Path, run_dir: Path) -> bool:
+    """A kept bundle copied into the work dir as the finished run, when the work dir has none."""
+    if run_dir.exists() or not (store / "manifest.json").is_file():
+        return False
+    shutil.copytree(store, run_dir)
+    return True
+
+
 class ResultCache:
     """Finished rows in ``<work-dir>/results.json``, written after every row so that an interrupted
     invocation loses at most the row it was running. A row is reused only when its stored
@@ -95,20 +124,39 @@ class ResultCache:
         return float(self.rows[partial_key(key)].get("eval_s", 0.0))
 
     def adopt(self, record: Path, wanted: dict[str, tuple[str, Any]]) -> list[str]:
-        """Finished rows of a committed table's ``.json`` (``report.record``) taken into the cache,
-        so that a fresh machine (an empty work dir) keeps them in the table it rewrites: ``wanted``
-        maps a row key to its cache key and current fingerprint; a row is taken only when its
-        stored fingerprint equals that one and the cache has no finished row there. Returns the
-        row keys taken. A row written before tables stored fingerprints is never taken."""
+        """Rows of a committed table's ``.json`` (``report.record``) taken into the cache, so that a
+        fresh machine (an empty work dir) keeps them in the table it rewrites: finished rows, and
+        an unfinished row's finished runs (kept per bundle digest, so they count only for that
+        bundle: see ``keep_bundle``). ``wanted`` maps a row key to its cache key and current
+        fingerprint; an entry is taken only when its stored fingerprint equals that one and the
+        cache has nothing there. Returns the row keys taken. An entry written before tables
+        stored fingerprints is never taken."""
         if not record.is_file():
             return []
+        written = json.loads(record.read_text())
         taken = []
-        for row in json.loads(record.read_text()).get("rows", []):
-            key, fingerprint = wanted.get(row.get("key"), (None, None))
-            if key is None or row.get("fingerprint") != fingerprint or key in self.rows:
-                continue
-            self.rows[key] = dict(row)
-            taken.append(row["key"])
+        for entries, finished in (
+            (written.get("rows", []), True),
+            (written.get("in_progress", []), False),
+        ):
+            for entry in entries:
+                key, fingerprint = wanted.get(entry.get("key"), (None, None))
+                if key is None or entry.get("fingerprint") != fingerprint:
+                    continue
+                if key in self.rows or partial_key(key) in self.rows:
+                    continue
+                if finished:
+                    self.rows[key] = dict(entry)
+                elif "bundle" in entry:
+                    self.rows[partial_key(key)] = {
+                        "fingerprint": fingerprint,
+                        "bundle": entry["bundle"],
+                        "runs": dict(entry["accuracies"]),
+                        "eval_s": entry.get("eval_s", 0.0),
+                    }
+                else:
+                    continue
+                taken.append(entry["key"])
         return taken  # in memory: the next put saves them with the rest
 
     def save(self) -> None:

@@ -212,11 +212,14 @@ def record(
     protocol: EvalProtocol,
     test_size: int | None,
     progress: dict[str, dict[int, float]] | None = None,
+    resume: dict[str, dict] | None = None,
     **_,
 ) -> dict:
     """The table's rows, machine-readable (``benchmarks/tables/summary.py`` reads them); accuracies are
-    fractions. ``in_progress``: unfinished rows' finished runs, kept apart from ``rows``."""
-    progress = progress or {}
+    fractions. ``in_progress``: unfinished rows' finished runs, kept apart from ``rows``, with what
+    a fresh machine needs to go on with them (``resume``: the row's fingerprint, the digest of the
+    bundle they were measured on, their wall seconds)."""
+    progress, resume = progress or {}, resume or {}
     return {
         "dataset": dataset,
         "scale": scale.name,
@@ -243,6 +246,7 @@ def record(
                 "setting": r.setting,
                 "planned_runs": protocol.runs,
                 "accuracies": {str(i): a for i, a in sorted(progress[r.key].items())},
+                **resume.get(r.key, {}),
             }
             for r in rows
             if r.key not in results and progress.get(r.key)
@@ -250,7 +254,9 @@ def record(
     }
 
 
-def write_outputs(out: Path, rows: list[Row], results: dict[str, dict], **context) -> str:
+def write_outputs(
+    out: Path, rows: list[Row], results: dict[str, dict], *, resume: dict | None = None, **context
+) -> str:
     png = figure_png(rows, results)
     figure = out.with_suffix(".png")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -259,6 +265,6 @@ def write_outputs(out: Path, rows: list[Row], results: dict[str, dict], **contex
     text = markdown(rows, results, figure=figure.name if png is not None else None, **context)
     out.write_text(text + "\n")
     out.with_suffix(".json").write_text(
-        json.dumps(record(rows, results, **context), indent=1) + "\n"
+        json.dumps(record(rows, results, resume=resume, **context), indent=1) + "\n"
     )
     return text

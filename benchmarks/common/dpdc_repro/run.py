@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -18,7 +19,7 @@ from dpdc_lightning.engine.planning import plan_run
 from dpdc_lightning.engine.resolved import resolve_run
 from dpdc_lightning.evaluation import EvalProtocol, train_and_test
 from dpdc_lightning.methods.spec import DataSpec
-from dpdc_repro.common import condense_run, device_name
+from dpdc_repro.common import condense_run, device_name, keep_bundle, restore_bundle
 from dpdc_repro.plan import Row, Scale
 
 
@@ -59,12 +60,15 @@ def run_row(
     partial: Callable[[str], tuple[dict[int, float], float]] | None = None,
     save_run: Callable[[str, int, float, float], None] | None = None,
     workers: int = 1,
+    store: Path | None = None,
 ) -> dict:
     """Condense and evaluate ``row``. A long evaluation resumes by run: ``partial(bundle_digest)``
     returns the runs already measured on this very bundle (its synthetic.pt's SHA-256; a bundle
     condensed again draws other noise, so its runs start over) and the wall seconds they took;
     ``save_run(bundle_digest, run, accuracy, seconds)`` stores each run as it finishes. The row's
-    ``eval_s`` is the evaluation's whole wall time, earlier invocations included."""
+    ``eval_s`` is the evaluation's whole wall time, earlier invocations included. ``store``: a
+    folder where the finished condensation's released files are kept (and taken back from on a
+    machine whose work dir lacks the run), so that its evaluation can go on elsewhere."""
     run_dir = work_dir / "runs" / f"{dataset}-{scale.name}-{row.key}-seed{seed}"
     result: dict = {
         "row": row.key,
@@ -76,6 +80,11 @@ def run_row(
     # the condensation's wall time beside its folder (not in the bundle): an invocation that only
     # resumes the evaluation reports the time the condensation took, not the 0 s of reusing it
     timing = run_dir.with_name(f"{run_dir.name}.condense_s")
+    kept = None if store is None else store / run_dir.name
+    if kept is not None and restore_bundle(kept, run_dir):
+        print(f"[{row.key}] the condensation kept in {kept} taken back", flush=True)
+        if kept.with_name(timing.name).is_file():
+            shutil.copy2(kept.with_name(timing.name), timing)
     reused = (run_dir / "privacy.json").is_file()
     start = time.perf_counter()
     run_dir = condense_run(
@@ -89,6 +98,10 @@ def run_row(
         timing.write_text(f"{result['condense_s']!r}\n")
     elif timing.is_file():
         result.update(condense_s=float(timing.read_text()), continued=False)
+    if kept is not None:
+        keep_bundle(run_dir, kept)
+        if timing.is_file():
+            shutil.copy2(timing, kept.with_name(timing.name))
     bundle = load_bundle(run_dir)
     report, plan = bundle.report, bundle.report.get("plan", {})
     schedule = planned(row, dataset=dataset, seed=seed, data=data)
