@@ -13,8 +13,9 @@ trains fresh ConvNets on the bundle with ``evaluation.train_and_test``. Finished
 (an unfinished condensation continues from its checkpoint). On another machine (a fresh work dir)
 the written table's ``.json`` brings back its finished rows and an unfinished row's finished runs,
 by fingerprint; ``--bundle-store DIR`` keeps each finished condensation's released files in DIR
-(e.g. committed beside the table) and takes them back there, so a long evaluation goes on over
-several machines on the very bundle its first runs measured. Writes
+(a folder that outlives the machine; bundles are outputs, not for git) and takes them back there,
+so a long evaluation goes on over several machines on the very bundle its first runs measured.
+Writes
 ``benchmarks/results/faithfulness/reproduce_<dataset>_<scale>.md`` and the accuracy-vs-ε figure (``.png``) next
 to it; every scale but ``paper`` carries a REDUCED PROTOCOL banner.
 """
