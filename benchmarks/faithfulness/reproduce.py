@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     key = f"{dataset}/{scale.name}/seed{args.seed}/{{}}".format
     out = Path(args.out or default_out(dataset, scale.name))
-    # the committed table's finished rows: a work dir on a fresh machine starts without them
+    # the written table's rows and runs: a work dir on a fresh machine starts without them
     for taken in cache.adopt(
         out.with_suffix(".json"), {r.key: (key(r.key), prints[r.key]) for r in scale.rows}
     ):
