@@ -18,6 +18,8 @@ from dpdc_lightning.config import compose
 from dpdc_lightning.engine.training import train
 from dpdc_lightning.errors import UserError
 from dpdc_lightning.evaluation.results import ModelResult
+from dpdc_lightning.privacy.receipts.manifest import read_manifest, sealed
+from dpdc_lightning.privacy.receipts.run_files import MANIFEST_FILE
 
 CACHE_FILE = "results.json"
 
@@ -41,17 +43,17 @@ def condense_run(tokens: list[str], *, run_dir: Path, accelerator: str, label: s
 
 
 def released_files(run_dir: Path) -> list[str]:
-    """The files a finished run releases, as its manifest lists them (the manifest included):
-    what a copy must hold to pass verification, and nothing owner-only (secret, provenance)."""
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    return ["manifest.json", *sorted(manifest["release"])]
+    """The files a finished run's manifest seals (the release and any reader's file, e.g. an
+    eval.json), the manifest included: what a copy must hold to pass verification, and nothing
+    owner-only (secret, provenance)."""
+    return [MANIFEST_FILE, *sorted(sealed(read_manifest(run_dir)))]
 
 
 def keep_bundle(run_dir: Path, store: Path) -> None:
     """Copy a finished run's released files to ``store`` (once), so that a fresh machine can go on
     with its evaluation: the work dir dies with a machine, and a condensation drawn again would
     draw other noise (another bundle, whose runs start over)."""
-    if (store / "manifest.json").is_file():
+    if (store / MANIFEST_FILE).is_file():
         return
     tmp = store.with_name(f"{store.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -63,7 +65,7 @@ def keep_bundle(run_dir: Path, store: Path) -> None:
 
 def restore_bundle(store: Path, run_dir: Path) -> bool:
     """A kept bundle copied into the work dir as the finished run, when the work dir has none."""
-    if run_dir.exists() or not (store / "manifest.json").is_file():
+    if run_dir.exists() or not (store / MANIFEST_FILE).is_file():
         return False
     shutil.copytree(store, run_dir)
     return True
