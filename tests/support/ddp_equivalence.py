@@ -86,7 +86,8 @@ def _environment() -> dict[str, str]:
     # two processes half of them, and float32 kernels round differently with another thread count; PSG's
     # generator prior (Adam: near-zero gradients become full steps of either sign) turns that rounding
     # into different images within six steps (measured: max difference 6.7 with 2 threads against 1,
-    # 1.9e-5 with one thread in both). With equal threads only the sharded sum's order differs.
+    # 1.9e-5 with one thread in both). With equal threads only the sharded sum's order differs, and
+    # even that can switch the prior after its first outer step (tests/engine/test_ddp.py).
     env.update({"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"})
     return env
 
