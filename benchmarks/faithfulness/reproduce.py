@@ -6,7 +6,8 @@
     python benchmarks/faithfulness/reproduce.py --scale cpu --dry-run           # the plan: rows, steps, ε, estimated work
     python benchmarks/faithfulness/reproduce.py --scale cpu --dataset fashion_mnist --redraw  # figure from the table
 
-Methods: DM, LDPDC, NDPDC, DC/DSA, PSG, PSG with the generator prior, Dosser. Each row condenses
+Methods: DM, LDPDC, NDPDC, DC/DSA, PSG, PSG with the generator prior, Dosser, and the DP-MERF plug-in
+(examples/dp_merf; ``make`` installs it). Each row condenses
 through the package API (``config.compose`` + ``training.train``) into ``<work-dir>/runs``, then
 trains fresh ConvNets on the bundle with ``evaluation.train_and_test``. Finished rows are cached in
 ``<work-dir>/results.json`` and skipped by the next invocation, so a run can be stopped and resumed
@@ -35,7 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "common"))
 
 from dpdc_repro.plan import SCALES, Row  # noqa: E402  (plain data: no torch import yet)
 
-METHODS = ("dm", "ldpdc", "ndpdc", "dc", "psg", "psg_generator", "dosser")
+# The names --rows takes for all rows of a method: derived from the smallest scale's row keys.
+METHODS = tuple(dict.fromkeys(r.key.split("_eps")[0] for r in SCALES["tiny"].rows))
 DATASETS = ("digits", "fashion_mnist", "mnist", "cifar10")
 
 

@@ -69,6 +69,7 @@ def test_rows_select_by_method_or_key_without_repeats():
         "psg",
         "psg_generator",
         "dosser",
+        "dp_merf",
     }
     with pytest.raises(ValueError, match="psg_gen"):
         select("psg_gen", rows)
@@ -84,6 +85,7 @@ def test_every_scale_runs_every_method_and_only_paper_is_unreduced():
             "psg",
             "psg_generator",
             "dosser",
+            "dp_merf",
         }
         assert len({r.key for r in scale.rows}) == len(scale.rows)
     assert all(s.eval_epochs < 1000 or s.eval_runs < 5 for n, s in SCALES.items() if n != "paper")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Row:
     key: str
-    method: str  # the method's name in published.py (dm, ldpdc, ndpdc, dc, psg, psg_generator, dosser, dosser_pea)
+    method: str  # its name in published.py (dm, ldpdc, ndpdc, dc, psg, psg_generator, dosser, dosser_pea, dp_merf)
     label: str
     setting: str  # what this row runs, in words (steps, batch, noise)
     tokens: tuple[str, ...]  # config overrides, before dataset/seed/run_dir
@@ -51,11 +51,13 @@ def reduced_rows(
     dc: tuple[int, int, int, int],
     psg: tuple[int, int, int, int, int],
     dosser: tuple[int, int, int, int],
+    dp_merf: tuple[int, int],
     step_s: dict[str, float],
 ) -> tuple[Row, ...]:
     """The rows of a reduced scale. dm: (iterations, real batch); dc: (rounds, outer, inner, real
     batch); psg: (rounds R, outer T, inner J, batches K, expected batch B); dosser: (sampling,
-    optimisation steps, subspace dim, iterations of the NDPDC auxiliary run). Private rows run at ε = 1 and at ``high_eps``."""
+    optimisation steps, subspace dim, iterations of the NDPDC auxiliary run); dp_merf: (free
+    steps, random features). Private rows run at ε = 1 and at ``high_eps``."""
     m = f"method.ipc={ipc}"
     rounds, outer, inner, batch = dc
     r, t, j, k, b = psg
@@ -174,6 +176,30 @@ def reduced_rows(
             step_s["dosser"],
             sampling + optimisation,
         ),
+        _dp_merf_row(m, iterations=dp_merf[0], features=dp_merf[1], step_s=step_s["dp_merf"]),
+    )
+
+
+def _dp_merf_row(ipc_token: str, *, iterations: int, features: int, step_s: float) -> Row:
+    """The DP-MERF plug-in (examples/dp_merf, installed by ``make``): one release of the classes'
+    mean random-feature embeddings at ε 1, then free Adam steps on the pixels. DPDC's Table 1 ran
+    the DP-MERF authors' generator instead (50 samples a class): the table says so beside it."""
+    return Row(
+        "dp_merf_eps1",
+        "dp_merf",
+        "DP-MERF (pixels)",
+        f"one release (q = 1) of {features} random features' class means, σ calibrated, then "
+        f"{iterations} free Adam steps on the pixels (DPDC Table 1 ran the authors' generator)",
+        (
+            "method=dp_merf",
+            ipc_token,
+            f"method.iterations={iterations}",
+            f"method.features={features}",
+            *_eps(1.0),
+        ),
+        1.0,
+        step_s,
+        1 + iterations,
     )
 
 
@@ -288,6 +314,9 @@ def paper_rows() -> tuple[Row, ...]:
             210000,
             eval_pea=True,
         ),
+        # DPDC Table 1's DP-MERF column at its IPC 50 and ε 1; features and steps are the plug-in's
+        # defaults (chosen on the digits, benchmarks/results/utility/dp_merf_tuning_digits_cpu.md).
+        _dp_merf_row("method.ipc=50", iterations=1000, features=10000, step_s=0.2),
     )
 
 
@@ -316,7 +345,15 @@ SCALES = {
                 dc=(1, 1, 1, 8),
                 psg=(1, 1, 1, 1, 32),
                 dosser=(5, 5, 8, 5),
-                step_s={"dm": 0.1, "ndpdc": 0.1, "dc": 1.0, "psg": 1.0, "dosser": 0.2},
+                dp_merf=(5, 64),
+                step_s={
+                    "dm": 0.1,
+                    "ndpdc": 0.1,
+                    "dc": 1.0,
+                    "psg": 1.0,
+                    "dosser": 0.2,
+                    "dp_merf": 0.1,
+                },
             ),
         ),
         Scale(
@@ -337,7 +374,15 @@ SCALES = {
                 dc=(2, 10, 50, 64),
                 psg=(1, 10, 50, 2, 256),
                 dosser=(100, 300, 100, 200),
-                step_s={"dm": 0.2, "ndpdc": 0.3, "dc": 15.0, "psg": 4.0, "dosser": 0.5},
+                dp_merf=(1000, 10000),
+                step_s={
+                    "dm": 0.2,
+                    "ndpdc": 0.3,
+                    "dc": 15.0,
+                    "psg": 4.0,
+                    "dosser": 0.5,
+                    "dp_merf": 0.05,
+                },
             ),
         ),
         Scale(
@@ -360,7 +405,15 @@ SCALES = {
                 dc=(1, 5, 10, 32),
                 psg=(1, 10, 10, 1, 32),
                 dosser=(50, 150, 100, 50),
-                step_s={"dm": 8.0, "ndpdc": 5.0, "dc": 20.0, "psg": 15.0, "dosser": 3.0},
+                dp_merf=(1000, 10000),
+                step_s={
+                    "dm": 8.0,
+                    "ndpdc": 5.0,
+                    "dc": 20.0,
+                    "psg": 15.0,
+                    "dosser": 3.0,
+                    "dp_merf": 0.1,
+                },
             ),
         ),
         Scale(
