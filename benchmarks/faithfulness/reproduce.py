@@ -14,8 +14,11 @@ trains fresh ConvNets on the bundle with ``evaluation.train_and_test``. Finished
 (an unfinished condensation continues from its checkpoint). On another machine (a fresh work dir)
 the written table's ``.json`` brings back its finished rows and an unfinished row's finished runs,
 by fingerprint; ``--bundle-store DIR`` keeps each finished condensation's released files in DIR
-(a folder that outlives the machine; bundles are outputs, not for git) and takes them back there,
-so a long evaluation goes on over several machines on the very bundle its first runs measured.
+(a folder that outlives the machine) and takes them back there, so a long evaluation goes on over
+several machines on the very bundle its first runs measured. Where only git outlives a machine, a
+paper row whose evaluation is unfinished commits its bundle (the release itself, ε-accounted) to
+``benchmarks/results/faithfulness/bundles`` and the next machine passes that folder as DIR
+(benchmarks/results/speed/paper_protocol_cpu.md, "Rows across machines").
 Writes
 ``benchmarks/results/faithfulness/reproduce_<dataset>_<scale>.md`` and the accuracy-vs-ε figure (``.png``) next
 to it; every scale but ``paper`` carries a REDUCED PROTOCOL banner.
