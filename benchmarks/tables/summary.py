@@ -190,7 +190,9 @@ def _device(row: dict) -> str:
     carry it and their wall times."""
     if not row.get("torch"):
         return row["device"]
-    walls = f"condense {minutes(row['condense_s'])}, evaluate {minutes(row['eval_s'])}"
+    # "continued": the condensation resumed from a checkpoint, and its time is the resumed part's
+    continued = " (continued)" if row.get("continued") else ""
+    walls = f"condense {minutes(row['condense_s'])}{continued}, evaluate {minutes(row['eval_s'])}"
     return f"{row['device']}; torch {row['torch']}; {walls}"
 
 

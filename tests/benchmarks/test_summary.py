@@ -307,7 +307,12 @@ def test_rows_at_the_full_protocol_come_first_with_their_gap_and_the_unfinished_
         tmp_path / "reproduce_fashion_mnist_paper.md",
         list(scale.rows),
         {
-            "ldpdc": finished([0.64, 0.645, 0.635, 0.64, 0.64], 1.059),  # 64.00: gap +0.05
+            # 64.00: gap +0.05; its condensation resumed from a checkpoint in this invocation
+            "ldpdc": {
+                **finished([0.64, 0.645, 0.635, 0.64, 0.64], 1.059),
+                "torch": "2.x",
+                "continued": True,
+            },
             "ldpdc_eps1": finished([0.61, 0.61, 0.61, 0.61, 0.61], 0.999),  # 61.00: gap -2.64
         },
         scale=scale,
@@ -326,6 +331,9 @@ def test_rows_at_the_full_protocol_come_first_with_their_gap_and_the_unfinished_
     near = next(row for row in rows if "**64.00**" in row)
     far = next(row for row in rows if "**61.00**" in row)
     assert "| +0.05 |" in near and "63.95 ± 0.42" in near
+    # a resumed condensation's time is only the resumed part's, and the page says so
+    assert "condense 61 s (continued), evaluate 83.3 min" in near
+    assert "(continued)" not in far
     assert "| -2.64 (beyond the published std + 1 point" in far and "63.64 ± 0.76" in far
     going = next(line for line in section.splitlines() if line.startswith("| NDPDC"))
     assert "in progress: 2 of 5 runs done, 80.50 ± 0.50 so far" in going
