@@ -10,19 +10,16 @@ import textwrap
 import pytest
 import torch
 
+from tests.support.speed_scripts import speed_script
 
-def _script(repo_root):
-    sys.path.insert(0, str(repo_root / "benchmarks" / "speed"))
-    try:
-        import dm_vs_reference_speed as script
-    finally:
-        sys.path.remove(str(repo_root / "benchmarks" / "speed"))
-    return script
+
+def _script():
+    return speed_script("dm_vs_reference_speed")
 
 
 def test_refuses_a_directory_that_is_no_checkout(tmp_path, repo_root, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _script(repo_root).main(["--reference", str(tmp_path)])
+        _script().main(["--reference", str(tmp_path)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --reference {tmp_path} is not a DPDC checkout "
@@ -34,7 +31,7 @@ def test_refuses_an_unknown_variant_in_one_line(tmp_path, repo_root, capsys):
     for name in ("main_DM.py", "utils.py", "networks.py"):
         (tmp_path / name).write_text("")
     with pytest.raises(SystemExit) as exit_info:
-        _script(repo_root).main(["--reference", str(tmp_path), "--variants", "ours: bf16"])
+        _script().main(["--reference", str(tmp_path), "--variants", "ours: bf16"])
     assert exit_info.value.code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("error: unknown variants ['ours: bf16']")
@@ -63,7 +60,7 @@ def test_extracts_and_runs_the_dm_loop_body(tmp_path, repo_root, monkeypatch):
                         seen.append((it, get_images(1, args.batch_real)[:, 0, 0, 0].tolist()))
     """)
     )
-    script = _script(repo_root)
+    script = _script()
     monkeypatch.delitem(sys.modules, "utils", raising=False)
     try:
         images = torch.arange(20.0).reshape(20, 1, 1, 1).expand(20, 1, 28, 28).contiguous()
@@ -80,7 +77,7 @@ def test_extracts_and_runs_the_dm_loop_body(tmp_path, repo_root, monkeypatch):
 
 
 def test_report_states_ratios_and_the_flop_bound(repo_root, monkeypatch):
-    script = _script(repo_root)
+    script = _script()
     # A fixed machine: 2 GHz x 64 FLOP/cycle x 1 thread = 128 GFLOP/s, so the bound is 393/128 s.
     monkeypatch.setattr(script, "clock_ghz", lambda: 2.0)
     monkeypatch.setattr(script, "flops_per_cycle", lambda: (64, "AVX-512"))

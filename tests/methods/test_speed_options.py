@@ -25,6 +25,7 @@ from dpdc_lightning.methods.extractor import (
 )
 from dpdc_lightning.methods.ndpdc import NDPDC
 from dpdc_lightning.seeding import derive_generator
+from tests.support.speed_scripts import speed_script
 
 CPU = torch.device("cpu")
 MODEL = ModelConfig(name="convnet", width=8, depth=2, norm="instancenorm")
@@ -141,18 +142,13 @@ def test_noise_and_step_do_not_depend_on_any_torch_generator():
     assert torch.equal(results[0][0], results[1][0]) and torch.equal(results[0][1], results[1][1])
 
 
-def _script(repo_root):
-    sys.path.insert(0, str(repo_root / "benchmarks" / "speed"))
-    try:
-        import ndpdc_vs_reference_speed as script
-    finally:
-        sys.path.remove(str(repo_root / "benchmarks" / "speed"))
-    return script
+def _script():
+    return speed_script("ndpdc_vs_reference_speed")
 
 
 def test_comparison_script_refuses_a_directory_that_is_no_checkout(tmp_path, repo_root, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        _script(repo_root).main(["--reference", str(tmp_path)])
+        _script().main(["--reference", str(tmp_path)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"error: --reference {tmp_path} is not a DPDC checkout (missing main_dpdc.py, utils.py, networks.py)"
@@ -185,7 +181,7 @@ def test_comparison_script_extracts_and_runs_the_reference_loop_body(
                         seen.append((it, get_images(1, args.group_size, indices_class).tolist()))
     """)
     )
-    script = _script(repo_root)
+    script = _script()
     monkeypatch.delitem(sys.modules, "utils", raising=False)
     try:
         images = torch.arange(20.0).reshape(20, 1, 1, 1).expand(20, 1, 28, 28).contiguous()
