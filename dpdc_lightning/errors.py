@@ -4,7 +4,8 @@ entry point that prints them so."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
@@ -53,6 +54,31 @@ class NumericalFault(UserError):
         )
         likely = "" if cause is None else f" (likely cause: {cause})"
         super().__init__(f"the run diverged{where}: {what}{likely}")
+
+
+@contextmanager
+def finished_before_interrupt(done: str) -> Iterator[None]:
+    """Writes that must not stop half way: a Ctrl-C while the body runs is held until the body
+    ends, then ends the command as :class:`Interrupted` ("interrupted after ``done``", exit code
+    130). A bundle's files through its manifest are one such write: a Ctrl-C between privacy.json
+    and manifest.json left a released bundle unsealed, under a bare "interrupted" line
+    (tests/cli/test_interrupts.py). Signals reach the main thread only; elsewhere the body runs as
+    is. An exception of the body propagates as it would."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[bool] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(True))
+    try:
+        yield
+    finally:
+        # None: a handler not installed from Python; Python's own is the one to go back to
+        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)
+    if held:
+        raise Interrupted(f"interrupted after {done}")
 
 
 def refuse_missing_paths(paths: Sequence[str], *, what: str, argv: Sequence[str] = ()) -> None:
@@ -106,8 +132,13 @@ def exit_process(code: int) -> NoReturn:
     in-process callers (tests, notebooks) use :func:`run`."""
     import atexit
     import os
+    import signal
     import threading
 
+    if threading.current_thread() is threading.main_thread():
+        # The command's work and last line are done: a Ctrl-C while threads are joined and the
+        # output flushed ends the process at once, never in a traceback from the join.
+        signal.signal(signal.SIGINT, _interrupted_while_exiting)
     # The interpreter's own first exit step (Py_FinalizeEx -> threading._shutdown): run the hooks
     # registered with threading._register_atexit, which tell idle pool workers to leave
     # (concurrent.futures' ThreadPoolExecutor, as torch's compiler leaves them), then join every
@@ -120,6 +151,18 @@ def exit_process(code: int) -> NoReturn:
         except (OSError, ValueError):  # a closed pipe or stream: nothing left to deliver
             pass
     os._exit(code)
+
+
+def _interrupted_while_exiting(signum: int, frame: object) -> None:
+    import os
+
+    for stream in (sys.stdout, sys.stderr):  # the command's last lines first
+        try:
+            stream.flush()
+        except (OSError, ValueError, RuntimeError):  # RuntimeError: the flush it interrupted
+            pass
+    os.write(2, b"interrupted while exiting (the command had finished its work)\n")
+    os._exit(130)
 
 
 def main_entry(main: Callable[[list[str]], int | None]) -> NoReturn:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, finished_before_interrupt
 from dpdc_lightning.privacy.receipts.run_files import CONFIG_FILE, PRIVACY_REPORT, numbered
 
 
@@ -59,11 +59,13 @@ def write_json(path: Path, report: dict[str, Any]) -> None:
     from dpdc_lightning.engine.bundle import atomic_write
 
     text = json.dumps(finite(report), indent=2, allow_nan=False, default=float) + "\n"
-    try:
-        atomic_write(path, lambda tmp: tmp.write_text(text), replace=False)
-    except FileExistsError:
-        raise UserError(f"{path} appeared while auditing; nothing written, rerun") from None
-    refresh_report(path.parent, [path])
+    # a Ctrl-C while it is written ends the command after it, sealed (errors.py)
+    with finished_before_interrupt(f"the audit was written to {path}"):
+        try:
+            atomic_write(path, lambda tmp: tmp.write_text(text), replace=False)
+        except FileExistsError:
+            raise UserError(f"{path} appeared while auditing; nothing written, rerun") from None
+        refresh_report(path.parent, [path])
 
 
 def refresh_report(folder: Path, written: list[Path]) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from dpdc_lightning.audit.files import finite, refresh_report, run_config
-from dpdc_lightning.errors import UserError, refuse_missing_paths
+from dpdc_lightning.errors import UserError, finished_before_interrupt, refuse_missing_paths
 from dpdc_lightning.privacy.receipts.run_files import (
     AUDIT_MIA,
     AUDIT_NEIGHBOURS,
@@ -166,6 +166,12 @@ def _fresh_names(run_dir: Path) -> dict[str, Path]:
 
 
 def _write_outputs(names: dict[str, Path], output) -> None:
+    # a Ctrl-C while they are written ends the command after them, sealed (errors.py)
+    with finished_before_interrupt(f"the audit was written to {names['json']}"):
+        _write_files(names, output)
+
+
+def _write_files(names: dict[str, Path], output) -> None:
     from dpdc_lightning.engine.bundle import atomic_write
 
     written = []

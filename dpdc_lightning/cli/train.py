@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from omegaconf import OmegaConf
 
 from dpdc_lightning.cli.parser import Parser
-from dpdc_lightning.errors import UserError
+from dpdc_lightning.errors import UserError, finished_before_interrupt
 from dpdc_lightning.privacy.receipts.run_files import PRIVACY_REPORT
 
 if TYPE_CHECKING:
@@ -103,8 +103,8 @@ def train_main(argv: list[str]) -> int:
     refuse_missing_data(config)  # before torch is imported: a missing file answers at once
     if args.print_config:  # runs nothing: own data is not even decoded (planned_config_text)
         from dpdc_lightning.config import to_yaml
+        from dpdc_lightning.engine.preview import planned_config_text
         from dpdc_lightning.engine.resolved import resolve_run
-        from dpdc_lightning.engine.training import planned_config_text
 
         print(planned_config_text(resolve_run(config), config_text=to_yaml(config)), end="")
         return 0
@@ -166,8 +166,10 @@ def _train(config: RunConfig, *, evaluate: bool) -> int:
     started = time.monotonic()
     run_dir = train(config)
     if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
-        print(wall_time_line(time.monotonic() - started), file=sys.stderr, flush=True)
-        print(end_of_run_line(run_dir))
+        # the run is complete: a Ctrl-C now still lets its last lines say what it released
+        with finished_before_interrupt(f"the run finished: {run_dir} holds its complete bundle"):
+            print(wall_time_line(time.monotonic() - started), file=sys.stderr, flush=True)
+            print(end_of_run_line(run_dir), flush=True)
         if evaluate:
             from dpdc_lightning.cli.evaluate import evaluate_main
 

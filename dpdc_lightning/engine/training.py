@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,11 +21,11 @@ import lightning as L
 from dpdc_lightning.config import RunConfig, require_composed
 from dpdc_lightning.data import ImageData, clear_dataset_cache
 from dpdc_lightning.data.cache_bounds import created_count, discard_created
-from dpdc_lightning.data.registry import OWN_DATA
 from dpdc_lightning.engine.bundle import atomic_write_text, save_bundle
 from dpdc_lightning.engine.condense import Condensation, CondensedSet
 from dpdc_lightning.engine.image_grid import grid_png
-from dpdc_lightning.engine.planning import load_data, memory_needs, noise_seed_for, plan_run
+from dpdc_lightning.engine.planning import load_data, noise_seed_for, plan_run
+from dpdc_lightning.engine.preview import not_private_warning
 from dpdc_lightning.engine.progress import say
 from dpdc_lightning.engine.resolved import ResolvedRun, resolve_run
 from dpdc_lightning.engine.run_folder import (
@@ -42,10 +41,14 @@ from dpdc_lightning.engine.run_folder import (
     stored_plan,
     write_provenance,
 )
-from dpdc_lightning.errors import Interrupted, NumericalFault, UserError, interrupt_received
+from dpdc_lightning.errors import (
+    Interrupted,
+    NumericalFault,
+    UserError,
+    finished_before_interrupt,
+    interrupt_received,
+)
 from dpdc_lightning.methods import DataSpec
-from dpdc_lightning.methods.memory import format_bytes, total_bytes
-from dpdc_lightning.privacy.display import consuming_steps_text, epsilon_text
 from dpdc_lightning.privacy.mechanisms.secret import forget_secret, read_secret, store_secret
 from dpdc_lightning.privacy.planning.plan import PrivacyPlan
 from dpdc_lightning.privacy.planning.vacuous import vacuous_guarantee
@@ -96,16 +99,10 @@ def _train(resolved: ResolvedRun, run_dir: Path) -> Path:
         if interrupt_received():  # a Ctrl-C something swallowed: stop, as a Ctrl-C does
             raise KeyboardInterrupt
     if run.trainer.is_global_zero:
-        _export(run_dir, result, class_names=data.class_names)
+        # the bundle is written whole once begun: a Ctrl-C during it ends the command after it
+        with finished_before_interrupt(f"the run finished: {run_dir} holds its complete bundle"):
+            _export(run_dir, result, class_names=data.class_names)
     return run_dir
-
-
-def not_private_warning(method: str) -> str:
-    """The first line of a non-private run (DM, the default method, is one)."""
-    return (
-        f"warning: method={method} is NOT private (ε = ∞): its bundle carries no "
-        "privacy guarantee; for one choose a private method, e.g. method=ndpdc"
-    )
 
 
 def _stored_plan(run: ResolvedRun, run_dir: Path, data: ImageData) -> tuple[PrivacyPlan, int]:
@@ -245,50 +242,4 @@ def _diverged(fault: NumericalFault, run_dir: Path, *, created: bool) -> str:
     return (
         f"{fault}; {kept} for inspection, its secret was deleted (a resume would repeat the same "
         "steps and diverge again): start a new run"
-    )
-
-
-OWN_DATA_PLAN = (
-    "# memory and plan: made when the run starts, from the training class sizes "
-    "(--print-config decodes none of your own data to count them)\n"
-    "# plan: σ, steps and ε are known at run time: the run writes them to RUN_DIR/plan.json "
-    "before its first step\n"
-)
-
-
-def planned_config_text(run: ResolvedRun, *, config_text: str) -> str:
-    """``--print-config``: the config (``config_text``, its YAML) and, as comments, the memory
-    estimate and the plan's σ, steps and ε (nothing written; the plan is what plan.json will
-    hold). Own data (an image folder, a tensor file) is not read: its training class sizes are
-    known only once its records are decoded into the private cache (the held-out split is decided
-    record by record), which a run does and ``forget`` undoes; --print-config runs nothing, so it
-    says what waits for the run."""
-    if run.dataset.name in OWN_DATA:
-        return config_text + OWN_DATA_PLAN
-    data = load_data(run.dataset)
-    spec = DataSpec.of(data)
-    if run.privacy.class_sizes == "private":
-        return (
-            config_text + "# plan: made after the private class-size release, when the run starts\n"
-        )
-    plan = plan_run(run, spec, noise_seed=run.seed)
-    for warning in vacuous_guarantee(plan):
-        print(f"warning: {warning}", file=sys.stderr)
-    needs = memory_needs(run.method, spec, plan, trainer=run.trainer)
-    text = config_text + (
-        f"# memory: about {format_bytes(total_bytes(needs))} "
-        "estimated before the run (what it counts: docs/methods.md)\n"
-    )
-    if not plan.private:
-        print(not_private_warning(run.method.name), file=sys.stderr)
-        return text + f"# plan: {plan.total_steps} steps, not private (ε = ∞)\n"
-    phases = [(name, runs) for name, _, runs in plan.prior_events()]
-    steps = consuming_steps_text([*phases, ("main", plan.data_steps)])
-    steps += (
-        f", the main run {plan.total_steps} in all" if phases else f" ({plan.total_steps} in all)"
-    )
-    return text + (
-        f"# plan: noise multiplier σ = {plan.noise_multiplier:.4g}, {steps}, "
-        f"ε = {epsilon_text(plan.planned_epsilon)} "
-        f"at δ = {plan.delta:g} ({plan.accountant})\n"
     )

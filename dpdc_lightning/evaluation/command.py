@@ -18,7 +18,7 @@ from typing import Any
 
 from dpdc_lightning.config import ModelConfig, RunConfig
 from dpdc_lightning.config.schema import DatasetConfig, EvalConfig
-from dpdc_lightning.errors import Interrupted, UserError
+from dpdc_lightning.errors import Interrupted, UserError, finished_before_interrupt
 from dpdc_lightning.evaluation.image_file import fresh_eval_path, load_image_file, write_new
 from dpdc_lightning.evaluation.results import PRIVATE_TEST_NOTE, append_eval_json
 from dpdc_lightning.privacy.display import epsilon_text
@@ -57,7 +57,7 @@ def evaluate_bundle(
     """Evaluate the bundle in ``path`` with ``config`` (its config.yaml, with any evaluation
     overrides); the results are appended to its eval.json and returned (``results``: one ModelResult
     per model). ``bundle``: the bundle as load_bundle already verified it (default: loaded here)."""
-    from dpdc_lightning.engine.bundle import load_bundle, seal_reader_outputs, write_report
+    from dpdc_lightning.engine.bundle import load_bundle
 
     bundle = load_bundle(path) if bundle is None else bundle
     _check_accelerator(config.eval.accelerator)
@@ -73,22 +73,8 @@ def evaluate_bundle(
         bundle.images, bundle.labels, data, models, settings, quiet=quiet, title=title, note=note
     )
     eval_path = path / EVAL_FILE
-    append_eval_json(
-        eval_path, title=title, results=results, protocol=protocol, seed=config.seed, note=note
-    )
-    try:
-        from dpdc_lightning.engine.tensorboard import log_evaluation
-
-        log_evaluation(
-            path,
-            {r.model: [100 * a for a in r.accuracies] for r in results},
-            protocol=f"e{protocol.epochs}_r{protocol.runs}",
-        )
-    except OSError:
-        pass  # TensorBoard is a convenience; eval.json holds the results
-    written = [eval_path, *sorted((path / EVAL_TENSORBOARD_DIR).glob("*"))]
-    seal_reader_outputs(path, written)  # manifest.json: a reader's outputs, never the release's
-    write_report(path)  # report.html shows the evaluations; then the last line, nothing after it
+    with finished_before_interrupt(f"the results were written to {eval_path}"):
+        _write_results(path, results, protocol=protocol, title=title, seed=config.seed, note=note)
     print(f"results appended to {eval_path}")
     return {
         "path": path,
@@ -101,6 +87,32 @@ def evaluate_bundle(
         "protocol": protocol,
         "private_test": data.test_is_private,
     }
+
+
+def _write_results(
+    path: Path, results: list[Any], *, protocol: Any, title: str, seed: int, note: dict[str, str]
+) -> None:
+    """eval.json (appended), the TensorBoard scalars, their seal in manifest.json and report.html
+    rendered again: a reader's outputs, never the release's."""
+    from dpdc_lightning.engine.bundle import seal_reader_outputs, write_report
+
+    eval_path = path / EVAL_FILE
+    append_eval_json(
+        eval_path, title=title, results=results, protocol=protocol, seed=seed, note=note
+    )
+    try:
+        from dpdc_lightning.engine.tensorboard import log_evaluation
+
+        log_evaluation(
+            path,
+            {r.model: [100 * a for a in r.accuracies] for r in results},
+            protocol=f"e{protocol.epochs}_r{protocol.runs}",
+        )
+    except OSError:
+        pass  # TensorBoard is a convenience; eval.json holds the results
+    written = [eval_path, *sorted((path / EVAL_TENSORBOARD_DIR).glob("*"))]
+    seal_reader_outputs(path, written)
+    write_report(path)  # report.html shows the evaluations; then the last line, nothing after it
 
 
 def evaluate_other(

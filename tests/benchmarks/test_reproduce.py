@@ -433,3 +433,54 @@ def test_a_fresh_work_dir_goes_on_with_the_committed_runs_of_an_unfinished_row(t
     assert other.adopt(out.with_suffix(".json"), {"ldpdc": ("k", {**stamp, "test_size": 7})}) == []
     assert reproduce.main([*argv, "--work-dir", str(tmp_path / "fresh2")]) == 0
     assert json.loads(out.with_suffix(".json").read_text())["in_progress"] == [entry]
+
+
+def test_a_work_dir_with_other_entries_for_a_committed_row_keeps_that_row(tmp_path):
+    """A work dir that ran one row, rewriting the table, keeps the committed finished rows also
+    where its own cache holds an entry of another fingerprint or a null one for them (it once
+    dropped such a row); its own current runs in progress are never replaced by the table's."""
+    import reproduce
+    from dpdc_repro.common import ResultCache, partial_key
+    from dpdc_repro.run import fingerprint
+
+    from dpdc_lightning.evaluation import EvalProtocol
+
+    rows = {r.key: r for r in SCALES["paper"].rows}
+    protocol = EvalProtocol(epochs=1000, runs=5)
+
+    def print_(key: str) -> dict:
+        return fingerprint(rows[key], dataset="digits", seed=0, protocol=protocol, test_size=None)
+
+    key = "digits/paper/seed0/{}".format
+    first = ResultCache(tmp_path / "first")
+    for row, accuracies in (("ldpdc", [0.61, 0.63]), ("ndpdc", [0.8, 0.82]), ("dm", [0.9, 0.9])):
+        result = {"accuracies": accuracies, "epsilon": 1.0, "noise_multiplier": 1.0, "delta": 1e-5}
+        result |= {"ipc": 50, "data_steps": 50, "free_steps": 0, "condense_s": 1.0}
+        result |= {"eval_s": 2.0, "device": "cpu", "protocol": {"epochs": 1000, "runs": 5}}
+        first.put(key(row), result | {"test_size": 10000}, print_(row))
+    out = tmp_path / "table.md"
+    argv = ["--scale", "paper", "--dataset", "digits", "--out", str(out), "--table-only"]
+    assert reproduce.main([*argv, "--work-dir", str(tmp_path / "first")]) == 0
+    one_row = ResultCache(tmp_path / "one_row")
+    one_row.rows[key("ldpdc")] = None  # a null entry
+    one_row.rows[key("ndpdc")] = {"fingerprint": {**print_("ndpdc"), "test_size": 7}}  # stale
+    one_row.put_run(key("dm"), print_("dm"), "digest-own", 0, 0.5, 9.0)  # its own run
+    one_row.save()
+    assert reproduce.main([*argv, "--work-dir", str(tmp_path / "one_row")]) == 0
+    record = json.loads(out.with_suffix(".json").read_text())
+    assert {r["key"]: r["accuracies"] for r in record["rows"]} == {
+        "ldpdc": [0.61, 0.63],
+        "ndpdc": [0.8, 0.82],
+        "dm": [0.9, 0.9],  # the table's finished row
+    }
+    kept = ResultCache(tmp_path / "one_row")
+    kept.adopt(out.with_suffix(".json"), {"dm": (key("dm"), print_("dm"))})
+    assert kept.rows[key("dm")]["accuracies"] == [0.9, 0.9]
+    assert partial_key(key("dm")) not in kept.rows  # a finished row replaces runs in progress
+    table_runs = {"key": "ldpdc", "fingerprint": print_("ldpdc"), "bundle": "digest-table"}
+    record = tmp_path / "in_progress.json"
+    record.write_text(json.dumps({"in_progress": [table_runs | {"accuracies": {"0": 0.1}}]}))
+    own = ResultCache(tmp_path / "own")
+    own.put_run(key("ldpdc"), print_("ldpdc"), "digest-own", 0, 0.5, 9.0)
+    assert own.adopt(record, {"ldpdc": (key("ldpdc"), print_("ldpdc"))}) == []
+    assert own.resume_point(key("ldpdc"), print_("ldpdc"), "digest-own") == ({0: 0.5}, 9.0)

@@ -298,8 +298,8 @@ def _print_config_tokens(root: Path, cache: Path) -> list[str]:
 def test_the_printed_plan_of_own_data_decodes_nothing(tmp_path, decodes):
     """Issue 44 item 2: what ``--print-config`` prints (the config, and what waits for the run)."""
     from dpdc_lightning.config import compose, to_yaml
+    from dpdc_lightning.engine.preview import planned_config_text
     from dpdc_lightning.engine.resolved import resolve_run
-    from dpdc_lightning.engine.training import planned_config_text
 
     root, cache = _folder(tmp_path / "imgs"), tmp_path / "cache"
     (cache / STORE_FOLDER).mkdir(parents=True)

@@ -131,8 +131,10 @@ class ResultCache:
         an unfinished row's finished runs (kept per bundle digest, so they count only for that
         bundle: see ``keep_bundle``). ``wanted`` maps a row key to its cache key and current
         fingerprint; an entry is taken only when its stored fingerprint equals that one and the
-        cache has nothing there. Returns the row keys taken. An entry written before tables
-        stored fingerprints is never taken."""
+        cache has nothing current there (an entry of another fingerprint, or a null one, does not
+        count: a work dir of one row, rewriting the table, once dropped a finished row so).
+        Returns the row keys taken. An entry written before tables stored fingerprints is never
+        taken."""
         if not record.is_file():
             return []
         written = json.loads(record.read_text())
@@ -145,10 +147,13 @@ class ResultCache:
                 key, fingerprint = wanted.get(entry.get("key"), (None, None))
                 if key is None or entry.get("fingerprint") != fingerprint:
                     continue
-                if key in self.rows or partial_key(key) in self.rows:
-                    continue
+                if self.get(key, fingerprint) is not None:
+                    continue  # this work dir's own finished row
                 if finished:
                     self.rows[key] = dict(entry)
+                    self.rows.pop(partial_key(key), None)
+                elif self._current_runs(key, fingerprint):
+                    continue  # this work dir's own runs in progress
                 elif "bundle" in entry:
                     self.rows[partial_key(key)] = {
                         "fingerprint": fingerprint,
@@ -160,6 +165,10 @@ class ResultCache:
                     continue
                 taken.append(entry["key"])
         return taken  # in memory: the next put saves them with the rest
+
+    def _current_runs(self, key: str, fingerprint: Any) -> bool:
+        found = self.rows.get(partial_key(key))
+        return found is not None and found.get("fingerprint") == fingerprint
 
     def save(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
