@@ -257,12 +257,15 @@ def read_dp_merf(path: Path) -> list[Entry]:
 
 def published(entry: Entry) -> tuple[Published | None, bool]:
     """The published number for the entry's setting, else the nearest (same method, dataset and ε; other
-    IPC), flagged as not comparable."""
+    iterations, other IPC), flagged as not comparable."""
     method = "psg" if entry.method == "psg_generator" else entry.method
-    same = published_for(method, dataset=entry.dataset, ipc=entry.ipc, epsilon=entry.epsilon)
+    iterations = int(entry.steps) if entry.steps.strip().isdigit() else None
+    same = published_for(
+        method, dataset=entry.dataset, ipc=entry.ipc, epsilon=entry.epsilon, iterations=iterations
+    )
     if same is not None:
         return same, True
-    for ipc in (10, 50, 20, 1):
+    for ipc in (entry.ipc, 10, 50, 20, 1):
         other = published_for(method, dataset=entry.dataset, ipc=ipc, epsilon=entry.epsilon)
         if other is not None:
             return other, False
@@ -405,7 +408,12 @@ def page(results: Path) -> str:
             cell = paper.cell()
             gap = f"{entry.mean - float(paper.accuracy.split()[0]):+.2f}"
         else:
-            cell = f"{paper.cell()}: a different IPC, not comparable"
+            other = (
+                f"{paper.iterations} iterations"
+                if paper.ipc == entry.ipc and paper.iterations is not None
+                else "a different IPC"
+            )
+            cell = f"{paper.cell()}: {other}, not comparable"
             gap = "—"
         if method == "psg_generator" and paper is not None:
             cell += "; that table does not say whether PSG ran with its generator prior"

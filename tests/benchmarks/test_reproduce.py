@@ -119,6 +119,28 @@ def test_published_numbers_match_dataset_ipc_and_epsilon():
     assert published_for("ndpdc", dataset="digits", ipc=50, epsilon=5.45) is None
     assert published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=1.0) is None
     assert published_for("dc", dataset="fashion_mnist", ipc=10, epsilon=None) is None
+    # non-private DM: ε cannot tell iterations apart, the count does (20000 in DPDC and Dosser)
+    found = published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=None, iterations=20000)
+    assert found.accuracy == "86.90 ± 0.44"
+    assert (
+        published_for("dm", dataset="fashion_mnist", ipc=50, epsilon=None, iterations=1000) is None
+    )
+    assert (
+        published_for("dm", dataset="fashion_mnist", ipc=10, epsilon=None, iterations=999) is None
+    )
+    # a private method's published entries state no count: ε tells them apart
+    found = published_for("ndpdc", dataset="fashion_mnist", ipc=50, epsilon=2.36, iterations=2000)
+    assert found.accuracy == "80.45"
+
+
+def test_a_row_of_fewer_iterations_than_the_paper_names_the_papers_count_not_a_gap():
+    from dpdc_repro.report import published_cell
+
+    rows = {r.key: r for r in SCALES["paper"].rows}
+    cell = published_cell(rows["dm_i1000"], dataset="fashion_mnist", ipc=50, epsilon=None)
+    assert cell.startswith("— at 1000 iterations; 86.90 ± 0.44 (") and cell.endswith(" at 20000")
+    full = published_cell(rows["dm"], dataset="fashion_mnist", ipc=50, epsilon=None)
+    assert full.startswith("86.90 ± 0.44 (Zheng & Li (DPDC) Table 1")
 
 
 def fake_result(accuracies, epsilon):

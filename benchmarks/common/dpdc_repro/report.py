@@ -45,8 +45,15 @@ def minutes(seconds: float) -> str:
 
 
 def published_cell(row: Row, *, dataset: str, ipc: int, epsilon: float | None) -> str:
-    found = published_for(row.method, dataset=dataset, ipc=ipc, epsilon=epsilon)
-    return found.cell() if found is not None else "—"
+    found = published_for(
+        row.method, dataset=dataset, ipc=ipc, epsilon=epsilon, iterations=row.steps
+    )
+    if found is not None:
+        return found.cell()
+    longer = published_for(row.method, dataset=dataset, ipc=ipc, epsilon=epsilon)
+    if longer is not None and longer.iterations is not None:  # the paper ran more iterations
+        return f"— at {row.steps} iterations; {longer.cell()} at {longer.iterations}"
+    return "—"
 
 
 def table_row(
