@@ -12,7 +12,9 @@ line. The in-process tests never saw it: ``exit_process`` runs only in a script'
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -224,3 +226,37 @@ def test_sweeps_end(launcher, compile, tmp_path, user_env):
         env=user_env,
     )
     assert (tmp_path / "sweep" / "summary.csv").is_file()
+
+
+# A command whose work is done, waiting on a working thread in its exit, when a Ctrl-C comes.
+_CTRL_C_IN_EXIT = """
+import sys, threading, time
+sys.path.insert(0, {root!r})
+from dpdc_lightning.errors import exit_process
+threading.Thread(target=time.sleep, args=(60,)).start()
+print("bundle written", flush=False)  # still buffered when the signal comes
+print("work done", file=sys.stderr, flush=True)
+exit_process(0)
+"""
+
+
+def test_a_ctrl_c_while_the_process_exits_ends_it_at_once_with_one_line(tmp_path, user_env):
+    """Not a traceback from the join, not a wait for the thread: exit code 130, the command's own
+    last line delivered first, then the one line that says the work had finished."""
+    import signal
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", _CTRL_C_IN_EXIT.format(root=str(ROOT))],
+        cwd=tmp_path,
+        env=user_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr.readline() == "work done\n"
+    time.sleep(0.5)  # in exit_process's join by now (nothing else is left to run)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert out == "bundle written\n"
+    assert err == "interrupted while exiting (the command had finished its work)\n"
