@@ -158,7 +158,7 @@ def _show_composed(tokens: list[str], *, part: str, resolve: bool) -> int:
 
 def _train(config: RunConfig, *, evaluate: bool) -> int:
     """One run, then its last line (and its evaluation with ``--evaluate``) on the main process."""
-    from dpdc_lightning.engine.run_folder import end_of_run_line, wall_time_line
+    from dpdc_lightning.engine.run_folder import end_of_run_line, finished_run, wall_time_line
     from dpdc_lightning.engine.threads import use_threads
     from dpdc_lightning.engine.training import train
 
@@ -167,7 +167,7 @@ def _train(config: RunConfig, *, evaluate: bool) -> int:
     run_dir = train(config)
     if os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0":
         # the run is complete: a Ctrl-C now still lets its last lines say what it released
-        with finished_before_interrupt(f"the run finished: {run_dir} holds its complete bundle"):
+        with finished_before_interrupt(finished_run(run_dir)):
             print(wall_time_line(time.monotonic() - started), file=sys.stderr, flush=True)
             print(end_of_run_line(run_dir), flush=True)
         if evaluate:

@@ -159,6 +159,11 @@ def create(run_dir: Path) -> None:
         raise UserError(f"cannot create run_dir {run_dir}: {err.strerror or err}") from None
 
 
+def finished_run(run_dir: Path) -> str:
+    """What a Ctrl-C after a run's steps ends with: "interrupted after" this (errors.py)."""
+    return f"the run finished: {run_dir} holds its complete bundle"
+
+
 def end_of_run_line(run_dir: Path) -> str:
     """The last line of train.py: the guarantee as privacy.json states it, steps and where the
     bundle is. No wall time: it depends on the realised sample sizes (:func:`wall_time_line`)."""

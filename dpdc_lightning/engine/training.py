@@ -36,6 +36,7 @@ from dpdc_lightning.engine.run_folder import (
     create,
     data_provenance,
     discard,
+    finished_run,
     last_checkpoint,
     run_dir_of,
     stored_plan,
@@ -100,7 +101,7 @@ def _train(resolved: ResolvedRun, run_dir: Path) -> Path:
             raise KeyboardInterrupt
     if run.trainer.is_global_zero:
         # the bundle is written whole once begun: a Ctrl-C during it ends the command after it
-        with finished_before_interrupt(f"the run finished: {run_dir} holds its complete bundle"):
+        with finished_before_interrupt(finished_run(run_dir)):
             _export(run_dir, result, class_names=data.class_names)
     return run_dir
 
