@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "common"))  # dpdc_
 
 from dpdc_repro.published import Published, published_for  # noqa: E402
 from dpdc_repro.report import HEADER, minutes, steps_cell  # noqa: E402
-from summary_paper_rows import found_in
+from summary_paper_rows import comparison, found_in
 from summary_paper_rows import lines as paper_rows_lines  # noqa: E402
 
 from dpdc_lightning.privacy.display import epsilon_text  # noqa: E402
@@ -402,19 +402,7 @@ def page(results: Path) -> str:
             lines.append(f"| {names[method]} | (no measurement) | | | | | |")
             continue
         paper, comparable = published(entry)
-        if paper is None:
-            cell, gap = "— (no published number for this method and dataset)", "—"
-        elif comparable:
-            cell = paper.cell()
-            gap = f"{entry.mean - float(paper.accuracy.split()[0]):+.2f}"
-        else:
-            other = (
-                f"{paper.iterations} iterations"
-                if paper.ipc == entry.ipc and paper.iterations is not None
-                else "a different IPC"
-            )
-            cell = f"{paper.cell()}: {other}, not comparable"
-            gap = "—"
+        cell, gap = comparison(entry, paper, comparable)
         if method == "psg_generator" and paper is not None:
             cell += "; that table does not say whether PSG ran with its generator prior"
         lines.append(

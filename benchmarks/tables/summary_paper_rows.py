@@ -27,6 +27,21 @@ def gap_needs_explaining(mean: float, published: str) -> bool:
     return abs(mean - float(found.group(1))) > float(found.group(2) or 0) + 1.0
 
 
+def comparison(entry: Any, paper: Any, comparable: bool) -> tuple[str, str]:
+    """The published cell and the gap (ours − published) for ``entry``; a published number of
+    another setting (more iterations, another IPC) is shown for context, named, without a gap."""
+    if paper is None:
+        return "— (no published number for this method and dataset)", "—"
+    if comparable:
+        return paper.cell(), f"{entry.mean - float(paper.accuracy.split()[0]):+.2f}"
+    other = (
+        f"{paper.iterations} iterations"
+        if paper.ipc == entry.ipc and paper.iterations is not None
+        else "a different IPC"
+    )
+    return f"{paper.cell()}: {other}, not comparable", "—"
+
+
 def found_in(results: Path, name: str) -> str:
     """Where ``name`` sits under ``results`` (its group folder), as a link from results/README.md;
     the bare name when no group holds it."""
@@ -66,13 +81,9 @@ def lines(
     ]
     for entry in full:
         paper, comparable = published(entry)
-        cell, gap = ("—", "—") if paper is None or not comparable else (paper.cell(), "")
-        if not gap:
-            gap = f"{entry.mean - float(paper.accuracy.split()[0]):+.2f}"
-            if gap_needs_explaining(entry.mean, paper.accuracy):
-                gap += (
-                    f" (beyond the published std + 1 point: see [{EXPLAINED_IN}]({explained_in}))"
-                )
+        cell, gap = comparison(entry, paper, comparable)
+        if comparable and gap_needs_explaining(entry.mean, paper.accuracy):
+            gap += f" (beyond the published std + 1 point: see [{EXPLAINED_IN}]({explained_in}))"
         out.append(
             f"| {names[entry.method]} | {accuracy(entry)} | {protocol(entry)} | {entry.device} | {cell} | "
             f"{gap} | [{entry.source}]({entry.source}) |"

@@ -267,8 +267,15 @@ def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
     [kept] = [p for p in (tmp_path / "store").iterdir() if p.is_dir()]  # beside its .condense_s
     assert not list(kept.glob(".*"))  # released files only: no secret, no provenance
     # a fresh machine (empty work dir), the row unfinished in the committed table: the kept
-    # condensation is taken back (the same bundle, so the same seeded runs), not drawn again
+    # condensation is taken back (the same bundle, so the same seeded runs), not drawn again, and
+    # with it whether its time is a resumed part's only (as if it had gone on from a checkpoint)
     out.with_suffix(".json").write_text(json.dumps(record))
+    timing = kept.with_name(f"{kept.name}.condense_s")
+    assert json.loads(timing.read_text()) == {
+        "condense_s": first_row["condense_s"],
+        "continued": False,
+    }
+    timing.write_text(json.dumps({"condense_s": first_row["condense_s"], "continued": True}))
     fresh = [
         *command[: command.index("--work-dir") + 1],
         str(tmp_path / "fresh"),
@@ -284,7 +291,7 @@ def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
         r for r in json.loads(out.with_suffix(".json").read_text())["rows"] if r["key"] == row
     )
     assert moved_row["accuracies"] == first_row["accuracies"]
-    assert moved_row["condense_s"] == first_row["condense_s"]
+    assert moved_row["condense_s"] == first_row["condense_s"] and moved_row["continued"]
     dry = subprocess.run(
         [*command, "--dry-run"],
         cwd=repo_root,
@@ -298,6 +305,21 @@ def test_tiny_scale_runs_every_method_end_to_end_and_resumes_from_its_cache(
         and dry.stdout.count("cached") == len(SCALES["tiny"].rows)
         and "estimated work" in dry.stdout
     )
+
+
+def test_a_kept_condensations_time_says_whether_it_was_resumed(tmp_path):
+    """The time kept beside a bundle carries whether it is a resumed part's only, so a row that
+    only evaluates the bundle later still says "(continued)"; a bare number (the older file) reads
+    as it was reported then, not continued."""
+    from dpdc_repro.run import read_timing, write_timing
+
+    path = tmp_path / "row.condense_s"
+    write_timing(path, condense_s=3634.5, continued=True)
+    assert read_timing(path) == {"condense_s": 3634.5, "continued": True}
+    write_timing(path, condense_s=12.25, continued=False)
+    assert read_timing(path) == {"condense_s": 12.25, "continued": False}
+    path.write_text("746.0519435310016\n")
+    assert read_timing(path) == {"condense_s": 746.0519435310016, "continued": False}
 
 
 def test_an_unfinished_rows_runs_are_kept_for_the_same_bundle_only(tmp_path):

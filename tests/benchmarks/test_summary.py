@@ -314,6 +314,12 @@ def test_rows_at_the_full_protocol_come_first_with_their_gap_and_the_unfinished_
                 "continued": True,
             },
             "ldpdc_eps1": finished([0.61, 0.61, 0.61, 0.61, 0.61], 0.999),  # 61.00: gap -2.64
+            # fewer iterations than the paper ran: its number is context, without a gap
+            "dm_i1000": {
+                **finished([0.81] * 5, None),
+                "data_steps": 1000,
+                "noise_multiplier": None,
+            },
         },
         scale=scale,
         dataset="fashion_mnist",
@@ -335,6 +341,9 @@ def test_rows_at_the_full_protocol_come_first_with_their_gap_and_the_unfinished_
     assert "condense 61 s (continued), evaluate 83.3 min" in near
     assert "(continued)" not in far
     assert "| -2.64 (beyond the published std + 1 point" in far and "63.64 ± 0.76" in far
+    [dm] = [line for line in section.splitlines() if line.startswith("| DM")]
+    assert "**81.00**" in dm and "86.90 ± 0.44" in dm
+    assert "20000 iterations, not comparable | — |" in dm
     going = next(line for line in section.splitlines() if line.startswith("| NDPDC"))
     assert "in progress: 2 of 5 runs done, 80.50 ± 0.50 so far" in going
     assert page.index("## Rows at the papers' full protocol") < page.index("## Best number")

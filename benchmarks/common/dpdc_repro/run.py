@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import time
 from collections.abc import Callable
@@ -44,6 +45,24 @@ def test_split(data: ImageData, test_size: int | None) -> tuple[torch.Tensor, to
     if test_size is None or test_size >= len(data.test_labels):
         return data.test_images, data.test_labels
     return data.test_images[:test_size], data.test_labels[:test_size]
+
+
+def write_timing(path: Path, *, condense_s: float, continued: bool) -> None:
+    """The condensation's wall time and whether it was resumed from a checkpoint (then the time is
+    the resumed part's only): both travel with the kept bundle, so a later invocation that only
+    evaluates reports what the condensation was, not what reusing it cost."""
+    path.write_text(json.dumps({"condense_s": condense_s, "continued": continued}) + "\n")
+
+
+def read_timing(path: Path) -> dict:
+    """``write_timing``'s record; a file of one bare number (written before the flag was kept)
+    reads as not continued, as it was reported then."""
+    text = path.read_text()
+    try:
+        return {"condense_s": float(text), "continued": False}
+    except ValueError:
+        record = json.loads(text)
+        return {"condense_s": float(record["condense_s"]), "continued": bool(record["continued"])}
 
 
 def run_row(
@@ -95,9 +114,9 @@ def run_row(
     )
     result["condense_s"] = time.perf_counter() - start
     if not reused:
-        timing.write_text(f"{result['condense_s']!r}\n")
+        write_timing(timing, condense_s=result["condense_s"], continued=result["continued"])
     elif timing.is_file():
-        result.update(condense_s=float(timing.read_text()), continued=False)
+        result.update(read_timing(timing))
     if kept is not None:
         keep_bundle(run_dir, kept)
         if timing.is_file():
